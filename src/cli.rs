@@ -1,0 +1,153 @@
+//! What the `toolplane` client commands print: tables for people, JSON for scripts.
+
+use comfy_table::{Table, presets::NOTHING};
+use serde_json::{Value, json};
+
+use crate::json::struct_to_json;
+use crate::pb;
+
+fn capability_name(value: i32) -> String {
+    pb::ServiceCapability::try_from(value)
+        .map(|c| {
+            c.as_str_name()
+                .trim_start_matches("SERVICE_CAPABILITY_")
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_else(|_| value.to_string())
+}
+
+/// The seed's lowercase name of a health state.
+pub fn health_name(value: i32) -> String {
+    pb::HealthState::try_from(value)
+        .map(|h| {
+            h.as_str_name()
+                .trim_start_matches("HEALTH_STATE_")
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_else(|_| value.to_string())
+}
+
+fn timestamp(value: Option<&prost_types::Timestamp>) -> String {
+    value.map(ToString::to_string).unwrap_or_default()
+}
+
+fn new_table(header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table.load_preset(NOTHING).set_header(header.to_vec());
+    table
+}
+
+/// A tool as JSON.
+pub fn tool_json(tool: &pb::ToolRegistration) -> Value {
+    json!({
+        "tool_name": tool.tool_name,
+        "service_name": tool.service_name,
+        "service_version": tool.service_version,
+        "description": tool.description,
+        "capabilities": tool.capabilities.iter().map(|c| capability_name(*c)).collect::<Vec<_>>(),
+        "timeout_ms": tool.timeout_ms,
+        "definition_sha256": tool.definition_sha256,
+        "tool_schema": tool.tool_schema.as_ref().and_then(|s| struct_to_json(s).ok()),
+        "output_schema": tool.output_schema.as_ref().and_then(|s| struct_to_json(s).ok()),
+    })
+}
+
+/// A service as JSON.
+pub fn service_json(service: &pb::DiscoveryInfo) -> Value {
+    json!({
+        "service_name": service.service_name,
+        "service_version": service.service_version,
+        "endpoint": service.endpoint,
+        "service_health": health_name(service.service_health),
+        "uptime_seconds": service.uptime_seconds,
+        "registered_at": timestamp(service.registered_at.as_ref()),
+        "expires_at": timestamp(service.expires_at.as_ref()),
+        "available_tools": service.available_tools.iter().map(tool_json).collect::<Vec<_>>(),
+    })
+}
+
+/// A table of services.
+pub fn services_table(services: &[pb::DiscoveryInfo]) -> String {
+    let mut table = new_table(&[
+        "SERVICE",
+        "VERSION",
+        "HEALTH",
+        "TOOLS",
+        "ENDPOINT",
+        "EXPIRES AT",
+    ]);
+    for service in services {
+        table.add_row(vec![
+            service.service_name.clone(),
+            service.service_version.clone(),
+            health_name(service.service_health),
+            service.available_tools.len().to_string(),
+            service.endpoint.clone(),
+            timestamp(service.expires_at.as_ref()),
+        ]);
+    }
+    table.to_string()
+}
+
+/// A table of tools.
+pub fn tools_table(tools: &[pb::ToolRegistration]) -> String {
+    let mut table = new_table(&["TOOL", "SERVICE", "VERSION", "CAPABILITIES", "DESCRIPTION"]);
+    for tool in tools {
+        table.add_row(vec![
+            tool.tool_name.clone(),
+            tool.service_name.clone(),
+            tool.service_version.clone(),
+            tool.capabilities
+                .iter()
+                .map(|c| capability_name(*c))
+                .collect::<Vec<_>>()
+                .join(","),
+            tool.description.clone(),
+        ]);
+    }
+    table.to_string()
+}
+
+/// A health answer as JSON.
+pub fn health_json(service: &str, health: &pb::GetServiceHealthResponse) -> Value {
+    json!({
+        "service_name": service,
+        "status": health_name(health.status),
+        "timestamp": timestamp(health.timestamp.as_ref()),
+        "uptime_seconds": health.uptime_seconds,
+        "tools_count": health.tools_count,
+        "tools": health.tools,
+    })
+}
+
+/// A health answer as a table.
+pub fn health_table(service: &str, health: &pb::GetServiceHealthResponse) -> String {
+    let mut table = new_table(&["SERVICE", "STATUS", "UPTIME (S)", "TOOLS"]);
+    let name = if service.is_empty() {
+        "(control plane)"
+    } else {
+        service
+    };
+    let tools = if health.tools.is_empty() {
+        health.tools_count.to_string()
+    } else {
+        health.tools.join(",")
+    };
+    table.add_row(vec![
+        name.to_owned(),
+        health_name(health.status),
+        health.uptime_seconds.to_string(),
+        tools,
+    ]);
+    table.to_string()
+}
+
+/// A missing tool as JSON.
+pub fn missing_json(missing: &pb::MissingTool) -> Value {
+    json!({
+        "service_name": missing.service_name,
+        "tool_name": missing.tool_name,
+        "reason": pb::MissingReason::try_from(missing.reason).map(|r| r.as_str_name()).unwrap_or("MISSING_REASON_UNSPECIFIED"),
+        "detail": missing.detail,
+    })
+}

@@ -1,0 +1,266 @@
+//! A typed Rust client for toolplane: pre-flight that fails fast with a typed error listing
+//! what is missing, paged listings gathered whole, and a client-side discovery cache (seed 000:
+//! discovery results are cached for `DISCOVERY_CACHE_TTL_SECS`, default 300 s).
+
+mod requirement;
+
+use std::fmt;
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+pub use requirement::{ParseRequirementError, ToolRequirement};
+
+use crate::envelope::{TenantId, request_meta};
+use crate::pb;
+use crate::pb::discovery_service_client::DiscoveryServiceClient;
+use crate::pb::health_service_client::HealthServiceClient;
+
+/// The environment variable that sets the discovery cache TTL in seconds (seed 000).
+pub const DISCOVERY_CACHE_TTL_ENV: &str = "DISCOVERY_CACHE_TTL_SECS";
+/// The discovery cache TTL when the environment sets none (seed 000).
+pub const DEFAULT_DISCOVERY_CACHE_TTL: Duration = Duration::from_secs(300);
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What can go wrong for a client.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The endpoint is not a valid URI.
+    #[error("invalid endpoint {endpoint:?}: {source}")]
+    InvalidEndpoint {
+        /// The endpoint given.
+        endpoint: String,
+        /// Why it is invalid.
+        source: tonic::transport::Error,
+    },
+    /// The server could not be reached.
+    #[error("cannot connect to {endpoint}: {source}")]
+    Connect {
+        /// The endpoint given.
+        endpoint: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// The server answered with an error.
+    #[error("{}: {}", .0.code(), .0.message())]
+    Rpc(#[from] tonic::Status),
+    /// Pre-flight found required tools missing.
+    #[error("{0}")]
+    MissingTools(MissingTools),
+}
+
+/// The answer of a pre-flight check that found required tools missing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MissingTools {
+    /// The whole answer: `missing_required` lists every missing required tool with the reason.
+    pub response: pb::PreflightResponse,
+}
+
+impl MissingTools {
+    /// Every missing required tool.
+    pub fn missing(&self) -> &[pb::MissingTool] {
+        &self.response.missing_required
+    }
+}
+
+impl fmt::Display for MissingTools {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pre-flight failed: {} required tool(s) missing",
+            self.missing().len()
+        )?;
+        for missing in self.missing() {
+            write!(f, "\n  - {}", missing.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// A typed toolplane client for one tenant.
+#[derive(Debug, Clone)]
+pub struct ToolplaneClient {
+    discovery: DiscoveryServiceClient<Channel>,
+    health: HealthServiceClient<Channel>,
+    tenant: TenantId,
+    correlation_id: String,
+    cache: moka::future::Cache<String, pb::DiscoveryInfo>,
+}
+
+/// The discovery cache TTL: `DISCOVERY_CACHE_TTL_SECS` when set to a number, else 300 s.
+pub fn discovery_cache_ttl() -> Duration {
+    std::env::var(DISCOVERY_CACHE_TTL_ENV)
+        .ok()
+        .and_then(|secs| secs.trim().parse().ok())
+        .map_or(DEFAULT_DISCOVERY_CACHE_TTL, Duration::from_secs)
+}
+
+impl ToolplaneClient {
+    /// Connects to `endpoint` (e.g. `http://127.0.0.1:50051`) acting for `tenant`.
+    pub async fn connect(endpoint: &str, tenant: TenantId) -> Result<Self, ClientError> {
+        let channel = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|source| ClientError::InvalidEndpoint {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(|source| ClientError::Connect {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?;
+        Ok(Self::from_channel(channel, tenant, discovery_cache_ttl()))
+    }
+
+    /// A client over an existing channel, with a discovery cache of the given TTL.
+    pub fn from_channel(channel: Channel, tenant: TenantId, cache_ttl: Duration) -> Self {
+        Self {
+            discovery: DiscoveryServiceClient::new(channel.clone()),
+            health: HealthServiceClient::new(channel),
+            tenant,
+            correlation_id: uuid::Uuid::new_v4().to_string(),
+            cache: moka::future::Cache::builder()
+                .time_to_live(cache_ttl)
+                .max_capacity(10_000)
+                .build(),
+        }
+    }
+
+    /// Uses this correlation id on every request from now on.
+    pub fn with_correlation_id(mut self, correlation_id: impl Into<String>) -> Self {
+        self.correlation_id = correlation_id.into();
+        self
+    }
+
+    fn meta(&self) -> Option<pb::Meta> {
+        Some(request_meta(self.tenant, &self.correlation_id))
+    }
+
+    /// The generated Discovery client, for calls this wrapper does not cover.
+    pub fn discovery(&self) -> DiscoveryServiceClient<Channel> {
+        self.discovery.clone()
+    }
+
+    /// Runs a pre-flight check. Missing required tools are [`ClientError::MissingTools`]; on
+    /// success the full answer is returned (missing optional tools included, for warnings).
+    pub async fn preflight(
+        &self,
+        requirements: &[ToolRequirement],
+    ) -> Result<pb::PreflightResponse, ClientError> {
+        let request = pb::PreflightRequest {
+            meta: self.meta(),
+            requirements: requirements.iter().map(ToolRequirement::to_pb).collect(),
+        };
+        let response = self
+            .discovery
+            .clone()
+            .preflight(request)
+            .await?
+            .into_inner();
+        for service in &response.services {
+            self.cache
+                .insert(service.service_name.clone(), service.clone())
+                .await;
+        }
+        if response.ok {
+            Ok(response)
+        } else {
+            Err(ClientError::MissingTools(MissingTools { response }))
+        }
+    }
+
+    /// One service, from the discovery cache when a fresh copy is there.
+    pub async fn service(&self, name: &str) -> Result<pb::DiscoveryInfo, ClientError> {
+        if let Some(cached) = self.cache.get(name).await {
+            return Ok(cached);
+        }
+        let request = pb::GetServiceRequest {
+            meta: self.meta(),
+            service_name: name.to_owned(),
+        };
+        let service = self
+            .discovery
+            .clone()
+            .get_service(request)
+            .await?
+            .into_inner()
+            .service
+            .unwrap_or_default();
+        self.cache.insert(name.to_owned(), service.clone()).await;
+        Ok(service)
+    }
+
+    /// Drops every cached discovery answer.
+    pub fn invalidate_cache(&self) {
+        self.cache.invalidate_all();
+    }
+
+    /// Every live service, all pages gathered.
+    pub async fn all_services(&self) -> Result<Vec<pb::DiscoveryInfo>, ClientError> {
+        let mut services = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let request = pb::ListServicesRequest {
+                meta: self.meta(),
+                page_size: 0,
+                page_token,
+            };
+            let page = self
+                .discovery
+                .clone()
+                .list_services(request)
+                .await?
+                .into_inner();
+            services.extend(page.services);
+            if page.next_page_token.is_empty() {
+                return Ok(services);
+            }
+            page_token = page.next_page_token;
+        }
+    }
+
+    /// Every live tool (of one service, when given), all pages gathered.
+    pub async fn all_tools(
+        &self,
+        service: Option<&str>,
+    ) -> Result<Vec<pb::ToolRegistration>, ClientError> {
+        let mut tools = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let request = pb::ListToolsRequest {
+                meta: self.meta(),
+                service_name: service.unwrap_or_default().to_owned(),
+                page_token,
+                ..Default::default()
+            };
+            let page = self
+                .discovery
+                .clone()
+                .list_tools(request)
+                .await?
+                .into_inner();
+            tools.extend(page.tools);
+            if page.next_page_token.is_empty() {
+                return Ok(tools);
+            }
+            page_token = page.next_page_token;
+        }
+    }
+
+    /// The health of a service, or of the control plane when `service` is empty.
+    pub async fn health(&self, service: &str) -> Result<pb::GetServiceHealthResponse, ClientError> {
+        let request = pb::GetServiceHealthRequest {
+            meta: self.meta(),
+            service_name: service.to_owned(),
+        };
+        Ok(self
+            .health
+            .clone()
+            .get_service_health(request)
+            .await?
+            .into_inner())
+    }
+}

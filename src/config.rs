@@ -1,0 +1,253 @@
+//! Server configuration, layered as seed 000 does: built-in defaults, then the file
+//! `toolplane.toml` (or the one `--config`/`TOOLPLANE_CONFIG` names), then `TOOLPLANE_*`
+//! environment variables, then command-line flags.
+//!
+//! Every field of [`ServerConfig`] can be set in the file under its own name and in the
+//! environment as `TOOLPLANE_` + the name in upper case, e.g. `default_ttl = "30s"` or
+//! `TOOLPLANE_DEFAULT_TTL=30s`. Durations are written as `500ms`, `30s`, `5m`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::grpc::ServerOptions;
+use crate::grpc::server::DEFAULT_DRAIN_GRACE;
+use crate::registry::memory::DEFAULT_EVENT_BUFFER;
+use crate::registry::validate::{self, RegistrationLimits};
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+/// The config file read from the working directory when no other is named.
+pub const DEFAULT_CONFIG_FILE: &str = "toolplane.toml";
+/// The prefix of configuration environment variables.
+pub const ENV_PREFIX: &str = "TOOLPLANE_";
+
+/// Everything `toolplane serve` can be configured with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// The address to listen on.
+    pub listen: SocketAddr,
+    /// Lease TTL granted when a registration asks for none.
+    #[serde(with = "humantime_serde")]
+    pub default_ttl: Duration,
+    /// Shortest lease TTL a registration may ask for.
+    #[serde(with = "humantime_serde")]
+    pub min_ttl: Duration,
+    /// Longest lease TTL a registration may ask for.
+    #[serde(with = "humantime_serde")]
+    pub max_ttl: Duration,
+    /// Most tools in one registration.
+    pub max_tools_per_service: usize,
+    /// Longest tool description in bytes.
+    pub max_description_bytes: usize,
+    /// Largest JSON Schema in bytes.
+    pub max_schema_bytes: usize,
+    /// Deepest nesting of objects and arrays in a JSON Schema.
+    pub max_schema_depth: usize,
+    /// How many change events a watcher may fall behind before it is ended.
+    pub watch_event_buffer: usize,
+    /// How long in-flight calls may take to finish after SIGTERM/SIGINT.
+    #[serde(with = "humantime_serde")]
+    pub drain_grace: Duration,
+    /// Log format: `text` or `json`.
+    pub log_format: LogFormat,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN
+                .parse()
+                .expect("the default listen address is valid"),
+            default_ttl: validate::DEFAULT_TTL,
+            min_ttl: validate::DEFAULT_MIN_TTL,
+            max_ttl: validate::DEFAULT_MAX_TTL,
+            max_tools_per_service: validate::DEFAULT_MAX_TOOLS,
+            max_description_bytes: validate::DEFAULT_MAX_DESCRIPTION_BYTES,
+            max_schema_bytes: validate::DEFAULT_MAX_SCHEMA_BYTES,
+            max_schema_depth: validate::DEFAULT_MAX_SCHEMA_DEPTH,
+            watch_event_buffer: DEFAULT_EVENT_BUFFER,
+            drain_grace: DEFAULT_DRAIN_GRACE,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// A configuration that cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The named config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file, with the environment laid over it, is not a valid configuration.
+    #[error("invalid configuration ({origin}): {message}")]
+    Invalid {
+        /// Where the configuration came from.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ServerConfig {
+    /// Loads defaults < file < environment. `file` is the file named on the command line or
+    /// in `TOOLPLANE_CONFIG`; without one, `toolplane.toml` is read if it exists.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Iterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let (mut table, origin) = match file {
+            Some(path) => (read_table(path)?, path.display().to_string()),
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => (
+                read_table(Path::new(DEFAULT_CONFIG_FILE))?,
+                DEFAULT_CONFIG_FILE.to_owned(),
+            ),
+            None => (toml::Table::new(), "defaults".to_owned()),
+        };
+        let fields =
+            toml::Table::try_from(Self::default()).expect("the default configuration serializes");
+        for (key, value) in env {
+            let Some(field) = key.strip_prefix(ENV_PREFIX).map(str::to_ascii_lowercase) else {
+                continue;
+            };
+            if let Some(default) = fields.get(&field) {
+                table.insert(field, env_value(&value, default));
+            }
+        }
+        let config: Self =
+            table
+                .try_into()
+                .map_err(|error: toml::de::Error| ConfigError::Invalid {
+                    origin: format!("{origin} + environment"),
+                    message: error.message().to_owned(),
+                })?;
+        config
+            .check()
+            .map_err(|message| ConfigError::Invalid { origin, message })?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.min_ttl > self.max_ttl
+            || self.default_ttl < self.min_ttl
+            || self.default_ttl > self.max_ttl
+        {
+            return Err(format!(
+                "need min_ttl <= default_ttl <= max_ttl, got {} <= {} <= {}",
+                humantime::format_duration(self.min_ttl),
+                humantime::format_duration(self.default_ttl),
+                humantime::format_duration(self.max_ttl)
+            ));
+        }
+        Ok(())
+    }
+
+    /// The server options this configuration describes.
+    pub fn server_options(&self) -> ServerOptions {
+        ServerOptions {
+            limits: RegistrationLimits {
+                default_ttl: self.default_ttl,
+                min_ttl: self.min_ttl,
+                max_ttl: self.max_ttl,
+                max_tools: self.max_tools_per_service,
+                max_description_bytes: self.max_description_bytes,
+                max_schema_bytes: self.max_schema_bytes,
+                max_schema_depth: self.max_schema_depth,
+            },
+            event_buffer: self.watch_event_buffer,
+            drain_grace: self.drain_grace,
+        }
+    }
+}
+
+fn read_table(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    text.parse()
+        .map_err(|error: toml::de::Error| ConfigError::Invalid {
+            origin: path.display().to_string(),
+            message: error.message().to_owned(),
+        })
+}
+
+/// An environment value typed like the field's default (numbers stay numbers).
+fn env_value(value: &str, like: &toml::Value) -> toml::Value {
+    match like {
+        toml::Value::Integer(_) => value.trim().parse().map_or_else(
+            |_| toml::Value::String(value.to_owned()),
+            toml::Value::Integer,
+        ),
+        _ => toml::Value::String(value.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Iterator<Item = (String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    #[test]
+    fn environment_overrides_file_overrides_defaults() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("toolplane.toml");
+        std::fs::write(
+            &path,
+            "default_ttl = \"20s\"\nmax_schema_depth = 10\nlisten = \"127.0.0.1:7000\"\n",
+        )
+        .expect("write");
+        let config = ServerConfig::load(
+            Some(&path),
+            env(&[
+                ("TOOLPLANE_DEFAULT_TTL", "45s"),
+                ("TOOLPLANE_MAX_TOOLS_PER_SERVICE", "7"),
+                ("OTHER", "x"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(config.default_ttl, Duration::from_secs(45));
+        assert_eq!(config.max_schema_depth, 10);
+        assert_eq!(config.max_tools_per_service, 7);
+        assert_eq!(config.listen.port(), 7000);
+        assert_eq!(config.max_ttl, validate::DEFAULT_MAX_TTL);
+    }
+
+    #[test]
+    fn unknown_file_keys_and_bad_values_are_rejected() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "no_such_key = 1\n").expect("write");
+        assert!(ServerConfig::load(Some(&path), env(&[])).is_err());
+        let error = ServerConfig::load(Some(&path.with_file_name("missing.toml")), env(&[]))
+            .expect_err("missing file");
+        assert!(matches!(error, ConfigError::Read { .. }));
+        std::fs::write(&path, "min_ttl = \"10s\"\ndefault_ttl = \"5s\"\n").expect("write");
+        assert!(ServerConfig::load(Some(&path), env(&[])).is_err());
+    }
+}

@@ -1,0 +1,308 @@
+//! Conversions between wire types (`pb`) and domain types. Requests are validated here, once,
+//! on the way in; responses are built here on the way out.
+
+use std::time::Duration;
+
+use crate::json::{json_to_struct, struct_to_json};
+use crate::pb;
+use crate::registry::model::{HealthState, ServiceEntry};
+use crate::registry::preflight::{MissingReason, MissingTool, Requirement};
+use crate::registry::store::{ChangeKind, RegistryEvent, ToolChange};
+use crate::registry::{
+    Capability, FieldViolation, LeaseId, RegisteredTool, RegistryError, ServiceName, ServiceSpec,
+    ToolName, ToolSpec, ViolationKind,
+};
+
+/// Parses a required service name field.
+pub fn service_name(field: &str, value: &str) -> Result<ServiceName, RegistryError> {
+    ServiceName::parse(value)
+        .map_err(|problem| RegistryError::invalid(field, ViolationKind::Name, problem))
+}
+
+/// Parses an optional service name field ("" means none).
+pub fn optional_service_name(
+    field: &str,
+    value: &str,
+) -> Result<Option<ServiceName>, RegistryError> {
+    if value.is_empty() {
+        Ok(None)
+    } else {
+        service_name(field, value).map(Some)
+    }
+}
+
+/// Parses a required tool name field.
+pub fn tool_name(field: &str, value: &str) -> Result<ToolName, RegistryError> {
+    ToolName::parse(value)
+        .map_err(|problem| RegistryError::invalid(field, ViolationKind::Name, problem))
+}
+
+/// Parses a lease id field.
+pub fn lease_id(field: &str, value: &str) -> Result<LeaseId, RegistryError> {
+    LeaseId::parse_str(value).map_err(|_| {
+        RegistryError::invalid(
+            field,
+            ViolationKind::Field,
+            format!("lease_id must be the UUID RegisterService returned, got {value:?}"),
+        )
+    })
+}
+
+/// Parses a capability; `UNSPECIFIED` and unknown values are errors.
+pub fn capability(value: i32) -> Result<Capability, String> {
+    match pb::ServiceCapability::try_from(value) {
+        Ok(pb::ServiceCapability::Batching) => Ok(Capability::Batching),
+        Ok(pb::ServiceCapability::Streaming) => Ok(Capability::Streaming),
+        Ok(pb::ServiceCapability::Caching) => Ok(Capability::Caching),
+        Ok(pb::ServiceCapability::Retry) => Ok(Capability::Retry),
+        Ok(pb::ServiceCapability::Unspecified) => {
+            Err("capability must not be SERVICE_CAPABILITY_UNSPECIFIED".to_owned())
+        }
+        Err(_) => Err(format!("unknown capability {value}")),
+    }
+}
+
+fn capability_to_pb(capability: Capability) -> pb::ServiceCapability {
+    match capability {
+        Capability::Batching => pb::ServiceCapability::Batching,
+        Capability::Streaming => pb::ServiceCapability::Streaming,
+        Capability::Caching => pb::ServiceCapability::Caching,
+        Capability::Retry => pb::ServiceCapability::Retry,
+    }
+}
+
+/// The wire form of a health state.
+pub fn health_to_pb(state: HealthState) -> pb::HealthState {
+    match state {
+        HealthState::Healthy => pb::HealthState::Healthy,
+        HealthState::Ready => pb::HealthState::Ready,
+        HealthState::Alive => pb::HealthState::Alive,
+        HealthState::Unhealthy => pb::HealthState::Unhealthy,
+    }
+}
+
+/// Converts a registration into a [`ServiceSpec`], collecting every wire-level violation.
+/// The domain validation (names, schemas, limits) happens in the registry.
+pub fn service_spec(
+    registration: Option<pb::ServiceRegistration>,
+) -> Result<ServiceSpec, RegistryError> {
+    let Some(registration) = registration else {
+        return Err(RegistryError::invalid(
+            "registration",
+            ViolationKind::Field,
+            "registration is required",
+        ));
+    };
+    let mut violations = Vec::new();
+    let ttl = registration.ttl.and_then(|ttl| {
+        Duration::try_from(ttl)
+            .map_err(|_| {
+                violations.push(FieldViolation::new(
+                    "registration.ttl",
+                    ViolationKind::Field,
+                    "ttl must be positive",
+                ))
+            })
+            .ok()
+    });
+    let mut tools = Vec::with_capacity(registration.tools.len());
+    for (index, tool) in registration.tools.into_iter().enumerate() {
+        let field = |suffix: &str| format!("registration.tools[{index}].{suffix}");
+        let label = format!("tool {:?}", tool.tool_name);
+        let mut schema = |value: Option<prost_types::Struct>, name: &str| {
+            value.and_then(|value| {
+                struct_to_json(&value)
+                    .map_err(|error| {
+                        violations.push(FieldViolation::new(
+                            field(name),
+                            ViolationKind::Schema,
+                            format!("{label}: {error}"),
+                        ))
+                    })
+                    .ok()
+            })
+        };
+        let input_schema = schema(tool.tool_schema, "tool_schema");
+        let output_schema = schema(tool.output_schema, "output_schema");
+        for (name, given, expected) in [
+            (
+                "service_name",
+                &tool.service_name,
+                &registration.service_name,
+            ),
+            (
+                "service_version",
+                &tool.service_version,
+                &registration.service_version,
+            ),
+        ] {
+            if !given.is_empty() && given != expected {
+                violations.push(FieldViolation::new(
+                    field(name),
+                    ViolationKind::Field,
+                    format!("{label}: {name} {given:?} differs from the registration's {expected:?}; leave it empty"),
+                ));
+            }
+        }
+        let mut capabilities = Vec::with_capacity(tool.capabilities.len());
+        for value in &tool.capabilities {
+            match capability(*value) {
+                Ok(capability) => capabilities.push(capability),
+                Err(problem) => violations.push(FieldViolation::new(
+                    field("capabilities"),
+                    ViolationKind::Field,
+                    format!("{label}: {problem}"),
+                )),
+            }
+        }
+        tools.push(ToolSpec {
+            name: tool.tool_name,
+            description: tool.description,
+            input_schema,
+            output_schema,
+            capabilities,
+            timeout_ms: tool.timeout_ms,
+        });
+    }
+    if !violations.is_empty() {
+        return Err(RegistryError::InvalidArgument(violations));
+    }
+    Ok(ServiceSpec {
+        name: registration.service_name,
+        version: registration.service_version,
+        endpoint: registration.endpoint,
+        tools,
+        ttl,
+    })
+}
+
+/// The wire form of a registered tool of `service`.
+pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegistration {
+    pb::ToolRegistration {
+        tool_name: tool.name.to_string(),
+        description: tool.description.clone(),
+        tool_schema: json_to_struct(&tool.input_schema),
+        output_schema: tool.output_schema.as_ref().and_then(json_to_struct),
+        service_name: service.name.to_string(),
+        service_version: service.version.clone(),
+        capabilities: tool
+            .capabilities
+            .iter()
+            .map(|c| capability_to_pb(*c) as i32)
+            .collect(),
+        timeout_ms: tool.timeout_ms,
+        definition_sha256: tool.definition_sha256.clone(),
+    }
+}
+
+/// The wire form of a live service.
+pub fn discovery_info(service: &ServiceEntry) -> pb::DiscoveryInfo {
+    pb::DiscoveryInfo {
+        service_name: service.name.to_string(),
+        service_version: service.version.clone(),
+        endpoint: service.endpoint.clone(),
+        available_tools: service
+            .tools
+            .iter()
+            .map(|tool| tool_to_pb(tool, service))
+            .collect(),
+        service_health: health_to_pb(HealthState::Healthy) as i32,
+        uptime_seconds: service.uptime_seconds(),
+        registered_at: Some(service.registered_at.into()),
+        expires_at: Some(service.lease.expires_at().into()),
+    }
+}
+
+fn tool_change_to_pb(change: &ToolChange) -> pb::ToolChange {
+    pb::ToolChange {
+        tool_name: change.tool.to_string(),
+        old_definition_sha256: change.old_sha256.clone().unwrap_or_default(),
+        new_definition_sha256: change.new_sha256.clone().unwrap_or_default(),
+    }
+}
+
+/// The wire form of a registry change.
+pub fn event_to_pb(event: &RegistryEvent) -> pb::ServiceEvent {
+    let (kind, tool_changes) = match &event.kind {
+        ChangeKind::Added => (pb::ServiceEventType::Added, Vec::new()),
+        ChangeKind::Updated(changes) => (
+            pb::ServiceEventType::Updated,
+            changes.iter().map(tool_change_to_pb).collect(),
+        ),
+        ChangeKind::Removed => (pb::ServiceEventType::Removed, Vec::new()),
+        ChangeKind::Expired => (pb::ServiceEventType::Expired, Vec::new()),
+    };
+    pb::ServiceEvent {
+        r#type: kind as i32,
+        revision: event.revision,
+        service_name: event.service.to_string(),
+        service: event.entry.as_deref().map(discovery_info),
+        tool_changes,
+    }
+}
+
+/// Converts pre-flight requirements, rejecting malformed names and an empty list.
+pub fn requirements(
+    requirements: Vec<pb::ServiceRequirement>,
+) -> Result<Vec<Requirement>, RegistryError> {
+    if requirements.is_empty() {
+        return Err(RegistryError::invalid(
+            "requirements",
+            ViolationKind::Field,
+            "at least one requirement is needed",
+        ));
+    }
+    let mut violations = Vec::new();
+    let mut converted = Vec::with_capacity(requirements.len());
+    for (index, requirement) in requirements.into_iter().enumerate() {
+        let service = ServiceName::parse(&requirement.service_name)
+            .map_err(|problem| {
+                violations.push(FieldViolation::new(
+                    format!("requirements[{index}].service_name"),
+                    ViolationKind::Name,
+                    problem,
+                ))
+            })
+            .ok();
+        let mut tools = Vec::with_capacity(requirement.tool_names.len());
+        for (tool_index, tool) in requirement.tool_names.iter().enumerate() {
+            match ToolName::parse(tool) {
+                Ok(tool) => tools.push(tool),
+                Err(problem) => violations.push(FieldViolation::new(
+                    format!("requirements[{index}].tool_names[{tool_index}]"),
+                    ViolationKind::Name,
+                    problem,
+                )),
+            }
+        }
+        if let Some(service) = service {
+            converted.push(Requirement {
+                service,
+                tools,
+                optional: requirement.optional,
+            });
+        }
+    }
+    if violations.is_empty() {
+        Ok(converted)
+    } else {
+        Err(RegistryError::InvalidArgument(violations))
+    }
+}
+
+/// The wire form of a missing tool.
+pub fn missing_to_pb(missing: &MissingTool) -> pb::MissingTool {
+    pb::MissingTool {
+        service_name: missing.service.to_string(),
+        tool_name: missing
+            .tool
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        reason: match missing.reason {
+            MissingReason::ServiceNotRegistered => pb::MissingReason::ServiceNotRegistered,
+            MissingReason::ToolNotOffered => pb::MissingReason::ToolNotOffered,
+        } as i32,
+        detail: missing.detail.clone(),
+    }
+}

@@ -1,0 +1,339 @@
+//! The thin adapter for `toolplane.v1.DiscoveryService`: parse, call the registry, convert back.
+
+use std::pin::Pin;
+
+use futures_util::Stream;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tracing::{Span, instrument};
+
+use super::convert;
+use super::serving::ServingState;
+use crate::envelope::RequestMeta;
+use crate::pb;
+use crate::pb::discovery_service_server::DiscoveryService;
+use crate::registry::store::{RegistryEvent, ToolFilter};
+use crate::registry::{Registry, RegistryError, ServiceName};
+
+/// How many watch events may wait for a slow client before the watcher's task waits too.
+const WATCH_CHANNEL_CAPACITY: usize = 64;
+
+/// Serves `toolplane.v1.DiscoveryService` over a [`Registry`].
+#[derive(Debug, Clone)]
+pub struct DiscoveryApi {
+    registry: Registry,
+    serving: ServingState,
+}
+
+impl DiscoveryApi {
+    /// An adapter over `registry`; watches end when `serving` turns to shutting down.
+    pub fn new(registry: Registry, serving: ServingState) -> Self {
+        Self { registry, serving }
+    }
+}
+
+/// Reads the envelope and records it on the current RPC span.
+pub(crate) fn accept_meta(meta: Option<&pb::Meta>) -> Result<RequestMeta, Status> {
+    let meta = RequestMeta::from_pb(meta)?;
+    let span = Span::current();
+    span.record("tenant", meta.tenant.0);
+    span.record("correlation_id", meta.correlation_id.as_str());
+    Ok(meta)
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchServicesResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DiscoveryService for DiscoveryApi {
+    #[instrument(
+        skip_all,
+        fields(rpc = "RegisterService", tenant, correlation_id, service)
+    )]
+    async fn register_service(
+        &self,
+        request: Request<pb::RegisterServiceRequest>,
+    ) -> Result<Response<pb::RegisterServiceResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let spec = convert::service_spec(request.registration)?;
+        Span::current().record("service", spec.name.as_str());
+        let entry = self.registry.register(meta.tenant, &spec)?;
+        tracing::info!(tools = entry.tools.len(), lease_id = %entry.lease.id, "service registered");
+        Ok(Response::new(pb::RegisterServiceResponse {
+            meta: Some(meta.response()),
+            lease_id: entry.lease.id.to_string(),
+            expires_at: Some(entry.lease.expires_at().into()),
+            tools: entry
+                .tools
+                .iter()
+                .map(|tool| convert::tool_to_pb(tool, &entry))
+                .collect(),
+        }))
+    }
+
+    #[instrument(skip_all, fields(rpc = "Heartbeat", tenant, correlation_id))]
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let service = convert::service_name("service_name", &request.service_name)?;
+        let lease = convert::lease_id("lease_id", &request.lease_id)?;
+        let expires_at = self.registry.heartbeat(meta.tenant, &service, lease)?;
+        Ok(Response::new(pb::HeartbeatResponse {
+            meta: Some(meta.response()),
+            expires_at: Some(expires_at.into()),
+        }))
+    }
+
+    #[instrument(skip_all, fields(rpc = "DeregisterService", tenant, correlation_id))]
+    async fn deregister_service(
+        &self,
+        request: Request<pb::DeregisterServiceRequest>,
+    ) -> Result<Response<pb::DeregisterServiceResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let service = convert::service_name("service_name", &request.service_name)?;
+        let lease = convert::lease_id("lease_id", &request.lease_id)?;
+        self.registry.deregister(meta.tenant, &service, lease)?;
+        tracing::info!(%service, "service deregistered");
+        Ok(Response::new(pb::DeregisterServiceResponse {
+            meta: Some(meta.response()),
+        }))
+    }
+
+    #[instrument(skip_all, fields(rpc = "ListTools", tenant, correlation_id))]
+    async fn list_tools(
+        &self,
+        request: Request<pb::ListToolsRequest>,
+    ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let capability = match request.capability {
+            0 => None,
+            value => Some(convert::capability(value).map_err(|problem| {
+                RegistryError::invalid("capability", crate::registry::ViolationKind::Field, problem)
+            })?),
+        };
+        let filter = ToolFilter {
+            service: convert::optional_service_name("service_name", &request.service_name)?,
+            capability,
+            name_prefix: Some(request.name_prefix).filter(|prefix| !prefix.is_empty()),
+        };
+        let page = self.registry.list_tools(
+            meta.tenant,
+            &filter,
+            request.page_size,
+            &request.page_token,
+        )?;
+        Ok(Response::new(pb::ListToolsResponse {
+            meta: Some(meta.response()),
+            tools: page
+                .items
+                .iter()
+                .map(|found| convert::tool_to_pb(&found.tool, &found.service))
+                .collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+        }))
+    }
+
+    #[instrument(skip_all, fields(rpc = "GetTool", tenant, correlation_id))]
+    async fn get_tool(
+        &self,
+        request: Request<pb::GetToolRequest>,
+    ) -> Result<Response<pb::GetToolResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let tool = convert::tool_name("tool_name", &request.tool_name)?;
+        let service = convert::optional_service_name("service_name", &request.service_name)?;
+        let found = self
+            .registry
+            .get_tool(meta.tenant, &tool, service.as_ref())?;
+        Ok(Response::new(pb::GetToolResponse {
+            meta: Some(meta.response()),
+            tool: Some(convert::tool_to_pb(&found.tool, &found.service)),
+        }))
+    }
+
+    #[instrument(skip_all, fields(rpc = "ListServices", tenant, correlation_id))]
+    async fn list_services(
+        &self,
+        request: Request<pb::ListServicesRequest>,
+    ) -> Result<Response<pb::ListServicesResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let page =
+            self.registry
+                .list_services(meta.tenant, request.page_size, &request.page_token)?;
+        Ok(Response::new(pb::ListServicesResponse {
+            meta: Some(meta.response()),
+            services: page
+                .items
+                .iter()
+                .map(|service| convert::discovery_info(service))
+                .collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+        }))
+    }
+
+    #[instrument(skip_all, fields(rpc = "GetService", tenant, correlation_id))]
+    async fn get_service(
+        &self,
+        request: Request<pb::GetServiceRequest>,
+    ) -> Result<Response<pb::GetServiceResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let name = convert::service_name("service_name", &request.service_name)?;
+        let service = self.registry.get_service(meta.tenant, &name)?;
+        Ok(Response::new(pb::GetServiceResponse {
+            meta: Some(meta.response()),
+            service: Some(convert::discovery_info(&service)),
+        }))
+    }
+
+    type WatchServicesStream = WatchStream;
+
+    #[instrument(skip_all, fields(rpc = "WatchServices", tenant, correlation_id))]
+    async fn watch_services(
+        &self,
+        request: Request<pb::WatchServicesRequest>,
+    ) -> Result<Response<Self::WatchServicesStream>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let only = convert::optional_service_name("service_name", &request.service_name)?;
+        let start = self.registry.watch(meta.tenant);
+        let (sender, receiver) = mpsc::channel(WATCH_CHANNEL_CAPACITY);
+        let watcher = Watcher {
+            meta,
+            only,
+            sender,
+            serving: self.serving.clone(),
+        };
+        tokio::spawn(watcher.run(start));
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    #[instrument(skip_all, fields(rpc = "Preflight", tenant, correlation_id))]
+    async fn preflight(
+        &self,
+        request: Request<pb::PreflightRequest>,
+    ) -> Result<Response<pb::PreflightResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let requirements = convert::requirements(request.requirements)?;
+        let report = self.registry.preflight(meta.tenant, &requirements);
+        tracing::info!(
+            ok = report.ok(),
+            missing_required = report.missing_required.len(),
+            missing_optional = report.missing_optional.len(),
+            "preflight"
+        );
+        Ok(Response::new(pb::PreflightResponse {
+            meta: Some(meta.response()),
+            ok: report.ok(),
+            missing_required: report
+                .missing_required
+                .iter()
+                .map(convert::missing_to_pb)
+                .collect(),
+            missing_optional: report
+                .missing_optional
+                .iter()
+                .map(convert::missing_to_pb)
+                .collect(),
+            services: report
+                .services
+                .iter()
+                .map(|service| convert::discovery_info(service))
+                .collect(),
+        }))
+    }
+}
+
+/// Completes once the server starts shutting down.
+pub(crate) async fn shutting_down(serving: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = serving.wait_for(|serving| !*serving).await;
+}
+
+/// One WatchServices stream: the snapshot, SYNCED, then live changes.
+struct Watcher {
+    meta: RequestMeta,
+    only: Option<ServiceName>,
+    sender: mpsc::Sender<Result<pb::WatchServicesResponse, Status>>,
+    serving: ServingState,
+}
+
+impl Watcher {
+    fn wants(&self, event: &RegistryEvent) -> bool {
+        event.tenant == self.meta.tenant
+            && self.only.as_ref().is_none_or(|only| *only == event.service)
+    }
+
+    async fn send(&self, event: pb::ServiceEvent) -> bool {
+        let message = pb::WatchServicesResponse {
+            meta: Some(self.meta.response()),
+            event: Some(event),
+        };
+        self.sender.send(Ok(message)).await.is_ok()
+    }
+
+    async fn run(self, start: crate::registry::store::WatchStart) {
+        let crate::registry::store::WatchStart {
+            revision,
+            services,
+            mut events,
+        } = start;
+        for service in services
+            .iter()
+            .filter(|s| self.only.as_ref().is_none_or(|only| *only == s.name))
+        {
+            let event = pb::ServiceEvent {
+                r#type: pb::ServiceEventType::Added as i32,
+                revision,
+                service_name: service.name.to_string(),
+                service: Some(convert::discovery_info(service)),
+                tool_changes: Vec::new(),
+            };
+            if !self.send(event).await {
+                return;
+            }
+        }
+        let synced = pb::ServiceEvent {
+            r#type: pb::ServiceEventType::Synced as i32,
+            revision,
+            ..Default::default()
+        };
+        if !self.send(synced).await {
+            return;
+        }
+        let mut stopping = self.serving.subscribe();
+        loop {
+            let received = tokio::select! {
+                received = events.recv() => received,
+                () = self.sender.closed() => return,
+                () = shutting_down(&mut stopping) => {
+                    let _ = self.sender.send(Err(Status::unavailable("the control plane is shutting down; watch another instance or retry"))).await;
+                    return;
+                }
+            };
+            match received {
+                Ok(event) if event.revision > revision && self.wants(&event) => {
+                    if !self.send(convert::event_to_pb(&event)).await {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    let _ = self
+                        .sender
+                        .send(Err(RegistryError::WatchLagged { missed }.into()))
+                        .await;
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+}

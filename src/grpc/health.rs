@@ -1,0 +1,71 @@
+//! The thin adapter for `toolplane.v1.HealthService`.
+
+use std::time::SystemTime;
+
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+use super::convert;
+use super::discovery::accept_meta;
+use super::serving::ServingState;
+use crate::pb;
+use crate::pb::health_service_server::HealthService;
+use crate::registry::{HealthState, Registry};
+
+/// Serves `toolplane.v1.HealthService`.
+#[derive(Debug, Clone)]
+pub struct HealthApi {
+    registry: Registry,
+    serving: ServingState,
+}
+
+impl HealthApi {
+    /// An adapter reporting on `registry` and on the server's `serving` state.
+    pub fn new(registry: Registry, serving: ServingState) -> Self {
+        Self { registry, serving }
+    }
+}
+
+#[tonic::async_trait]
+impl HealthService for HealthApi {
+    #[instrument(skip_all, fields(rpc = "GetServiceHealth", tenant, correlation_id))]
+    async fn get_service_health(
+        &self,
+        request: Request<pb::GetServiceHealthRequest>,
+    ) -> Result<Response<pb::GetServiceHealthResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let response = if request.service_name.is_empty() {
+            let status = if self.serving.is_serving() {
+                HealthState::Healthy
+            } else {
+                HealthState::Unhealthy
+            };
+            pb::GetServiceHealthResponse {
+                meta: Some(meta.response()),
+                status: convert::health_to_pb(status) as i32,
+                timestamp: Some(SystemTime::now().into()),
+                uptime_seconds: self.serving.uptime().as_secs(),
+                tools_count: u32::try_from(self.registry.tool_count(meta.tenant))
+                    .unwrap_or(u32::MAX),
+                tools: Vec::new(),
+            }
+        } else {
+            let name = convert::service_name("service_name", &request.service_name)?;
+            let service = self.registry.get_service(meta.tenant, &name)?;
+            pb::GetServiceHealthResponse {
+                meta: Some(meta.response()),
+                status: convert::health_to_pb(HealthState::Healthy) as i32,
+                timestamp: Some(SystemTime::now().into()),
+                uptime_seconds: service.uptime_seconds(),
+                tools_count: u32::try_from(service.tools.len()).unwrap_or(u32::MAX),
+                tools: service
+                    .tools
+                    .iter()
+                    .map(|tool| tool.name.to_string())
+                    .collect(),
+            }
+        };
+        Ok(Response::new(response))
+    }
+}

@@ -1,0 +1,12 @@
+//! The gRPC layer: one thin adapter per service over the domain core, the one mapping from
+//! domain errors to `tonic::Status`, and server assembly.
+
+pub mod convert;
+pub mod discovery;
+pub mod health;
+pub mod server;
+pub mod serving;
+pub mod status;
+pub mod std_health;
+
+pub use server::{ServeError, ServerOptions, serve};

@@ -1,0 +1,115 @@
+//! Server assembly: every service, reflection (v1 and v1alpha) and grpc.health.v1 on one
+//! listener, with a graceful shutdown.
+//!
+//! [`serve`] takes a bound listener and a shutdown future, so tests bind `127.0.0.1:0`. When
+//! the shutdown future completes, health turns NOT_SERVING, streams are told to end, in-flight
+//! calls get the grace period to finish, and then the server returns.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+
+use super::discovery::DiscoveryApi;
+use super::health::HealthApi;
+use super::serving::ServingState;
+use super::std_health::StandardHealth;
+use crate::pb;
+use crate::pb::discovery_service_server::DiscoveryServiceServer;
+use crate::pb::health_service_server::HealthServiceServer;
+use crate::registry::memory::{DEFAULT_EVENT_BUFFER, MemoryStore};
+use crate::registry::{RegistrationLimits, Registry};
+
+/// The default time in-flight calls get to finish after shutdown begins.
+pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// What the server is built from.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The limits registrations are held to.
+    pub limits: RegistrationLimits,
+    /// How many events a watcher may fall behind before it is ended.
+    pub event_buffer: usize,
+    /// How long in-flight calls may take to finish after shutdown begins.
+    pub drain_grace: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            limits: RegistrationLimits::default(),
+            event_buffer: DEFAULT_EVENT_BUFFER,
+            drain_grace: DEFAULT_DRAIN_GRACE,
+        }
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The gRPC transport failed.
+    #[error("grpc transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The reflection descriptors could not be loaded.
+    #[error("reflection descriptors: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// Serves every toolplane API on `listener` until `shutdown` completes, then drains.
+pub async fn serve(
+    listener: TcpListener,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let store = MemoryStore::start(options.event_buffer);
+    let registry = Registry::new(store as Arc<_>, options.limits.clone());
+    let serving = ServingState::new();
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = Server::builder()
+        .tcp_nodelay(true)
+        .add_service(DiscoveryServiceServer::new(DiscoveryApi::new(
+            registry.clone(),
+            serving.clone(),
+        )))
+        .add_service(HealthServiceServer::new(HealthApi::new(
+            registry.clone(),
+            serving.clone(),
+        )))
+        .add_service(tonic_health::pb::health_server::HealthServer::new(
+            StandardHealth::new(registry, serving.clone()),
+        ))
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            let _ = stopped.await;
+        });
+    tokio::pin!(server);
+
+    tokio::select! {
+        result = &mut server => return result.map_err(ServeError::from),
+        () = shutdown => {}
+    }
+    tracing::info!(grace = ?options.drain_grace, "shutting down: health is NOT_SERVING, draining in-flight calls");
+    serving.shut_down();
+    let _ = stop.send(());
+    match tokio::time::timeout(options.drain_grace, server).await {
+        Ok(result) => result.map_err(ServeError::from),
+        Err(_) => {
+            tracing::warn!("grace period over; closing the connections still open");
+            Ok(())
+        }
+    }
+}

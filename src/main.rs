@@ -1,0 +1,286 @@
+//! The `toolplane` binary: the server (`serve`) and the client commands (`preflight`,
+//! `services`, `tools`, `health`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use toolplane::cli;
+use toolplane::client::{ClientError, ToolRequirement, ToolplaneClient};
+use toolplane::config::{LogFormat, ServerConfig};
+use toolplane::envelope::TenantId;
+use tracing_subscriber::EnvFilter;
+
+/// The endpoint client commands use by default.
+const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
+
+/// toolplane: a gRPC control plane for AI tool services.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options shared by the client commands.
+#[derive(Debug, clap::Args)]
+struct ClientArgs {
+    /// The toolplane server to talk to.
+    #[arg(long, env = "TOOLPLANE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
+    endpoint: String,
+    /// The tenant to act for.
+    #[arg(long, env = "TOOLPLANE_TENANT_ID", default_value_t = 0)]
+    tenant: u64,
+    /// Print JSON for scripts instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the control plane server (in-memory store). Stops on SIGTERM/SIGINT after draining.
+    Serve {
+        /// Address to listen on [default: 127.0.0.1:50051, or `listen` from the config file or TOOLPLANE_LISTEN].
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Config file [default: ./toolplane.toml when it exists].
+        #[arg(long, env = "TOOLPLANE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Log format [default: text, or `log_format` from the config file or TOOLPLANE_LOG_FORMAT].
+        #[arg(long, value_enum)]
+        log_format: Option<LogFormat>,
+    },
+    /// Check that required tools are registered; exit 1 listing what is missing when not.
+    Preflight {
+        /// A required service and its tools: SERVICE:TOOL[,TOOL...] (or just SERVICE). Repeatable.
+        #[arg(long = "require", value_name = "SERVICE:TOOLS")]
+        required: Vec<ToolRequirement>,
+        /// An optional service and its tools; a miss is only a warning. Repeatable.
+        #[arg(long = "optional", value_name = "SERVICE:TOOLS")]
+        optional: Vec<ToolRequirement>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List the live services.
+    Services {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List the live tools.
+    Tools {
+        /// Only the tools of this service.
+        #[arg(long)]
+        service: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show the health of a service, or of the control plane when none is named.
+    Health {
+        /// The service; omit for the control plane itself.
+        service: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            listen,
+            config,
+            log_format,
+        } => serve(listen, config, log_format).await,
+        command => {
+            init_tracing(LogFormat::Text);
+            match run_client(command).await {
+                Ok(code) => code,
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}
+
+async fn serve(
+    listen: Option<std::net::SocketAddr>,
+    config: Option<PathBuf>,
+    log_format: Option<LogFormat>,
+) -> ExitCode {
+    let config = match ServerConfig::load(config.as_deref(), std::env::vars()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(log_format.unwrap_or(config.log_format));
+    let address = listen.unwrap_or(config.listen);
+    let listener = match tokio::net::TcpListener::bind(address).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%address, %error, "cannot listen");
+            return ExitCode::from(2);
+        }
+    };
+    let bound = listener
+        .local_addr()
+        .map_or_else(|_| address.to_string(), |a| a.to_string());
+    tracing::info!(address = %bound, "toolplane serving");
+    match toolplane::grpc::serve(listener, config.server_options(), shutdown_signal()).await {
+        Ok(()) => {
+            tracing::info!("toolplane stopped");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            tracing::error!(%error, "server failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+fn print_json(value: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+async fn connect(args: &ClientArgs) -> Result<ToolplaneClient, ClientError> {
+    ToolplaneClient::connect(&args.endpoint, TenantId(args.tenant)).await
+}
+
+async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
+    match command {
+        Command::Serve { .. } => unreachable!("serve is handled in main"),
+        Command::Preflight {
+            required,
+            optional,
+            client,
+        } => {
+            let mut requirements = required;
+            requirements.extend(optional.into_iter().map(|r| ToolRequirement {
+                optional: true,
+                ..r
+            }));
+            if requirements.is_empty() {
+                eprintln!("error: name at least one --require or --optional");
+                return Ok(ExitCode::from(2));
+            }
+            preflight(&connect(&client).await?, &requirements, client.json).await
+        }
+        Command::Services { client } => {
+            let services = connect(&client).await?.all_services().await?;
+            if client.json {
+                print_json(&services.iter().map(cli::service_json).collect());
+            } else {
+                println!("{}", cli::services_table(&services));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tools { service, client } => {
+            let tools = connect(&client)
+                .await?
+                .all_tools(service.as_deref())
+                .await?;
+            if client.json {
+                print_json(&tools.iter().map(cli::tool_json).collect());
+            } else {
+                println!("{}", cli::tools_table(&tools));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Health { service, client } => {
+            let service = service.unwrap_or_default();
+            let health = connect(&client).await?.health(&service).await?;
+            if client.json {
+                print_json(&cli::health_json(&service, &health));
+            } else {
+                println!("{}", cli::health_table(&service, &health));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn preflight(
+    client: &ToolplaneClient,
+    requirements: &[ToolRequirement],
+    json: bool,
+) -> Result<ExitCode, ClientError> {
+    let response = match client.preflight(requirements).await {
+        Ok(response) => response,
+        Err(ClientError::MissingTools(missing)) => missing.response,
+        Err(error) => return Err(error),
+    };
+    for service in &response.services {
+        for tool in &service.available_tools {
+            tracing::info!(service = %service.service_name, version = %service.service_version, tool = %tool.tool_name, "found tool");
+        }
+    }
+    for missing in &response.missing_optional {
+        tracing::warn!(service = %missing.service_name, tool = %missing.tool_name, "optional tool missing: {}", missing.detail);
+    }
+    let missing_required = &response.missing_required;
+    if json {
+        print_json(&serde_json::json!({
+            "ok": response.ok,
+            "missing_required": missing_required.iter().map(cli::missing_json).collect::<Vec<_>>(),
+            "missing_optional": response.missing_optional.iter().map(cli::missing_json).collect::<Vec<_>>(),
+        }));
+    }
+    if missing_required.is_empty() {
+        if !json {
+            println!("pre-flight ok: every required tool is registered");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !json {
+        eprintln!(
+            "pre-flight failed: {} required tool(s) missing:",
+            missing_required.len()
+        );
+        for missing in missing_required {
+            eprintln!("  - {}", missing.detail);
+        }
+    }
+    Ok(ExitCode::from(1))
+}

@@ -1,0 +1,134 @@
+//! Leases: a TTL renewed by heartbeats, measured on the monotonic clock so that wall-clock
+//! jumps can neither expire a lease early nor keep it alive.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+/// A lease's identifier, handed to the provider at registration.
+pub type LeaseId = uuid::Uuid;
+
+/// One fixed pairing of the monotonic and the wall clock, taken at first use; monotonic
+/// deadlines are stored as nanoseconds after it.
+fn anchor() -> &'static (Instant, SystemTime) {
+    static ANCHOR: OnceLock<(Instant, SystemTime)> = OnceLock::new();
+    ANCHOR.get_or_init(|| (Instant::now(), SystemTime::now()))
+}
+
+/// Nanoseconds on the monotonic clock since the anchor.
+pub fn monotonic_now() -> u64 {
+    nanos(anchor().0.elapsed())
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The `Instant` of a monotonic timestamp.
+pub fn instant_of(monotonic: u64) -> Instant {
+    anchor().0 + Duration::from_nanos(monotonic)
+}
+
+/// The wall-clock time of a monotonic timestamp.
+pub fn wall_time_of(monotonic: u64) -> SystemTime {
+    anchor().1 + Duration::from_nanos(monotonic)
+}
+
+/// A lease: live until its deadline, which each renewal moves to now + TTL. A lease whose
+/// deadline has passed can never be renewed again, so the expiry task and a late heartbeat
+/// always agree on whether it expired.
+#[derive(Debug)]
+pub struct Lease {
+    /// The lease's identifier.
+    pub id: LeaseId,
+    /// How long the lease lives after each renewal.
+    pub ttl: Duration,
+    deadline: AtomicU64,
+}
+
+impl Lease {
+    /// A new lease with a fresh id, live for `ttl` from now.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            id: uuid::Uuid::new_v4(),
+            ttl,
+            deadline: AtomicU64::new(monotonic_now().saturating_add(nanos(ttl))),
+        }
+    }
+
+    /// The monotonic deadline.
+    pub fn deadline(&self) -> u64 {
+        self.deadline.load(Ordering::Acquire)
+    }
+
+    /// Whether the lease is live at the monotonic time `now`.
+    pub fn is_live_at(&self, now: u64) -> bool {
+        self.deadline() > now
+    }
+
+    /// Whether the lease is live now.
+    pub fn is_live(&self) -> bool {
+        self.is_live_at(monotonic_now())
+    }
+
+    /// When the lease runs out, on the wall clock.
+    pub fn expires_at(&self) -> SystemTime {
+        wall_time_of(self.deadline())
+    }
+
+    /// Renews the lease for another TTL from now. Returns the new deadline, or `None` when the
+    /// lease had already run out.
+    pub fn renew(&self) -> Option<u64> {
+        let now = monotonic_now();
+        let renewed = now.saturating_add(nanos(self.ttl));
+        let mut current = self.deadline();
+        loop {
+            if current <= now {
+                return None;
+            }
+            match self.deadline.compare_exchange_weak(
+                current,
+                renewed.max(current),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(renewed.max(current)),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_moves_the_deadline_forward() {
+        let lease = Lease::new(Duration::from_secs(10));
+        let before = lease.deadline();
+        std::thread::sleep(Duration::from_millis(2));
+        let after = lease.renew().expect("a live lease renews");
+        assert!(after > before);
+        assert!(lease.is_live());
+    }
+
+    #[test]
+    fn an_expired_lease_cannot_be_renewed() {
+        let lease = Lease::new(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!lease.is_live());
+        assert_eq!(lease.renew(), None);
+    }
+
+    #[test]
+    fn wall_time_tracks_the_deadline() {
+        let lease = Lease::new(Duration::from_secs(30));
+        let remaining = lease
+            .expires_at()
+            .duration_since(SystemTime::now())
+            .expect("expiry lies in the future");
+        assert!(remaining <= Duration::from_secs(30));
+        assert!(remaining > Duration::from_secs(29));
+    }
+}

@@ -1,0 +1,213 @@
+//! The domain core: services register tools under leases; readers list, get, watch and
+//! pre-flight them, always within one tenant.
+//!
+//! [`Registry`] validates requests and pages results; it stores through the narrow
+//! [`store::RegistryStore`] trait, whose embedded implementation is [`memory::MemoryStore`].
+
+pub mod error;
+mod expiry;
+pub mod lease;
+pub mod memory;
+pub mod model;
+pub mod paging;
+pub mod preflight;
+pub mod store;
+pub mod validate;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+pub use error::{FieldViolation, RegistryError, ViolationKind};
+pub use lease::LeaseId;
+pub use model::{
+    Capability, HealthState, RegisteredTool, ServiceEntry, ServiceName, ServiceSpec, ToolName,
+    ToolRef, ToolSpec,
+};
+pub use store::{RegistryStore, ToolFilter};
+pub use validate::RegistrationLimits;
+
+use crate::envelope::TenantId;
+
+/// One page of a listing.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    /// The items of this page.
+    pub items: Vec<T>,
+    /// The token of the next page; `None` on the last page.
+    pub next_page_token: Option<String>,
+}
+
+/// The registry: validation and paging over a store.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    store: Arc<dyn RegistryStore>,
+    limits: RegistrationLimits,
+}
+
+impl Registry {
+    /// A registry over `store` enforcing `limits`.
+    pub fn new(store: Arc<dyn RegistryStore>, limits: RegistrationLimits) -> Self {
+        Self { store, limits }
+    }
+
+    /// The store, for watchers of raw events (grpc.health.v1).
+    pub fn store(&self) -> &Arc<dyn RegistryStore> {
+        &self.store
+    }
+
+    /// The limits registrations are held to.
+    pub fn limits(&self) -> &RegistrationLimits {
+        &self.limits
+    }
+
+    /// Validates and stores a registration under a new lease; nothing is stored when it fails.
+    pub fn register(
+        &self,
+        tenant: TenantId,
+        spec: &ServiceSpec,
+    ) -> Result<Arc<ServiceEntry>, RegistryError> {
+        let validated = validate::validate_service(spec, &self.limits)?;
+        Ok(self.store.register(tenant, validated))
+    }
+
+    /// Renews a lease.
+    pub fn heartbeat(
+        &self,
+        tenant: TenantId,
+        service: &ServiceName,
+        lease: LeaseId,
+    ) -> Result<SystemTime, RegistryError> {
+        self.store.heartbeat(tenant, service, lease)
+    }
+
+    /// Removes a service.
+    pub fn deregister(
+        &self,
+        tenant: TenantId,
+        service: &ServiceName,
+        lease: LeaseId,
+    ) -> Result<(), RegistryError> {
+        self.store.deregister(tenant, service, lease)
+    }
+
+    /// One page of tools passing `filter`, sorted by (tool name, service name).
+    pub fn list_tools(
+        &self,
+        tenant: TenantId,
+        filter: &ToolFilter,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<Page<ToolRef>, RegistryError> {
+        let size = paging::page_size(page_size)?;
+        let query = format!(
+            "tools|{}|{:?}|{}",
+            filter.service.as_ref().map_or("", |s| s.as_str()),
+            filter.capability,
+            filter.name_prefix.as_deref().unwrap_or("")
+        );
+        let after = paging::decode_token(page_token, &query, 2)?
+            .map(|key| (key[0].clone(), key[1].clone()));
+        let mut items = self
+            .store
+            .tools_after(tenant, filter, after.as_ref(), size + 1);
+        let next_page_token = (items.len() > size).then(|| {
+            items.truncate(size);
+            let last = &items[size - 1];
+            paging::encode_token(
+                vec![last.tool.name.to_string(), last.service.name.to_string()],
+                &query,
+            )
+        });
+        Ok(Page {
+            items,
+            next_page_token,
+        })
+    }
+
+    /// One tool. Without a service, a name several services offer is ambiguous.
+    pub fn get_tool(
+        &self,
+        tenant: TenantId,
+        tool: &ToolName,
+        service: Option<&ServiceName>,
+    ) -> Result<ToolRef, RegistryError> {
+        let not_found = || RegistryError::ToolNotFound {
+            tool: tool.clone(),
+            service: service.cloned(),
+        };
+        if let Some(service) = service {
+            let entry = self.store.service(tenant, service).ok_or_else(not_found)?;
+            let registered = entry.tool(tool.as_str()).cloned().ok_or_else(not_found)?;
+            return Ok(ToolRef {
+                service: entry,
+                tool: registered,
+            });
+        }
+        let mut candidates = self.store.tools_named(tenant, tool);
+        match candidates.len() {
+            0 => Err(not_found()),
+            1 => Ok(candidates.remove(0)),
+            _ => Err(RegistryError::AmbiguousTool {
+                tool: tool.clone(),
+                candidates: candidates
+                    .into_iter()
+                    .map(|candidate| candidate.service.name.clone())
+                    .collect(),
+            }),
+        }
+    }
+
+    /// One page of live services, sorted by name.
+    pub fn list_services(
+        &self,
+        tenant: TenantId,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<Page<Arc<ServiceEntry>>, RegistryError> {
+        let size = paging::page_size(page_size)?;
+        let after = paging::decode_token(page_token, "services", 1)?;
+        let mut items =
+            self.store
+                .services_after(tenant, after.as_ref().map(|key| key[0].as_str()), size + 1);
+        let next_page_token = (items.len() > size).then(|| {
+            items.truncate(size);
+            paging::encode_token(vec![items[size - 1].name.to_string()], "services")
+        });
+        Ok(Page {
+            items,
+            next_page_token,
+        })
+    }
+
+    /// One live service.
+    pub fn get_service(
+        &self,
+        tenant: TenantId,
+        name: &ServiceName,
+    ) -> Result<Arc<ServiceEntry>, RegistryError> {
+        self.store
+            .service(tenant, name)
+            .ok_or_else(|| RegistryError::ServiceNotFound {
+                service: name.clone(),
+            })
+    }
+
+    /// Starts a watch of the tenant's services.
+    pub fn watch(&self, tenant: TenantId) -> store::WatchStart {
+        self.store.watch(tenant)
+    }
+
+    /// Checks that the required tools are registered.
+    pub fn preflight(
+        &self,
+        tenant: TenantId,
+        requirements: &[preflight::Requirement],
+    ) -> preflight::PreflightReport {
+        preflight::check(requirements, |service| self.store.service(tenant, service))
+    }
+
+    /// How many live tools the tenant has.
+    pub fn tool_count(&self, tenant: TenantId) -> usize {
+        self.store.tool_count(tenant)
+    }
+}

@@ -1,0 +1,262 @@
+//! The registry's domain types: validated names, tool and service specifications, and the
+//! registered forms that carry compiled validators and leases.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use super::lease::Lease;
+use crate::envelope::TenantId;
+
+/// A service name: a DNS label (RFC 1123), as a Kubernetes service name. Validated on creation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceName(String);
+
+/// The longest service name (a DNS label).
+pub const MAX_SERVICE_NAME_LEN: usize = 63;
+/// The longest tool name.
+pub const MAX_TOOL_NAME_LEN: usize = 128;
+
+impl ServiceName {
+    /// Validates a service name; the error says what is wrong.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        let bytes = name.as_bytes();
+        let valid_char = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
+        let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        if name.is_empty() || name.len() > MAX_SERVICE_NAME_LEN {
+            return Err(format!(
+                "service name must be 1 to {MAX_SERVICE_NAME_LEN} characters, got {}",
+                name.len()
+            ));
+        }
+        if !bytes.iter().all(valid_char)
+            || !bytes.first().is_some_and(alnum)
+            || !bytes.last().is_some_and(alnum)
+        {
+            return Err(format!(
+                "service name {name:?} must be a DNS label: lowercase letters, digits and '-', \
+                 starting and ending with a letter or digit"
+            ));
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ServiceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A tool name: 1 to 128 characters of `[A-Za-z0-9_.-]`. Validated on creation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ToolName(String);
+
+impl ToolName {
+    /// Validates a tool name; the error says what is wrong.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        if name.is_empty() || name.len() > MAX_TOOL_NAME_LEN {
+            return Err(format!(
+                "tool name must be 1 to {MAX_TOOL_NAME_LEN} characters, got {}",
+                name.len()
+            ));
+        }
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        {
+            return Err(format!(
+                "tool name {name:?} may contain only letters, digits, '_', '.' and '-'"
+            ));
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ToolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An advanced feature a tool supports (seed 000 `ServiceCapabilities`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Capability {
+    /// Accepts batches of work in one call.
+    Batching,
+    /// Can stream its response.
+    Streaming,
+    /// Its responses may be cached.
+    Caching,
+    /// Safe to retry after a transient failure.
+    Retry,
+}
+
+/// Health of the control plane or a service (seed 002 `HealthState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HealthState {
+    /// Serving normally.
+    Healthy,
+    /// Ready to take work.
+    Ready,
+    /// Alive but may not take work.
+    Alive,
+    /// Not able to take work.
+    Unhealthy,
+}
+
+/// A tool as a provider describes it, before validation and compilation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// The tool's name, as sent.
+    pub name: String,
+    /// What the tool does.
+    pub description: String,
+    /// The input JSON Schema, when one was sent.
+    pub input_schema: Option<Value>,
+    /// The output JSON Schema, when the tool declares one.
+    pub output_schema: Option<Value>,
+    /// The advanced features the tool supports.
+    pub capabilities: Vec<Capability>,
+    /// The per-call time limit in milliseconds, when the tool declares one.
+    pub timeout_ms: Option<u32>,
+}
+
+/// A service registration as a provider sends it, before validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceSpec {
+    /// The service's name, as sent.
+    pub name: String,
+    /// The service's version, as sent.
+    pub version: String,
+    /// Where the service serves ToolProviderService; may be empty.
+    pub endpoint: String,
+    /// The tools offered.
+    pub tools: Vec<ToolSpec>,
+    /// The requested lease TTL; `None` takes the server default.
+    pub ttl: Option<Duration>,
+}
+
+/// A compiled JSON Schema validator, shared by every reader of a tool.
+pub type SchemaValidator = Arc<jsonschema::Validator>;
+
+/// A validated tool with its definition hash and compiled validators.
+#[derive(Debug)]
+pub struct RegisteredTool {
+    /// The tool's name.
+    pub name: ToolName,
+    /// What the tool does.
+    pub description: String,
+    /// The input JSON Schema.
+    pub input_schema: Value,
+    /// The output JSON Schema, when declared.
+    pub output_schema: Option<Value>,
+    /// The advanced features the tool supports, sorted and without duplicates.
+    pub capabilities: Vec<Capability>,
+    /// The per-call time limit in milliseconds, when declared.
+    pub timeout_ms: Option<u32>,
+    /// sha256 over the canonical JSON of name, description and both schemas.
+    pub definition_sha256: String,
+    /// The input validator, compiled once at registration.
+    pub input_validator: SchemaValidator,
+    /// The output validator, compiled once at registration, when an output schema is declared.
+    pub output_validator: Option<SchemaValidator>,
+}
+
+/// A validated service registration, ready to be stored.
+#[derive(Debug)]
+pub struct ValidatedService {
+    /// The service's name.
+    pub name: ServiceName,
+    /// The service's version (semantic versioning).
+    pub version: String,
+    /// Where the service serves ToolProviderService; may be empty.
+    pub endpoint: String,
+    /// The tools offered, sorted by name.
+    pub tools: Vec<Arc<RegisteredTool>>,
+    /// The lease TTL granted.
+    pub ttl: Duration,
+}
+
+/// A live service in the store: a validated registration under a lease.
+#[derive(Debug)]
+pub struct ServiceEntry {
+    /// The tenant owning the service.
+    pub tenant: TenantId,
+    /// The service's name.
+    pub name: ServiceName,
+    /// The service's version.
+    pub version: String,
+    /// Where the service serves ToolProviderService; may be empty.
+    pub endpoint: String,
+    /// The tools offered, sorted by name.
+    pub tools: Vec<Arc<RegisteredTool>>,
+    /// When this registration was made.
+    pub registered_at: SystemTime,
+    /// The lease keeping the service registered.
+    pub lease: Lease,
+}
+
+impl ServiceEntry {
+    /// Finds one of the service's tools by name.
+    pub fn tool(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
+        self.tools
+            .binary_search_by(|tool| tool.name.as_str().cmp(name))
+            .ok()
+            .map(|index| &self.tools[index])
+    }
+
+    /// Whole seconds since this registration was made.
+    pub fn uptime_seconds(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(self.registered_at)
+            .map(|elapsed| elapsed.as_secs())
+            .unwrap_or(0)
+    }
+}
+
+/// A tool together with the live service offering it.
+#[derive(Debug, Clone)]
+pub struct ToolRef {
+    /// The service offering the tool.
+    pub service: Arc<ServiceEntry>,
+    /// The tool.
+    pub tool: Arc<RegisteredTool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_names_are_dns_labels() {
+        for good in ["a", "story-generator", "x1", &"a".repeat(63)] {
+            assert!(ServiceName::parse(good).is_ok(), "{good}");
+        }
+        for bad in ["", "-a", "a-", "Upper", "a_b", "a.b", &"a".repeat(64)] {
+            assert!(ServiceName::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tool_names_allow_letters_digits_underscore_dot_dash() {
+        for good in ["generate_structure", "a.b-C_9", &"t".repeat(128)] {
+            assert!(ToolName::parse(good).is_ok(), "{good}");
+        }
+        for bad in ["", "has space", "slash/", "ünï", &"t".repeat(129)] {
+            assert!(ToolName::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The narrow storage interface the registry stands on, and the change events it publishes.
+//! The embedded [`super::memory::MemoryStore`] implements it; a distributed backend can
+//! implement it too without touching the gRPC layer.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::sync::broadcast;
+
+use super::error::RegistryError;
+use super::lease::LeaseId;
+use super::model::{Capability, ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService};
+use crate::envelope::TenantId;
+
+/// A tool's position in a listing: (tool name, service name).
+pub type ToolKey = (String, String);
+
+/// What happened to a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// The service was registered and was not live before.
+    Added,
+    /// The service registered again with a new lease; these tools changed definition.
+    Updated(Vec<ToolChange>),
+    /// The service deregistered.
+    Removed,
+    /// The service's lease ran out.
+    Expired,
+}
+
+/// A tool whose definition changed in an update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolChange {
+    /// The tool's name.
+    pub tool: ToolName,
+    /// The definition hash before; `None` when the tool is new.
+    pub old_sha256: Option<String>,
+    /// The definition hash after; `None` when the tool was removed.
+    pub new_sha256: Option<String>,
+}
+
+/// One change to the set of live services.
+#[derive(Debug, Clone)]
+pub struct RegistryEvent {
+    /// The revision this change produced; strictly increasing.
+    pub revision: u64,
+    /// The tenant owning the service.
+    pub tenant: TenantId,
+    /// The service concerned.
+    pub service: ServiceName,
+    /// What happened.
+    pub kind: ChangeKind,
+    /// The service as it is after the change (on Added and Updated).
+    pub entry: Option<Arc<ServiceEntry>>,
+}
+
+/// Filters of a tool listing; they combine with AND.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolFilter {
+    /// Only tools of this service.
+    pub service: Option<ServiceName>,
+    /// Only tools declaring this capability.
+    pub capability: Option<Capability>,
+    /// Only tools whose name starts with this.
+    pub name_prefix: Option<String>,
+}
+
+impl ToolFilter {
+    /// Whether a tool passes the filters.
+    pub fn matches(&self, tool: &ToolRef) -> bool {
+        self.service
+            .as_ref()
+            .is_none_or(|service| *service == tool.service.name)
+            && self
+                .capability
+                .is_none_or(|capability| tool.tool.capabilities.contains(&capability))
+            && self
+                .name_prefix
+                .as_deref()
+                .is_none_or(|prefix| tool.tool.name.as_str().starts_with(prefix))
+    }
+}
+
+/// The start of a watch: the live services at one revision, and the events after it.
+#[derive(Debug)]
+pub struct WatchStart {
+    /// The revision of the snapshot.
+    pub revision: u64,
+    /// The tenant's live services at that revision, sorted by name.
+    pub services: Vec<Arc<ServiceEntry>>,
+    /// Every event from the snapshot on (events at or below `revision` are already in it).
+    pub events: broadcast::Receiver<Arc<RegistryEvent>>,
+}
+
+/// Storage for registered services. Reads only ever return live services.
+pub trait RegistryStore: Send + Sync + Debug {
+    /// Stores a validated registration under a new lease, replacing any earlier registration
+    /// of the same service.
+    fn register(&self, tenant: TenantId, service: ValidatedService) -> Arc<ServiceEntry>;
+    /// Renews a lease; returns when it now runs out.
+    fn heartbeat(
+        &self,
+        tenant: TenantId,
+        service: &ServiceName,
+        lease: LeaseId,
+    ) -> Result<SystemTime, RegistryError>;
+    /// Removes a service whose current lease is `lease`.
+    fn deregister(
+        &self,
+        tenant: TenantId,
+        service: &ServiceName,
+        lease: LeaseId,
+    ) -> Result<(), RegistryError>;
+    /// One live service.
+    fn service(&self, tenant: TenantId, name: &ServiceName) -> Option<Arc<ServiceEntry>>;
+    /// Up to `limit` live services sorted by name, after `after` when given.
+    fn services_after(
+        &self,
+        tenant: TenantId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Vec<Arc<ServiceEntry>>;
+    /// Up to `limit` live tools passing `filter`, sorted by [`ToolKey`], after `after` when given.
+    fn tools_after(
+        &self,
+        tenant: TenantId,
+        filter: &ToolFilter,
+        after: Option<&ToolKey>,
+        limit: usize,
+    ) -> Vec<ToolRef>;
+    /// Every live tool of that name, sorted by service name.
+    fn tools_named(&self, tenant: TenantId, name: &ToolName) -> Vec<ToolRef>;
+    /// How many live tools the tenant has.
+    fn tool_count(&self, tenant: TenantId) -> usize;
+    /// Whether a service of that name was ever registered in the tenant.
+    fn was_seen(&self, tenant: TenantId, name: &str) -> bool;
+    /// Starts a watch of the tenant's services.
+    fn watch(&self, tenant: TenantId) -> WatchStart;
+    /// Subscribes to every event of every tenant, from now on.
+    fn subscribe(&self) -> broadcast::Receiver<Arc<RegistryEvent>>;
+}

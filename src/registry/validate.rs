@@ -1,0 +1,393 @@
+//! Validation of a registration: names, versions, endpoint, TTL, limits, and compilation of
+//! every JSON Schema. A registration either passes whole, giving a [`ValidatedService`] with
+//! its validators compiled, or fails with every violation found.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::error::{FieldViolation, RegistryError, ViolationKind};
+use super::model::{
+    RegisteredTool, ServiceName, ServiceSpec, ToolName, ToolSpec, ValidatedService,
+};
+use crate::json::{canonical_sha256, nesting_depth};
+
+/// The default lease TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// The default shortest TTL a registration may ask for.
+pub const DEFAULT_MIN_TTL: Duration = Duration::from_secs(1);
+/// The default longest TTL a registration may ask for.
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(3600);
+/// The default most tools one registration may carry.
+pub const DEFAULT_MAX_TOOLS: usize = 1000;
+/// The default longest tool description, in bytes.
+pub const DEFAULT_MAX_DESCRIPTION_BYTES: usize = 4096;
+/// The default largest schema, in bytes of compact JSON.
+pub const DEFAULT_MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// The default deepest nesting of objects and arrays in a schema.
+pub const DEFAULT_MAX_SCHEMA_DEPTH: usize = 32;
+/// The longest endpoint URI accepted.
+const MAX_ENDPOINT_LEN: usize = 2048;
+
+/// The limits a registration must keep to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistrationLimits {
+    /// TTL granted when the registration asks for none.
+    pub default_ttl: Duration,
+    /// Shortest TTL accepted.
+    pub min_ttl: Duration,
+    /// Longest TTL accepted.
+    pub max_ttl: Duration,
+    /// Most tools in one registration.
+    pub max_tools: usize,
+    /// Longest tool description in bytes.
+    pub max_description_bytes: usize,
+    /// Largest schema in bytes of compact JSON.
+    pub max_schema_bytes: usize,
+    /// Deepest nesting of objects and arrays in a schema.
+    pub max_schema_depth: usize,
+}
+
+impl Default for RegistrationLimits {
+    fn default() -> Self {
+        Self {
+            default_ttl: DEFAULT_TTL,
+            min_ttl: DEFAULT_MIN_TTL,
+            max_ttl: DEFAULT_MAX_TTL,
+            max_tools: DEFAULT_MAX_TOOLS,
+            max_description_bytes: DEFAULT_MAX_DESCRIPTION_BYTES,
+            max_schema_bytes: DEFAULT_MAX_SCHEMA_BYTES,
+            max_schema_depth: DEFAULT_MAX_SCHEMA_DEPTH,
+        }
+    }
+}
+
+/// Validates a registration whole and compiles its schemas.
+pub fn validate_service(
+    spec: &ServiceSpec,
+    limits: &RegistrationLimits,
+) -> Result<ValidatedService, RegistryError> {
+    let mut violations = Vec::new();
+    let name = ServiceName::parse(&spec.name)
+        .map_err(|problem| {
+            violations.push(FieldViolation::new(
+                "registration.service_name",
+                ViolationKind::Name,
+                problem,
+            ));
+        })
+        .ok();
+    if let Err(error) = semver::Version::parse(&spec.version) {
+        violations.push(FieldViolation::new(
+            "registration.service_version",
+            ViolationKind::Field,
+            format!(
+                "service version {:?} is not a semantic version (e.g. 1.2.3): {error}",
+                spec.version
+            ),
+        ));
+    }
+    if let Err(problem) = check_endpoint(&spec.endpoint) {
+        violations.push(FieldViolation::new(
+            "registration.endpoint",
+            ViolationKind::Field,
+            problem,
+        ));
+    }
+    let ttl = spec.ttl.unwrap_or(limits.default_ttl);
+    if ttl < limits.min_ttl || ttl > limits.max_ttl {
+        violations.push(FieldViolation::new(
+            "registration.ttl",
+            ViolationKind::Field,
+            format!(
+                "ttl must be between {} and {}, got {}",
+                humantime::format_duration(limits.min_ttl),
+                humantime::format_duration(limits.max_ttl),
+                humantime::format_duration(ttl)
+            ),
+        ));
+    }
+    if spec.tools.len() > limits.max_tools {
+        violations.push(FieldViolation::new(
+            "registration.tools",
+            ViolationKind::Field,
+            format!(
+                "at most {} tools per registration, got {}",
+                limits.max_tools,
+                spec.tools.len()
+            ),
+        ));
+    }
+
+    let mut first_index_of: HashMap<&str, usize> = HashMap::new();
+    let mut tools = Vec::with_capacity(spec.tools.len());
+    for (index, tool) in spec.tools.iter().enumerate() {
+        if let Some(first) = first_index_of.insert(tool.name.as_str(), index) {
+            first_index_of.insert(tool.name.as_str(), first);
+            violations.push(FieldViolation::new(
+                format!("registration.tools[{index}].tool_name"),
+                ViolationKind::Name,
+                format!(
+                    "duplicate tool name {:?} (first at registration.tools[{first}])",
+                    tool.name
+                ),
+            ));
+            continue;
+        }
+        match validate_tool(tool, index, limits) {
+            Ok(registered) => tools.push(Arc::new(registered)),
+            Err(mut tool_violations) => violations.append(&mut tool_violations),
+        }
+    }
+
+    match name {
+        Some(name) if violations.is_empty() => {
+            tools.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(ValidatedService {
+                name,
+                version: spec.version.clone(),
+                endpoint: spec.endpoint.clone(),
+                tools,
+                ttl,
+            })
+        }
+        _ => Err(RegistryError::InvalidArgument(violations)),
+    }
+}
+
+fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    if endpoint.is_empty() {
+        return Ok(());
+    }
+    let problem = || {
+        format!(
+            "endpoint {endpoint:?} must be an http:// or https:// URI with a host, e.g. http://10.0.0.7:7001"
+        )
+    };
+    if endpoint.len() > MAX_ENDPOINT_LEN {
+        return Err(format!("endpoint must be at most {MAX_ENDPOINT_LEN} bytes"));
+    }
+    let uri: http::Uri = endpoint.parse().map_err(|_| problem())?;
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    let host_ok = uri.host().is_some_and(|host| !host.is_empty());
+    if scheme_ok && host_ok {
+        Ok(())
+    } else {
+        Err(problem())
+    }
+}
+
+fn validate_tool(
+    tool: &ToolSpec,
+    index: usize,
+    limits: &RegistrationLimits,
+) -> Result<RegisteredTool, Vec<FieldViolation>> {
+    let field = |suffix: &str| format!("registration.tools[{index}].{suffix}");
+    let mut violations = Vec::new();
+    let name = ToolName::parse(&tool.name)
+        .map_err(|problem| {
+            violations.push(FieldViolation::new(
+                field("tool_name"),
+                ViolationKind::Name,
+                problem,
+            ))
+        })
+        .ok();
+    let label = format!("tool {:?}", tool.name);
+    if tool.description.len() > limits.max_description_bytes {
+        violations.push(FieldViolation::new(
+            field("description"),
+            ViolationKind::Field,
+            format!(
+                "{label}: description must be at most {} bytes",
+                limits.max_description_bytes
+            ),
+        ));
+    }
+    let input_validator = match &tool.input_schema {
+        None => {
+            violations.push(FieldViolation::new(
+                field("tool_schema"),
+                ViolationKind::Schema,
+                format!("{label}: tool_schema is required (use {{\"type\": \"object\"}} for a tool without input)"),
+            ));
+            None
+        }
+        Some(schema) => compile_schema(schema, limits)
+            .map_err(|problem| {
+                violations.push(FieldViolation::new(
+                    field("tool_schema"),
+                    ViolationKind::Schema,
+                    format!("{label}: {problem}"),
+                ))
+            })
+            .ok(),
+    };
+    let output_validator = match &tool.output_schema {
+        None => None,
+        Some(schema) => compile_schema(schema, limits)
+            .map_err(|problem| {
+                violations.push(FieldViolation::new(
+                    field("output_schema"),
+                    ViolationKind::Schema,
+                    format!("{label}: {problem}"),
+                ))
+            })
+            .ok(),
+    };
+    let (Some(name), Some(input_validator), true) = (name, input_validator, violations.is_empty())
+    else {
+        return Err(violations);
+    };
+    let input_schema = tool.input_schema.clone().unwrap_or(Value::Null);
+    let mut capabilities = tool.capabilities.clone();
+    capabilities.sort();
+    capabilities.dedup();
+    Ok(RegisteredTool {
+        definition_sha256: definition_sha256(
+            &name,
+            &tool.description,
+            &input_schema,
+            tool.output_schema.as_ref(),
+        ),
+        name,
+        description: tool.description.clone(),
+        input_schema,
+        output_schema: tool.output_schema.clone(),
+        capabilities,
+        timeout_ms: tool.timeout_ms,
+        input_validator: Arc::new(input_validator),
+        output_validator: output_validator.map(Arc::new),
+    })
+}
+
+/// sha256 over the canonical JSON of a tool's name, description, input and output schema.
+pub fn definition_sha256(
+    name: &ToolName,
+    description: &str,
+    input: &Value,
+    output: Option<&Value>,
+) -> String {
+    canonical_sha256(&json!({
+        "name": name.as_str(),
+        "description": description,
+        "tool_schema": input,
+        "output_schema": output,
+    }))
+}
+
+/// Compiles a JSON Schema: Draft 7 unless it names another draft in `$schema`, no external
+/// references, within the size and depth limits. The error names the JSON pointer at fault.
+pub fn compile_schema(
+    schema: &Value,
+    limits: &RegistrationLimits,
+) -> Result<jsonschema::Validator, String> {
+    let size = serde_json::to_vec(schema)
+        .map(|bytes| bytes.len())
+        .unwrap_or(usize::MAX);
+    if size > limits.max_schema_bytes {
+        return Err(format!(
+            "schema is {size} bytes; at most {} are allowed",
+            limits.max_schema_bytes
+        ));
+    }
+    let depth = nesting_depth(schema);
+    if depth > limits.max_schema_depth {
+        return Err(format!(
+            "schema nests {depth} levels deep; at most {} are allowed",
+            limits.max_schema_depth
+        ));
+    }
+    if !schema.is_object() {
+        return Err("schema must be a JSON object".to_owned());
+    }
+    let mut options = jsonschema::options().offline();
+    if schema.get("$schema").is_none() {
+        options = options.with_draft(jsonschema::Draft::Draft7);
+    }
+    options.build(schema).map_err(|error| {
+        let pointer = error.instance_path().to_string();
+        let at = if pointer.is_empty() { "/".to_owned() } else { pointer };
+        let message = error.to_string();
+        if message.contains("retriev") || message.contains("Unresolvable") || message.contains("not present") {
+            format!("at {at}: external $ref is not allowed, only references inside the schema ({message})")
+        } else {
+            format!("at {at}: {message}")
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> RegistrationLimits {
+        RegistrationLimits::default()
+    }
+
+    #[test]
+    fn a_valid_draft7_schema_compiles() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 8}},
+                            "definitions": {"x": {"type": "string"}}, "required": ["n"]});
+        let validator = compile_schema(&schema, &limits()).expect("valid schema");
+        assert!(validator.is_valid(&json!({"n": 8})));
+        assert!(!validator.is_valid(&json!({"n": 7})));
+    }
+
+    #[test]
+    fn a_bad_type_names_the_pointer() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "strin"}}});
+        let error = compile_schema(&schema, &limits()).expect_err("bad type");
+        assert!(error.contains("/properties/n/type"), "{error}");
+    }
+
+    #[test]
+    fn external_refs_are_rejected_and_internal_ones_allowed() {
+        let external = json!({"$ref": "https://example.com/schema.json"});
+        let error = compile_schema(&external, &limits()).expect_err("external ref");
+        assert!(error.contains("external $ref"), "{error}");
+        let internal = json!({"$ref": "#/definitions/a", "definitions": {"a": {"type": "string"}}});
+        assert!(compile_schema(&internal, &limits()).is_ok());
+    }
+
+    #[test]
+    fn dollar_schema_picks_the_draft() {
+        // `prefixItems` only exists from draft 2020-12 on.
+        let schema = json!({"$schema": "https://json-schema.org/draft/2020-12/schema",
+                            "type": "array", "prefixItems": [{"type": "integer"}]});
+        let validator = compile_schema(&schema, &limits()).expect("2020-12 schema");
+        assert!(!validator.is_valid(&json!(["x"])));
+    }
+
+    #[test]
+    fn size_and_depth_limits_hold() {
+        let mut deep = json!({"type": "string"});
+        for _ in 0..40 {
+            deep = json!({"items": deep});
+        }
+        assert!(
+            compile_schema(&deep, &limits())
+                .expect_err("too deep")
+                .contains("levels deep")
+        );
+        let big = json!({"description": "x".repeat(70 * 1024)});
+        assert!(
+            compile_schema(&big, &limits())
+                .expect_err("too big")
+                .contains("bytes")
+        );
+    }
+
+    #[test]
+    fn hash_ignores_key_order_and_changes_with_content() {
+        let name = ToolName::parse("t").expect("valid");
+        let a = definition_sha256(&name, "d", &json!({"a": 1, "b": 2}), None);
+        let b = definition_sha256(&name, "d", &json!({"b": 2, "a": 1}), None);
+        let c = definition_sha256(&name, "changed", &json!({"a": 1, "b": 2}), None);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.len(), 64);
+    }
+}
