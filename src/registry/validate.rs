@@ -27,7 +27,7 @@ pub const DEFAULT_MAX_DESCRIPTION_BYTES: usize = 4096;
 /// The default largest schema, in bytes of compact JSON.
 pub const DEFAULT_MAX_SCHEMA_BYTES: usize = 64 * 1024;
 /// The default deepest nesting of objects and arrays in a schema.
-pub const DEFAULT_MAX_SCHEMA_DEPTH: usize = 32;
+pub const DEFAULT_MAX_SCHEMA_DEPTH: usize = 24;
 /// The longest endpoint URI accepted.
 const MAX_ENDPOINT_LEN: usize = 2048;
 

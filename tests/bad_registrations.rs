@@ -1,0 +1,253 @@
+//! Every kind of bad registration is rejected whole with INVALID_ARGUMENT, an ErrorInfo reason
+//! and BadRequest violations naming the field (and tool and JSON pointer); nothing is stored.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use tonic::Code;
+use toolplane::pb;
+
+async fn rejected(registration: pb::ServiceRegistration) -> tonic::Status {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    // A good registration first, to prove a bad one does not disturb what is stored.
+    register_ok(
+        &mut client,
+        0,
+        common::registration("keeper", vec![simple_tool("kept")]),
+    )
+    .await;
+    let name = registration.service_name.clone();
+    let error = register(&mut client, 0, registration)
+        .await
+        .expect_err("bad registration rejected");
+    assert_eq!(error.code(), Code::InvalidArgument, "{error:?}");
+    assert!(
+        !violations(&error).is_empty(),
+        "BadRequest details present: {error:?}"
+    );
+    assert!(
+        get_service(&mut client, 0, "keeper").await.is_ok(),
+        "earlier registration untouched"
+    );
+    if let Ok(stored) = get_service(&mut client, 0, &name).await {
+        panic!("nothing of a bad registration is stored, found {stored:?}");
+    }
+    error
+}
+
+fn field_of(error: &tonic::Status) -> String {
+    violations(error)[0].0.clone()
+}
+
+/// Service names must be DNS labels.
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_service_name() {
+    let error = rejected(registration("Bad_Name", vec![simple_tool("t")])).await;
+    assert_eq!(field_of(&error), "registration.service_name");
+    assert_eq!(reason(&error), "VALIDATION_NAME");
+}
+
+/// Tool names are 1-128 characters of [A-Za-z0-9_.-].
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_tool_name() {
+    let error = rejected(registration(
+        "svc",
+        vec![simple_tool("ok"), simple_tool("has space")],
+    ))
+    .await;
+    assert_eq!(field_of(&error), "registration.tools[1].tool_name");
+    assert_eq!(reason(&error), "VALIDATION_NAME");
+}
+
+/// Duplicate tool names in one registration are rejected and point at the second one.
+#[tokio::test(flavor = "multi_thread")]
+async fn duplicate_tool_names() {
+    let error = rejected(registration(
+        "svc",
+        vec![simple_tool("dup"), simple_tool("other"), simple_tool("dup")],
+    ))
+    .await;
+    assert_eq!(field_of(&error), "registration.tools[2].tool_name");
+    assert!(violations(&error)[0].1.contains("registration.tools[0]"));
+}
+
+/// A schema that does not compile names the tool and the JSON pointer.
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_that_does_not_compile() {
+    let error = rejected(registration(
+        "svc",
+        vec![tool(
+            "broken",
+            json!({"type": "object", "properties": {"age": {"type": "strin"}}}),
+        )],
+    ))
+    .await;
+    let (field, description) = &violations(&error)[0];
+    assert_eq!(field, "registration.tools[0].tool_schema");
+    assert!(description.contains("\"broken\""), "{description}");
+    assert!(
+        description.contains("/properties/age/type"),
+        "{description}"
+    );
+    assert_eq!(reason(&error), "VALIDATION_SCHEMA");
+}
+
+/// External $ref is refused; the server never fetches anything.
+#[tokio::test(flavor = "multi_thread")]
+async fn external_ref() {
+    let error = rejected(registration(
+        "svc",
+        vec![tool(
+            "remote",
+            json!({"$ref": "http://127.0.0.1:9/schema.json"}),
+        )],
+    ))
+    .await;
+    assert!(
+        violations(&error)[0].1.contains("external $ref"),
+        "{error:?}"
+    );
+}
+
+/// Output schemas are compiled under the same rules.
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_output_schema() {
+    let mut bad = simple_tool("out");
+    bad.output_schema = schema(json!({"type": 12}));
+    let error = rejected(registration("svc", vec![bad])).await;
+    assert_eq!(field_of(&error), "registration.tools[0].output_schema");
+}
+
+/// Schemas nested beyond the depth limit are rejected.
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_too_deep() {
+    // 13 levels of {"properties": {"x": ...}} nest 27 deep: over the limit of 24, yet under
+    // the protobuf decoder's own recursion limit (which answers INTERNAL before we see it).
+    let mut deep = json!({"type": "string"});
+    for _ in 0..13 {
+        deep = json!({"type": "object", "properties": {"x": deep}});
+    }
+    let error = rejected(registration("svc", vec![tool("deep", deep)])).await;
+    assert!(violations(&error)[0].1.contains("levels deep"), "{error:?}");
+}
+
+/// Schemas over the size limit are rejected.
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_too_big() {
+    let error = rejected(registration(
+        "svc",
+        vec![tool(
+            "big",
+            json!({"type": "object", "description": "x".repeat(70_000)}),
+        )],
+    ))
+    .await;
+    assert!(violations(&error)[0].1.contains("bytes"), "{error:?}");
+}
+
+/// A tool without an input schema is rejected with a hint.
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_tool_schema() {
+    let mut no_schema = simple_tool("bare");
+    no_schema.tool_schema = None;
+    let error = rejected(registration("svc", vec![no_schema])).await;
+    assert_eq!(field_of(&error), "registration.tools[0].tool_schema");
+}
+
+/// Versions must be semantic, endpoints http(s) URIs, TTLs within bounds, capabilities set.
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_version_endpoint_ttl_and_capability_are_all_reported() {
+    let mut bad = registration("svc", vec![simple_tool("t")]);
+    bad.service_version = "v1".into();
+    bad.endpoint = "ftp://example".into();
+    bad.ttl = Some(prost_types::Duration {
+        seconds: 86_400 * 7,
+        nanos: 0,
+    });
+    let error = rejected(bad).await;
+    let fields: Vec<String> = violations(&error)
+        .into_iter()
+        .map(|(field, _)| field)
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "registration.service_version",
+            "registration.endpoint",
+            "registration.ttl"
+        ]
+    );
+
+    let mut unspecified = simple_tool("t");
+    unspecified.capabilities = vec![pb::ServiceCapability::Unspecified as i32];
+    let error = rejected(registration("svc", vec![unspecified])).await;
+    assert_eq!(field_of(&error), "registration.tools[0].capabilities");
+}
+
+/// A tool that names another service than the registration's is rejected.
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_service_mismatch() {
+    let mut foreign = simple_tool("t");
+    foreign.service_name = "someone-else".into();
+    let error = rejected(registration("svc", vec![foreign])).await;
+    assert_eq!(field_of(&error), "registration.tools[0].service_name");
+}
+
+/// A request without a registration, or with a malformed envelope, is rejected.
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_registration_and_bad_envelope() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let error = client
+        .register_service(pb::RegisterServiceRequest {
+            meta: meta(0),
+            registration: None,
+        })
+        .await
+        .expect_err("no registration");
+    assert_eq!(violations(&error)[0].0, "registration");
+    let mut bad_meta = meta(0).expect("meta");
+    bad_meta.envelope_id = "not-a-uuid".into();
+    let error = client
+        .register_service(pb::RegisterServiceRequest {
+            meta: Some(bad_meta),
+            registration: Some(registration("svc", vec![])),
+        })
+        .await
+        .expect_err("bad envelope");
+    assert_eq!(violations(&error)[0].0, "meta.envelope_id");
+}
+
+/// A failed re-registration leaves the earlier registration of the same service intact.
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_reregistration_keeps_the_old_one() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let first = register_ok(
+        &mut client,
+        0,
+        registration("svc", vec![simple_tool("good")]),
+    )
+    .await;
+    register(
+        &mut client,
+        0,
+        registration("svc", vec![tool("bad", json!({"type": "nope"}))]),
+    )
+    .await
+    .expect_err("rejected");
+    let stored = get_service(&mut client, 0, "svc")
+        .await
+        .expect("still there");
+    assert_eq!(stored.available_tools[0].tool_name, "good");
+    client
+        .heartbeat(pb::HeartbeatRequest {
+            meta: meta(0),
+            service_name: "svc".into(),
+            lease_id: first.lease_id,
+        })
+        .await
+        .expect("the old lease still holds");
+}

@@ -1,0 +1,205 @@
+//! Starts the real toolplane server on 127.0.0.1:0 for integration tests, and helpers to talk
+//! to it with the generated client.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use toolplane::envelope::{TenantId, request_meta};
+use toolplane::grpc::ServerOptions;
+use toolplane::json::json_to_struct;
+use toolplane::pb;
+use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
+use toolplane::registry::RegistrationLimits;
+
+/// A server running in this test process; stopped when dropped.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Options for tests: short TTLs allowed, short drain.
+pub fn test_options() -> ServerOptions {
+    ServerOptions {
+        limits: RegistrationLimits {
+            min_ttl: Duration::from_millis(100),
+            ..RegistrationLimits::default()
+        },
+        drain_grace: Duration::from_secs(2),
+        ..ServerOptions::default()
+    }
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(test_options()).await
+    }
+
+    pub async fn start_with(options: ServerOptions) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("bound address");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            toolplane::grpc::serve(listener, options, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        Self {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.endpoint())
+            .expect("valid uri")
+            .connect()
+            .await
+            .expect("connect to test server")
+    }
+
+    pub async fn discovery(&self) -> DiscoveryServiceClient<Channel> {
+        DiscoveryServiceClient::new(self.channel().await)
+    }
+
+    /// Stops the server and waits for it to finish draining.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("server task ends cleanly");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub fn meta(tenant: u64) -> Option<pb::Meta> {
+    Some(request_meta(TenantId(tenant), "test-correlation"))
+}
+
+pub fn schema(value: Value) -> Option<prost_types::Struct> {
+    json_to_struct(&value)
+}
+
+pub fn tool(name: &str, input: Value) -> pb::ToolRegistration {
+    pb::ToolRegistration {
+        tool_name: name.to_owned(),
+        description: format!("{name} does things"),
+        tool_schema: schema(input),
+        capabilities: vec![pb::ServiceCapability::Retry as i32],
+        ..Default::default()
+    }
+}
+
+pub fn simple_tool(name: &str) -> pb::ToolRegistration {
+    tool(
+        name,
+        json!({"type": "object", "properties": {"theme": {"type": "string"}}}),
+    )
+}
+
+pub fn registration(service: &str, tools: Vec<pb::ToolRegistration>) -> pb::ServiceRegistration {
+    pb::ServiceRegistration {
+        service_name: service.to_owned(),
+        service_version: "0.0.1".to_owned(),
+        endpoint: "http://127.0.0.1:7001".to_owned(),
+        tools,
+        ttl: Some(prost_types::Duration {
+            seconds: 30,
+            nanos: 0,
+        }),
+    }
+}
+
+pub fn with_ttl(
+    mut registration: pb::ServiceRegistration,
+    ttl: Duration,
+) -> pb::ServiceRegistration {
+    registration.ttl = Some(ttl.try_into().expect("ttl fits"));
+    registration
+}
+
+pub async fn register(
+    client: &mut DiscoveryServiceClient<Channel>,
+    tenant: u64,
+    registration: pb::ServiceRegistration,
+) -> Result<pb::RegisterServiceResponse, tonic::Status> {
+    client
+        .register_service(pb::RegisterServiceRequest {
+            meta: meta(tenant),
+            registration: Some(registration),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+pub async fn register_ok(
+    client: &mut DiscoveryServiceClient<Channel>,
+    tenant: u64,
+    registration: pb::ServiceRegistration,
+) -> pb::RegisterServiceResponse {
+    register(client, tenant, registration)
+        .await
+        .expect("registration accepted")
+}
+
+pub async fn get_service(
+    client: &mut DiscoveryServiceClient<Channel>,
+    tenant: u64,
+    service: &str,
+) -> Result<pb::DiscoveryInfo, tonic::Status> {
+    client
+        .get_service(pb::GetServiceRequest {
+            meta: meta(tenant),
+            service_name: service.to_owned(),
+        })
+        .await
+        .map(|response| response.into_inner().service.expect("service set"))
+}
+
+/// The ErrorInfo reason of a status.
+pub fn reason(status: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    status
+        .get_error_details()
+        .error_info()
+        .map(|info| info.reason.clone())
+        .unwrap_or_default()
+}
+
+/// The BadRequest (field, description) pairs of a status.
+pub fn violations(status: &tonic::Status) -> Vec<(String, String)> {
+    use tonic_types::StatusExt;
+    status
+        .get_error_details()
+        .bad_request()
+        .map(|bad| {
+            bad.field_violations
+                .iter()
+                .map(|v| (v.field.clone(), v.description.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,473 @@
+//! ListTools/ListServices filters and paging (stable under churn), and Preflight.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+
+use common::*;
+use tonic::Code;
+use toolplane::pb;
+
+async fn list_page(
+    client: &mut pb::discovery_service_client::DiscoveryServiceClient<tonic::transport::Channel>,
+    request: pb::ListToolsRequest,
+) -> pb::ListToolsResponse {
+    client
+        .list_tools(request)
+        .await
+        .expect("list tools")
+        .into_inner()
+}
+
+/// Filters by service, capability and name prefix combine with AND.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_tools_filters() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let mut cached = simple_tool("get_model_for_language");
+    cached.capabilities = vec![pb::ServiceCapability::Caching as i32];
+    register_ok(
+        &mut client,
+        0,
+        registration(
+            "prompt-helper",
+            vec![cached, simple_tool("generate_story_prompt")],
+        ),
+    )
+    .await;
+    register_ok(
+        &mut client,
+        0,
+        registration(
+            "story-generator",
+            vec![
+                simple_tool("generate_structure"),
+                simple_tool("generate_nodes"),
+            ],
+        ),
+    )
+    .await;
+
+    let by_service = list_page(
+        &mut client,
+        pb::ListToolsRequest {
+            meta: meta(0),
+            service_name: "story-generator".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        by_service
+            .tools
+            .iter()
+            .map(|t| t.tool_name.as_str())
+            .collect::<Vec<_>>(),
+        ["generate_nodes", "generate_structure"]
+    );
+
+    let by_capability = list_page(
+        &mut client,
+        pb::ListToolsRequest {
+            meta: meta(0),
+            capability: pb::ServiceCapability::Caching as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(by_capability.tools.len(), 1);
+    assert_eq!(by_capability.tools[0].tool_name, "get_model_for_language");
+
+    let by_prefix = list_page(
+        &mut client,
+        pb::ListToolsRequest {
+            meta: meta(0),
+            name_prefix: "generate_".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let names: Vec<_> = by_prefix
+        .tools
+        .iter()
+        .map(|t| t.tool_name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "generate_nodes",
+            "generate_story_prompt",
+            "generate_structure"
+        ]
+    );
+
+    let combined = list_page(
+        &mut client,
+        pb::ListToolsRequest {
+            meta: meta(0),
+            name_prefix: "generate_s".into(),
+            service_name: "prompt-helper".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(combined.tools.len(), 1);
+
+    let bad = client
+        .list_tools(pb::ListToolsRequest {
+            meta: meta(0),
+            page_size: -1,
+            ..Default::default()
+        })
+        .await
+        .expect_err("negative page size");
+    assert_eq!(bad.code(), Code::InvalidArgument);
+}
+
+/// A page token is bound to its filters, and garbage tokens are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn page_tokens_are_checked() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    register_ok(
+        &mut client,
+        0,
+        registration(
+            "svc",
+            (0..5).map(|i| simple_tool(&format!("t{i}"))).collect(),
+        ),
+    )
+    .await;
+    let first = list_page(
+        &mut client,
+        pb::ListToolsRequest {
+            meta: meta(0),
+            page_size: 2,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(!first.next_page_token.is_empty());
+    let other_filter = client
+        .list_tools(pb::ListToolsRequest {
+            meta: meta(0),
+            page_size: 2,
+            name_prefix: "t".into(),
+            page_token: first.next_page_token.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("token of another query");
+    assert_eq!(other_filter.code(), Code::InvalidArgument);
+    assert_eq!(violations(&other_filter)[0].0, "page_token");
+    let garbage = client
+        .list_tools(pb::ListToolsRequest {
+            meta: meta(0),
+            page_token: "%%%".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("garbage token");
+    assert_eq!(garbage.code(), Code::InvalidArgument);
+}
+
+/// While services come and go between pages, no tool present throughout is skipped or repeated,
+/// and pages stay sorted.
+#[tokio::test(flavor = "multi_thread")]
+async fn paging_is_stable_under_churn() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let mut leases = HashMap::new();
+    for index in 0..30 {
+        let service = format!("svc-{index:02}");
+        let tools = vec![
+            simple_tool(&format!("tool-{index:02}-a")),
+            simple_tool(&format!("tool-{index:02}-b")),
+        ];
+        leases.insert(
+            service.clone(),
+            register_ok(&mut client, 0, registration(&service, tools))
+                .await
+                .lease_id,
+        );
+    }
+    // Services 0-29 exist at the start; the even ones among 10..30 are removed during the listing.
+    let removed: BTreeSet<usize> = (10..30).step_by(2).collect();
+    let stable: BTreeSet<String> = (0..30)
+        .filter(|index| !removed.contains(index))
+        .flat_map(|index| [format!("tool-{index:02}-a"), format!("tool-{index:02}-b")])
+        .collect();
+
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut round = 0;
+    loop {
+        let page = list_page(
+            &mut client,
+            pb::ListToolsRequest {
+                meta: meta(0),
+                page_size: 7,
+                page_token: token,
+                ..Default::default()
+            },
+        )
+        .await;
+        seen.extend(page.tools.iter().map(|t| t.tool_name.clone()));
+        // Churn: remove one service, add two new ones (one sorting before, one after the cursor).
+        if let Some(index) = removed.iter().nth(round) {
+            let service = format!("svc-{index:02}");
+            client
+                .deregister_service(pb::DeregisterServiceRequest {
+                    meta: meta(0),
+                    service_name: service.clone(),
+                    lease_id: leases[&service].clone(),
+                })
+                .await
+                .expect("deregister");
+        }
+        register_ok(
+            &mut client,
+            0,
+            registration(
+                &format!("new-early-{round}"),
+                vec![simple_tool(&format!("aaa-{round}"))],
+            ),
+        )
+        .await;
+        register_ok(
+            &mut client,
+            0,
+            registration(
+                &format!("new-late-{round}"),
+                vec![simple_tool(&format!("zzz-{round}"))],
+            ),
+        )
+        .await;
+        round += 1;
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let unique: BTreeSet<String> = seen.iter().cloned().collect();
+    assert_eq!(unique.len(), seen.len(), "no tool repeated: {seen:?}");
+    assert!(
+        seen.windows(2).all(|pair| pair[0] < pair[1]),
+        "sorted: {seen:?}"
+    );
+    for tool in &stable {
+        assert!(
+            unique.contains(tool),
+            "{tool} present throughout but skipped"
+        );
+    }
+}
+
+/// ListServices pages through every live service, sorted.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_services_pages() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    for index in 0..5 {
+        register_ok(
+            &mut client,
+            0,
+            registration(&format!("svc-{index}"), vec![simple_tool("t")]),
+        )
+        .await;
+    }
+    let mut names = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list_services(pb::ListServicesRequest {
+                meta: meta(0),
+                page_size: 2,
+                page_token: token,
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        assert!(page.services.len() <= 2);
+        names.extend(page.services.into_iter().map(|s| s.service_name));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(names, ["svc-0", "svc-1", "svc-2", "svc-3", "svc-4"]);
+}
+
+fn requirement(service: &str, tools: &[&str], optional: bool) -> pb::ServiceRequirement {
+    pb::ServiceRequirement {
+        service_name: service.into(),
+        tool_names: tools.iter().map(|t| (*t).to_owned()).collect(),
+        optional,
+    }
+}
+
+/// Preflight reports a missing service, a missing tool, and optional misses separately.
+#[tokio::test(flavor = "multi_thread")]
+async fn preflight_reports_what_is_missing() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    register_ok(
+        &mut client,
+        0,
+        registration(
+            "story-generator",
+            vec![
+                simple_tool("generate_structure"),
+                simple_tool("generate_nodes"),
+            ],
+        ),
+    )
+    .await;
+
+    let all_there = client
+        .preflight(pb::PreflightRequest {
+            meta: meta(0),
+            requirements: vec![requirement(
+                "story-generator",
+                &["generate_structure", "generate_nodes"],
+                false,
+            )],
+        })
+        .await
+        .expect("preflight")
+        .into_inner();
+    assert!(all_there.ok);
+    assert_eq!(all_there.services.len(), 1);
+
+    let answer = client
+        .preflight(pb::PreflightRequest {
+            meta: meta(0),
+            requirements: vec![
+                requirement(
+                    "story-generator",
+                    &["generate_structure", "validate_paths"],
+                    false,
+                ),
+                requirement("quality-control", &["validate_content"], false),
+                requirement("prompt-helper", &["get_model_for_language"], true),
+            ],
+        })
+        .await
+        .expect("preflight answers OK even when tools are missing")
+        .into_inner();
+    assert!(!answer.ok);
+    let missing: Vec<_> = answer
+        .missing_required
+        .iter()
+        .map(|m| (m.service_name.as_str(), m.tool_name.as_str(), m.reason))
+        .collect();
+    assert_eq!(
+        missing,
+        [
+            (
+                "story-generator",
+                "validate_paths",
+                pb::MissingReason::ToolNotOffered as i32
+            ),
+            (
+                "quality-control",
+                "validate_content",
+                pb::MissingReason::ServiceNotRegistered as i32
+            ),
+        ]
+    );
+    assert_eq!(answer.missing_optional.len(), 1);
+    assert_eq!(
+        answer.missing_optional[0].tool_name,
+        "get_model_for_language"
+    );
+    assert!(answer.missing_required.iter().all(|m| !m.detail.is_empty()));
+
+    let only_optional = client
+        .preflight(pb::PreflightRequest {
+            meta: meta(0),
+            requirements: vec![requirement("prompt-helper", &["x"], true)],
+        })
+        .await
+        .expect("preflight")
+        .into_inner();
+    assert!(only_optional.ok, "optional misses do not fail the check");
+
+    let empty = client
+        .preflight(pb::PreflightRequest {
+            meta: meta(0),
+            requirements: vec![],
+        })
+        .await
+        .expect_err("empty");
+    assert_eq!(empty.code(), Code::InvalidArgument);
+    let bad_name = client
+        .preflight(pb::PreflightRequest {
+            meta: meta(0),
+            requirements: vec![requirement("Bad Name", &[], false)],
+        })
+        .await
+        .expect_err("bad name");
+    assert_eq!(violations(&bad_name)[0].0, "requirements[0].service_name");
+}
+
+/// The typed Rust client turns missing required tools into a typed error listing them.
+#[tokio::test(flavor = "multi_thread")]
+async fn rust_client_preflight_fails_fast() {
+    use toolplane::client::{ClientError, ToolRequirement, ToolplaneClient};
+    let server = TestServer::start().await;
+    let mut raw = server.discovery().await;
+    let lease = register_ok(
+        &mut raw,
+        3,
+        registration("story-generator", vec![simple_tool("generate_structure")]),
+    )
+    .await
+    .lease_id;
+    let client = ToolplaneClient::connect(&server.endpoint(), toolplane::envelope::TenantId(3))
+        .await
+        .expect("connect");
+    let ok = client
+        .preflight(&[ToolRequirement::required(
+            "story-generator",
+            &["generate_structure"],
+        )])
+        .await
+        .expect("all there");
+    assert!(ok.ok);
+    match client
+        .preflight(&[ToolRequirement::required(
+            "story-generator",
+            &["generate_nodes"],
+        )])
+        .await
+    {
+        Err(ClientError::MissingTools(missing)) => {
+            assert_eq!(missing.missing().len(), 1);
+            assert!(missing.to_string().contains("generate_nodes"));
+        }
+        other => panic!("expected MissingTools, got {other:?}"),
+    }
+    // The discovery cache answers from memory until its TTL or an invalidation.
+    let first = client.service("story-generator").await.expect("found");
+    raw.deregister_service(pb::DeregisterServiceRequest {
+        meta: meta(3),
+        service_name: "story-generator".into(),
+        lease_id: lease,
+    })
+    .await
+    .expect("deregistered");
+    assert_eq!(
+        client
+            .service("story-generator")
+            .await
+            .expect("cached")
+            .service_name,
+        first.service_name
+    );
+    client.invalidate_cache();
+    assert!(
+        client.service("story-generator").await.is_err(),
+        "after invalidation the server is asked again"
+    );
+}

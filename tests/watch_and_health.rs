@@ -1,0 +1,398 @@
+//! WatchServices (snapshot, SYNCED, events, expiry) and health: toolplane.v1.HealthService and
+//! grpc.health.v1 with the spec's Check and Watch semantics.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use toolplane::pb;
+use toolplane::pb::ServiceEventType as Kind;
+
+/// Generous bound for "eventually" in tests; never a performance assertion.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+async fn next_event(stream: &mut tonic::Streaming<pb::WatchServicesResponse>) -> pb::ServiceEvent {
+    tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .expect("an event arrives")
+        .expect("stream healthy")
+        .expect("stream open")
+        .event
+        .expect("event set")
+}
+
+async fn watch(
+    client: &mut pb::discovery_service_client::DiscoveryServiceClient<Channel>,
+    tenant: u64,
+    service: &str,
+) -> tonic::Streaming<pb::WatchServicesResponse> {
+    client
+        .watch_services(pb::WatchServicesRequest {
+            meta: meta(tenant),
+            service_name: service.into(),
+        })
+        .await
+        .expect("watch starts")
+        .into_inner()
+}
+
+/// A watch first lists the live services, then SYNCED, then ADDED/UPDATED/REMOVED in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_snapshot_then_synced_then_changes() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    register_ok(
+        &mut client,
+        0,
+        registration("alpha", vec![simple_tool("a")]),
+    )
+    .await;
+    register_ok(&mut client, 0, registration("beta", vec![simple_tool("b")])).await;
+    register_ok(
+        &mut client,
+        9,
+        registration("other-tenant", vec![simple_tool("x")]),
+    )
+    .await;
+
+    let mut stream = watch(&mut client, 0, "").await;
+    let first = next_event(&mut stream).await;
+    let second = next_event(&mut stream).await;
+    assert_eq!(
+        (first.r#type, first.service_name.as_str()),
+        (Kind::Added as i32, "alpha")
+    );
+    assert_eq!(
+        (second.r#type, second.service_name.as_str()),
+        (Kind::Added as i32, "beta")
+    );
+    let synced = next_event(&mut stream).await;
+    assert_eq!(synced.r#type, Kind::Synced as i32);
+
+    let gamma = register_ok(
+        &mut client,
+        0,
+        registration("gamma", vec![simple_tool("g")]),
+    )
+    .await;
+    let added = next_event(&mut stream).await;
+    assert_eq!(
+        (added.r#type, added.service_name.as_str()),
+        (Kind::Added as i32, "gamma")
+    );
+    assert!(added.revision > synced.revision);
+    assert_eq!(
+        added
+            .service
+            .expect("service on ADDED")
+            .available_tools
+            .len(),
+        1
+    );
+
+    // Re-registering with a changed tool, a new tool and a dropped tool is UPDATED with hashes.
+    let old_hash = gamma.tools[0].definition_sha256.clone();
+    let mut changed = simple_tool("g");
+    changed.description = "now different".into();
+    let updated_answer = register_ok(
+        &mut client,
+        0,
+        registration("gamma", vec![changed, tool("h", json!({"type": "object"}))]),
+    )
+    .await;
+    let updated = next_event(&mut stream).await;
+    assert_eq!(updated.r#type, Kind::Updated as i32);
+    assert!(updated.revision > added.revision);
+    let changes: Vec<_> = updated
+        .tool_changes
+        .iter()
+        .map(|c| {
+            (
+                c.tool_name.as_str(),
+                c.old_definition_sha256.as_str(),
+                c.new_definition_sha256.as_str(),
+            )
+        })
+        .collect();
+    let new_g = updated_answer
+        .tools
+        .iter()
+        .find(|t| t.tool_name == "g")
+        .expect("g")
+        .definition_sha256
+        .clone();
+    let new_h = updated_answer
+        .tools
+        .iter()
+        .find(|t| t.tool_name == "h")
+        .expect("h")
+        .definition_sha256
+        .clone();
+    assert_eq!(
+        changes,
+        [
+            ("g", old_hash.as_str(), new_g.as_str()),
+            ("h", "", new_h.as_str())
+        ]
+    );
+
+    client
+        .deregister_service(pb::DeregisterServiceRequest {
+            meta: meta(0),
+            service_name: "gamma".into(),
+            lease_id: updated_answer.lease_id,
+        })
+        .await
+        .expect("deregister");
+    let removed = next_event(&mut stream).await;
+    assert_eq!(
+        (removed.r#type, removed.service_name.as_str()),
+        (Kind::Removed as i32, "gamma")
+    );
+}
+
+/// A lapsed lease reaches watchers as EXPIRED, never before the TTL has passed.
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_sees_expiry_never_early() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let mut stream = watch(&mut client, 0, "ephemeral").await;
+    assert_eq!(next_event(&mut stream).await.r#type, Kind::Synced as i32);
+
+    let ttl = Duration::from_millis(300);
+    let registered_at = Instant::now();
+    register_ok(
+        &mut client,
+        0,
+        with_ttl(registration("ephemeral", vec![simple_tool("t")]), ttl),
+    )
+    .await;
+    assert_eq!(next_event(&mut stream).await.r#type, Kind::Added as i32);
+    let expired = next_event(&mut stream).await;
+    assert_eq!(
+        (expired.r#type, expired.service_name.as_str()),
+        (Kind::Expired as i32, "ephemeral")
+    );
+    assert!(
+        registered_at.elapsed() >= ttl,
+        "expired after {:?}, before its TTL",
+        registered_at.elapsed()
+    );
+}
+
+/// A watch filtered by service only sees that service.
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_filters_by_service() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let mut stream = watch(&mut client, 0, "wanted").await;
+    assert_eq!(next_event(&mut stream).await.r#type, Kind::Synced as i32);
+    register_ok(
+        &mut client,
+        0,
+        registration("unwanted", vec![simple_tool("t")]),
+    )
+    .await;
+    register_ok(
+        &mut client,
+        1,
+        registration("wanted", vec![simple_tool("t")]),
+    )
+    .await;
+    register_ok(
+        &mut client,
+        0,
+        registration("wanted", vec![simple_tool("t")]),
+    )
+    .await;
+    let event = next_event(&mut stream).await;
+    assert_eq!(event.service_name, "wanted");
+    assert_eq!(event.r#type, Kind::Added as i32);
+}
+
+/// HealthService reports the control plane and each live service; unknown is NOT_FOUND.
+#[tokio::test(flavor = "multi_thread")]
+async fn toolplane_health_service() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    register_ok(
+        &mut client,
+        0,
+        registration(
+            "story-generator",
+            vec![
+                simple_tool("generate_structure"),
+                simple_tool("generate_nodes"),
+            ],
+        ),
+    )
+    .await;
+    let mut health = pb::health_service_client::HealthServiceClient::new(server.channel().await);
+    let plane = health
+        .get_service_health(pb::GetServiceHealthRequest {
+            meta: meta(0),
+            service_name: String::new(),
+        })
+        .await
+        .expect("health")
+        .into_inner();
+    assert_eq!(plane.status, pb::HealthState::Healthy as i32);
+    assert_eq!(plane.tools_count, 2);
+    let service = health
+        .get_service_health(pb::GetServiceHealthRequest {
+            meta: meta(0),
+            service_name: "story-generator".into(),
+        })
+        .await
+        .expect("health")
+        .into_inner();
+    assert_eq!(service.status, pb::HealthState::Healthy as i32);
+    assert_eq!(service.tools, ["generate_nodes", "generate_structure"]);
+    let unknown = health
+        .get_service_health(pb::GetServiceHealthRequest {
+            meta: meta(0),
+            service_name: "nobody".into(),
+        })
+        .await
+        .expect_err("unknown");
+    assert_eq!(unknown.code(), Code::NotFound);
+}
+
+fn check_request(service: &str, tenant: u64) -> tonic::Request<HealthCheckRequest> {
+    let mut request = tonic::Request::new(HealthCheckRequest {
+        service: service.into(),
+    });
+    request.metadata_mut().insert(
+        "toolplane-tenant-id",
+        tenant.to_string().parse().expect("ascii"),
+    );
+    request
+}
+
+async fn next_status(
+    stream: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
+) -> ServingStatus {
+    let message = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .expect("status arrives")
+        .expect("stream ok")
+        .expect("stream open");
+    ServingStatus::try_from(message.status).expect("known status")
+}
+
+/// grpc.health.v1 Check: server names SERVING, live services SERVING, gone ones
+/// SERVICE_UNKNOWN, never-seen names NOT_FOUND.
+#[tokio::test(flavor = "multi_thread")]
+async fn standard_health_check() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let mut health = HealthClient::new(server.channel().await);
+    for name in [
+        "",
+        "toolplane.v1.DiscoveryService",
+        "toolplane.v1.HealthService",
+    ] {
+        let status = health
+            .check(check_request(name, 0))
+            .await
+            .expect("server name known")
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "{name:?}");
+    }
+    let lease = register_ok(&mut client, 5, registration("svc", vec![simple_tool("t")]))
+        .await
+        .lease_id;
+    assert_eq!(
+        health
+            .check(check_request("svc", 5))
+            .await
+            .expect("live")
+            .into_inner()
+            .status,
+        ServingStatus::Serving as i32
+    );
+    assert_eq!(
+        health
+            .check(check_request("svc", 6))
+            .await
+            .expect_err("other tenant never saw it")
+            .code(),
+        Code::NotFound
+    );
+    client
+        .deregister_service(pb::DeregisterServiceRequest {
+            meta: meta(5),
+            service_name: "svc".into(),
+            lease_id: lease,
+        })
+        .await
+        .expect("deregister");
+    assert_eq!(
+        health
+            .check(check_request("svc", 5))
+            .await
+            .expect("seen before")
+            .into_inner()
+            .status,
+        ServingStatus::ServiceUnknown as i32
+    );
+    assert_eq!(
+        health
+            .check(check_request("never-seen", 5))
+            .await
+            .expect_err("never seen")
+            .code(),
+        Code::NotFound
+    );
+}
+
+/// grpc.health.v1 Watch: unknown names get SERVICE_UNKNOWN with the stream kept open, then
+/// every change; shutdown turns the server's own status NOT_SERVING.
+#[tokio::test(flavor = "multi_thread")]
+async fn standard_health_watch() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let mut health = HealthClient::new(server.channel().await);
+
+    let mut later = health
+        .watch(check_request("later", 0))
+        .await
+        .expect("watch unknown")
+        .into_inner();
+    assert_eq!(next_status(&mut later).await, ServingStatus::ServiceUnknown);
+    register_ok(
+        &mut client,
+        0,
+        with_ttl(
+            registration("later", vec![simple_tool("t")]),
+            Duration::from_millis(300),
+        ),
+    )
+    .await;
+    assert_eq!(next_status(&mut later).await, ServingStatus::Serving);
+    assert_eq!(
+        next_status(&mut later).await,
+        ServingStatus::ServiceUnknown,
+        "lease lapsed"
+    );
+
+    let mut own = health
+        .watch(check_request("", 0))
+        .await
+        .expect("watch server")
+        .into_inner();
+    assert_eq!(next_status(&mut own).await, ServingStatus::Serving);
+    let stopping = tokio::spawn(server.stop());
+    assert_eq!(next_status(&mut own).await, ServingStatus::NotServing);
+    stopping
+        .await
+        .expect("server stops within its grace period");
+}
