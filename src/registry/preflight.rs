@@ -96,10 +96,10 @@ pub fn check(
                     }),
             ),
         }
-        if let Some(entry) = found {
-            if !report.services.iter().any(|known| known.name == entry.name) {
-                report.services.push(entry);
-            }
+        if let Some(entry) = found
+            && !report.services.iter().any(|known| known.name == entry.name)
+        {
+            report.services.push(entry);
         }
         if requirement.optional {
             report.missing_optional.extend(missing);

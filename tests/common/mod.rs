@@ -203,3 +203,4 @@ pub fn violations(status: &tonic::Status) -> Vec<(String, String)> {
         })
         .unwrap_or_default()
 }
+pub mod process;

@@ -1,0 +1,136 @@
+//! The `toolplane` binary: serve, preflight exit codes, listings for people and scripts, and a
+//! clean exit 0 on SIGTERM.
+
+mod common;
+
+use common::process::{ServerProcess, toolplane_cli};
+use common::*;
+
+/// `toolplane preflight` exits 1 listing what is missing, and 0 once everything is registered.
+#[tokio::test(flavor = "multi_thread")]
+async fn preflight_command_fails_fast_then_passes() {
+    let server = ServerProcess::start(&[]);
+    let endpoint = server.endpoint();
+    let args = [
+        "preflight",
+        "--endpoint",
+        &endpoint,
+        "--tenant",
+        "4",
+        "--require",
+        "story-generator:generate_structure,generate_nodes",
+        "--require",
+        "quality-control:validate_content",
+        "--optional",
+        "prompt-helper:get_model_for_language",
+    ];
+    let (code, _, stderr) = toolplane_cli(&args);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("3 required tool(s) missing"), "{stderr}");
+    assert!(
+        stderr.contains("generate_nodes") && stderr.contains("validate_content"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("WARN") && stderr.contains("get_model_for_language"),
+        "optional misses are warnings: {stderr}"
+    );
+
+    let mut client =
+        toolplane::pb::discovery_service_client::DiscoveryServiceClient::connect(endpoint.clone())
+            .await
+            .expect("connect");
+    register_ok(
+        &mut client,
+        4,
+        registration(
+            "story-generator",
+            vec![
+                simple_tool("generate_structure"),
+                simple_tool("generate_nodes"),
+            ],
+        ),
+    )
+    .await;
+    register_ok(
+        &mut client,
+        4,
+        registration("quality-control", vec![simple_tool("validate_content")]),
+    )
+    .await;
+    let (code, stdout, stderr) = toolplane_cli(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("pre-flight ok"));
+    assert!(
+        stderr.contains("found tool") && stderr.contains("generate_structure"),
+        "found tools logged at INFO: {stderr}"
+    );
+
+    let (code, stdout, _) = toolplane_cli(&[
+        "services",
+        "--endpoint",
+        &endpoint,
+        "--tenant",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let services: serde_json::Value =
+        serde_json::from_str(&stdout).expect("services --json is JSON");
+    assert_eq!(services.as_array().map(Vec::len), Some(2));
+    let (code, stdout, _) = toolplane_cli(&[
+        "tools",
+        "--endpoint",
+        &endpoint,
+        "--tenant",
+        "4",
+        "--service",
+        "story-generator",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("TOOL") && stdout.contains("generate_nodes"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = toolplane_cli(&[
+        "health",
+        "story-generator",
+        "--endpoint",
+        &endpoint,
+        "--tenant",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let health: serde_json::Value = serde_json::from_str(&stdout).expect("health --json is JSON");
+    assert_eq!(health["status"], "healthy");
+
+    assert_eq!(
+        server.terminate().code(),
+        Some(0),
+        "SIGTERM drains and exits 0"
+    );
+}
+
+/// A client command that cannot reach the server exits 2 with a clear message.
+#[test]
+fn unreachable_server_is_a_clear_error() {
+    let (code, _, stderr) = toolplane_cli(&["services", "--endpoint", "http://127.0.0.1:1"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("cannot connect to http://127.0.0.1:1"),
+        "{stderr}"
+    );
+}
+
+/// A bad config file stops `serve` with exit 2 and says what is wrong.
+#[test]
+fn bad_config_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("toolplane.toml");
+    std::fs::write(&path, "unknown_key = true\n").expect("write config");
+    let path = path.to_string_lossy().into_owned();
+    let (code, _, stderr) = toolplane_cli(&["serve", "--config", &path, "--listen", "127.0.0.1:0"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("unknown_key"), "{stderr}");
+}

@@ -1,0 +1,111 @@
+//! The real `toolplane` binary as a child process on 127.0.0.1:0, and the test-only peers
+//! installed by `scripts/test.sh` into `.tools/`.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A `toolplane serve` child process; killed when dropped if still running.
+pub struct ServerProcess {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl ServerProcess {
+    /// Starts `toolplane serve` on a free loopback port and waits until it listens.
+    pub fn start(extra_env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolplane"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (key, value) in extra_env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("start toolplane serve");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let (found, address) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent
+                    && line.contains("toolplane serving")
+                    && let Some(addr) = line.split("address=").nth(1)
+                {
+                    let _ = found.send(addr.trim().to_owned());
+                    sent = true;
+                }
+            }
+        });
+        let addr = address
+            .recv_timeout(Duration::from_secs(20))
+            .expect("server reports its address");
+        Self { child, addr }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("send SIGTERM");
+        for _ in 0..200 {
+            if let Some(status) = self.child.try_wait().expect("poll child") {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("toolplane did not exit within 10 s of SIGTERM");
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs the `toolplane` CLI and returns (exit code, stdout, stderr).
+pub fn toolplane_cli(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_toolplane"))
+        .args(args)
+        .output()
+        .expect("run toolplane");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A test-only peer installed under `.tools/` by `scripts/test.sh`. When it is missing the test
+/// is skipped with a note, unless TOOLPLANE_REQUIRE_PEERS=1 (set by the test script and CI),
+/// where a missing peer fails the test.
+pub fn peer(relative: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(".tools")
+        .join(relative);
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("TOOLPLANE_REQUIRE_PEERS").as_deref() == Ok("1") {
+        panic!(
+            "test peer {} is missing: run scripts/test.sh",
+            path.display()
+        );
+    }
+    eprintln!(
+        "skipping: test peer {} is not installed (run scripts/test.sh)",
+        path.display()
+    );
+    None
+}

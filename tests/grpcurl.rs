@@ -1,0 +1,165 @@
+//! The running server driven by real grpcurl (1.8.6, reflection v1alpha): list, describe, a
+//! RegisterService with a JSON body, Preflight, and grpc.health.v1 Check.
+
+mod common;
+
+use std::process::Command;
+
+use common::process::{ServerProcess, peer};
+
+fn grpcurl(args: &[&str]) -> (bool, String, String) {
+    let binary = peer("venv/bin/grpcurl").expect("checked by the caller");
+    let output = Command::new(binary)
+        .args(args)
+        .output()
+        .expect("run grpcurl");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+const REGISTRATION: &str = r#"{
+  "meta": {"tenant_id": 7, "correlation_id": "grpcurl-1"},
+  "registration": {
+    "service_name": "story-generator", "service_version": "0.0.1",
+    "endpoint": "http://127.0.0.1:7001", "ttl": "30s",
+    "tools": [{"tool_name": "generate_structure", "description": "Generates a DAG",
+               "tool_schema": {"type": "object",
+                               "properties": {"theme": {"type": "string"}, "node_count": {"type": "integer", "minimum": 8}},
+                               "required": ["theme"]},
+               "capabilities": ["SERVICE_CAPABILITY_BATCHING", "SERVICE_CAPABILITY_RETRY"]}]}
+}"#;
+
+/// grpcurl sees every service through reflection and can call them with JSON.
+#[test]
+fn grpcurl_lists_describes_and_calls() {
+    if peer("venv/bin/grpcurl").is_none() {
+        return;
+    }
+    let server = ServerProcess::start(&[]);
+    let addr = server.addr.clone();
+
+    let (ok, listed, err) = grpcurl(&["-plaintext", &addr, "list"]);
+    assert!(ok, "{err}");
+    for service in [
+        "toolplane.v1.DiscoveryService",
+        "toolplane.v1.HealthService",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            listed.lines().any(|line| line == service),
+            "{service} missing from:\n{listed}"
+        );
+    }
+    let (ok, described, err) = grpcurl(&[
+        "-plaintext",
+        &addr,
+        "describe",
+        "toolplane.v1.DiscoveryService",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        described.contains("rpc RegisterService") && described.contains("rpc WatchServices"),
+        "{described}"
+    );
+    let (ok, described, err) = grpcurl(&["-plaintext", &addr, "describe", "grpc.health.v1.Health"]);
+    assert!(ok, "{err}");
+    assert!(described.contains("rpc Watch"), "{described}");
+    let (ok, described, err) = grpcurl(&[
+        "-plaintext",
+        &addr,
+        "describe",
+        "toolplane.v1.ToolRegistration",
+    ]);
+    assert!(ok, "{err}");
+    assert!(described.contains("definition_sha256"), "{described}");
+
+    let (ok, registered, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        REGISTRATION,
+        &addr,
+        "toolplane.v1.DiscoveryService/RegisterService",
+    ]);
+    assert!(ok, "{err}");
+    let registered: serde_json::Value = serde_json::from_str(&registered).expect("JSON answer");
+    assert!(
+        registered["leaseId"]
+            .as_str()
+            .is_some_and(|id| id.len() == 36),
+        "{registered}"
+    );
+    assert_eq!(registered["meta"]["correlationId"], "grpcurl-1");
+    assert_eq!(
+        registered["tools"][0]["definitionSha256"]
+            .as_str()
+            .map(str::len),
+        Some(64)
+    );
+
+    // The integer bound survives the Struct round trip as an integer.
+    let (ok, tool, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        r#"{"meta": {"tenant_id": 7}, "tool_name": "generate_structure"}"#,
+        &addr,
+        "toolplane.v1.DiscoveryService/GetTool",
+    ]);
+    assert!(ok, "{err}");
+    assert!(tool.contains("\"minimum\": 8"), "{tool}");
+
+    let preflight = r#"{"meta": {"tenant_id": 7}, "requirements": [
+        {"service_name": "story-generator", "tool_names": ["generate_structure"]},
+        {"service_name": "quality-control", "tool_names": ["validate_content"], "optional": true}]}"#;
+    let (ok, answer, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        preflight,
+        &addr,
+        "toolplane.v1.DiscoveryService/Preflight",
+    ]);
+    assert!(ok, "{err}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON answer");
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert_eq!(
+        answer["missingOptional"][0]["reason"],
+        "MISSING_REASON_SERVICE_NOT_REGISTERED"
+    );
+
+    let (ok, health, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        r#"{"service": ""}"#,
+        &addr,
+        "grpc.health.v1.Health/Check",
+    ]);
+    assert!(ok, "{err}");
+    assert!(health.contains("\"SERVING\""), "{health}");
+    let (ok, health, err) = grpcurl(&[
+        "-plaintext",
+        "-H",
+        "toolplane-tenant-id: 7",
+        "-d",
+        r#"{"service": "story-generator"}"#,
+        &addr,
+        "grpc.health.v1.Health/Check",
+    ]);
+    assert!(ok, "{err}");
+    assert!(health.contains("\"SERVING\""), "{health}");
+
+    // A bad registration shows its code and details to a grpcurl user too.
+    let (ok, _, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        r#"{"registration": {"service_name": "Bad Name", "service_version": "1.0.0"}}"#,
+        &addr,
+        "toolplane.v1.DiscoveryService/RegisterService",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("InvalidArgument") && err.contains("registration.service_name"),
+        "{err}"
+    );
+}
