@@ -40,18 +40,7 @@ async fn preflight_command_fails_fast_then_passes() {
         toolplane::pb::discovery_service_client::DiscoveryServiceClient::connect(endpoint.clone())
             .await
             .expect("connect");
-    register_ok(
-        &mut client,
-        4,
-        registration(
-            "story-generator",
-            vec![
-                simple_tool("generate_structure"),
-                simple_tool("generate_nodes"),
-            ],
-        ),
-    )
-    .await;
+    register_ok(&mut client, 4, story_generator()).await;
     register_ok(
         &mut client,
         4,

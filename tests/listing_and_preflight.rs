@@ -35,18 +35,7 @@ async fn list_tools_filters() {
         ),
     )
     .await;
-    register_ok(
-        &mut client,
-        0,
-        registration(
-            "story-generator",
-            vec![
-                simple_tool("generate_structure"),
-                simple_tool("generate_nodes"),
-            ],
-        ),
-    )
-    .await;
+    register_ok(&mut client, 0, story_generator()).await;
 
     let by_service = list_page(
         &mut client,
@@ -311,18 +300,7 @@ fn requirement(service: &str, tools: &[&str], optional: bool) -> pb::ServiceRequ
 async fn preflight_reports_what_is_missing() {
     let server = TestServer::start().await;
     let mut client = server.discovery().await;
-    register_ok(
-        &mut client,
-        0,
-        registration(
-            "story-generator",
-            vec![
-                simple_tool("generate_structure"),
-                simple_tool("generate_nodes"),
-            ],
-        ),
-    )
-    .await;
+    register_ok(&mut client, 0, story_generator()).await;
 
     let all_there = client
         .preflight(pb::PreflightRequest {

@@ -14,18 +14,7 @@ use toolplane::pb;
 async fn register_then_get_service_and_tool() {
     let server = TestServer::start().await;
     let mut client = server.discovery().await;
-    let answer = register_ok(
-        &mut client,
-        1,
-        registration(
-            "story-generator",
-            vec![
-                simple_tool("generate_structure"),
-                simple_tool("generate_nodes"),
-            ],
-        ),
-    )
-    .await;
+    let answer = register_ok(&mut client, 1, story_generator()).await;
     assert!(uuid::Uuid::parse_str(&answer.lease_id).is_ok());
     assert_eq!(answer.tools.len(), 2);
     assert!(

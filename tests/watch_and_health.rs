@@ -222,18 +222,7 @@ async fn watch_filters_by_service() {
 async fn toolplane_health_service() {
     let server = TestServer::start().await;
     let mut client = server.discovery().await;
-    register_ok(
-        &mut client,
-        0,
-        registration(
-            "story-generator",
-            vec![
-                simple_tool("generate_structure"),
-                simple_tool("generate_nodes"),
-            ],
-        ),
-    )
-    .await;
+    register_ok(&mut client, 0, story_generator()).await;
     let mut health = pb::health_service_client::HealthServiceClient::new(server.channel().await);
     let plane = health
         .get_service_health(pb::GetServiceHealthRequest {

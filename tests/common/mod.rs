@@ -133,6 +133,17 @@ pub fn registration(service: &str, tools: Vec<pb::ToolRegistration>) -> pb::Serv
     }
 }
 
+/// The seed 000 story generator with its two required tools.
+pub fn story_generator() -> pb::ServiceRegistration {
+    registration(
+        "story-generator",
+        vec![
+            simple_tool("generate_structure"),
+            simple_tool("generate_nodes"),
+        ],
+    )
+}
+
 pub fn with_ttl(
     mut registration: pb::ServiceRegistration,
     ttl: Duration,
