@@ -10,6 +10,8 @@ const PROTO_FILES: &[&str] = &[
     "toolplane/v1/tool.proto",
     "toolplane/v1/discovery_service.proto",
     "toolplane/v1/health_service.proto",
+    "toolplane/v1/invoke_service.proto",
+    "toolplane/v1/provider_service.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -13,7 +13,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::grpc::ServerOptions;
-use crate::grpc::server::DEFAULT_DRAIN_GRACE;
+use crate::grpc::server::{DEFAULT_DRAIN_GRACE, DEFAULT_PROVIDER_HEALTH_INTERVAL};
+use crate::invoke::DEFAULT_MAX_TIMEOUT;
+use crate::invoke::limits::{Bucket, RateLimitConfig};
+use crate::invoke::records::DEFAULT_RING_CAPACITY;
 use crate::registry::memory::DEFAULT_EVENT_BUFFER;
 use crate::registry::validate::{self, RegistrationLimits};
 
@@ -21,6 +24,10 @@ use crate::registry::validate::{self, RegistrationLimits};
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
 /// The config file read from the working directory when no other is named.
 pub const DEFAULT_CONFIG_FILE: &str = "toolplane.toml";
+/// The default invocations per second per (tenant, service).
+pub const DEFAULT_RATE_LIMIT_PER_SECOND: u32 = 1000;
+/// The default burst per (tenant, service).
+pub const DEFAULT_RATE_LIMIT_BURST: u32 = 2000;
 /// The prefix of configuration environment variables.
 pub const ENV_PREFIX: &str = "TOOLPLANE_";
 
@@ -54,6 +61,23 @@ pub struct ServerConfig {
     pub drain_grace: Duration,
     /// Log format: `text` or `json`.
     pub log_format: LogFormat,
+    /// The JSON-lines invocation record log; empty keeps records in memory only.
+    pub records_path: String,
+    /// How many recent invocation records are kept in memory for listing.
+    pub records_in_memory: usize,
+    /// Invocations per second allowed per (tenant, service); 0 turns the limit off.
+    pub rate_limit_per_second: u32,
+    /// Invocations per (tenant, service) allowed at once.
+    pub rate_limit_burst: u32,
+    /// Limits of single tools, keyed `service/tool` (file only), e.g.
+    /// `[tool_rate_limits."structs/structs_calculate_proof_of_work"]` with `per_second` and `burst`.
+    pub tool_rate_limits: std::collections::BTreeMap<String, Bucket>,
+    /// The longest any tool call may take.
+    #[serde(with = "humantime_serde")]
+    pub max_invoke_timeout: Duration,
+    /// How often each provider endpoint's grpc.health.v1 is checked.
+    #[serde(with = "humantime_serde")]
+    pub provider_health_interval: Duration,
 }
 
 /// How logs are written.
@@ -82,6 +106,13 @@ impl Default for ServerConfig {
             watch_event_buffer: DEFAULT_EVENT_BUFFER,
             drain_grace: DEFAULT_DRAIN_GRACE,
             log_format: LogFormat::Text,
+            records_path: String::new(),
+            records_in_memory: DEFAULT_RING_CAPACITY,
+            rate_limit_per_second: DEFAULT_RATE_LIMIT_PER_SECOND,
+            rate_limit_burst: DEFAULT_RATE_LIMIT_BURST,
+            tool_rate_limits: std::collections::BTreeMap::new(),
+            max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
+            provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
         }
     }
 }
@@ -146,6 +177,12 @@ impl ServerConfig {
     }
 
     fn check(&self) -> Result<(), String> {
+        if let Some((key, _)) = self.tool_rate_limits.iter().find(|(key, _)| {
+            key.split_once('/')
+                .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
+        }) {
+            return Err(format!("tool_rate_limits key {key:?} must be SERVICE/TOOL"));
+        }
         if self.min_ttl > self.max_ttl
             || self.default_ttl < self.min_ttl
             || self.default_ttl > self.max_ttl
@@ -174,6 +211,22 @@ impl ServerConfig {
             },
             event_buffer: self.watch_event_buffer,
             drain_grace: self.drain_grace,
+            records_path: Some(PathBuf::from(&self.records_path))
+                .filter(|path| !path.as_os_str().is_empty()),
+            records_in_memory: self.records_in_memory,
+            rate_limits: RateLimitConfig {
+                per_service: Some(Bucket {
+                    per_second: self.rate_limit_per_second,
+                    burst: self.rate_limit_burst,
+                }),
+                per_tool: self
+                    .tool_rate_limits
+                    .iter()
+                    .map(|(key, bucket)| (key.clone(), *bucket))
+                    .collect(),
+            },
+            max_invoke_timeout: self.max_invoke_timeout,
+            provider_health_interval: self.provider_health_interval,
         }
     }
 }

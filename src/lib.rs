@@ -18,6 +18,8 @@ pub mod client;
 pub mod config;
 pub mod envelope;
 pub mod grpc;
+pub mod invoke;
 pub mod json;
 pub mod pb;
+pub mod provider;
 pub mod registry;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::invoke::health::ProviderHealthBook;
 use crate::json::{json_to_struct, struct_to_json};
 use crate::pb;
 use crate::registry::model::{HealthState, ServiceEntry};
@@ -62,7 +63,8 @@ pub fn capability(value: i32) -> Result<Capability, String> {
     }
 }
 
-fn capability_to_pb(capability: Capability) -> pb::ServiceCapability {
+/// The wire form of a capability.
+pub fn capability_to_pb(capability: Capability) -> pb::ServiceCapability {
     match capability {
         Capability::Batching => pb::ServiceCapability::Batching,
         Capability::Streaming => pb::ServiceCapability::Streaming,
@@ -195,8 +197,17 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
     }
 }
 
+/// The health of a live service: UNHEALTHY while its provider fails health checks.
+pub fn service_health(service: &ServiceEntry, health: &ProviderHealthBook) -> HealthState {
+    if health.failure(&service.endpoint).is_some() {
+        HealthState::Unhealthy
+    } else {
+        HealthState::Healthy
+    }
+}
+
 /// The wire form of a live service.
-pub fn discovery_info(service: &ServiceEntry) -> pb::DiscoveryInfo {
+pub fn discovery_info(service: &ServiceEntry, health: &ProviderHealthBook) -> pb::DiscoveryInfo {
     pb::DiscoveryInfo {
         service_name: service.name.to_string(),
         service_version: service.version.clone(),
@@ -206,7 +217,7 @@ pub fn discovery_info(service: &ServiceEntry) -> pb::DiscoveryInfo {
             .iter()
             .map(|tool| tool_to_pb(tool, service))
             .collect(),
-        service_health: health_to_pb(HealthState::Healthy) as i32,
+        service_health: health_to_pb(service_health(service, health)) as i32,
         uptime_seconds: service.uptime_seconds(),
         registered_at: Some(service.registered_at.into()),
         expires_at: Some(service.lease.expires_at().into()),
@@ -222,7 +233,7 @@ fn tool_change_to_pb(change: &ToolChange) -> pb::ToolChange {
 }
 
 /// The wire form of a registry change.
-pub fn event_to_pb(event: &RegistryEvent) -> pb::ServiceEvent {
+pub fn event_to_pb(event: &RegistryEvent, health: &ProviderHealthBook) -> pb::ServiceEvent {
     let (kind, tool_changes) = match &event.kind {
         ChangeKind::Added => (pb::ServiceEventType::Added, Vec::new()),
         ChangeKind::Updated(changes) => (
@@ -236,7 +247,10 @@ pub fn event_to_pb(event: &RegistryEvent) -> pb::ServiceEvent {
         r#type: kind as i32,
         revision: event.revision,
         service_name: event.service.to_string(),
-        service: event.entry.as_deref().map(discovery_info),
+        service: event
+            .entry
+            .as_deref()
+            .map(|entry| discovery_info(entry, health)),
         tool_changes,
     }
 }

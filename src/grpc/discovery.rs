@@ -1,6 +1,7 @@
 //! The thin adapter for `toolplane.v1.DiscoveryService`: parse, call the registry, convert back.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures_util::Stream;
 use tokio::sync::{broadcast, mpsc};
@@ -11,6 +12,7 @@ use tracing::{Span, instrument};
 use super::convert;
 use super::serving::ServingState;
 use crate::envelope::RequestMeta;
+use crate::invoke::health::ProviderHealthBook;
 use crate::pb;
 use crate::pb::discovery_service_server::DiscoveryService;
 use crate::registry::store::{RegistryEvent, ToolFilter};
@@ -24,12 +26,18 @@ const WATCH_CHANNEL_CAPACITY: usize = 64;
 pub struct DiscoveryApi {
     registry: Registry,
     serving: ServingState,
+    health: Arc<ProviderHealthBook>,
 }
 
 impl DiscoveryApi {
-    /// An adapter over `registry`; watches end when `serving` turns to shutting down.
-    pub fn new(registry: Registry, serving: ServingState) -> Self {
-        Self { registry, serving }
+    /// An adapter over `registry`, reporting provider health from `health`; watches end when
+    /// `serving` turns to shutting down.
+    pub fn new(registry: Registry, serving: ServingState, health: Arc<ProviderHealthBook>) -> Self {
+        Self {
+            registry,
+            serving,
+            health,
+        }
     }
 }
 
@@ -172,7 +180,7 @@ impl DiscoveryService for DiscoveryApi {
             services: page
                 .items
                 .iter()
-                .map(|service| convert::discovery_info(service))
+                .map(|service| convert::discovery_info(service, &self.health))
                 .collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),
         }))
@@ -189,7 +197,7 @@ impl DiscoveryService for DiscoveryApi {
         let service = self.registry.get_service(meta.tenant, &name)?;
         Ok(Response::new(pb::GetServiceResponse {
             meta: Some(meta.response()),
-            service: Some(convert::discovery_info(&service)),
+            service: Some(convert::discovery_info(&service, &self.health)),
         }))
     }
 
@@ -210,6 +218,7 @@ impl DiscoveryService for DiscoveryApi {
             only,
             sender,
             serving: self.serving.clone(),
+            health: Arc::clone(&self.health),
         };
         tokio::spawn(watcher.run(start));
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
@@ -246,7 +255,7 @@ impl DiscoveryService for DiscoveryApi {
             services: report
                 .services
                 .iter()
-                .map(|service| convert::discovery_info(service))
+                .map(|service| convert::discovery_info(service, &self.health))
                 .collect(),
         }))
     }
@@ -263,6 +272,7 @@ struct Watcher {
     only: Option<ServiceName>,
     sender: mpsc::Sender<Result<pb::WatchServicesResponse, Status>>,
     serving: ServingState,
+    health: Arc<ProviderHealthBook>,
 }
 
 impl Watcher {
@@ -293,7 +303,7 @@ impl Watcher {
                 r#type: pb::ServiceEventType::Added as i32,
                 revision,
                 service_name: service.name.to_string(),
-                service: Some(convert::discovery_info(service)),
+                service: Some(convert::discovery_info(service, &self.health)),
                 tool_changes: Vec::new(),
             };
             if !self.send(event).await {
@@ -320,7 +330,7 @@ impl Watcher {
             };
             match received {
                 Ok(event) if event.revision > revision && self.wants(&event) => {
-                    if !self.send(convert::event_to_pb(&event)).await {
+                    if !self.send(convert::event_to_pb(&event, &self.health)).await {
                         return;
                     }
                 }

@@ -1,5 +1,6 @@
 //! The thin adapter for `toolplane.v1.HealthService`.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use tonic::{Request, Response, Status};
@@ -8,6 +9,7 @@ use tracing::instrument;
 use super::convert;
 use super::discovery::accept_meta;
 use super::serving::ServingState;
+use crate::invoke::health::ProviderHealthBook;
 use crate::pb;
 use crate::pb::health_service_server::HealthService;
 use crate::registry::{HealthState, Registry};
@@ -17,12 +19,18 @@ use crate::registry::{HealthState, Registry};
 pub struct HealthApi {
     registry: Registry,
     serving: ServingState,
+    health: Arc<ProviderHealthBook>,
 }
 
 impl HealthApi {
-    /// An adapter reporting on `registry` and on the server's `serving` state.
-    pub fn new(registry: Registry, serving: ServingState) -> Self {
-        Self { registry, serving }
+    /// An adapter reporting on `registry`, provider checks in `health`, and the server's
+    /// `serving` state.
+    pub fn new(registry: Registry, serving: ServingState, health: Arc<ProviderHealthBook>) -> Self {
+        Self {
+            registry,
+            serving,
+            health,
+        }
     }
 }
 
@@ -55,7 +63,8 @@ impl HealthService for HealthApi {
             let service = self.registry.get_service(meta.tenant, &name)?;
             pb::GetServiceHealthResponse {
                 meta: Some(meta.response()),
-                status: convert::health_to_pb(HealthState::Healthy) as i32,
+                status: convert::health_to_pb(convert::service_health(&service, &self.health))
+                    as i32,
                 timestamp: Some(SystemTime::now().into()),
                 uptime_seconds: service.uptime_seconds(),
                 tools_count: u32::try_from(service.tools.len()).unwrap_or(u32::MAX),

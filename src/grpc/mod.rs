@@ -4,6 +4,8 @@
 pub mod convert;
 pub mod discovery;
 pub mod health;
+pub mod invoke;
+pub mod provider_client;
 pub mod server;
 pub mod serving;
 pub mod status;

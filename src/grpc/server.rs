@@ -1,11 +1,12 @@
 //! Server assembly: every service, reflection (v1 and v1alpha) and grpc.health.v1 on one
-//! listener, with a graceful shutdown.
+//! listener, the provider health checks, and a graceful shutdown.
 //!
 //! [`serve`] takes a bound listener and a shutdown future, so tests bind `127.0.0.1:0`. When
 //! the shutdown future completes, health turns NOT_SERVING, streams are told to end, in-flight
 //! calls get the grace period to finish, and then the server returns.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,16 +16,27 @@ use tonic::transport::Server;
 
 use super::discovery::DiscoveryApi;
 use super::health::HealthApi;
+use super::invoke::InvokeApi;
+use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
+use crate::invoke::health::ProviderHealthBook;
+use crate::invoke::limits::{RateLimitConfig, RateLimits};
+use crate::invoke::records::{DEFAULT_RING_CAPACITY, RecordError, RecordLog};
+use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
 use crate::pb;
 use crate::pb::discovery_service_server::DiscoveryServiceServer;
 use crate::pb::health_service_server::HealthServiceServer;
+use crate::pb::tool_invoke_service_server::ToolInvokeServiceServer;
 use crate::registry::memory::{DEFAULT_EVENT_BUFFER, MemoryStore};
-use crate::registry::{RegistrationLimits, Registry};
+use crate::registry::{RegistrationLimits, Registry, RegistryStore};
 
 /// The default time in-flight calls get to finish after shutdown begins.
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(10);
+/// The default interval of provider health checks.
+pub const DEFAULT_PROVIDER_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// How often idle rate-limit buckets are dropped.
+const RATE_LIMIT_SHRINK_INTERVAL: Duration = Duration::from_secs(60);
 
 /// What the server is built from.
 #[derive(Debug, Clone)]
@@ -35,6 +47,16 @@ pub struct ServerOptions {
     pub event_buffer: usize,
     /// How long in-flight calls may take to finish after shutdown begins.
     pub drain_grace: Duration,
+    /// The JSON-lines invocation record log; `None` keeps records in memory only.
+    pub records_path: Option<PathBuf>,
+    /// How many recent records are kept in memory for listing.
+    pub records_in_memory: usize,
+    /// Rate limits of invocations.
+    pub rate_limits: RateLimitConfig,
+    /// The longest any tool call may take.
+    pub max_invoke_timeout: Duration,
+    /// How often each provider endpoint's health is checked.
+    pub provider_health_interval: Duration,
 }
 
 impl Default for ServerOptions {
@@ -43,6 +65,11 @@ impl Default for ServerOptions {
             limits: RegistrationLimits::default(),
             event_buffer: DEFAULT_EVENT_BUFFER,
             drain_grace: DEFAULT_DRAIN_GRACE,
+            records_path: None,
+            records_in_memory: DEFAULT_RING_CAPACITY,
+            rate_limits: RateLimitConfig::default(),
+            max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
+            provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
         }
     }
 }
@@ -56,6 +83,9 @@ pub enum ServeError {
     /// The reflection descriptors could not be loaded.
     #[error("reflection descriptors: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// The invocation record log could not be opened.
+    #[error(transparent)]
+    Records(#[from] RecordError),
 }
 
 /// Serves every toolplane API on `listener` until `shutdown` completes, then drains.
@@ -64,9 +94,34 @@ pub async fn serve(
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let store = MemoryStore::start(options.event_buffer);
-    let registry = Registry::new(store as Arc<_>, options.limits.clone());
+    let records = Arc::new(match &options.records_path {
+        Some(path) => RecordLog::open(path, options.records_in_memory)?,
+        None => RecordLog::in_memory(options.records_in_memory),
+    });
+    let store: Arc<dyn RegistryStore> = MemoryStore::start(options.event_buffer);
+    let registry = Registry::new(Arc::clone(&store), options.limits.clone());
     let serving = ServingState::new();
+    let health = Arc::new(ProviderHealthBook::default());
+    let caller = GrpcProviderCaller::default();
+    let limits = Arc::new(RateLimits::new(&options.rate_limits));
+    let invoker = Invoker::new(
+        registry.clone(),
+        Arc::new(caller.clone()),
+        Arc::clone(&limits),
+        Arc::clone(&health),
+        records,
+        InvokerOptions {
+            max_timeout: options.max_invoke_timeout,
+        },
+    );
+    tokio::spawn(run_health_checks(
+        store,
+        caller,
+        Arc::clone(&health),
+        options.provider_health_interval,
+        serving.subscribe(),
+    ));
+    tokio::spawn(shrink_rate_limits(limits, serving.clone()));
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -83,13 +138,16 @@ pub async fn serve(
         .add_service(DiscoveryServiceServer::new(DiscoveryApi::new(
             registry.clone(),
             serving.clone(),
+            Arc::clone(&health),
         )))
         .add_service(HealthServiceServer::new(HealthApi::new(
             registry.clone(),
             serving.clone(),
+            Arc::clone(&health),
         )))
+        .add_service(ToolInvokeServiceServer::new(InvokeApi::new(invoker)))
         .add_service(tonic_health::pb::health_server::HealthServer::new(
-            StandardHealth::new(registry, serving.clone()),
+            StandardHealth::new(registry, serving.clone(), health),
         ))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -110,6 +168,16 @@ pub async fn serve(
         Err(_) => {
             tracing::warn!("grace period over; closing the connections still open");
             Ok(())
+        }
+    }
+}
+
+async fn shrink_rate_limits(limits: Arc<RateLimits>, serving: ServingState) {
+    let mut stopping = serving.subscribe();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(RATE_LIMIT_SHRINK_INTERVAL) => limits.shrink(),
+            () = super::discovery::shutting_down(&mut stopping) => return,
         }
     }
 }

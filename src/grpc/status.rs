@@ -9,7 +9,11 @@ use tonic_types::{
     ErrorDetails, FieldViolation as PbFieldViolation, PreconditionViolation, StatusExt,
 };
 
+use std::time::Duration;
+
 use crate::envelope::EnvelopeError;
+use crate::invoke::caller::FailureKind;
+use crate::invoke::{self, InvokeError};
 use crate::registry::{FieldViolation, RegistryError, ViolationKind};
 
 /// The ErrorInfo domain of every toolplane error.
@@ -44,10 +48,24 @@ fn bad_request(message: String, violations: &[FieldViolation]) -> Status {
     let reason = violations
         .first()
         .map_or("VALIDATION_FIELD", |first| reason_of(first.kind));
-    let metadata: HashMap<String, String> =
+    bad_request_with_reason(message, violations, reason, Vec::new())
+}
+
+fn bad_request_with_reason(
+    message: String,
+    violations: &[FieldViolation],
+    reason: &str,
+    extra: Vec<(&str, String)>,
+) -> Status {
+    let mut metadata: HashMap<String, String> =
         [("violations".to_owned(), violations.len().to_string())]
             .into_iter()
             .collect();
+    metadata.extend(
+        extra
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value)),
+    );
     let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
     details.set_bad_request(
         violations
@@ -124,6 +142,67 @@ impl From<RegistryError> for Status {
         };
         Status::with_error_details(code, message, details)
     }
+}
+
+/// A NOT_FOUND status with ErrorInfo.
+pub fn not_found(reason: &str, message: String) -> Status {
+    let (code, message, details) = status(Code::NotFound, message, reason, Vec::new());
+    Status::with_error_details(code, message, details)
+}
+
+/// The status of a failed invocation; `invocation_id` names its record when one was written.
+pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Status {
+    let message = error.to_string();
+    let reason = invoke::reason_of(&error);
+    let mut metadata = vec![("invocation_id", invocation_id.unwrap_or_default())];
+    let (code, extra_details): (Code, Option<Duration>) = match error {
+        InvokeError::Request(inner) | InvokeError::Resolve(inner) => return Status::from(inner),
+        InvokeError::InvalidInput { tool, violations } => {
+            metadata.push(("tool_name", tool));
+            return bad_request_with_reason(message, &violations, &reason, metadata);
+        }
+        InvokeError::RateLimited { scope, retry_after } => {
+            metadata.push(("scope", scope));
+            (Code::ResourceExhausted, Some(retry_after))
+        }
+        InvokeError::NoEndpoint { service } => {
+            metadata.push(("service_name", service));
+            (Code::FailedPrecondition, None)
+        }
+        InvokeError::ProviderUnhealthy {
+            service, endpoint, ..
+        } => {
+            metadata.push(("service_name", service));
+            metadata.push(("endpoint", endpoint));
+            (Code::Unavailable, None)
+        }
+        InvokeError::Timeout { tool, attempts, .. } => {
+            metadata.push(("tool_name", tool));
+            metadata.push(("attempts", attempts.to_string()));
+            (Code::DeadlineExceeded, None)
+        }
+        InvokeError::Provider {
+            tool,
+            failure,
+            attempts,
+        } => {
+            metadata.push(("tool_name", tool));
+            metadata.push(("attempts", attempts.to_string()));
+            let code = match failure.kind {
+                FailureKind::Unavailable => Code::Unavailable,
+                FailureKind::ResourceExhausted => Code::ResourceExhausted,
+                FailureKind::DeadlineExceeded => Code::DeadlineExceeded,
+                FailureKind::Other(number) => Code::from(number),
+            };
+            (code, None)
+        }
+        InvokeError::Records(_) => (Code::Internal, None),
+    };
+    let (code, message, mut details) = status(code, message, &reason, metadata);
+    if let Some(retry_after) = extra_details {
+        details.set_retry_info(Some(retry_after));
+    }
+    Status::with_error_details(code, message, details)
 }
 
 impl From<EnvelopeError> for Status {

@@ -3,8 +3,8 @@
 //!
 //! - `""` and each `toolplane.v1` service name report the server itself: SERVING, or
 //!   NOT_SERVING once shutdown has begun.
-//! - A registered service's name reports SERVING while its lease lives, and SERVICE_UNKNOWN
-//!   once it is gone.
+//! - A registered service's name reports SERVING while its lease lives (NOT_SERVING while its
+//!   provider fails the control plane's health checks), and SERVICE_UNKNOWN once it is gone.
 //! - Check on a name never registered is NOT_FOUND. Watch on it sends SERVICE_UNKNOWN and
 //!   keeps the stream open, sending again whenever the status changes.
 //!
@@ -12,6 +12,7 @@
 //! `toolplane-tenant-id` request header (default 0).
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures_util::Stream;
 use tokio::sync::mpsc;
@@ -23,6 +24,7 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use super::serving::ServingState;
 use crate::envelope::TenantId;
+use crate::invoke::health::ProviderHealthBook;
 use crate::registry::{Registry, ServiceName};
 
 /// The request header naming the tenant of a grpc.health.v1 call.
@@ -32,6 +34,7 @@ pub const TENANT_HEADER: &str = "toolplane-tenant-id";
 pub const SERVER_SERVICES: &[&str] = &[
     "toolplane.v1.DiscoveryService",
     "toolplane.v1.HealthService",
+    "toolplane.v1.ToolInvokeService",
 ];
 
 /// Serves `grpc.health.v1.Health` over the registry.
@@ -39,12 +42,18 @@ pub const SERVER_SERVICES: &[&str] = &[
 pub struct StandardHealth {
     registry: Registry,
     serving: ServingState,
+    health: Arc<ProviderHealthBook>,
 }
 
 impl StandardHealth {
-    /// A health service reporting on `registry` and on the server's `serving` state.
-    pub fn new(registry: Registry, serving: ServingState) -> Self {
-        Self { registry, serving }
+    /// A health service reporting on `registry`, provider checks in `health`, and the
+    /// server's `serving` state.
+    pub fn new(registry: Registry, serving: ServingState, health: Arc<ProviderHealthBook>) -> Self {
+        Self {
+            registry,
+            serving,
+            health,
+        }
     }
 
     /// The status of `service`; `None` for a name never seen in the tenant.
@@ -58,10 +67,13 @@ impl StandardHealth {
         }
         let live = ServiceName::parse(service)
             .ok()
-            .and_then(|name| self.registry.store().service(tenant, &name))
-            .is_some();
-        if live {
-            Some(ServingStatus::Serving)
+            .and_then(|name| self.registry.store().service(tenant, &name));
+        if let Some(entry) = live {
+            Some(if self.health.failure(&entry.endpoint).is_some() {
+                ServingStatus::NotServing
+            } else {
+                ServingStatus::Serving
+            })
         } else if self.registry.store().was_seen(tenant, service) {
             Some(ServingStatus::ServiceUnknown)
         } else {
@@ -121,6 +133,7 @@ impl Health for StandardHealth {
         tokio::spawn(async move {
             let mut events = this.registry.store().subscribe();
             let mut serving = this.serving.subscribe();
+            let mut provider_health = this.health.subscribe();
             let mut last = None;
             loop {
                 let status = this
@@ -136,6 +149,11 @@ impl Health for StandardHealth {
                     // Any change may be ours (a lagged receiver just re-reads the status).
                     received = events.recv() => {
                         if matches!(received, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                            return;
+                        }
+                    }
+                    flipped = provider_health.recv() => {
+                        if matches!(flipped, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
                             return;
                         }
                     }

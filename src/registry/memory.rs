@@ -404,6 +404,18 @@ impl RegistryStore for MemoryStore {
         }
     }
 
+    fn endpoints(&self) -> std::collections::HashSet<String> {
+        let snapshot = self.snapshot.load();
+        let now = monotonic_now();
+        snapshot
+            .tenants
+            .values()
+            .flat_map(|index| index.services.values())
+            .filter(|entry| !entry.endpoint.is_empty() && entry.lease.is_live_at(now))
+            .map(|entry| entry.endpoint.clone())
+            .collect()
+    }
+
     fn subscribe(&self) -> broadcast::Receiver<Arc<RegistryEvent>> {
         self.events.subscribe()
     }

@@ -137,6 +137,8 @@ pub trait RegistryStore: Send + Sync + Debug {
     fn was_seen(&self, tenant: TenantId, name: &str) -> bool;
     /// Starts a watch of the tenant's services.
     fn watch(&self, tenant: TenantId) -> WatchStart;
+    /// Every distinct non-empty endpoint of a live service, in any tenant.
+    fn endpoints(&self) -> std::collections::HashSet<String>;
     /// Subscribes to every event of every tenant, from now on.
     fn subscribe(&self) -> broadcast::Receiver<Arc<RegistryEvent>>;
 }

@@ -1,0 +1,287 @@
+//! The thin adapter for `toolplane.v1.ToolInvokeService`.
+
+use std::time::Duration;
+
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+use super::convert;
+use super::discovery::accept_meta;
+use crate::invoke::policy::RetryPolicy;
+use crate::invoke::records::{InvocationRecord, InvocationStatus, RecordFilter};
+use crate::invoke::{Failed, Invocation, Invoker};
+use crate::json::{json_to_value, struct_to_json};
+use crate::pb;
+use crate::pb::tool_invoke_service_server::ToolInvokeService;
+use crate::registry::{RegistryError, ViolationKind, paging};
+
+/// Serves `toolplane.v1.ToolInvokeService`.
+#[derive(Debug, Clone)]
+pub struct InvokeApi {
+    invoker: Invoker,
+}
+
+impl InvokeApi {
+    /// An adapter over `invoker`.
+    pub fn new(invoker: Invoker) -> Self {
+        Self { invoker }
+    }
+}
+
+/// Reads the caller's deadline from the `grpc-timeout` header (e.g. `1500m`, `2S`).
+pub fn caller_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+fn input_json(input: Option<prost_types::Struct>) -> Result<serde_json::Value, RegistryError> {
+    match input {
+        None => Ok(serde_json::json!({})),
+        Some(input) => struct_to_json(&input).map_err(|error| {
+            RegistryError::invalid(
+                format!("input{}", error.pointer),
+                ViolationKind::Field,
+                error.problem,
+            )
+        }),
+    }
+}
+
+fn retry_policy(policy: Option<pb::RetryPolicy>) -> Result<Option<RetryPolicy>, RegistryError> {
+    let Some(policy) = policy else {
+        return Ok(None);
+    };
+    let duration = |value: Option<prost_types::Duration>, field: &str| {
+        value.map(Duration::try_from).transpose().map_err(|_| {
+            RegistryError::invalid(
+                format!("retry_policy.{field}"),
+                ViolationKind::Field,
+                format!("{field} must be positive"),
+            )
+        })
+    };
+    let initial = duration(policy.initial_backoff, "initial_backoff")?;
+    let max = duration(policy.max_backoff, "max_backoff")?;
+    RetryPolicy::new(
+        policy.max_attempts,
+        initial,
+        max,
+        policy.multiplier,
+        policy.jitter,
+    )
+    .map(Some)
+    .map_err(|(field, problem)| {
+        RegistryError::invalid(
+            format!("retry_policy.{field}"),
+            ViolationKind::Field,
+            problem,
+        )
+    })
+}
+
+fn failed_status(failed: Failed) -> Status {
+    let invocation_id = failed.record.map(|record| record.invocation_id.clone());
+    super::status::invoke_status(failed.error, invocation_id)
+}
+
+#[tonic::async_trait]
+impl ToolInvokeService for InvokeApi {
+    #[instrument(skip_all, fields(rpc = "InvokeTool", tenant, correlation_id, tool))]
+    async fn invoke_tool(
+        &self,
+        request: Request<pb::InvokeToolRequest>,
+    ) -> Result<Response<pb::InvokeToolResponse>, Status> {
+        let caller_timeout = caller_timeout(request.metadata());
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        tracing::Span::current().record("tool", request.tool_name.as_str());
+        let invocation = Invocation {
+            tenant: meta.tenant,
+            correlation_id: meta.correlation_id.clone(),
+            tool: convert::tool_name("tool_name", &request.tool_name)?,
+            service: convert::optional_service_name("service_name", &request.service_name)?,
+            input: input_json(request.input)?,
+            idempotency_key: Some(request.idempotency_key).filter(|key| !key.is_empty()),
+            retry: retry_policy(request.retry_policy)?,
+            caller_timeout,
+        };
+        let invoked = self
+            .invoker
+            .invoke(invocation)
+            .await
+            .map_err(failed_status)?;
+        Ok(Response::new(pb::InvokeToolResponse {
+            meta: Some(meta.response()),
+            output: Some(json_to_value(&invoked.output)),
+            warnings: invoked.warnings,
+            record: Some(record_to_pb(&invoked.record)),
+        }))
+    }
+
+    #[instrument(skip_all, fields(rpc = "ValidateToolInput", tenant, correlation_id))]
+    async fn validate_tool_input(
+        &self,
+        request: Request<pb::ValidateToolInputRequest>,
+    ) -> Result<Response<pb::ValidateToolInputResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let tool = convert::tool_name("tool_name", &request.tool_name)?;
+        let service = convert::optional_service_name("service_name", &request.service_name)?;
+        let input = input_json(request.input)?;
+        let found = self
+            .invoker
+            .validate(meta.tenant, &tool, service.as_ref(), &input)
+            .map_err(|error| super::status::invoke_status(error, None))?;
+        Ok(Response::new(pb::ValidateToolInputResponse {
+            meta: Some(meta.response()),
+            service_name: found.service.name.to_string(),
+            definition_sha256: found.tool.definition_sha256.clone(),
+        }))
+    }
+
+    #[instrument(
+        skip_all,
+        fields(rpc = "ListInvocationRecords", tenant, correlation_id)
+    )]
+    async fn list_invocation_records(
+        &self,
+        request: Request<pb::ListInvocationRecordsRequest>,
+    ) -> Result<Response<pb::ListInvocationRecordsResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let status = match request.status {
+            0 => None,
+            value => Some(status_from_pb(value).ok_or_else(|| {
+                RegistryError::invalid(
+                    "status",
+                    ViolationKind::Field,
+                    format!("unknown invocation status {value}"),
+                )
+            })?),
+        };
+        let filter = RecordFilter {
+            tool_name: Some(request.tool_name).filter(|s| !s.is_empty()),
+            service_name: Some(request.service_name).filter(|s| !s.is_empty()),
+            correlation_id: Some(request.correlation_id).filter(|s| !s.is_empty()),
+            status,
+        };
+        let size = paging::page_size(request.page_size)?;
+        let query = format!("records|{filter:?}");
+        let before = paging::decode_token(&request.page_token, &query, 1)?
+            .map(|key| {
+                key[0].parse::<u64>().map_err(|_| {
+                    RegistryError::invalid(
+                        "page_token",
+                        ViolationKind::Field,
+                        "page_token is not a token this server issued",
+                    )
+                })
+            })
+            .transpose()?;
+        let mut records = self
+            .invoker
+            .records()
+            .list(meta.tenant, &filter, before, size + 1);
+        let next_page_token = if records.len() > size {
+            records.truncate(size);
+            paging::encode_token(vec![records[size - 1].sequence.to_string()], &query)
+        } else {
+            String::new()
+        };
+        Ok(Response::new(pb::ListInvocationRecordsResponse {
+            meta: Some(meta.response()),
+            records: records.iter().map(|record| record_to_pb(record)).collect(),
+            next_page_token,
+        }))
+    }
+
+    #[instrument(skip_all, fields(rpc = "GetInvocationRecord", tenant, correlation_id))]
+    async fn get_invocation_record(
+        &self,
+        request: Request<pb::GetInvocationRecordRequest>,
+    ) -> Result<Response<pb::GetInvocationRecordResponse>, Status> {
+        let request = request.into_inner();
+        let meta = accept_meta(request.meta.as_ref())?;
+        let record = self
+            .invoker
+            .records()
+            .get(meta.tenant, &request.invocation_id)
+            .ok_or_else(|| {
+                super::status::not_found(
+                    "RESOURCE_NOT_FOUND",
+                    format!(
+                        "invocation record {} is not among this tenant's recent records",
+                        request.invocation_id
+                    ),
+                )
+            })?;
+        Ok(Response::new(pb::GetInvocationRecordResponse {
+            meta: Some(meta.response()),
+            record: Some(record_to_pb(&record)),
+        }))
+    }
+}
+
+fn status_from_pb(value: i32) -> Option<InvocationStatus> {
+    Some(match pb::InvocationStatus::try_from(value).ok()? {
+        pb::InvocationStatus::Unspecified => return None,
+        pb::InvocationStatus::Succeeded => InvocationStatus::Succeeded,
+        pb::InvocationStatus::InvalidInput => InvocationStatus::InvalidInput,
+        pb::InvocationStatus::Rejected => InvocationStatus::Rejected,
+        pb::InvocationStatus::RateLimited => InvocationStatus::RateLimited,
+        pb::InvocationStatus::TimedOut => InvocationStatus::TimedOut,
+        pb::InvocationStatus::Unavailable => InvocationStatus::Unavailable,
+        pb::InvocationStatus::Failed => InvocationStatus::Failed,
+        pb::InvocationStatus::Cancelled => InvocationStatus::Cancelled,
+    })
+}
+
+fn status_to_pb(status: InvocationStatus) -> pb::InvocationStatus {
+    match status {
+        InvocationStatus::Succeeded => pb::InvocationStatus::Succeeded,
+        InvocationStatus::InvalidInput => pb::InvocationStatus::InvalidInput,
+        InvocationStatus::Rejected => pb::InvocationStatus::Rejected,
+        InvocationStatus::RateLimited => pb::InvocationStatus::RateLimited,
+        InvocationStatus::TimedOut => pb::InvocationStatus::TimedOut,
+        InvocationStatus::Unavailable => pb::InvocationStatus::Unavailable,
+        InvocationStatus::Failed => pb::InvocationStatus::Failed,
+        InvocationStatus::Cancelled => pb::InvocationStatus::Cancelled,
+    }
+}
+
+fn timestamp(text: &str) -> Option<prost_types::Timestamp> {
+    humantime::parse_rfc3339(text).ok().map(Into::into)
+}
+
+/// The wire form of a record.
+pub fn record_to_pb(record: &InvocationRecord) -> pb::InvocationRecord {
+    pb::InvocationRecord {
+        invocation_id: record.invocation_id.clone(),
+        sequence: record.sequence,
+        tenant_id: record.tenant_id,
+        correlation_id: record.correlation_id.clone(),
+        tool_name: record.tool_name.clone(),
+        service_name: record.service_name.clone(),
+        definition_sha256: record.definition_sha256.clone(),
+        input_sha256: record.input_sha256.clone(),
+        output_sha256: record.output_sha256.clone(),
+        started_at: timestamp(&record.started_at),
+        finished_at: timestamp(&record.finished_at),
+        duration: Duration::from_micros(record.duration_us).try_into().ok(),
+        attempts: record.attempts,
+        status: status_to_pb(record.status) as i32,
+        error_reason: record.error_reason.clone(),
+        prev_record_sha256: record.prev_record_sha256.clone(),
+        record_sha256: record.record_sha256.clone(),
+    }
+}

@@ -1,0 +1,189 @@
+//! Calling providers over gRPC: one lazily connected tonic `Channel` per endpoint, pooled and
+//! reused (never dialled per call), and the periodic grpc.health.v1 checks of every endpoint.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, join_all};
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_types::StatusExt;
+
+use crate::envelope::RequestMeta;
+use crate::invoke::caller::{
+    FailureKind, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply,
+};
+use crate::invoke::health::ProviderHealthBook;
+use crate::json::{json_to_struct, value_to_json};
+use crate::pb;
+use crate::pb::tool_provider_service_client::ToolProviderServiceClient;
+use crate::registry::RegistryStore;
+
+/// How long connecting to a provider may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Channels unused this long are dropped from the pool.
+const CHANNEL_IDLE: Duration = Duration::from_secs(600);
+/// The longest a single health check may take.
+const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Calls providers through pooled channels.
+#[derive(Debug, Clone)]
+pub struct GrpcProviderCaller {
+    channels: moka::sync::Cache<String, Channel>,
+}
+
+impl Default for GrpcProviderCaller {
+    fn default() -> Self {
+        Self {
+            channels: moka::sync::Cache::builder()
+                .time_to_idle(CHANNEL_IDLE)
+                .max_capacity(10_000)
+                .build(),
+        }
+    }
+}
+
+fn failure(status: &tonic::Status) -> ProviderFailure {
+    let kind = match status.code() {
+        tonic::Code::Unavailable => FailureKind::Unavailable,
+        tonic::Code::ResourceExhausted => FailureKind::ResourceExhausted,
+        tonic::Code::DeadlineExceeded => FailureKind::DeadlineExceeded,
+        other => FailureKind::Other(other as i32),
+    };
+    let reason = status
+        .get_error_details()
+        .error_info()
+        .map(|info| info.reason.clone())
+        .unwrap_or_else(|| {
+            match kind {
+                FailureKind::Unavailable => "TOOL_UNAVAILABLE",
+                FailureKind::ResourceExhausted => "RATE_LIMIT_PROVIDER",
+                FailureKind::DeadlineExceeded => "TOOL_TIMEOUT",
+                FailureKind::Other(_) => "TOOL_FAILED",
+            }
+            .to_owned()
+        });
+    ProviderFailure {
+        kind,
+        reason,
+        message: status.message().to_owned(),
+    }
+}
+
+impl GrpcProviderCaller {
+    /// The pooled channel of an endpoint, created (unconnected) on first use.
+    pub fn channel(&self, endpoint: &str) -> Result<Channel, ProviderFailure> {
+        self.channels
+            .try_get_with(endpoint.to_owned(), || {
+                Endpoint::from_shared(endpoint.to_owned()).map(|e| {
+                    e.connect_timeout(CONNECT_TIMEOUT)
+                        .tcp_nodelay(true)
+                        .connect_lazy()
+                })
+            })
+            .map_err(|error| ProviderFailure {
+                kind: FailureKind::Unavailable,
+                reason: "TOOL_UNAVAILABLE".to_owned(),
+                message: format!("bad provider endpoint {endpoint}: {error}"),
+            })
+    }
+
+    /// Checks one endpoint's grpc.health.v1 (service ""): `Err(why)` when it is not serving.
+    /// A provider without a health service (UNIMPLEMENTED) counts as healthy.
+    pub async fn check_health(&self, endpoint: &str) -> Result<(), String> {
+        let channel = self.channel(endpoint).map_err(|failure| failure.message)?;
+        let mut request = tonic::Request::new(HealthCheckRequest {
+            service: String::new(),
+        });
+        request.set_timeout(HEALTH_CHECK_TIMEOUT);
+        match tokio::time::timeout(
+            HEALTH_CHECK_TIMEOUT,
+            HealthClient::new(channel).check(request),
+        )
+        .await
+        {
+            Err(_) => Err("health check timed out".to_owned()),
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => Ok(()),
+            Ok(Err(status)) => Err(format!(
+                "health check failed: {}: {}",
+                status.code(),
+                status.message()
+            )),
+            Ok(Ok(answer)) if answer.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
+            Ok(Ok(answer)) => Err(format!(
+                "provider reports {:?}",
+                ServingStatus::try_from(answer.get_ref().status).unwrap_or(ServingStatus::Unknown)
+            )),
+        }
+    }
+}
+
+impl ProviderCaller for GrpcProviderCaller {
+    fn call(
+        &self,
+        call: ProviderCall,
+    ) -> BoxFuture<'static, Result<ProviderReply, ProviderFailure>> {
+        let channel = self.channel(&call.endpoint);
+        Box::pin(async move {
+            let mut client = ToolProviderServiceClient::new(channel?);
+            let meta = RequestMeta::new(call.tenant, Some(&call.correlation_id)).response();
+            let mut request = tonic::Request::new(pb::CallToolRequest {
+                meta: Some(meta),
+                tool_name: call.tool,
+                input: json_to_struct(&call.input),
+                idempotency_key: call.idempotency_key.unwrap_or_default(),
+                attempt: call.attempt,
+            });
+            request.set_timeout(call.timeout);
+            let response = client
+                .call_tool(request)
+                .await
+                .map_err(|status| failure(&status))?
+                .into_inner();
+            let output = match response.output {
+                Some(value) => value_to_json(&value).map_err(|error| ProviderFailure {
+                    kind: FailureKind::Other(tonic::Code::Internal as i32),
+                    reason: "TOOL_BAD_OUTPUT".to_owned(),
+                    message: format!("provider output has no JSON form: {error}"),
+                })?,
+                None => serde_json::Value::Null,
+            };
+            Ok(ProviderReply {
+                output,
+                warnings: response.warnings,
+            })
+        })
+    }
+}
+
+/// Checks every registered endpoint each `interval` until `serving` turns false.
+pub async fn run_health_checks(
+    store: Arc<dyn RegistryStore>,
+    caller: GrpcProviderCaller,
+    book: Arc<ProviderHealthBook>,
+    interval: Duration,
+    mut serving: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = super::discovery::shutting_down(&mut serving) => return,
+        }
+        let endpoints = store.endpoints();
+        book.retain(&endpoints);
+        let checks = endpoints.iter().map(|endpoint| {
+            let caller = caller.clone();
+            async move { (endpoint, caller.check_health(endpoint).await) }
+        });
+        for (endpoint, result) in join_all(checks).await {
+            match result {
+                Ok(()) => book.mark_healthy(endpoint),
+                Err(why) => book.mark_unhealthy(endpoint, why),
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The seam between the invocation engine and the providers it calls. The gRPC implementation
+//! (`grpc::provider_client`) pools one channel per endpoint; unit tests can substitute their own.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use crate::envelope::TenantId;
+
+/// One call of a provider's tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderCall {
+    /// Where the provider serves ToolProviderService.
+    pub endpoint: String,
+    /// The tool to run.
+    pub tool: String,
+    /// The validated input.
+    pub input: Value,
+    /// The caller's tenant.
+    pub tenant: TenantId,
+    /// The caller's correlation id.
+    pub correlation_id: String,
+    /// The caller's idempotency key, the same on every attempt.
+    pub idempotency_key: Option<String>,
+    /// Which attempt this is, from 1.
+    pub attempt: u32,
+    /// How long the provider has; sent as the gRPC deadline.
+    pub timeout: Duration,
+}
+
+/// A provider's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderReply {
+    /// The tool's output.
+    pub output: Value,
+    /// The provider's warnings.
+    pub warnings: Vec<String>,
+}
+
+/// The gRPC status classes the engine treats differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// UNAVAILABLE: the provider could not be reached or is overloaded; retryable.
+    Unavailable,
+    /// RESOURCE_EXHAUSTED: the provider is out of capacity; retryable.
+    ResourceExhausted,
+    /// DEADLINE_EXCEEDED reported by the provider itself.
+    DeadlineExceeded,
+    /// Any other gRPC code, by number.
+    Other(i32),
+}
+
+impl FailureKind {
+    /// Whether a caller's retry policy may retry after this failure.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, Self::Unavailable | Self::ResourceExhausted)
+    }
+}
+
+/// A provider's error answer, or a failure to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderFailure {
+    /// The status class.
+    pub kind: FailureKind,
+    /// The provider's ErrorInfo reason, or one toolplane chose (e.g. TOOL_UNAVAILABLE).
+    pub reason: String,
+    /// The provider's message.
+    pub message: String,
+}
+
+/// Calls tools on providers.
+pub trait ProviderCaller: Send + Sync + Debug {
+    /// Calls one tool; dropping the future cancels the call at the provider.
+    fn call(
+        &self,
+        call: ProviderCall,
+    ) -> BoxFuture<'static, Result<ProviderReply, ProviderFailure>>;
+}

@@ -1,0 +1,419 @@
+//! The invocation path, step by step (see the module docs of [`super`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+
+use super::caller::{FailureKind, ProviderCall, ProviderCaller};
+use super::error::InvokeError;
+use super::health::ProviderHealthBook;
+use super::limits::RateLimits;
+use super::policy::RetryPolicy;
+use super::records::{InvocationRecord, InvocationStatus, RecordDraft, RecordLog};
+use crate::envelope::TenantId;
+use crate::json::canonical_sha256;
+use crate::registry::{
+    Capability, FieldViolation, Registry, ServiceName, ToolName, ToolRef, ViolationKind,
+};
+
+/// The most schema violations reported for one input.
+const MAX_REPORTED_VIOLATIONS: usize = 20;
+/// The default longest time any call may take.
+pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One request to invoke a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invocation {
+    /// The caller's tenant.
+    pub tenant: TenantId,
+    /// The caller's correlation id.
+    pub correlation_id: String,
+    /// The tool.
+    pub tool: ToolName,
+    /// The service, when the caller named one.
+    pub service: Option<ServiceName>,
+    /// The input.
+    pub input: Value,
+    /// Passed to the provider on every attempt.
+    pub idempotency_key: Option<String>,
+    /// The caller's retry policy.
+    pub retry: Option<RetryPolicy>,
+    /// What is left of the caller's own deadline.
+    pub caller_timeout: Option<Duration>,
+}
+
+/// A successful invocation.
+#[derive(Debug, Clone)]
+pub struct Invoked {
+    /// The tool's output.
+    pub output: Value,
+    /// The provider's warnings and output-schema mismatches.
+    pub warnings: Vec<String>,
+    /// The record written.
+    pub record: Arc<InvocationRecord>,
+}
+
+/// A failed invocation: the error, and the record written for it (when writing worked).
+#[derive(Debug)]
+pub struct Failed {
+    /// What went wrong.
+    pub error: InvokeError,
+    /// The record of the failure.
+    pub record: Option<Arc<InvocationRecord>>,
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct InvokerOptions {
+    /// The longest time any call may take, whatever the caller or tool say.
+    pub max_timeout: Duration,
+}
+
+/// The invocation engine.
+#[derive(Debug, Clone)]
+pub struct Invoker {
+    registry: Registry,
+    caller: Arc<dyn ProviderCaller>,
+    limits: Arc<RateLimits>,
+    health: Arc<ProviderHealthBook>,
+    records: Arc<RecordLog>,
+    options: InvokerOptions,
+}
+
+/// Writes the record of an invocation exactly once: on completion, or as CANCELLED when the
+/// caller goes away and the invocation future is dropped midway.
+struct RecordGuard {
+    records: Arc<RecordLog>,
+    draft: Option<RecordDraft>,
+}
+
+impl RecordGuard {
+    fn finish(
+        &mut self,
+        status: InvocationStatus,
+        reason: &str,
+        output: Option<&Value>,
+    ) -> Result<Arc<InvocationRecord>, InvokeError> {
+        let mut draft = self.draft.take().expect("a record is finished once");
+        draft.status = status;
+        draft.error_reason = reason.to_owned();
+        draft.output_sha256 = output.map(canonical_sha256).unwrap_or_default();
+        draft.finished_at = SystemTime::now();
+        Ok(self.records.append(draft)?)
+    }
+
+    fn fail(&mut self, status: InvocationStatus, reason: &str, error: InvokeError) -> Failed {
+        match self.finish(status, reason, None) {
+            Ok(record) => Failed {
+                error,
+                record: Some(record),
+            },
+            Err(record_error) => Failed {
+                error: record_error,
+                record: None,
+            },
+        }
+    }
+}
+
+impl Drop for RecordGuard {
+    fn drop(&mut self) {
+        if self.draft.is_some() {
+            if let Err(error) = self.finish(InvocationStatus::Cancelled, "CANCELLED", None) {
+                tracing::error!(%error, "cannot record a cancelled invocation");
+            }
+        }
+    }
+}
+
+/// The reason written to a record for an engine error.
+pub fn reason_of(error: &InvokeError) -> String {
+    match error {
+        InvokeError::Request(_) | InvokeError::InvalidInput { .. } => "VALIDATION_INPUT".to_owned(),
+        InvokeError::Resolve(crate::registry::RegistryError::AmbiguousTool { .. }) => {
+            "RESOURCE_AMBIGUOUS".to_owned()
+        }
+        InvokeError::Resolve(_) => "RESOURCE_NOT_FOUND".to_owned(),
+        InvokeError::RateLimited { .. } => "RATE_LIMIT_EXCEEDED".to_owned(),
+        InvokeError::NoEndpoint { .. } => "TOOL_NO_ENDPOINT".to_owned(),
+        InvokeError::ProviderUnhealthy { .. } => "TOOL_UNHEALTHY".to_owned(),
+        InvokeError::Timeout { .. } => "TOOL_TIMEOUT".to_owned(),
+        InvokeError::Provider { failure, .. } => failure.reason.clone(),
+        InvokeError::Records(_) => "RECORDS_UNAVAILABLE".to_owned(),
+    }
+}
+
+/// Checks `input` against the tool's compiled input validator.
+pub fn check_input(found: &ToolRef, input: &Value) -> Result<(), InvokeError> {
+    let violations: Vec<FieldViolation> = found
+        .tool
+        .input_validator
+        .iter_errors(input)
+        .take(MAX_REPORTED_VIOLATIONS)
+        .map(|error| {
+            FieldViolation::new(
+                format!("input{}", error.instance_path()),
+                ViolationKind::Field,
+                error.to_string(),
+            )
+        })
+        .collect();
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(InvokeError::InvalidInput {
+            tool: found.tool.name.to_string(),
+            violations,
+        })
+    }
+}
+
+fn output_warnings(found: &ToolRef, output: &Value) -> Vec<String> {
+    let Some(validator) = &found.tool.output_validator else {
+        return Vec::new();
+    };
+    validator
+        .iter_errors(output)
+        .take(MAX_REPORTED_VIOLATIONS)
+        .map(|error| {
+            format!(
+                "output does not match the output_schema at {}: {error}",
+                if error.instance_path().to_string().is_empty() {
+                    "/".to_owned()
+                } else {
+                    error.instance_path().to_string()
+                }
+            )
+        })
+        .collect()
+}
+
+impl Invoker {
+    /// An engine over these parts.
+    pub fn new(
+        registry: Registry,
+        caller: Arc<dyn ProviderCaller>,
+        limits: Arc<RateLimits>,
+        health: Arc<ProviderHealthBook>,
+        records: Arc<RecordLog>,
+        options: InvokerOptions,
+    ) -> Self {
+        Self {
+            registry,
+            caller,
+            limits,
+            health,
+            records,
+            options,
+        }
+    }
+
+    /// The record log.
+    pub fn records(&self) -> &Arc<RecordLog> {
+        &self.records
+    }
+
+    /// Resolves a tool and validates an input against it, calling nothing.
+    pub fn validate(
+        &self,
+        tenant: TenantId,
+        tool: &ToolName,
+        service: Option<&ServiceName>,
+        input: &Value,
+    ) -> Result<ToolRef, InvokeError> {
+        let found = self
+            .registry
+            .get_tool(tenant, tool, service)
+            .map_err(InvokeError::Resolve)?;
+        check_input(&found, input)?;
+        Ok(found)
+    }
+
+    /// Runs one invocation end to end and records it.
+    pub async fn invoke(&self, invocation: Invocation) -> Result<Invoked, Failed> {
+        let started = Instant::now();
+        let mut guard = RecordGuard {
+            records: Arc::clone(&self.records),
+            draft: Some(RecordDraft {
+                invocation_id: uuid::Uuid::new_v4().to_string(),
+                tenant: invocation.tenant,
+                correlation_id: invocation.correlation_id.clone(),
+                tool_name: invocation.tool.to_string(),
+                service_name: String::new(),
+                definition_sha256: String::new(),
+                input_sha256: canonical_sha256(&invocation.input),
+                output_sha256: String::new(),
+                started_at: SystemTime::now(),
+                finished_at: SystemTime::now(),
+                attempts: 0,
+                status: InvocationStatus::Cancelled,
+                error_reason: String::new(),
+            }),
+        };
+        let fail = |guard: &mut RecordGuard, status, error: InvokeError| {
+            let reason = reason_of(&error);
+            guard.fail(status, &reason, error)
+        };
+
+        let found = match self.registry.get_tool(
+            invocation.tenant,
+            &invocation.tool,
+            invocation.service.as_ref(),
+        ) {
+            Ok(found) => found,
+            Err(error) => {
+                return Err(fail(
+                    &mut guard,
+                    InvocationStatus::Rejected,
+                    InvokeError::Resolve(error),
+                ));
+            }
+        };
+        if let Some(draft) = guard.draft.as_mut() {
+            draft.service_name = found.service.name.to_string();
+            draft.definition_sha256 = found.tool.definition_sha256.clone();
+        }
+        if let Err(error) = check_input(&found, &invocation.input) {
+            return Err(fail(&mut guard, InvocationStatus::InvalidInput, error));
+        }
+        if let Err(over) = self.limits.check(
+            invocation.tenant,
+            found.service.name.as_str(),
+            found.tool.name.as_str(),
+        ) {
+            return Err(fail(
+                &mut guard,
+                InvocationStatus::RateLimited,
+                InvokeError::RateLimited {
+                    scope: over.scope,
+                    retry_after: over.retry_after,
+                },
+            ));
+        }
+        let endpoint = found.service.endpoint.clone();
+        if endpoint.is_empty() {
+            return Err(fail(
+                &mut guard,
+                InvocationStatus::Unavailable,
+                InvokeError::NoEndpoint {
+                    service: found.service.name.to_string(),
+                },
+            ));
+        }
+        if let Some(why) = self.health.failure(&endpoint) {
+            let error = InvokeError::ProviderUnhealthy {
+                service: found.service.name.to_string(),
+                endpoint,
+                why,
+            };
+            return Err(fail(&mut guard, InvocationStatus::Unavailable, error));
+        }
+
+        let budget = [
+            invocation.caller_timeout,
+            found
+                .tool
+                .timeout_ms
+                .map(|ms| Duration::from_millis(ms.into())),
+            Some(self.options.max_timeout),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(self.options.max_timeout);
+        let deadline = started + budget;
+        let may_retry = found.tool.capabilities.contains(&Capability::Retry);
+        let policy = invocation.retry.clone().filter(|_| may_retry);
+        let max_attempts = policy.as_ref().map_or(1, |p| p.max_attempts);
+        let mut attempt = 0;
+        let outcome = loop {
+            attempt += 1;
+            if let Some(draft) = guard.draft.as_mut() {
+                draft.attempts = attempt;
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let call = ProviderCall {
+                endpoint: endpoint.clone(),
+                tool: found.tool.name.to_string(),
+                input: invocation.input.clone(),
+                tenant: invocation.tenant,
+                correlation_id: invocation.correlation_id.clone(),
+                idempotency_key: invocation.idempotency_key.clone(),
+                attempt,
+                timeout: remaining,
+            };
+            let result = match tokio::time::timeout(remaining, self.caller.call(call)).await {
+                Ok(result) => result,
+                Err(_) => {
+                    break Err((
+                        InvocationStatus::TimedOut,
+                        InvokeError::Timeout {
+                            tool: found.tool.name.to_string(),
+                            after: budget,
+                            attempts: attempt,
+                        },
+                    ));
+                }
+            };
+            match result {
+                Ok(reply) => break Ok(reply),
+                Err(failure) if failure.kind == FailureKind::DeadlineExceeded => {
+                    break Err((
+                        InvocationStatus::TimedOut,
+                        InvokeError::Timeout {
+                            tool: found.tool.name.to_string(),
+                            after: budget,
+                            attempts: attempt,
+                        },
+                    ));
+                }
+                Err(failure) => {
+                    let wait = policy
+                        .as_ref()
+                        .filter(|_| failure.kind.is_retryable() && attempt < max_attempts)
+                        .map(|p| p.backoff(attempt));
+                    match wait {
+                        Some(wait) if Instant::now() + wait < deadline => {
+                            tracing::info!(attempt, wait_ms = wait.as_millis() as u64, reason = %failure.reason, "retrying tool call");
+                            tokio::time::sleep(wait).await;
+                        }
+                        _ => {
+                            let status = if failure.kind == FailureKind::Unavailable {
+                                InvocationStatus::Unavailable
+                            } else {
+                                InvocationStatus::Failed
+                            };
+                            break Err((
+                                status,
+                                InvokeError::Provider {
+                                    tool: found.tool.name.to_string(),
+                                    failure,
+                                    attempts: attempt,
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+        };
+        match outcome {
+            Ok(reply) => {
+                let mut warnings = reply.warnings;
+                warnings.extend(output_warnings(&found, &reply.output));
+                match guard.finish(InvocationStatus::Succeeded, "", Some(&reply.output)) {
+                    Ok(record) => Ok(Invoked {
+                        output: reply.output,
+                        warnings,
+                        record,
+                    }),
+                    Err(error) => Err(Failed {
+                        error,
+                        record: None,
+                    }),
+                }
+            }
+            Err((status, error)) => Err(fail(&mut guard, status, error)),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The invocation engine's errors; `grpc::status` maps each to a status code and details.
+
+use std::time::Duration;
+
+use super::caller::ProviderFailure;
+use super::records::RecordError;
+use crate::registry::{FieldViolation, RegistryError};
+
+/// Everything that can stop an invocation.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    /// The request itself is malformed (names, retry policy, input that is not JSON).
+    #[error(transparent)]
+    Request(RegistryError),
+    /// The tool could not be resolved: not registered, or ambiguous.
+    #[error(transparent)]
+    Resolve(RegistryError),
+    /// The input does not match the tool's schema.
+    #[error("input does not match the schema of tool {tool}: {}", .violations.first().map(|v| format!("{}: {}", v.field, v.description)).unwrap_or_default())]
+    InvalidInput {
+        /// The tool.
+        tool: String,
+        /// One violation per schema error, with JSON pointers.
+        violations: Vec<FieldViolation>,
+    },
+    /// A rate limit was reached.
+    #[error("rate limit of {scope} reached; retry in {} ms", .retry_after.as_millis())]
+    RateLimited {
+        /// Which bucket.
+        scope: String,
+        /// When to come back.
+        retry_after: Duration,
+    },
+    /// The service registered no endpoint to call.
+    #[error("service {service} registered no endpoint, so its tools cannot be invoked")]
+    NoEndpoint {
+        /// The service.
+        service: String,
+    },
+    /// The provider is failing its health checks.
+    #[error("provider of service {service} at {endpoint} is failing its health checks: {why}")]
+    ProviderUnhealthy {
+        /// The service.
+        service: String,
+        /// Its endpoint.
+        endpoint: String,
+        /// What the last check found.
+        why: String,
+    },
+    /// The deadline passed.
+    #[error("tool {tool} did not answer within {} ms ({attempts} attempt(s)); the call was cancelled", .after.as_millis())]
+    Timeout {
+        /// The tool.
+        tool: String,
+        /// The deadline that passed.
+        after: Duration,
+        /// Provider calls made.
+        attempts: u32,
+    },
+    /// The provider answered with an error, or could not be reached.
+    #[error("tool {tool} failed after {attempts} attempt(s): {}", .failure.message)]
+    Provider {
+        /// The tool.
+        tool: String,
+        /// What the provider said.
+        failure: ProviderFailure,
+        /// Provider calls made.
+        attempts: u32,
+    },
+    /// The invocation record could not be written, so no answer is given.
+    #[error("cannot write the invocation record: {0}")]
+    Records(#[from] RecordError),
+}

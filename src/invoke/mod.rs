@@ -1,0 +1,17 @@
+//! The invocation engine: every tool call through the control plane is resolved, validated
+//! against the schema compiled at registration, rate limited, bounded by a deadline, retried
+//! only under the caller's policy, checked against the output schema, and recorded.
+
+pub mod caller;
+mod engine;
+pub mod error;
+pub mod health;
+pub mod limits;
+pub mod policy;
+pub mod records;
+
+pub use engine::{
+    DEFAULT_MAX_TIMEOUT, Failed, Invocation, Invoked, Invoker, InvokerOptions, check_input,
+    reason_of,
+};
+pub use error::InvokeError;

@@ -1,0 +1,531 @@
+//! Invocation records (the seed 001 proof bundle) and their tamper-evident log.
+//!
+//! Each record is one line of canonical JSON carrying `record_sha256`, the sha256 of its own
+//! canonical JSON without that field, and `prev_record_sha256`, the `record_sha256` of the
+//! record before it (64 zeros for the first). An edited line no longer matches its own hash; a
+//! removed or reordered line breaks the link of the line after it; [`verify_file`] names the
+//! first bad line. A removed *last* line leaves no trace in the chain itself: compare the head
+//! hash `verify` prints with one kept elsewhere to catch that.
+//!
+//! Records go to a JSON-lines file when a path is configured, and always to a bounded ring in
+//! memory that serves listing. A new process opening an existing file continues its chain.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use crate::envelope::TenantId;
+use crate::json::{canonical_json, sha256_hex};
+
+/// The previous-record hash of the first record.
+pub const GENESIS_SHA256: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+/// The default number of records kept in memory for listing.
+pub const DEFAULT_RING_CAPACITY: usize = 10_000;
+
+/// How an invocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvocationStatus {
+    /// The provider answered.
+    Succeeded,
+    /// The input did not match the schema; nothing was called.
+    InvalidInput,
+    /// The tool could not be resolved; nothing was called.
+    Rejected,
+    /// Over the rate limit; nothing was called.
+    RateLimited,
+    /// The deadline passed; the provider's call was cancelled.
+    TimedOut,
+    /// The provider could not be reached or is unhealthy.
+    Unavailable,
+    /// The provider answered with an error.
+    Failed,
+    /// The caller went away; the provider's call was cancelled.
+    Cancelled,
+}
+
+/// One invocation, as written to the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvocationRecord {
+    /// Position in the log, from 1.
+    pub sequence: u64,
+    /// The record's id (UUID v4).
+    pub invocation_id: String,
+    /// The caller's tenant.
+    pub tenant_id: u64,
+    /// The caller's correlation id.
+    pub correlation_id: String,
+    /// The tool asked for.
+    pub tool_name: String,
+    /// The service that offered it; empty when unresolved.
+    pub service_name: String,
+    /// The tool's definition hash; empty when unresolved.
+    pub definition_sha256: String,
+    /// sha256 of the canonical JSON of the input.
+    pub input_sha256: String,
+    /// sha256 of the canonical JSON of the output; empty when none.
+    pub output_sha256: String,
+    /// RFC 3339 start time.
+    pub started_at: String,
+    /// RFC 3339 end time.
+    pub finished_at: String,
+    /// Duration in microseconds.
+    pub duration_us: u64,
+    /// How many times the provider was called.
+    pub attempts: u32,
+    /// How it ended.
+    pub status: InvocationStatus,
+    /// The ErrorInfo reason of a failure; empty on success.
+    pub error_reason: String,
+    /// The `record_sha256` of the previous record.
+    pub prev_record_sha256: String,
+    /// sha256 of this record's canonical JSON without this field.
+    pub record_sha256: String,
+}
+
+/// A record before the log gives it its sequence and chain hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordDraft {
+    /// The record's id.
+    pub invocation_id: String,
+    /// The caller's tenant.
+    pub tenant: TenantId,
+    /// The caller's correlation id.
+    pub correlation_id: String,
+    /// The tool asked for.
+    pub tool_name: String,
+    /// The service that offered it.
+    pub service_name: String,
+    /// The tool's definition hash.
+    pub definition_sha256: String,
+    /// sha256 of the input.
+    pub input_sha256: String,
+    /// sha256 of the output.
+    pub output_sha256: String,
+    /// When it started.
+    pub started_at: std::time::SystemTime,
+    /// When it ended.
+    pub finished_at: std::time::SystemTime,
+    /// How many provider calls.
+    pub attempts: u32,
+    /// How it ended.
+    pub status: InvocationStatus,
+    /// The failure reason.
+    pub error_reason: String,
+}
+
+/// The record log cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Reading or writing the file failed.
+    #[error("invocation record log {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Filters of a record listing; they combine with AND.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordFilter {
+    /// Only this tool.
+    pub tool_name: Option<String>,
+    /// Only this service.
+    pub service_name: Option<String>,
+    /// Only this correlation id.
+    pub correlation_id: Option<String>,
+    /// Only this status.
+    pub status: Option<InvocationStatus>,
+}
+
+impl RecordFilter {
+    fn matches(&self, record: &InvocationRecord) -> bool {
+        self.tool_name
+            .as_ref()
+            .is_none_or(|t| *t == record.tool_name)
+            && self
+                .service_name
+                .as_ref()
+                .is_none_or(|s| *s == record.service_name)
+            && self
+                .correlation_id
+                .as_ref()
+                .is_none_or(|c| *c == record.correlation_id)
+            && self.status.is_none_or(|s| s == record.status)
+    }
+}
+
+#[derive(Debug)]
+struct LogState {
+    ring: VecDeque<Arc<InvocationRecord>>,
+    capacity: usize,
+    file: Option<(PathBuf, File)>,
+    last_sha256: String,
+    next_sequence: u64,
+}
+
+/// The append-only, hash-chained log of invocation records.
+#[derive(Debug)]
+pub struct RecordLog {
+    state: Mutex<LogState>,
+}
+
+/// The canonical JSON line of a record (without the newline).
+pub fn record_line(record: &InvocationRecord) -> String {
+    canonical_json(&serde_json::to_value(record).expect("a record always serializes"))
+}
+
+/// sha256 of a record's canonical JSON without its `record_sha256` field.
+pub fn content_sha256(record: &InvocationRecord) -> String {
+    let mut value = serde_json::to_value(record).expect("a record always serializes");
+    if let Some(fields) = value.as_object_mut() {
+        fields.remove("record_sha256");
+    }
+    sha256_hex(canonical_json(&value).as_bytes())
+}
+
+fn rfc3339(time: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_nanos(time).to_string()
+}
+
+impl RecordLog {
+    /// A log kept only in memory, holding the latest `capacity` records.
+    pub fn in_memory(capacity: usize) -> Self {
+        Self {
+            state: Mutex::new(LogState {
+                ring: VecDeque::new(),
+                capacity: capacity.max(1),
+                file: None,
+                last_sha256: GENESIS_SHA256.to_owned(),
+                next_sequence: 1,
+            }),
+        }
+    }
+
+    /// Opens (or creates) a JSON-lines log and continues its chain. The latest `capacity`
+    /// records are loaded for listing. A chain that does not verify is logged as a warning and
+    /// continued from its last line: `toolplane audit verify` still reports the break.
+    pub fn open(path: &Path, capacity: usize) -> Result<Self, RecordError> {
+        let io = |source| RecordError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let log = Self::in_memory(capacity);
+        if path.exists() {
+            if let Err(problem) = verify_file(path) {
+                tracing::warn!(path = %path.display(), %problem, "existing invocation record log does not verify; continuing its chain from the last line");
+            }
+            let reader = BufReader::new(File::open(path).map_err(io)?);
+            let mut state = log.lock();
+            for line in reader.lines() {
+                let line = line.map_err(io)?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                if let Ok(record) = serde_json::from_str::<InvocationRecord>(&line) {
+                    state.last_sha256 = record.record_sha256.clone();
+                    state.next_sequence = record.sequence + 1;
+                    push_ring(&mut state, Arc::new(record));
+                }
+            }
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io)?;
+        log.lock().file = Some((path.to_owned(), file));
+        Ok(log)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogState> {
+        // Every change to the state happens after the file write succeeded, so a panic
+        // elsewhere leaves nothing half-changed.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Appends a record: gives it the next sequence and the previous line's hash, writes it to
+    /// the file (when there is one), then keeps it for listing.
+    pub fn append(&self, draft: RecordDraft) -> Result<Arc<InvocationRecord>, RecordError> {
+        let mut state = self.lock();
+        let duration = draft
+            .finished_at
+            .duration_since(draft.started_at)
+            .unwrap_or_default();
+        let record = InvocationRecord {
+            sequence: state.next_sequence,
+            invocation_id: draft.invocation_id,
+            tenant_id: draft.tenant.0,
+            correlation_id: draft.correlation_id,
+            tool_name: draft.tool_name,
+            service_name: draft.service_name,
+            definition_sha256: draft.definition_sha256,
+            input_sha256: draft.input_sha256,
+            output_sha256: draft.output_sha256,
+            started_at: rfc3339(draft.started_at),
+            finished_at: rfc3339(draft.finished_at),
+            duration_us: u64::try_from(duration.as_micros()).unwrap_or(u64::MAX),
+            attempts: draft.attempts,
+            status: draft.status,
+            error_reason: draft.error_reason,
+            prev_record_sha256: state.last_sha256.clone(),
+            record_sha256: String::new(),
+        };
+        let mut record = record;
+        record.record_sha256 = content_sha256(&record);
+        let line = record_line(&record);
+        if let Some((path, file)) = state.file.as_mut() {
+            let written = file
+                .write_all(format!("{line}\n").as_bytes())
+                .and_then(|()| file.flush());
+            written.map_err(|source| RecordError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        state.last_sha256 = record.record_sha256.clone();
+        state.next_sequence += 1;
+        let record = Arc::new(record);
+        push_ring(&mut state, Arc::clone(&record));
+        Ok(record)
+    }
+
+    /// Up to `limit` records of `tenant` passing `filter`, newest first, older than
+    /// `before_sequence` when given.
+    pub fn list(
+        &self,
+        tenant: TenantId,
+        filter: &RecordFilter,
+        before_sequence: Option<u64>,
+        limit: usize,
+    ) -> Vec<Arc<InvocationRecord>> {
+        let state = self.lock();
+        state
+            .ring
+            .iter()
+            .rev()
+            .filter(|r| {
+                r.tenant_id == tenant.0
+                    && before_sequence.is_none_or(|before| r.sequence < before)
+                    && filter.matches(r)
+            })
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    /// One record of `tenant` still held in memory.
+    pub fn get(&self, tenant: TenantId, invocation_id: &str) -> Option<Arc<InvocationRecord>> {
+        let state = self.lock();
+        state
+            .ring
+            .iter()
+            .rev()
+            .find(|r| r.tenant_id == tenant.0 && r.invocation_id == invocation_id)
+            .cloned()
+    }
+}
+
+fn push_ring(state: &mut LogState, record: Arc<InvocationRecord>) {
+    if state.ring.len() == state.capacity {
+        state.ring.pop_front();
+    }
+    state.ring.push_back(record);
+}
+
+/// A log that verifies: how many records, and the hash of the last one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedLog {
+    /// How many records.
+    pub records: u64,
+    /// `record_sha256` of the last record (the genesis hash for an empty log).
+    pub head_sha256: String,
+}
+
+/// Why a log does not verify: the first bad line (1-based) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {problem}")]
+pub struct ChainBroken {
+    /// The first bad line, counted from 1.
+    pub line: u64,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Verifies a JSON-lines record log: every line a record in canonical form matching its own
+/// hash, sequences consecutive, and each record linked to the one before it.
+pub fn verify_file(path: &Path) -> Result<VerifiedLog, ChainBroken> {
+    let file = File::open(path).map_err(|error| ChainBroken {
+        line: 0,
+        problem: format!("cannot open {}: {error}", path.display()),
+    })?;
+    verify_lines(BufReader::new(file).lines())
+}
+
+/// Verifies the lines of a record log; see [`verify_file`].
+pub fn verify_lines(
+    lines: impl Iterator<Item = std::io::Result<String>>,
+) -> Result<VerifiedLog, ChainBroken> {
+    let mut previous = GENESIS_SHA256.to_owned();
+    let mut expected_sequence = None;
+    let mut count = 0;
+    for (index, line) in lines.enumerate() {
+        let number = index as u64 + 1;
+        let broken = |problem: String| ChainBroken {
+            line: number,
+            problem,
+        };
+        let line = line.map_err(|error| broken(format!("cannot read: {error}")))?;
+        let record: InvocationRecord = serde_json::from_str(&line)
+            .map_err(|error| broken(format!("not an invocation record: {error}")))?;
+        if record_line(&record) != line || content_sha256(&record) != record.record_sha256 {
+            return Err(broken(
+                "the record does not match its record_sha256: the line was edited".to_owned(),
+            ));
+        }
+        if record.prev_record_sha256 != previous {
+            return Err(broken(format!(
+                "prev_record_sha256 is {} but the record before is {previous}: a record before it was removed or reordered",
+                record.prev_record_sha256
+            )));
+        }
+        if let Some(expected) = expected_sequence
+            && record.sequence != expected
+        {
+            return Err(broken(format!(
+                "sequence {} follows {}: a record is missing",
+                record.sequence,
+                expected - 1
+            )));
+        }
+        expected_sequence = Some(record.sequence + 1);
+        previous = record.record_sha256;
+        count += 1;
+    }
+    Ok(VerifiedLog {
+        records: count,
+        head_sha256: previous,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn draft(tool: &str) -> RecordDraft {
+        RecordDraft {
+            invocation_id: uuid::Uuid::new_v4().to_string(),
+            tenant: TenantId(1),
+            correlation_id: "c".into(),
+            tool_name: tool.into(),
+            service_name: "svc".into(),
+            definition_sha256: "d".repeat(64),
+            input_sha256: "i".repeat(64),
+            output_sha256: String::new(),
+            started_at: SystemTime::now(),
+            finished_at: SystemTime::now(),
+            attempts: 1,
+            status: InvocationStatus::Succeeded,
+            error_reason: String::new(),
+        }
+    }
+
+    fn lines(path: &Path) -> Vec<String> {
+        std::fs::read_to_string(path)
+            .expect("read")
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn write(path: &Path, lines: &[String]) {
+        std::fs::write(
+            path,
+            lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+        )
+        .expect("write");
+    }
+
+    #[test]
+    fn chain_verifies_and_survives_reopening() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("records.jsonl");
+        let log = RecordLog::open(&path, 10).expect("open");
+        for tool in ["a", "b", "c"] {
+            log.append(draft(tool)).expect("append");
+        }
+        drop(log);
+        let reopened = RecordLog::open(&path, 10).expect("reopen");
+        let fourth = reopened.append(draft("d")).expect("append");
+        assert_eq!(fourth.sequence, 4);
+        assert_eq!(
+            reopened
+                .list(TenantId(1), &RecordFilter::default(), None, 10)
+                .len(),
+            4
+        );
+        let verified = verify_file(&path).expect("chain intact");
+        assert_eq!(verified.records, 4);
+    }
+
+    #[test]
+    fn deleted_reordered_and_edited_lines_are_named() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("records.jsonl");
+        let log = RecordLog::open(&path, 10).expect("open");
+        for tool in ["a", "b", "c", "d"] {
+            log.append(draft(tool)).expect("append");
+        }
+        let original = lines(&path);
+
+        let mut deleted = original.clone();
+        deleted.remove(1);
+        write(&path, &deleted);
+        assert_eq!(verify_file(&path).expect_err("deleted").line, 2);
+
+        let mut reordered = original.clone();
+        reordered.swap(1, 2);
+        write(&path, &reordered);
+        assert_eq!(verify_file(&path).expect_err("reordered").line, 2);
+
+        let mut edited = original.clone();
+        edited[2] = edited[2].replace("\"tool_name\":\"c\"", "\"tool_name\":\"x\"");
+        write(&path, &edited);
+        assert_eq!(verify_file(&path).expect_err("edited").line, 3);
+
+        let mut reformatted = original;
+        reformatted[3] = reformatted[3].replace("\"tool_name\":\"d\"", "\"tool_name\": \"d\"");
+        write(&path, &reformatted);
+        assert_eq!(verify_file(&path).expect_err("edited last line").line, 4);
+    }
+
+    #[test]
+    fn ring_is_bounded_and_filters_by_tenant() {
+        let log = RecordLog::in_memory(2);
+        for tool in ["a", "b", "c"] {
+            log.append(draft(tool)).expect("append");
+        }
+        let listed = log.list(TenantId(1), &RecordFilter::default(), None, 10);
+        assert_eq!(
+            listed
+                .iter()
+                .map(|r| r.tool_name.as_str())
+                .collect::<Vec<_>>(),
+            ["c", "b"]
+        );
+        assert!(
+            log.list(TenantId(2), &RecordFilter::default(), None, 10)
+                .is_empty()
+        );
+    }
+}
