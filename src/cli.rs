@@ -151,3 +151,63 @@ pub fn missing_json(missing: &pb::MissingTool) -> Value {
         "detail": missing.detail,
     })
 }
+
+fn invocation_status_name(value: i32) -> String {
+    pb::InvocationStatus::try_from(value)
+        .map(|s| {
+            s.as_str_name()
+                .trim_start_matches("INVOCATION_STATUS_")
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_else(|_| value.to_string())
+}
+
+/// An invocation record as JSON.
+pub fn record_json(record: &pb::InvocationRecord) -> Value {
+    json!({
+        "invocation_id": record.invocation_id,
+        "sequence": record.sequence,
+        "correlation_id": record.correlation_id,
+        "tool_name": record.tool_name,
+        "service_name": record.service_name,
+        "status": invocation_status_name(record.status),
+        "error_reason": record.error_reason,
+        "attempts": record.attempts,
+        "started_at": timestamp(record.started_at.as_ref()),
+        "duration_us": record.duration.map(|d| d.seconds * 1_000_000 + i64::from(d.nanos) / 1000),
+        "input_sha256": record.input_sha256,
+        "output_sha256": record.output_sha256,
+        "record_sha256": record.record_sha256,
+    })
+}
+
+/// A table of invocation records.
+pub fn records_table(records: &[pb::InvocationRecord]) -> String {
+    let mut table = new_table(&[
+        "SEQ",
+        "STARTED AT",
+        "TOOL",
+        "SERVICE",
+        "STATUS",
+        "REASON",
+        "ATTEMPTS",
+        "MS",
+    ]);
+    for record in records {
+        let millis = record
+            .duration
+            .map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
+            .unwrap_or_default();
+        table.add_row(vec![
+            record.sequence.to_string(),
+            timestamp(record.started_at.as_ref()),
+            record.tool_name.clone(),
+            record.service_name.clone(),
+            invocation_status_name(record.status),
+            record.error_reason.clone(),
+            record.attempts.to_string(),
+            millis.to_string(),
+        ]);
+    }
+    table.to_string()
+}

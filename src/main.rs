@@ -75,12 +75,54 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Invoke a tool through the control plane and print its output.
+    Invoke {
+        /// The tool to call.
+        tool: String,
+        /// The input, a JSON object.
+        #[arg(long, default_value = "{}")]
+        input: String,
+        /// The service offering the tool, when several do.
+        #[arg(long)]
+        service: Option<String>,
+        /// How long to wait, e.g. 2s or 500ms (sent as the gRPC deadline).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        timeout: Option<std::time::Duration>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List recent invocation records, newest first.
+    Records {
+        /// Only records of this tool.
+        #[arg(long)]
+        tool: Option<String>,
+        /// How many records.
+        #[arg(long, default_value_t = 50)]
+        limit: i32,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Work with invocation record logs.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Show the health of a service, or of the control plane when none is named.
     Health {
         /// The service; omit for the control plane itself.
         service: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Verify a JSON-lines invocation record log: exit 0 and print the record count and head
+    /// hash when the chain is intact, exit 1 naming the first bad line when not.
+    Verify {
+        /// The log file.
+        file: PathBuf,
     },
 }
 
@@ -143,7 +185,13 @@ async fn serve(
         .local_addr()
         .map_or_else(|_| address.to_string(), |a| a.to_string());
     tracing::info!(address = %bound, "toolplane serving");
-    match toolplane::grpc::serve(listener, config.server_options(), shutdown_signal()).await {
+    match toolplane::grpc::serve(
+        listener,
+        config.server_options(),
+        toolplane::grpc::shutdown_signal(),
+    )
+    .await
+    {
         Ok(()) => {
             tracing::info!("toolplane stopped");
             ExitCode::SUCCESS
@@ -153,30 +201,6 @@ async fn serve(
             ExitCode::FAILURE
         }
     }
-}
-
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate = match tokio::signal::unix::signal(
-            tokio::signal::unix::SignalKind::terminate(),
-        ) {
-            Ok(signal) => signal,
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the server");
-                let _ = interrupt.await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }
 
 fn print_json(value: &serde_json::Value) {
@@ -230,6 +254,87 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Invoke {
+            tool,
+            input,
+            service,
+            timeout,
+            client,
+        } => {
+            let input: serde_json::Value = match serde_json::from_str(&input) {
+                Ok(value @ serde_json::Value::Object(_)) => value,
+                Ok(_) => {
+                    eprintln!("error: --input must be a JSON object");
+                    return Ok(ExitCode::from(2));
+                }
+                Err(error) => {
+                    eprintln!("error: --input is not JSON: {error}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let answer = match connect(&client)
+                .await?
+                .invoke(&tool, service.as_deref(), &input, timeout)
+                .await
+            {
+                Ok(answer) => answer,
+                Err(ClientError::Rpc(status)) => {
+                    eprintln!("error: {}", toolplane::client::describe_status(&status));
+                    return Ok(ExitCode::from(1));
+                }
+                Err(other) => return Err(other),
+            };
+            for warning in &answer.warnings {
+                tracing::warn!("{warning}");
+            }
+            let output = answer
+                .output
+                .as_ref()
+                .map(toolplane::json::value_to_json)
+                .transpose()
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            if client.json {
+                print_json(
+                    &serde_json::json!({"output": output, "warnings": answer.warnings, "record": answer.record.as_ref().map(cli::record_json)}),
+                );
+            } else {
+                print_json(&output);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Records {
+            tool,
+            limit,
+            client,
+        } => {
+            let records = connect(&client)
+                .await?
+                .records(tool.as_deref(), limit)
+                .await?;
+            if client.json {
+                print_json(&records.iter().map(cli::record_json).collect());
+            } else {
+                println!("{}", cli::records_table(&records));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Audit {
+            command: AuditCommand::Verify { file },
+        } => match toolplane::invoke::records::verify_file(&file) {
+            Ok(verified) => {
+                println!(
+                    "ok: {} records, chain intact, head {}",
+                    verified.records, verified.head_sha256
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(broken) => {
+                println!("broken: {}: {broken}", file.display());
+                Ok(ExitCode::from(1))
+            }
+        },
         Command::Health { service, client } => {
             let service = service.unwrap_or_default();
             let health = connect(&client).await?.health(&service).await?;

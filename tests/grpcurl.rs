@@ -163,3 +163,78 @@ fn grpcurl_lists_describes_and_calls() {
         "{err}"
     );
 }
+
+/// The README's walk-through: server, example provider, preflight, invoke with the CLI and with
+/// grpcurl, records.
+#[test]
+fn example_provider_walkthrough() {
+    use common::process::{ChildGuard, toolplane_cli};
+    if peer("venv/bin/grpcurl").is_none() {
+        return;
+    }
+    let server = ServerProcess::start(&[]);
+    let endpoint = server.endpoint();
+    let _provider = ChildGuard::structs_provider(&endpoint);
+    let preflight = [
+        "preflight",
+        "--endpoint",
+        &endpoint,
+        "--require",
+        "structs:structs_calculate_power,structs_calculate_proof_of_work",
+    ];
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while toolplane_cli(&preflight).0 != 0 {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "structs-provider never registered"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "invoke",
+        "structs_calculate_damage",
+        "--endpoint",
+        &endpoint,
+        "--input",
+        r#"{"attacker": {"struct_type": 10, "weapon_type": "laser", "power": 100}, "defender": {"struct_type": 1, "armor": 50, "defense": 25}}"#,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let output: serde_json::Value = serde_json::from_str(&stdout).expect("output is JSON");
+    assert_eq!(output["damage"], 75);
+
+    let (code, _, stderr) = toolplane_cli(&[
+        "invoke",
+        "structs_validate_entity_id",
+        "--endpoint",
+        &endpoint,
+        "--input",
+        r#"{"id": 11}"#,
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("input/id") && stderr.contains("VALIDATION_INPUT"),
+        "{stderr}"
+    );
+
+    let body = r#"{"meta": {"correlation_id": "walkthrough"}, "tool_name": "structs_calculate_proof_of_work",
+                   "input": {"action_type": "ore_miner_complete", "entity_id": "5-42", "age": 14000, "difficulty": 14000}}"#;
+    let (ok, answer, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        body,
+        &server.addr,
+        "toolplane.v1.ToolInvokeService/InvokeTool",
+    ]);
+    assert!(ok, "{err}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON answer");
+    assert_eq!(answer["output"]["valid"], true, "{answer}");
+    assert_eq!(answer["record"]["status"], "INVOCATION_STATUS_SUCCEEDED");
+    assert_eq!(answer["record"]["correlationId"], "walkthrough");
+
+    let (code, stdout, _) = toolplane_cli(&["records", "--endpoint", &endpoint, "--json"]);
+    assert_eq!(code, 0);
+    let records: serde_json::Value = serde_json::from_str(&stdout).expect("records JSON");
+    assert_eq!(records.as_array().map(Vec::len), Some(3), "{records}");
+    assert_eq!(server.terminate().code(), Some(0));
+}

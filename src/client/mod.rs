@@ -15,6 +15,7 @@ use crate::envelope::{TenantId, request_meta};
 use crate::pb;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
 use crate::pb::health_service_client::HealthServiceClient;
+use crate::pb::tool_invoke_service_client::ToolInvokeServiceClient;
 
 /// The environment variable that sets the discovery cache TTL in seconds (seed 000).
 pub const DISCOVERY_CACHE_TTL_ENV: &str = "DISCOVERY_CACHE_TTL_SECS";
@@ -43,11 +44,33 @@ pub enum ClientError {
         source: tonic::transport::Error,
     },
     /// The server answered with an error.
-    #[error("{}: {}", .0.code(), .0.message())]
+    #[error("{}", describe_status(.0))]
     Rpc(#[from] tonic::Status),
     /// Pre-flight found required tools missing.
     #[error("{0}")]
     MissingTools(MissingTools),
+}
+
+/// A status in words: code, message, and the google.rpc details a person can act on.
+pub fn describe_status(status: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    let mut text = format!("{:?}: {}", status.code(), status.message());
+    let details = status.get_error_details();
+    if let Some(info) = details.error_info() {
+        text.push_str(&format!(" [{}]", info.reason));
+    }
+    if let Some(bad) = details.bad_request() {
+        for violation in &bad.field_violations {
+            text.push_str(&format!(
+                "\n  - {}: {}",
+                violation.field, violation.description
+            ));
+        }
+    }
+    if let Some(retry) = details.retry_info().and_then(|retry| retry.retry_delay) {
+        text.push_str(&format!("\n  retry after {} ms", retry.as_millis()));
+    }
+    text
 }
 
 /// The answer of a pre-flight check that found required tools missing.
@@ -83,6 +106,7 @@ impl fmt::Display for MissingTools {
 pub struct ToolplaneClient {
     discovery: DiscoveryServiceClient<Channel>,
     health: HealthServiceClient<Channel>,
+    invoke: ToolInvokeServiceClient<Channel>,
     tenant: TenantId,
     correlation_id: String,
     cache: moka::future::Cache<String, pb::DiscoveryInfo>,
@@ -119,7 +143,8 @@ impl ToolplaneClient {
     pub fn from_channel(channel: Channel, tenant: TenantId, cache_ttl: Duration) -> Self {
         Self {
             discovery: DiscoveryServiceClient::new(channel.clone()),
-            health: HealthServiceClient::new(channel),
+            health: HealthServiceClient::new(channel.clone()),
+            invoke: ToolInvokeServiceClient::new(channel),
             tenant,
             correlation_id: uuid::Uuid::new_v4().to_string(),
             cache: moka::future::Cache::builder()
@@ -248,6 +273,49 @@ impl ToolplaneClient {
             }
             page_token = page.next_page_token;
         }
+    }
+
+    /// Invokes a tool through the control plane. `input` must be a JSON object; `timeout`
+    /// becomes the call's gRPC deadline.
+    pub async fn invoke(
+        &self,
+        tool: &str,
+        service: Option<&str>,
+        input: &serde_json::Value,
+        timeout: Option<Duration>,
+    ) -> Result<pb::InvokeToolResponse, ClientError> {
+        let mut request = tonic::Request::new(pb::InvokeToolRequest {
+            meta: self.meta(),
+            tool_name: tool.to_owned(),
+            service_name: service.unwrap_or_default().to_owned(),
+            input: crate::json::json_to_struct(input),
+            ..Default::default()
+        });
+        if let Some(timeout) = timeout {
+            request.set_timeout(timeout);
+        }
+        Ok(self.invoke.clone().invoke_tool(request).await?.into_inner())
+    }
+
+    /// Up to `limit` recent invocation records (newest first), filtered by tool.
+    pub async fn records(
+        &self,
+        tool: Option<&str>,
+        limit: i32,
+    ) -> Result<Vec<pb::InvocationRecord>, ClientError> {
+        let request = pb::ListInvocationRecordsRequest {
+            meta: self.meta(),
+            tool_name: tool.unwrap_or_default().to_owned(),
+            page_size: limit,
+            ..Default::default()
+        };
+        Ok(self
+            .invoke
+            .clone()
+            .list_invocation_records(request)
+            .await?
+            .into_inner()
+            .records)
     }
 
     /// The health of a service, or of the control plane when `service` is empty.

@@ -11,4 +11,4 @@ pub mod serving;
 pub mod status;
 pub mod std_health;
 
-pub use server::{ServeError, ServerOptions, serve};
+pub use server::{ServeError, ServerOptions, serve, shutdown_signal};

@@ -49,7 +49,10 @@ fn failure(status: &tonic::Status) -> ProviderFailure {
     let kind = match status.code() {
         tonic::Code::Unavailable => FailureKind::Unavailable,
         tonic::Code::ResourceExhausted => FailureKind::ResourceExhausted,
-        tonic::Code::DeadlineExceeded => FailureKind::DeadlineExceeded,
+        // tonic servers answer CANCELLED ("Timeout expired") when the grpc-timeout we sent
+        // runs out, and the engine never cancels a call it is still waiting for: so a
+        // CANCELLED answer means the deadline passed.
+        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => FailureKind::DeadlineExceeded,
         other => FailureKind::Other(other as i32),
     };
     let reason = status
@@ -136,7 +139,11 @@ impl ProviderCaller for GrpcProviderCaller {
                 idempotency_key: call.idempotency_key.unwrap_or_default(),
                 attempt: call.attempt,
             });
-            request.set_timeout(call.timeout);
+            // Tell the provider its deadline, but leave enforcing it to the engine's own timer:
+            // tonic's client-side timeout would race it and answer CANCELLED instead.
+            if let Ok(value) = grpc_timeout(call.timeout).parse() {
+                request.metadata_mut().insert("grpc-timeout", value);
+            }
             let response = client
                 .call_tool(request)
                 .await
@@ -155,6 +162,17 @@ impl ProviderCaller for GrpcProviderCaller {
                 warnings: response.warnings,
             })
         })
+    }
+}
+
+/// A `grpc-timeout` header value (at most 8 digits and a unit, per the gRPC HTTP/2 spec).
+pub fn grpc_timeout(timeout: Duration) -> String {
+    const MAX: u128 = 99_999_999;
+    let millis = timeout.as_millis();
+    if millis <= MAX {
+        format!("{}m", millis.max(1))
+    } else {
+        format!("{}S", timeout.as_secs().min(MAX as u64))
     }
 }
 

@@ -19,6 +19,8 @@ use crate::registry::{
 
 /// The most schema violations reported for one input.
 const MAX_REPORTED_VIOLATIONS: usize = 20;
+/// The most the engine answers ahead of the caller's deadline.
+const CALLER_DEADLINE_MARGIN: Duration = Duration::from_millis(50);
 /// The default longest time any call may take.
 pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -119,10 +121,10 @@ impl RecordGuard {
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
-        if self.draft.is_some() {
-            if let Err(error) = self.finish(InvocationStatus::Cancelled, "CANCELLED", None) {
-                tracing::error!(%error, "cannot record a cancelled invocation");
-            }
+        if self.draft.is_some()
+            && let Err(error) = self.finish(InvocationStatus::Cancelled, "CANCELLED", None)
+        {
+            tracing::error!(%error, "cannot record a cancelled invocation");
         }
     }
 }
@@ -310,8 +312,13 @@ impl Invoker {
             return Err(fail(&mut guard, InvocationStatus::Unavailable, error));
         }
 
+        // Answer a little before the caller's own deadline, so it gets DEADLINE_EXCEEDED with
+        // a TIMED_OUT record rather than its own local timeout.
+        let caller_budget = invocation
+            .caller_timeout
+            .map(|t| t.saturating_sub((t / 20).min(CALLER_DEADLINE_MARGIN)));
         let budget = [
-            invocation.caller_timeout,
+            caller_budget,
             found
                 .tool
                 .timeout_ms

@@ -41,7 +41,12 @@ impl TestServer {
     }
 
     pub async fn start_with(options: ServerOptions) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_at("127.0.0.1:0".parse().expect("loopback"), options).await
+    }
+
+    /// Starts a server on a given address (used to restart one on the same port).
+    pub async fn start_at(addr: SocketAddr, options: ServerOptions) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("bound address");
@@ -215,3 +220,21 @@ pub fn violations(status: &tonic::Status) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 pub mod process;
+pub mod provider;
+
+/// Polls `check` every 20 ms until it holds; panics after 10 s (a bound on "eventually", never
+/// a performance assertion).
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "gave up waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -74,6 +74,47 @@ impl Drop for ServerProcess {
     }
 }
 
+/// A child process killed (SIGTERM, then SIGKILL) when dropped.
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    /// Starts the example `structs-provider` registering with `control_plane`.
+    pub fn structs_provider(control_plane: &str) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_structs-provider"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--control-plane",
+                control_plane,
+                "--ttl",
+                "5s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start structs-provider");
+        Self(child)
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.0.id().to_string()])
+                .status();
+            for _ in 0..100 {
+                if self.0.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Runs the `toolplane` CLI and returns (exit code, stdout, stderr).
 pub fn toolplane_cli(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_toolplane"))

@@ -1,0 +1,85 @@
+//! `structs-provider`: the example tool provider. It serves five Structs tools (seed 004)
+//! through ToolProviderService and keeps them registered with a toolplane control plane.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use toolplane::envelope::TenantId;
+use toolplane::provider::structs::structs_tools;
+use toolplane::provider::{DEFAULT_PROVIDER_TTL, ProviderConfig, ProviderServer};
+
+/// The example Structs tool provider for toolplane.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Address to serve ToolProviderService on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:50061")]
+    listen: std::net::SocketAddr,
+    /// The toolplane control plane to register with.
+    #[arg(
+        long,
+        env = "TOOLPLANE_ENDPOINT",
+        default_value = "http://127.0.0.1:50051"
+    )]
+    control_plane: String,
+    /// The service name to register under.
+    #[arg(long, default_value = "structs")]
+    service_name: String,
+    /// The tenant to register in.
+    #[arg(long, env = "TOOLPLANE_TENANT_ID", default_value_t = 0)]
+    tenant: u64,
+    /// The endpoint to advertise [default: http:// + the bound address].
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Lease TTL to ask for; heartbeats go every third of it.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    ttl: Duration,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let tools = match structs_tools() {
+        Ok(tools) => tools,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("error: cannot listen on {}: {error}", args.listen);
+            return ExitCode::from(2);
+        }
+    };
+    let mut config = ProviderConfig::new(
+        &args.service_name,
+        env!("CARGO_PKG_VERSION"),
+        &args.control_plane,
+    );
+    config.tenant = TenantId(args.tenant);
+    config.ttl = if args.ttl.is_zero() {
+        DEFAULT_PROVIDER_TTL
+    } else {
+        args.ttl
+    };
+    config.advertised_endpoint = args.advertise.unwrap_or_default();
+    match ProviderServer::new(tools, config)
+        .serve(listener, toolplane::grpc::shutdown_signal())
+        .await
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

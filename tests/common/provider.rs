@@ -1,0 +1,68 @@
+//! Real provider servers (the SDK's `ProviderServer`) on 127.0.0.1:0 for tests.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use toolplane::provider::{ProviderConfig, ProviderHealth, ProviderServer, RegisteredTools};
+
+/// A provider running in the test process; stopped (and deregistered) when dropped.
+pub struct TestProvider {
+    pub addr: SocketAddr,
+    pub health: ProviderHealth,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl TestProvider {
+    /// Starts a provider of `tools` registering as `service` with `control_plane`.
+    pub async fn start(
+        tools: RegisteredTools,
+        control_plane: &str,
+        service: &str,
+        ttl: Duration,
+    ) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("address");
+        let mut config = ProviderConfig::new(service, "1.0.0", control_plane);
+        config.ttl = ttl;
+        let server = ProviderServer::new(tools, config);
+        let health = server.health();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server
+                .serve(listener, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("provider runs");
+        });
+        Self {
+            addr,
+            health,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the provider and waits for it to deregister.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("provider stops cleanly");
+        }
+    }
+}
+
+impl Drop for TestProvider {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

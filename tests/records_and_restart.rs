@@ -1,0 +1,161 @@
+//! The invocation record log across restarts and `toolplane audit verify`, and a provider that
+//! registers again by itself when the control plane restarts.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::process::toolplane_cli;
+use common::provider::TestProvider;
+use common::*;
+use serde_json::json;
+use toolplane::grpc::ServerOptions;
+use toolplane::pb;
+use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
+use toolplane::provider::structs::structs_tools;
+
+async fn invoke_power(
+    server: &TestServer,
+    grams: i64,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    let input = json!({"alpha_matter": grams, "generator_type": "reactor"});
+    client
+        .invoke_tool(pb::InvokeToolRequest {
+            meta: meta(0),
+            tool_name: "structs_calculate_power".into(),
+            input: toolplane::json::json_to_struct(&input),
+            ..Default::default()
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn wait_registered(server: &TestServer, service: &str) {
+    let discovery = server.discovery().await;
+    eventually("the provider is registered", || {
+        let mut discovery = discovery.clone();
+        let service = service.to_owned();
+        async move { get_service(&mut discovery, 0, &service).await.is_ok() }
+    })
+    .await;
+}
+
+fn write_lines(path: &std::path::Path, lines: &[&str]) {
+    std::fs::write(
+        path,
+        lines
+            .iter()
+            .map(|line| format!("{line}\n"))
+            .collect::<String>(),
+    )
+    .expect("write log");
+}
+
+/// Records of every outcome go to the log; a restarted server continues the chain; `audit
+/// verify` passes the intact log and names the first bad line of a deleted or edited one.
+#[tokio::test(flavor = "multi_thread")]
+async fn record_log_survives_restart_and_audit_catches_tampering() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("records.jsonl");
+    let options = ServerOptions {
+        records_path: Some(log.clone()),
+        ..test_options()
+    };
+
+    let first = TestServer::start_with(options.clone()).await;
+    let provider = TestProvider::start(
+        structs_tools().expect("tools"),
+        &first.endpoint(),
+        "structs",
+        Duration::from_secs(5),
+    )
+    .await;
+    wait_registered(&first, "structs").await;
+    invoke_power(&first, 100).await.expect("succeeds");
+    invoke_power(&first, -5)
+        .await
+        .expect_err("invalid input is recorded too");
+    provider.stop().await;
+    first.stop().await;
+
+    let second = TestServer::start_with(options).await;
+    let answer = invoke_power(&second, 1)
+        .await
+        .expect_err("no provider now: rejected, and recorded");
+    assert_eq!(answer.code(), tonic::Code::NotFound);
+    second.stop().await;
+
+    let path = log.to_string_lossy().into_owned();
+    let (code, stdout, _) = toolplane_cli(&["audit", "verify", &path]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("3 records, chain intact"),
+        "the second server continued the chain: {stdout}"
+    );
+
+    let original = std::fs::read_to_string(&log).expect("read log");
+    let lines: Vec<&str> = original.lines().collect();
+    let records: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("JSON line"))
+        .collect();
+    assert_eq!(
+        records
+            .iter()
+            .map(|r| r["sequence"].as_u64().expect("sequence"))
+            .collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert_eq!(
+        records
+            .iter()
+            .map(|r| r["status"].as_str().expect("status"))
+            .collect::<Vec<_>>(),
+        ["succeeded", "invalid_input", "rejected"]
+    );
+
+    write_lines(&log, &[lines[0], lines[2]]);
+    let (code, stdout, _) = toolplane_cli(&["audit", "verify", &path]);
+    assert_eq!(code, 1);
+    assert!(stdout.contains("line 2"), "deleted line named: {stdout}");
+
+    let edited = lines[1].replace("\"attempts\":0", "\"attempts\":1");
+    assert_ne!(edited, lines[1]);
+    write_lines(&log, &[lines[0], &edited, lines[2]]);
+    let (code, stdout, _) = toolplane_cli(&["audit", "verify", &path]);
+    assert_eq!(code, 1);
+    assert!(
+        stdout.contains("line 2") && stdout.contains("edited"),
+        "edited line named: {stdout}"
+    );
+}
+
+/// When the control plane restarts (losing its in-memory registry) while the provider keeps
+/// running, the provider registers again by itself within about one heartbeat.
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_registers_again_after_control_plane_restart() {
+    let first = TestServer::start().await;
+    let addr = first.addr;
+    let ttl = Duration::from_millis(900);
+    let provider = TestProvider::start(
+        structs_tools().expect("tools"),
+        &first.endpoint(),
+        "structs",
+        ttl,
+    )
+    .await;
+    wait_registered(&first, "structs").await;
+    first.stop().await;
+
+    let restarted_at = Instant::now();
+    let second = TestServer::start_at(addr, test_options()).await;
+    wait_registered(&second, "structs").await;
+    eprintln!(
+        "registered again {:?} after the restart (heartbeat interval {:?})",
+        restarted_at.elapsed(),
+        ttl / 3
+    );
+    invoke_power(&second, 7).await.expect("tools usable again");
+    provider.stop().await;
+}
