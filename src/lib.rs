@@ -1,14 +1,17 @@
 //! toolplane: a gRPC control plane for AI tool services.
 //!
 //! Tool providers register the tools they offer under a lease kept alive by heartbeats;
-//! orchestrators discover those tools, check health and run a pre-flight check.
+//! orchestrators discover those tools, check health, run a pre-flight check, and invoke tools
+//! through the control plane, which validates, bounds and records every call.
 //!
 //! Crate map:
 //! - [`pb`]: generated protobuf and gRPC code (`toolplane.v1`), nothing else.
 //! - [`envelope`]: the seed 000 envelope meta on every request and response.
 //! - [`json`]: `Struct`/`Value` <-> JSON, canonical JSON, sha256.
 //! - [`registry`]: the domain core: leases, validation, schema compilation, the store, watch.
-//! - [`grpc`]: thin adapters per gRPC service, error mapping, server assembly.
+//! - [`invoke`]: the invocation engine: rate limits, deadlines, retries, provider health, records.
+//! - [`provider`]: the provider SDK (seed 001) and the example Structs tools (seed 004).
+//! - [`grpc`]: thin adapters per gRPC service, the provider client, error mapping, assembly.
 //! - [`cli`]: how the client commands print tables and JSON.
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
