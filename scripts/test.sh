@@ -36,3 +36,4 @@ cargo clippy --all-targets --quiet -- -D warnings
 
 step "cargo test"
 TOOLPLANE_REQUIRE_PEERS=1 cargo test --all-targets
+cargo test --doc
