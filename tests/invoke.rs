@@ -454,30 +454,38 @@ async fn unreachable_provider_is_unavailable() {
     );
 }
 
+/// Waits until HealthService reports `state` for the test provider's service.
+async fn wait_for_health(
+    health: &pb::health_service_client::HealthServiceClient<Channel>,
+    state: pb::HealthState,
+) {
+    eventually(&format!("HealthService reports {state:?}"), || {
+        let mut health = health.clone();
+        async move {
+            let request = pb::GetServiceHealthRequest {
+                meta: meta(0),
+                service_name: "testing".into(),
+            };
+            health
+                .get_service_health(request)
+                .await
+                .is_ok_and(|a| a.into_inner().status == state as i32)
+        }
+    })
+    .await;
+}
+
 /// A provider failing its health check shows as UNHEALTHY / NOT_SERVING and is refused at
 /// once, while its lease keeps it registered; it recovers when healthy again.
 #[tokio::test(flavor = "multi_thread")]
 async fn failing_health_check_marks_unhealthy_and_fails_fast() {
     let setup = setup().await;
     let mut client = invoker(&setup.server).await;
-    let mut health =
-        pb::health_service_client::HealthServiceClient::new(setup.server.channel().await);
+    let health = pb::health_service_client::HealthServiceClient::new(setup.server.channel().await);
     let mut standard =
         tonic_health::pb::health_client::HealthClient::new(setup.server.channel().await);
     setup.provider.health.set_serving(false).await;
-    eventually("HealthService reports UNHEALTHY", || {
-        let mut health = health.clone();
-        async move {
-            let answer = health
-                .get_service_health(pb::GetServiceHealthRequest {
-                    meta: meta(0),
-                    service_name: "testing".into(),
-                })
-                .await;
-            answer.is_ok_and(|a| a.into_inner().status == pb::HealthState::Unhealthy as i32)
-        }
-    })
-    .await;
+    wait_for_health(&health, pb::HealthState::Unhealthy).await;
     let mut discovery = setup.server.discovery().await;
     assert_eq!(
         get_service(&mut discovery, 0, "testing")
@@ -508,24 +516,11 @@ async fn failing_health_check_marks_unhealthy_and_fails_fast() {
     assert_eq!(setup.probes.echo_calls.load(Ordering::SeqCst), 0);
 
     setup.provider.health.set_serving(true).await;
-    eventually("healthy again", || {
-        let mut health = health.clone();
-        async move {
-            let answer = health
-                .get_service_health(pb::GetServiceHealthRequest {
-                    meta: meta(0),
-                    service_name: "testing".into(),
-                })
-                .await;
-            answer.is_ok_and(|a| a.into_inner().status == pb::HealthState::Healthy as i32)
-        }
-    })
-    .await;
+    wait_for_health(&health, pb::HealthState::Healthy).await;
     client
         .invoke_tool(request("echo", json!({})))
         .await
         .expect("served again");
-    let _ = &mut health;
 }
 
 /// Unknown tools are NOT_FOUND and recorded as REJECTED; records are scoped by tenant.
