@@ -12,6 +12,7 @@ const PROTO_FILES: &[&str] = &[
     "toolplane/v1/health_service.proto",
     "toolplane/v1/invoke_service.proto",
     "toolplane/v1/provider_service.proto",
+    "toolplane/v1/agent_service.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

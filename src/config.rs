@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::agent::openai::OpenAiConfig;
+use crate::agent::store::DEFAULT_MAX_MESSAGES;
 use crate::grpc::ServerOptions;
 use crate::grpc::server::{DEFAULT_DRAIN_GRACE, DEFAULT_PROVIDER_HEALTH_INTERVAL};
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
@@ -28,6 +30,10 @@ pub const DEFAULT_CONFIG_FILE: &str = "toolplane.toml";
 pub const DEFAULT_RATE_LIMIT_PER_SECOND: u32 = 1000;
 /// The default burst per (tenant, service).
 pub const DEFAULT_RATE_LIMIT_BURST: u32 = 2000;
+/// The default model name asked of an OpenAI-compatible server.
+pub const DEFAULT_MODEL_NAME: &str = "gpt-4o-mini";
+/// The default time one model call may take.
+pub const DEFAULT_MODEL_TIMEOUT: Duration = Duration::from_secs(120);
 /// The prefix of configuration environment variables.
 pub const ENV_PREFIX: &str = "TOOLPLANE_";
 
@@ -78,6 +84,19 @@ pub struct ServerConfig {
     /// How often each provider endpoint's grpc.health.v1 is checked.
     #[serde(with = "humantime_serde")]
     pub provider_health_interval: Duration,
+    /// Base URL of an OpenAI-compatible chat-completions API (e.g. `http://127.0.0.1:11434/v1`);
+    /// empty uses the deterministic built-in model.
+    pub model_base_url: String,
+    /// The model agents ask when neither the agent nor the request names one.
+    pub model_name: String,
+    /// The API key sent as a bearer token; empty sends none. Prefer the environment
+    /// (`TOOLPLANE_MODEL_API_KEY`) to the file for this one.
+    pub model_api_key: String,
+    /// How long one model call may take.
+    #[serde(with = "humantime_serde")]
+    pub model_timeout: Duration,
+    /// The most messages one agent's conversation keeps (the oldest turns are dropped).
+    pub max_conversation_messages: usize,
 }
 
 /// How logs are written.
@@ -113,6 +132,11 @@ impl Default for ServerConfig {
             tool_rate_limits: std::collections::BTreeMap::new(),
             max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
+            model_base_url: String::new(),
+            model_name: DEFAULT_MODEL_NAME.to_owned(),
+            model_api_key: String::new(),
+            model_timeout: DEFAULT_MODEL_TIMEOUT,
+            max_conversation_messages: DEFAULT_MAX_MESSAGES,
         }
     }
 }
@@ -227,6 +251,13 @@ impl ServerConfig {
             },
             max_invoke_timeout: self.max_invoke_timeout,
             provider_health_interval: self.provider_health_interval,
+            model: (!self.model_base_url.is_empty()).then(|| OpenAiConfig {
+                base_url: self.model_base_url.clone(),
+                model: self.model_name.clone(),
+                api_key: Some(self.model_api_key.clone()).filter(|key| !key.is_empty()),
+                timeout: self.model_timeout,
+            }),
+            max_conversation_messages: self.max_conversation_messages,
         }
     }
 }

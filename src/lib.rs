@@ -16,6 +16,7 @@
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
 
+pub mod agent;
 pub mod cli;
 pub mod client;
 pub mod config;

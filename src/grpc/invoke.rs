@@ -246,7 +246,7 @@ fn status_from_pb(value: i32) -> Option<InvocationStatus> {
     })
 }
 
-fn status_to_pb(status: InvocationStatus) -> pb::InvocationStatus {
+pub(crate) fn status_to_pb(status: InvocationStatus) -> pb::InvocationStatus {
     match status {
         InvocationStatus::Succeeded => pb::InvocationStatus::Succeeded,
         InvocationStatus::InvalidInput => pb::InvocationStatus::InvalidInput,

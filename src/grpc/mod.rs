@@ -1,6 +1,7 @@
 //! The gRPC layer: one thin adapter per service over the domain core, the one mapping from
 //! domain errors to `tonic::Status`, and server assembly.
 
+pub mod agent;
 pub mod convert;
 pub mod discovery;
 pub mod health;

@@ -14,17 +14,24 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 
+use super::agent::AgentApi;
 use super::discovery::DiscoveryApi;
 use super::health::HealthApi;
 use super::invoke::InvokeApi;
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
+use crate::agent::builtin::BuiltinModel;
+use crate::agent::model::{LlmProvider, ModelError};
+use crate::agent::openai::{OpenAiClient, OpenAiConfig};
+use crate::agent::runner::AgentRunner;
+use crate::agent::store::{AgentStore, DEFAULT_MAX_MESSAGES};
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, RecordError, RecordLog};
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
 use crate::pb;
+use crate::pb::agent_service_server::AgentServiceServer;
 use crate::pb::discovery_service_server::DiscoveryServiceServer;
 use crate::pb::health_service_server::HealthServiceServer;
 use crate::pb::tool_invoke_service_server::ToolInvokeServiceServer;
@@ -57,6 +64,10 @@ pub struct ServerOptions {
     pub max_invoke_timeout: Duration,
     /// How often each provider endpoint's health is checked.
     pub provider_health_interval: Duration,
+    /// The chat model agents use; `None` uses the deterministic built-in model.
+    pub model: Option<OpenAiConfig>,
+    /// The most messages one agent's conversation keeps.
+    pub max_conversation_messages: usize,
 }
 
 impl Default for ServerOptions {
@@ -70,6 +81,8 @@ impl Default for ServerOptions {
             rate_limits: RateLimitConfig::default(),
             max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
+            model: None,
+            max_conversation_messages: DEFAULT_MAX_MESSAGES,
         }
     }
 }
@@ -86,6 +99,17 @@ pub enum ServeError {
     /// The invocation record log could not be opened.
     #[error(transparent)]
     Records(#[from] RecordError),
+    /// The model client could not be built.
+    #[error("model client: {0}")]
+    Model(#[from] ModelError),
+}
+
+/// The chat model agents use: the OpenAI-compatible client when configured, else the built-in.
+pub fn model_provider(config: Option<&OpenAiConfig>) -> Result<Arc<dyn LlmProvider>, ModelError> {
+    Ok(match config {
+        Some(config) => Arc::new(OpenAiClient::new(config.clone())?),
+        None => Arc::new(BuiltinModel),
+    })
 }
 
 /// Serves every toolplane API on `listener` until `shutdown` completes, then drains.
@@ -104,6 +128,7 @@ pub async fn serve(
     let health = Arc::new(ProviderHealthBook::default());
     let caller = GrpcProviderCaller::default();
     let limits = Arc::new(RateLimits::new(&options.rate_limits));
+    let model = model_provider(options.model.as_ref())?;
     let invoker = Invoker::new(
         registry.clone(),
         Arc::new(caller.clone()),
@@ -114,6 +139,8 @@ pub async fn serve(
             max_timeout: options.max_invoke_timeout,
         },
     );
+    let agents = Arc::new(AgentStore::new(options.max_conversation_messages));
+    let runner = AgentRunner::new(agents, registry.clone(), invoker.clone(), model);
     tokio::spawn(run_health_checks(
         store,
         caller,
@@ -146,6 +173,7 @@ pub async fn serve(
             Arc::clone(&health),
         )))
         .add_service(ToolInvokeServiceServer::new(InvokeApi::new(invoker)))
+        .add_service(AgentServiceServer::new(AgentApi::new(runner)))
         .add_service(tonic_health::pb::health_server::HealthServer::new(
             StandardHealth::new(registry, serving.clone(), health),
         ))

@@ -11,6 +11,7 @@ use tonic_types::{
 
 use std::time::Duration;
 
+use crate::agent::{AgentError, SentinelError};
 use crate::envelope::EnvelopeError;
 use crate::invoke::caller::FailureKind;
 use crate::invoke::{self, InvokeError};
@@ -203,6 +204,62 @@ pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Statu
         details.set_retry_info(Some(retry_after));
     }
     Status::with_error_details(code, message, details)
+}
+
+impl From<AgentError> for Status {
+    fn from(error: AgentError) -> Self {
+        let message = error.to_string();
+        let (code, reason, metadata) = match error {
+            AgentError::Domain(SentinelError::InvalidStateTransition { from, to }) => (
+                Code::FailedPrecondition,
+                "AGENT_INVALID_TRANSITION",
+                vec![("from", from.to_string()), ("to", to.to_string())],
+            ),
+            AgentError::Domain(SentinelError::InvalidMessage { reason }) => {
+                return bad_request_with_reason(
+                    message,
+                    &[FieldViolation::new(
+                        "request.messages",
+                        ViolationKind::Field,
+                        reason,
+                    )],
+                    "VALIDATION_MESSAGE",
+                    Vec::new(),
+                );
+            }
+            AgentError::Domain(SentinelError::DomainViolation { rule }) => {
+                return bad_request_with_reason(
+                    message,
+                    &[FieldViolation::new("request", ViolationKind::Field, rule)],
+                    "VALIDATION_FIELD",
+                    Vec::new(),
+                );
+            }
+            AgentError::InvalidField { field, problem } => {
+                return bad_request(
+                    message,
+                    &[FieldViolation::new(field, ViolationKind::Field, problem)],
+                );
+            }
+            AgentError::NotFound(agent) => {
+                (Code::NotFound, "RESOURCE_NOT_FOUND", vec![("agent", agent)])
+            }
+            AgentError::NameTaken(name) => (
+                Code::AlreadyExists,
+                "RESOURCE_ALREADY_EXISTS",
+                vec![("name", name)],
+            ),
+            AgentError::Busy { id, state } => (
+                Code::FailedPrecondition,
+                "AGENT_BUSY",
+                vec![("agent_id", id.to_string()), ("state", state.to_string())],
+            ),
+            AgentError::Model(_) => (Code::Unavailable, "MODEL_UNAVAILABLE", Vec::new()),
+            AgentError::Invoke(inner) => return invoke_status(inner, None),
+        };
+        let (code, message, details) = status(code, message, reason, metadata);
+        Status::with_error_details(code, message, details)
+    }
 }
 
 impl From<EnvelopeError> for Status {

@@ -35,6 +35,7 @@ pub const SERVER_SERVICES: &[&str] = &[
     "toolplane.v1.DiscoveryService",
     "toolplane.v1.HealthService",
     "toolplane.v1.ToolInvokeService",
+    "toolplane.v1.AgentService",
 ];
 
 /// Serves `grpc.health.v1.Health` over the registry.

@@ -206,6 +206,12 @@ impl Registry {
         preflight::check(requirements, |service| self.store.service(tenant, service))
     }
 
+    /// Every live tool of the tenant, sorted by (tool name, service name).
+    pub fn all_tools(&self, tenant: TenantId) -> Vec<ToolRef> {
+        self.store
+            .tools_after(tenant, &ToolFilter::default(), None, usize::MAX)
+    }
+
     /// How many live tools the tenant has.
     pub fn tool_count(&self, tenant: TenantId) -> usize {
         self.store.tool_count(tenant)

@@ -1,0 +1,66 @@
+//! Errors of the agent area: the seed's `SentinelError`, and [`AgentError`] for everything the
+//! agent service can refuse or fail at. `grpc::status` maps [`AgentError`] to statuses.
+
+use super::types::{AgentId, AgentState};
+use crate::invoke::InvokeError;
+
+/// The seed 002 domain error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SentinelError {
+    /// A state transition the machine does not allow.
+    #[error("invalid state transition from {from} to {to}")]
+    InvalidStateTransition {
+        /// The state before.
+        from: AgentState,
+        /// The state asked for.
+        to: AgentState,
+    },
+    /// A message that fails validation.
+    #[error("invalid message: {reason}")]
+    InvalidMessage {
+        /// Why.
+        reason: String,
+    },
+    /// Another domain rule broken.
+    #[error("domain rule violated: {rule}")]
+    DomainViolation {
+        /// The rule.
+        rule: String,
+    },
+}
+
+/// Everything the agent service can refuse or fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The request breaks a seed 002 rule (message validation, temperature, transitions).
+    #[error(transparent)]
+    Domain(#[from] SentinelError),
+    /// A request field is malformed.
+    #[error("{field}: {problem}")]
+    InvalidField {
+        /// The field's path.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// No such agent in the caller's tenant.
+    #[error("agent {0} does not exist")]
+    NotFound(String),
+    /// An agent of that name exists already in the tenant.
+    #[error("an agent named {0:?} exists already")]
+    NameTaken(String),
+    /// The agent is in the middle of another completion.
+    #[error("agent {id} is busy ({state}); wait for its current completion to finish")]
+    Busy {
+        /// The agent.
+        id: AgentId,
+        /// Its state now.
+        state: AgentState,
+    },
+    /// The model provider failed.
+    #[error("model provider failed: {0}")]
+    Model(String),
+    /// A tool call failed in a way the model cannot be told about (the record log).
+    #[error(transparent)]
+    Invoke(#[from] InvokeError),
+}

@@ -1,0 +1,12 @@
+//! Agents (seed 002): the Sentinel domain types and state machine, conversations, the model
+//! providers, and the tool-calling loop that invokes tools through the invocation engine.
+
+pub mod builtin;
+pub mod error;
+pub mod model;
+pub mod openai;
+pub mod runner;
+pub mod store;
+pub mod types;
+
+pub use error::{AgentError, SentinelError};

@@ -1,0 +1,461 @@
+//! The tool-calling loop behind Complete and StreamComplete.
+//!
+//! Every turn walks the whole cycle the seed's state machine allows:
+//! Idle -> Thinking (a model call, with the agent's tools offered) -> ToolCall (each requested
+//! tool invoked through the invocation engine: schema validation, deadline, rate limit and an
+//! invocation record carrying the turn's correlation id) -> Reflecting (a model call with the
+//! tool results and no tools offered, whose answer is final) -> Idle. A turn in which the model
+//! asks for no tool passes through ToolCall and Reflecting without calling anything, since the
+//! machine has no other way back to Idle. A tool's error is handed to the model as that tool's
+//! result. If the turn fails or its caller goes away, the conversation is put back as it was
+//! before the turn and the agent is reset to Idle.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::error::AgentError;
+use super::model::{
+    LlmProvider, ModelReply, ModelRequest, OfferedTool, StreamEvent, ToolCallRequest,
+    tool_call_message, tool_result_message,
+};
+use super::store::{Agent, AgentStore, Transition};
+use super::types::{
+    AgentState, CanonicalMessage, ChatCompletionRequest, ChatCompletionResponse, Role,
+};
+use crate::envelope::TenantId;
+use crate::invoke::records::InvocationStatus;
+use crate::invoke::{Invocation, InvokeError, Invoker, reason_of};
+use crate::registry::{Registry, ServiceName, ToolName};
+
+/// What happened during a turn, for streaming callers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnEvent {
+    /// More of the model's words.
+    Delta(String),
+    /// The agent changed state.
+    Transition(Transition),
+    /// A tool call finished.
+    ToolCall(ToolCallSummary),
+}
+
+/// One tool call of a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCallSummary {
+    /// The tool.
+    pub tool_name: String,
+    /// The service that offered it (empty when the model named a tool it may not use).
+    pub service_name: String,
+    /// The invocation record's id (empty when nothing was invoked).
+    pub invocation_id: String,
+    /// How the call ended.
+    pub status: InvocationStatus,
+    /// The ErrorInfo reason of a failure; empty on success.
+    pub error_reason: String,
+}
+
+/// A finished turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    /// The final answer.
+    pub response: ChatCompletionResponse,
+    /// The tools called on the way.
+    pub tool_calls: Vec<ToolCallSummary>,
+}
+
+/// Runs turns for agents.
+#[derive(Debug, Clone)]
+pub struct AgentRunner {
+    store: Arc<AgentStore>,
+    registry: Registry,
+    invoker: Invoker,
+    model: Arc<dyn LlmProvider>,
+}
+
+/// Undoes an unfinished turn when dropped: the conversation goes back to its length before the
+/// turn and the agent to Idle.
+struct TurnGuard {
+    agent: Arc<Agent>,
+    length_before: usize,
+    added_messages: u64,
+    finished: bool,
+}
+
+impl Drop for TurnGuard {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut data = self.agent.data();
+        data.truncate(self.length_before);
+        data.status.messages_processed = data
+            .status
+            .messages_processed
+            .saturating_sub(self.added_messages);
+        data.force_state(
+            AgentState::Idle,
+            "turn did not finish (cancelled or failed); conversation restored",
+        );
+        data.busy = false;
+    }
+}
+
+/// The tools an agent may use, under the function names the model sees.
+struct Catalog {
+    offered: Vec<OfferedTool>,
+    by_function: HashMap<String, (ServiceName, ToolName)>,
+}
+
+fn is_plain_function_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl AgentRunner {
+    /// A runner over these parts.
+    pub fn new(
+        store: Arc<AgentStore>,
+        registry: Registry,
+        invoker: Invoker,
+        model: Arc<dyn LlmProvider>,
+    ) -> Self {
+        Self {
+            store,
+            registry,
+            invoker,
+            model,
+        }
+    }
+
+    /// The agents.
+    pub fn store(&self) -> &Arc<AgentStore> {
+        &self.store
+    }
+
+    /// The tools offered to `agent`: its allowed tools (default: every tool of its tenant),
+    /// each under its own name, or `service__tool` where the name is ambiguous or not a valid
+    /// function name.
+    fn catalog(&self, agent: &Agent) -> Catalog {
+        let tools: Vec<_> = self
+            .registry
+            .all_tools(agent.tenant)
+            .into_iter()
+            .filter(|found| {
+                agent.config.allowed_tools.as_ref().is_none_or(|allowed| {
+                    allowed.iter().any(|name| name == found.tool.name.as_str())
+                })
+            })
+            .collect();
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for found in &tools {
+            *count.entry(found.tool.name.as_str()).or_default() += 1;
+        }
+        let mut catalog = Catalog {
+            offered: Vec::new(),
+            by_function: HashMap::new(),
+        };
+        for found in &tools {
+            let name = found.tool.name.as_str();
+            let function = if count[name] == 1 && is_plain_function_name(name) {
+                name.to_owned()
+            } else {
+                let joined = format!("{}__{}", found.service.name, name.replace('.', "_"));
+                joined.chars().take(64).collect()
+            };
+            catalog.offered.push(OfferedTool {
+                name: function.clone(),
+                description: found.tool.description.clone(),
+                parameters: found.tool.input_schema.clone(),
+            });
+            catalog.by_function.insert(
+                function,
+                (found.service.name.clone(), found.tool.name.clone()),
+            );
+        }
+        catalog
+    }
+
+    fn emit(events: Option<&UnboundedSender<TurnEvent>>, event: TurnEvent) {
+        if let Some(events) = events {
+            let _ = events.send(event);
+        }
+    }
+
+    fn step(
+        agent: &Agent,
+        to: AgentState,
+        note: &str,
+        events: Option<&UnboundedSender<TurnEvent>>,
+    ) -> Result<(), AgentError> {
+        let mut data = agent.data();
+        data.transition(to, note)?;
+        if let Some(last) = data.transitions.back() {
+            Self::emit(events, TurnEvent::Transition(last.clone()));
+        }
+        Ok(())
+    }
+
+    async fn ask_model(
+        &self,
+        request: ModelRequest,
+        events: Option<&UnboundedSender<TurnEvent>>,
+    ) -> Result<ModelReply, AgentError> {
+        let Some(events) = events else {
+            return self
+                .model
+                .complete(request)
+                .await
+                .map_err(|e| AgentError::Model(e.0));
+        };
+        let mut stream = self
+            .model
+            .stream(request)
+            .await
+            .map_err(|e| AgentError::Model(e.0))?;
+        while let Some(event) = stream.next().await {
+            match event.map_err(|e| AgentError::Model(e.0))? {
+                StreamEvent::Delta(text) => Self::emit(Some(events), TurnEvent::Delta(text)),
+                StreamEvent::Done(reply) => return Ok(reply),
+            }
+        }
+        Err(AgentError::Model(
+            "the model's stream ended without a final answer".to_owned(),
+        ))
+    }
+
+    fn model_request(
+        agent: &Agent,
+        request: &ChatCompletionRequest,
+        tools: Vec<OfferedTool>,
+    ) -> ModelRequest {
+        let mut messages = Vec::new();
+        if let Some(prompt) = &agent.config.system_prompt {
+            messages.push(CanonicalMessage::new(Role::System, prompt.clone()));
+        }
+        messages.extend(
+            agent
+                .data()
+                .conversation
+                .iter()
+                .map(|stored| stored.message.clone()),
+        );
+        ModelRequest {
+            model: request.model.clone().or_else(|| agent.config.model.clone()),
+            messages,
+            tools,
+            temperature: request.temperature,
+            max_tokens: request.max_tokens,
+        }
+    }
+
+    async fn call_tool(
+        &self,
+        agent: &Agent,
+        correlation_id: &str,
+        catalog: &Catalog,
+        call: &ToolCallRequest,
+    ) -> Result<(Value, ToolCallSummary), AgentError> {
+        let refused = |reason: &str, message: String| {
+            let summary = ToolCallSummary {
+                tool_name: call.name.clone(),
+                service_name: String::new(),
+                invocation_id: String::new(),
+                status: InvocationStatus::Rejected,
+                error_reason: reason.to_owned(),
+            };
+            Ok((
+                json!({"error": {"reason": reason, "message": message}}),
+                summary,
+            ))
+        };
+        let Some((service, tool)) = catalog.by_function.get(&call.name) else {
+            return refused(
+                "TOOL_NOT_ALLOWED",
+                format!("tool {} is not available to this agent", call.name),
+            );
+        };
+        if !call.arguments.is_object() {
+            return refused(
+                "VALIDATION_INPUT",
+                format!("the arguments of {} must be a JSON object", call.name),
+            );
+        }
+        let invocation = Invocation {
+            tenant: agent.tenant,
+            correlation_id: correlation_id.to_owned(),
+            tool: tool.clone(),
+            service: Some(service.clone()),
+            input: call.arguments.clone(),
+            idempotency_key: None,
+            retry: None,
+            caller_timeout: None,
+        };
+        let summary = |invocation_id: String, status, error_reason: String| ToolCallSummary {
+            tool_name: tool.to_string(),
+            service_name: service.to_string(),
+            invocation_id,
+            status,
+            error_reason,
+        };
+        match self.invoker.invoke(invocation).await {
+            Ok(invoked) => Ok((
+                invoked.output,
+                summary(
+                    invoked.record.invocation_id.clone(),
+                    InvocationStatus::Succeeded,
+                    String::new(),
+                ),
+            )),
+            Err(failed) => {
+                let Some(record) = failed.record else {
+                    return Err(AgentError::Invoke(failed.error));
+                };
+                let reason = reason_of(&failed.error);
+                let detail = match &failed.error {
+                    InvokeError::InvalidInput { violations, .. } => json!(
+                        violations
+                            .iter()
+                            .map(|v| format!("{}: {}", v.field, v.description))
+                            .collect::<Vec<_>>()
+                    ),
+                    _ => Value::Null,
+                };
+                let result = json!({"error": {"reason": reason, "message": failed.error.to_string(), "details": detail}});
+                Ok((
+                    result,
+                    summary(record.invocation_id.clone(), record.status, reason),
+                ))
+            }
+        }
+    }
+
+    /// Runs one turn of `agent` for `request`. With `events`, model answers are streamed and
+    /// every transition and tool call is reported as it happens.
+    pub async fn complete(
+        &self,
+        tenant: TenantId,
+        correlation_id: &str,
+        agent: &str,
+        request: ChatCompletionRequest,
+        events: Option<UnboundedSender<TurnEvent>>,
+    ) -> Result<TurnOutcome, AgentError> {
+        request.validate()?;
+        let agent = self.store.get(tenant, agent)?;
+        let events = events.as_ref();
+        let mut guard = {
+            let mut data = agent.data();
+            if data.busy || data.status.state != AgentState::Idle {
+                return Err(AgentError::Busy {
+                    id: agent.id,
+                    state: data.status.state,
+                });
+            }
+            data.busy = true;
+            let guard = TurnGuard {
+                agent: Arc::clone(&agent),
+                length_before: data.len(),
+                added_messages: request.messages.len() as u64,
+                finished: false,
+            };
+            for message in &request.messages {
+                data.push(message.clone());
+            }
+            data.status.messages_processed += request.messages.len() as u64;
+            guard
+        };
+        Self::step(&agent, AgentState::Thinking, "", events)?;
+        let catalog = self.catalog(&agent);
+        let first = self
+            .ask_model(
+                Self::model_request(&agent, &request, catalog.offered.clone()),
+                events,
+            )
+            .await?;
+        let mut usage = first.usage;
+        let mut tool_calls = Vec::new();
+        let (final_content, model) = if first.tool_calls.is_empty() {
+            Self::step(&agent, AgentState::ToolCall, "no tool calls", events)?;
+            Self::step(
+                &agent,
+                AgentState::Reflecting,
+                "nothing to reflect on",
+                events,
+            )?;
+            (first.content, first.model)
+        } else {
+            agent
+                .data()
+                .push(tool_call_message(&first.content, &first.tool_calls));
+            Self::step(&agent, AgentState::ToolCall, "", events)?;
+            for call in &first.tool_calls {
+                let (result, summary) = self
+                    .call_tool(&agent, correlation_id, &catalog, call)
+                    .await?;
+                agent.data().push(tool_result_message(call, &result));
+                Self::emit(events, TurnEvent::ToolCall(summary.clone()));
+                tool_calls.push(summary);
+            }
+            Self::step(&agent, AgentState::Reflecting, "", events)?;
+            let second = self
+                .ask_model(Self::model_request(&agent, &request, Vec::new()), events)
+                .await?;
+            usage = match (usage, second.usage) {
+                (Some(a), Some(b)) => Some(a.plus(b)),
+                (a, b) => a.or(b),
+            };
+            (second.content, second.model)
+        };
+        let content = if final_content.trim().is_empty() {
+            "(the model gave no answer)".to_owned()
+        } else {
+            final_content
+        };
+        let message = CanonicalMessage::new(Role::Assistant, content);
+        {
+            let mut data = agent.data();
+            data.push(message.clone());
+            data.transition(AgentState::Idle, "")?;
+            if let Some(last) = data.transitions.back() {
+                Self::emit(events, TurnEvent::Transition(last.clone()));
+            }
+            data.busy = false;
+            let max = self.store.max_messages();
+            data.enforce_bound(max);
+            guard.finished = true;
+        }
+        Ok(TurnOutcome {
+            response: ChatCompletionResponse {
+                message,
+                model,
+                usage,
+            },
+            tool_calls,
+        })
+    }
+
+    /// Moves an idle (not busy) agent along the state machine by hand.
+    pub fn transition(
+        &self,
+        tenant: TenantId,
+        agent: &str,
+        to: AgentState,
+    ) -> Result<Arc<Agent>, AgentError> {
+        let agent = self.store.get(tenant, agent)?;
+        {
+            let mut data = agent.data();
+            if data.busy {
+                return Err(AgentError::Busy {
+                    id: agent.id,
+                    state: data.status.state,
+                });
+            }
+            data.transition(to, "requested")?;
+        }
+        Ok(agent)
+    }
+}
