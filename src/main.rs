@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use toolplane::cli;
+use toolplane::cli::agent;
 use toolplane::client::{ClientError, ToolRequirement, ToolplaneClient};
 use toolplane::config::{LogFormat, ServerConfig};
 use toolplane::envelope::TenantId;
@@ -27,13 +28,13 @@ struct Cli {
 #[derive(Debug, clap::Args)]
 struct ClientArgs {
     /// The toolplane server to talk to.
-    #[arg(long, env = "TOOLPLANE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
+    #[arg(long, global = true, env = "TOOLPLANE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     endpoint: String,
     /// The tenant to act for.
-    #[arg(long, env = "TOOLPLANE_TENANT_ID", default_value_t = 0)]
+    #[arg(long, global = true, env = "TOOLPLANE_TENANT_ID", default_value_t = 0)]
     tenant: u64,
     /// Print JSON for scripts instead of a table.
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
 }
 
@@ -107,12 +108,51 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Create, list, show and chat with agents.
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Show the health of a service, or of the control plane when none is named.
     Health {
         /// The service; omit for the control plane itself.
         service: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentCommand {
+    /// Create an agent.
+    Create {
+        /// Its name, unique in the tenant.
+        name: String,
+        /// The model to ask [default: the server's].
+        #[arg(long)]
+        model: Option<String>,
+        /// Instructions sent first on every model call.
+        #[arg(long)]
+        system_prompt: Option<String>,
+        /// A tool the agent may use (repeatable) [default: every tool of the tenant].
+        #[arg(long = "allow", value_name = "TOOL")]
+        allowed_tools: Vec<String>,
+    },
+    /// List the agents.
+    List,
+    /// Show an agent: status, configuration, recent transitions.
+    Show {
+        /// The agent's id or name.
+        agent: String,
+    },
+    /// Send a message and stream the answer (state changes and tool calls go to stderr).
+    Chat {
+        /// The agent's id or name.
+        agent: String,
+        /// The message.
+        message: String,
     },
 }
 
@@ -335,6 +375,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
                 Ok(ExitCode::from(1))
             }
         },
+        Command::Agent { command, client } => run_agent(command, &client).await,
         Command::Health { service, client } => {
             let service = service.unwrap_or_default();
             let health = connect(&client).await?.health(&service).await?;
@@ -346,6 +387,37 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+async fn run_agent(command: AgentCommand, args: &ClientArgs) -> Result<ExitCode, ClientError> {
+    let client = connect(args).await?;
+    let shown = match command {
+        AgentCommand::Create {
+            name,
+            model,
+            system_prompt,
+            allowed_tools,
+        } => vec![agent::create(&client, &name, model, system_prompt, allowed_tools).await?],
+        AgentCommand::List => agent::list(&client).await?,
+        AgentCommand::Show { agent } => vec![agent::show(&client, &agent).await?],
+        AgentCommand::Chat { agent, message } => {
+            agent::chat(
+                &client,
+                &agent,
+                &message,
+                &mut std::io::stdout(),
+                &mut std::io::stderr(),
+            )
+            .await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    if args.json {
+        print_json(&shown.iter().map(agent::agent_json).collect());
+    } else {
+        println!("{}", agent::agents_table(&shown));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn preflight(

@@ -123,3 +123,93 @@ fn bad_config_is_refused() {
     assert_eq!(code, 2);
     assert!(stderr.contains("unknown_key"), "{stderr}");
 }
+
+/// `toolplane agent create|list|show|chat` against the real server and example provider: chat
+/// streams the answer to stdout and the steps of the turn to stderr.
+#[test]
+fn agent_commands() {
+    use common::process::ChildGuard;
+    let server = ServerProcess::start(&[]);
+    let endpoint = server.endpoint();
+    let _provider = ChildGuard::structs_provider(&endpoint);
+    let preflight = [
+        "preflight",
+        "--endpoint",
+        &endpoint,
+        "--require",
+        "structs:structs_calculate_power",
+    ];
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while toolplane_cli(&preflight).0 != 0 {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "structs-provider never registered"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "agent",
+        "create",
+        "helper",
+        "--allow",
+        "structs_calculate_power",
+        "--endpoint",
+        &endpoint,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("helper") && stdout.contains("idle"),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "agent",
+        "chat",
+        "helper",
+        "hello there",
+        "--endpoint",
+        &endpoint,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim(), "hello there");
+    assert!(
+        stderr.contains("[idle -> thinking]") && stderr.contains("[reflecting -> idle]"),
+        "{stderr}"
+    );
+
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "agent",
+        "chat",
+        "helper",
+        r#"call structs_calculate_power {"alpha_matter": 4, "generator_type": "continentalPowerPlant"}"#,
+        "--endpoint",
+        &endpoint,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\"power_generated\":20"), "{stdout}");
+    assert!(
+        stderr.contains("[tool structs_calculate_power on structs: succeeded]"),
+        "{stderr}"
+    );
+
+    let (code, stdout, _) =
+        toolplane_cli(&["agent", "show", "helper", "--json", "--endpoint", &endpoint]);
+    assert_eq!(code, 0);
+    let shown: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(shown[0]["messages_processed"], 2);
+    assert_eq!(shown[0]["state"], "idle");
+    let (code, stdout, _) = toolplane_cli(&["agent", "list", "--json", "--endpoint", &endpoint]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&stdout)
+            .expect("JSON")
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let (code, _, stderr) =
+        toolplane_cli(&["agent", "chat", "nobody", "hi", "--endpoint", &endpoint]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("NotFound"), "{stderr}");
+}

@@ -13,6 +13,7 @@ pub use requirement::{ParseRequirementError, ToolRequirement};
 
 use crate::envelope::{TenantId, request_meta};
 use crate::pb;
+use crate::pb::agent_service_client::AgentServiceClient;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
 use crate::pb::health_service_client::HealthServiceClient;
 use crate::pb::tool_invoke_service_client::ToolInvokeServiceClient;
@@ -107,6 +108,7 @@ pub struct ToolplaneClient {
     discovery: DiscoveryServiceClient<Channel>,
     health: HealthServiceClient<Channel>,
     invoke: ToolInvokeServiceClient<Channel>,
+    agents: AgentServiceClient<Channel>,
     tenant: TenantId,
     correlation_id: String,
     cache: moka::future::Cache<String, pb::DiscoveryInfo>,
@@ -144,7 +146,8 @@ impl ToolplaneClient {
         Self {
             discovery: DiscoveryServiceClient::new(channel.clone()),
             health: HealthServiceClient::new(channel.clone()),
-            invoke: ToolInvokeServiceClient::new(channel),
+            invoke: ToolInvokeServiceClient::new(channel.clone()),
+            agents: AgentServiceClient::new(channel),
             tenant,
             correlation_id: uuid::Uuid::new_v4().to_string(),
             cache: moka::future::Cache::builder()
@@ -160,7 +163,13 @@ impl ToolplaneClient {
         self
     }
 
-    fn meta(&self) -> Option<pb::Meta> {
+    /// The generated Agent client, for agent calls.
+    pub fn agents(&self) -> AgentServiceClient<Channel> {
+        self.agents.clone()
+    }
+
+    /// The envelope this client sends.
+    pub fn meta(&self) -> Option<pb::Meta> {
         Some(request_meta(self.tenant, &self.correlation_id))
     }
 

@@ -1,5 +1,7 @@
 //! What the `toolplane` client commands print: tables for people, JSON for scripts.
 
+pub mod agent;
+
 use comfy_table::{Table, presets::NOTHING};
 use serde_json::{Value, json};
 
@@ -27,11 +29,11 @@ pub fn health_name(value: i32) -> String {
         .unwrap_or_else(|_| value.to_string())
 }
 
-fn timestamp(value: Option<&prost_types::Timestamp>) -> String {
+pub(crate) fn timestamp(value: Option<&prost_types::Timestamp>) -> String {
     value.map(ToString::to_string).unwrap_or_default()
 }
 
-fn new_table(header: &[&str]) -> Table {
+pub(crate) fn new_table(header: &[&str]) -> Table {
     let mut table = Table::new();
     table.load_preset(NOTHING).set_header(header.to_vec());
     table
@@ -152,7 +154,7 @@ pub fn missing_json(missing: &pb::MissingTool) -> Value {
     })
 }
 
-fn invocation_status_name(value: i32) -> String {
+pub(crate) fn invocation_status_name(value: i32) -> String {
     pb::InvocationStatus::try_from(value)
         .map(|s| {
             s.as_str_name()

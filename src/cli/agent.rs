@@ -1,0 +1,190 @@
+//! `toolplane agent`: create, list, show and chat with agents.
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+
+use super::{invocation_status_name, new_table, timestamp};
+use crate::client::{ClientError, ToolplaneClient};
+use crate::pb;
+
+fn state_name(value: i32) -> String {
+    pb::AgentState::try_from(value)
+        .map(|s| {
+            s.as_str_name()
+                .trim_start_matches("AGENT_STATE_")
+                .replace('_', "")
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_else(|_| value.to_string())
+}
+
+/// An agent as JSON (the seed's AgentStatus plus configuration).
+pub fn agent_json(agent: &pb::Agent) -> Value {
+    let status = agent.status.clone().unwrap_or_default();
+    json!({
+        "id": status.id,
+        "name": agent.name,
+        "state": state_name(status.state),
+        "busy": agent.busy,
+        "last_activity": timestamp(status.last_activity.as_ref()),
+        "messages_processed": status.messages_processed,
+        "model": agent.model,
+        "system_prompt": agent.system_prompt,
+        "allowed_tools": agent.allowed_tools,
+        "recent_transitions": agent.recent_transitions.iter().map(|t| json!({
+            "from": state_name(t.from), "to": state_name(t.to), "at": timestamp(t.at.as_ref()), "note": t.note,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A table of agents.
+pub fn agents_table(agents: &[pb::Agent]) -> String {
+    let mut table = new_table(&["NAME", "ID", "STATE", "MESSAGES", "MODEL", "TOOLS"]);
+    for agent in agents {
+        let status = agent.status.clone().unwrap_or_default();
+        let tools = if agent.allowed_tools.is_empty() {
+            "all".to_owned()
+        } else {
+            agent.allowed_tools.join(",")
+        };
+        table.add_row(vec![
+            agent.name.clone(),
+            status.id,
+            state_name(status.state),
+            status.messages_processed.to_string(),
+            agent.model.clone(),
+            tools,
+        ]);
+    }
+    table.to_string()
+}
+
+/// Creates an agent.
+pub async fn create(
+    client: &ToolplaneClient,
+    name: &str,
+    model: Option<String>,
+    system_prompt: Option<String>,
+    allowed_tools: Vec<String>,
+) -> Result<pb::Agent, ClientError> {
+    let request = pb::CreateAgentRequest {
+        meta: client.meta(),
+        name: name.to_owned(),
+        model: model.unwrap_or_default(),
+        system_prompt: system_prompt.unwrap_or_default(),
+        allowed_tools,
+    };
+    Ok(client
+        .agents()
+        .create_agent(request)
+        .await?
+        .into_inner()
+        .agent
+        .unwrap_or_default())
+}
+
+/// Every agent of the tenant.
+pub async fn list(client: &ToolplaneClient) -> Result<Vec<pb::Agent>, ClientError> {
+    let mut agents = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .agents()
+            .list_agents(pb::ListAgentsRequest {
+                meta: client.meta(),
+                page_size: 0,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        agents.extend(page.agents);
+        if page.next_page_token.is_empty() {
+            return Ok(agents);
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+/// One agent, by id or name.
+pub async fn show(client: &ToolplaneClient, agent: &str) -> Result<pb::Agent, ClientError> {
+    Ok(client
+        .agents()
+        .get_agent(pb::GetAgentRequest {
+            meta: client.meta(),
+            agent_id: agent.to_owned(),
+        })
+        .await?
+        .into_inner()
+        .agent
+        .unwrap_or_default())
+}
+
+/// Sends `message` and streams the answer to `out` as it arrives; state changes and tool calls
+/// go to `log` (stderr in the CLI). Returns the final answer.
+pub async fn chat(
+    client: &ToolplaneClient,
+    agent: &str,
+    message: &str,
+    out: &mut impl Write,
+    log: &mut impl Write,
+) -> Result<pb::ChatCompletionResponse, ClientError> {
+    let request = pb::StreamCompleteRequest {
+        meta: client.meta(),
+        agent_id: agent.to_owned(),
+        request: Some(pb::ChatCompletionRequest {
+            messages: vec![pb::CanonicalMessage {
+                role: pb::Role::User as i32,
+                content: message.to_owned(),
+                ..Default::default()
+            }],
+            stream: true,
+            ..Default::default()
+        }),
+    };
+    let mut stream = client.agents().stream_complete(request).await?.into_inner();
+    let mut completion = None;
+    while let Some(event) = stream.message().await? {
+        use pb::stream_complete_response::Event;
+        match event.event {
+            Some(Event::ContentDelta(text)) => {
+                let _ = write!(out, "{text}");
+                let _ = out.flush();
+            }
+            Some(Event::Transition(step)) => {
+                let _ = writeln!(
+                    log,
+                    "[{} -> {}]",
+                    state_name(step.from),
+                    state_name(step.to)
+                );
+            }
+            Some(Event::ToolCall(call)) => {
+                let reason = if call.error_reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", call.error_reason)
+                };
+                let _ = writeln!(
+                    log,
+                    "[tool {} on {}: {}{reason}]",
+                    call.tool_name,
+                    call.service_name,
+                    invocation_status_name(call.status)
+                );
+            }
+            Some(Event::Completion(done)) => completion = Some(done),
+            None => {}
+        }
+    }
+    let _ = writeln!(out);
+    let done = completion.unwrap_or_default();
+    if let Some(usage) = &done.usage {
+        let _ = writeln!(
+            log,
+            "[model {}; tokens: {} prompt + {} completion = {}]",
+            done.model, usage.prompt_tokens, usage.completion_tokens, usage.total_tokens
+        );
+    }
+    Ok(done)
+}

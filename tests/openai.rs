@@ -1,0 +1,401 @@
+//! The OpenAI-compatible client against a local HTTP server speaking the chat-completions wire
+//! format (JSON answers, SSE chunks, tool_calls), directly and as the model of real agents.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use common::provider::TestProvider;
+use common::*;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use toolplane::agent::model::{
+    LlmProvider, ModelRequest, OfferedTool, StreamEvent, tool_call_message, tool_result_message,
+};
+use toolplane::agent::openai::{OpenAiClient, OpenAiConfig};
+use toolplane::agent::types::{CanonicalMessage, Role};
+use toolplane::grpc::ServerOptions;
+use toolplane::pb;
+use toolplane::pb::agent_service_client::AgentServiceClient;
+use toolplane::provider::structs::structs_tools;
+
+/// What the local chat-completions server saw, and whether it should fail.
+#[derive(Clone, Default)]
+struct Mock {
+    bodies: Arc<Mutex<Vec<Value>>>,
+    authorization: Arc<Mutex<Vec<String>>>,
+    fail: bool,
+}
+
+const ARGUMENTS: &str = r#"{"alpha_matter": 3, "generator_type": "worldEngine"}"#;
+
+fn sse(chunks: &[Value]) -> Response {
+    let mut body: String = chunks
+        .iter()
+        .map(|chunk| format!("data: {chunk}\n\n"))
+        .collect();
+    body.push_str("data: [DONE]\n\n");
+    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+}
+
+async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    mock.bodies.lock().expect("lock").push(body.clone());
+    mock.authorization.lock().expect("lock").push(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+    );
+    if mock.fail {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "model overloaded").into_response();
+    }
+    let last = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default();
+    let after_tool = last["role"] == "tool";
+    let stream = body["stream"] == true;
+    let usage = if after_tool {
+        json!({"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25})
+    } else {
+        json!({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13})
+    };
+    let answer = format!(
+        "the tool said {}",
+        last["content"].as_str().unwrap_or_default()
+    );
+    match (stream, after_tool) {
+        (false, true) => Json(json!({"model": "mock-model", "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}], "usage": usage})).into_response(),
+        (false, false) => Json(json!({"model": "mock-model", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "structs_calculate_power", "arguments": ARGUMENTS}}]}}], "usage": usage})).into_response(),
+        (true, true) => sse(&[
+            json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "the tool "}}]}),
+            json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"content": &answer["the tool ".len()..]}}]}),
+            json!({"model": "mock-model", "choices": [], "usage": usage}),
+        ]),
+        (true, false) => {
+            let (head, tail) = ARGUMENTS.split_at(20);
+            sse(&[
+                json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "structs_calculate_power", "arguments": ""}}]}}]}),
+                json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": head}}]}}]}),
+                json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": tail}}]}, "finish_reason": "tool_calls"}]}),
+                json!({"model": "mock-model", "choices": [], "usage": usage}),
+            ])
+        }
+    }
+}
+
+/// Serves the chat-completions wire format on 127.0.0.1:0; returns its base URL.
+async fn start_mock(mock: Mock) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(chat))
+        .with_state(mock);
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.expect("mock serves");
+    });
+    format!("http://{addr}/v1")
+}
+
+fn config(base_url: String) -> OpenAiConfig {
+    OpenAiConfig {
+        base_url,
+        model: "configured-model".into(),
+        api_key: Some("test-key".into()),
+        timeout: Duration::from_secs(10),
+    }
+}
+
+fn power_tool() -> OfferedTool {
+    OfferedTool {
+        name: "structs_calculate_power".into(),
+        description: "power".into(),
+        parameters: json!({"type": "object", "properties": {"alpha_matter": {"type": "number"}}}),
+    }
+}
+
+/// The client sends function tools and a bearer token, parses tool_calls, and reassembles
+/// streamed tool-call fragments and content deltas.
+#[tokio::test(flavor = "multi_thread")]
+async fn client_speaks_the_wire_format() {
+    let mock = Mock::default();
+    let client = OpenAiClient::new(config(start_mock(mock.clone()).await)).expect("client");
+    let request = ModelRequest {
+        model: None,
+        messages: vec![CanonicalMessage::new(Role::User, "power please".into())],
+        tools: vec![power_tool()],
+        temperature: Some(0.2),
+        max_tokens: Some(64),
+    };
+
+    let reply = client.complete(request.clone()).await.expect("answer");
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(
+        reply.tool_calls[0].arguments,
+        json!({"alpha_matter": 3, "generator_type": "worldEngine"})
+    );
+    assert_eq!(
+        (
+            reply.model.as_str(),
+            reply.usage.expect("usage").total_tokens
+        ),
+        ("mock-model", 13)
+    );
+    let sent = mock.bodies.lock().expect("lock")[0].clone();
+    assert_eq!(sent["model"], "configured-model");
+    assert_eq!(
+        sent["tools"][0],
+        json!({"type": "function", "function": {"name": "structs_calculate_power", "description": "power", "parameters": power_tool().parameters}})
+    );
+    assert_eq!(
+        (sent["temperature"].clone(), sent["max_tokens"].clone()),
+        (json!(0.2), json!(64))
+    );
+    assert_eq!(
+        mock.authorization.lock().expect("lock")[0],
+        "Bearer test-key"
+    );
+
+    let mut stream = client.stream(request.clone()).await.expect("stream");
+    let mut last = None;
+    while let Some(event) = stream.next().await {
+        if let StreamEvent::Done(reply) = event.expect("event") {
+            last = Some(reply);
+        }
+    }
+    let streamed = last.expect("a final reply");
+    assert_eq!(
+        streamed.tool_calls, reply.tool_calls,
+        "fragments reassemble into the same call"
+    );
+
+    // After a tool result the conversation goes out with tool_calls and a tool message.
+    let call = &reply.tool_calls[0];
+    let mut follow_up = request;
+    follow_up
+        .messages
+        .push(tool_call_message("", std::slice::from_ref(call)));
+    follow_up
+        .messages
+        .push(tool_result_message(call, &json!({"power_generated": 30})));
+    let mut deltas = String::new();
+    let mut stream = client.stream(follow_up).await.expect("stream");
+    let mut done = None;
+    while let Some(event) = stream.next().await {
+        match event.expect("event") {
+            StreamEvent::Delta(text) => deltas.push_str(&text),
+            StreamEvent::Done(reply) => done = Some(reply),
+        }
+    }
+    let done = done.expect("final");
+    assert_eq!(deltas, r#"the tool said {"power_generated":30}"#);
+    assert_eq!(
+        (done.content, done.usage.expect("usage").total_tokens),
+        (deltas, 25)
+    );
+    let sent = mock
+        .bodies
+        .lock()
+        .expect("lock")
+        .last()
+        .cloned()
+        .expect("body");
+    let messages = sent["messages"].as_array().expect("messages");
+    assert_eq!(
+        messages[1]["tool_calls"][0]["function"]["name"],
+        "structs_calculate_power"
+    );
+    assert_eq!(
+        (
+            messages[2]["role"].as_str(),
+            messages[2]["tool_call_id"].as_str()
+        ),
+        (Some("tool"), Some("call_1"))
+    );
+}
+
+async fn agent_server(mock: Mock) -> (TestServer, TestProvider) {
+    let base_url = start_mock(mock).await;
+    let server = TestServer::start_with(ServerOptions {
+        model: Some(config(base_url)),
+        ..test_options()
+    })
+    .await;
+    let provider = TestProvider::start(
+        structs_tools().expect("tools"),
+        &server.endpoint(),
+        "structs",
+        Duration::from_secs(5),
+    )
+    .await;
+    let discovery = server.discovery().await;
+    eventually("provider registered", || {
+        let mut discovery = discovery.clone();
+        async move { get_service(&mut discovery, 0, "structs").await.is_ok() }
+    })
+    .await;
+    (server, provider)
+}
+
+fn turn() -> Option<pb::ChatCompletionRequest> {
+    Some(pb::ChatCompletionRequest {
+        messages: vec![pb::CanonicalMessage {
+            role: pb::Role::User as i32,
+            content: "how much power?".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+/// A real agent driven by the OpenAI-compatible model: the tool call runs through the control
+/// plane and the model gets the result, in both Complete and StreamComplete.
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_run_on_an_openai_compatible_model() {
+    let mock = Mock::default();
+    let (server, _provider) = agent_server(mock.clone()).await;
+    let mut client = AgentServiceClient::new(server.channel().await);
+    client
+        .create_agent(pb::CreateAgentRequest {
+            meta: meta(0),
+            name: "gpt".into(),
+            system_prompt: "Be brief.".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("created");
+
+    let answer = client
+        .complete(pb::CompleteRequest {
+            meta: meta(0),
+            agent_id: "gpt".into(),
+            request: turn(),
+        })
+        .await
+        .expect("turn")
+        .into_inner();
+    let response = answer.response.expect("response");
+    assert_eq!(response.model, "mock-model");
+    assert!(
+        response
+            .message
+            .expect("message")
+            .content
+            .contains("\"power_generated\":30"),
+        "the model saw the real tool output"
+    );
+    assert_eq!(response.usage.expect("usage").total_tokens, 13 + 25);
+    assert_eq!(
+        answer.tool_calls[0].status,
+        pb::InvocationStatus::Succeeded as i32
+    );
+    let first = mock.bodies.lock().expect("lock")[0].clone();
+    assert_eq!(
+        first["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+    let offered: Vec<&str> = first["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(
+        offered.contains(&"structs_calculate_power") && offered.len() == 5,
+        "{offered:?}"
+    );
+    let second = mock.bodies.lock().expect("lock")[1].clone();
+    assert!(
+        second.get("tools").is_none(),
+        "no tools are offered while reflecting"
+    );
+
+    let mut stream = client
+        .stream_complete(pb::StreamCompleteRequest {
+            meta: meta(0),
+            agent_id: "gpt".into(),
+            request: turn(),
+        })
+        .await
+        .expect("stream")
+        .into_inner();
+    let mut completion = None;
+    while let Some(message) = stream.message().await.expect("healthy") {
+        if let Some(pb::stream_complete_response::Event::Completion(done)) = message.event {
+            completion = Some(done);
+        }
+    }
+    assert!(
+        completion
+            .expect("completion")
+            .message
+            .expect("message")
+            .content
+            .contains("\"power_generated\":30")
+    );
+}
+
+/// A failing model is UNAVAILABLE (MODEL_UNAVAILABLE) and the agent is left Idle and unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_model_leaves_the_agent_as_it_was() {
+    let (server, _provider) = agent_server(Mock {
+        fail: true,
+        ..Mock::default()
+    })
+    .await;
+    let mut client = AgentServiceClient::new(server.channel().await);
+    client
+        .create_agent(pb::CreateAgentRequest {
+            meta: meta(0),
+            name: "down".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("created");
+    let error = client
+        .complete(pb::CompleteRequest {
+            meta: meta(0),
+            agent_id: "down".into(),
+            request: turn(),
+        })
+        .await
+        .expect_err("model down");
+    assert_eq!(error.code(), tonic::Code::Unavailable);
+    assert_eq!(reason(&error), "MODEL_UNAVAILABLE");
+    assert!(error.message().contains("500"), "{}", error.message());
+    let agent = client
+        .get_agent(pb::GetAgentRequest {
+            meta: meta(0),
+            agent_id: "down".into(),
+        })
+        .await
+        .expect("agent")
+        .into_inner()
+        .agent
+        .expect("agent");
+    assert_eq!(
+        agent.status.expect("status").state,
+        pb::AgentState::Idle as i32
+    );
+    let messages = client
+        .list_messages(pb::ListMessagesRequest {
+            meta: meta(0),
+            agent_id: "down".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .messages;
+    assert!(messages.is_empty());
+}
