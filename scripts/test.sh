@@ -37,3 +37,6 @@ cargo clippy --all-targets --quiet -- -D warnings
 step "cargo test"
 TOOLPLANE_REQUIRE_PEERS=1 cargo test --all-targets
 cargo test --doc
+
+step "toolplane-bench run --quick (checks the benchmark harness still works; its numbers mean nothing)"
+cargo run --quiet --bin toolplane-bench -- run --quick > /dev/null

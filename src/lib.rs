@@ -17,6 +17,7 @@
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
 
 pub mod agent;
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;

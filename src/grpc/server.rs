@@ -9,9 +9,9 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tonic::transport::server::TcpIncoming;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 
 use super::agent::AgentApi;
@@ -161,7 +161,6 @@ pub async fn serve(
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
-        .tcp_nodelay(true)
         .add_service(DiscoveryServiceServer::new(DiscoveryApi::new(
             registry.clone(),
             serving.clone(),
@@ -179,9 +178,12 @@ pub async fn serve(
         ))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-            let _ = stopped.await;
-        });
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async {
+                let _ = stopped.await;
+            },
+        );
     tokio::pin!(server);
 
     tokio::select! {

@@ -5,10 +5,10 @@
 
 use std::future::Future;
 use std::time::{Duration, Instant};
+use tonic::transport::server::TcpIncoming;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
@@ -190,7 +190,6 @@ impl ProviderServer {
         ));
         tracing::info!(service = %self.config.service_name, %endpoint, tools = self.tools.iter().count(), "provider serving");
         let result = Server::builder()
-            .tcp_nodelay(true)
             .add_service(ToolProviderServiceServer::new(ProviderApi {
                 tools: self.tools,
             }))
@@ -199,10 +198,13 @@ impl ProviderServer {
                     self.health.reporter.clone(),
                 ),
             ))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-                shutdown.await;
-                let _ = stop_lease.send(true);
-            })
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                async {
+                    shutdown.await;
+                    let _ = stop_lease.send(true);
+                },
+            )
             .await;
         let _ = lease.await;
         result.map_err(ProviderError::from)

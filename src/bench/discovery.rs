@@ -1,0 +1,217 @@
+//! Scenario 1: GetTool and ListTools (a page of 100) with many registered tools whose schemas
+//! are 1-4 KB, against a bare tonic server answering the same bytes.
+
+use std::sync::Arc;
+
+use prost::Message;
+
+use super::load::{Measured, closed_loop, open_loop};
+use super::procs::{ChildProcess, free_port};
+use super::report::Row;
+use super::{Bench, alternate, channels, meta, register_tools, wait_serving};
+use crate::pb;
+use crate::pb::discovery_service_client::DiscoveryServiceClient;
+
+/// Callers share this many connections at concurrency 64.
+const CONNECTIONS: usize = 8;
+const SCENARIO: &str = "1 discovery";
+
+#[derive(Clone, Copy)]
+enum Read {
+    GetTool,
+    ListTools,
+}
+
+async fn measure(
+    endpoint: &str,
+    read: Read,
+    concurrency: usize,
+    bench: &Bench,
+    tools: usize,
+) -> Result<Measured, String> {
+    let clients: Arc<Vec<_>> = Arc::new(
+        channels(endpoint, if concurrency == 1 { 1 } else { CONNECTIONS })
+            .await?
+            .into_iter()
+            .map(DiscoveryServiceClient::new)
+            .collect(),
+    );
+    Ok(
+        closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
+            let mut client = clients[worker % clients.len()].clone();
+            async move {
+                match read {
+                    Read::GetTool => {
+                        let name = format!("tool_{:06}", (worker * 7919) % tools);
+                        client
+                            .get_tool(pb::GetToolRequest {
+                                meta: meta(),
+                                tool_name: name,
+                                service_name: String::new(),
+                            })
+                            .await
+                            .map(drop)
+                    }
+                    Read::ListTools => client
+                        .list_tools(pb::ListToolsRequest {
+                            meta: meta(),
+                            page_size: 100,
+                            ..Default::default()
+                        })
+                        .await
+                        .map(drop),
+                }
+            }
+        })
+        .await,
+    )
+}
+
+async fn measure_open(endpoint: &str, bench: &Bench, tools: usize) -> Result<Measured, String> {
+    let clients: Arc<Vec<_>> = Arc::new(
+        channels(endpoint, CONNECTIONS)
+            .await?
+            .into_iter()
+            .map(DiscoveryServiceClient::new)
+            .collect(),
+    );
+    Ok(open_loop(
+        bench.sizes.open_loop_rate,
+        bench.sizes.measure_for,
+        move |index| {
+            let mut client = clients[index as usize % clients.len()].clone();
+            let name = format!("tool_{:06}", (index as usize * 7919) % tools);
+            async move {
+                client
+                    .get_tool(pb::GetToolRequest {
+                        meta: meta(),
+                        tool_name: name,
+                        service_name: String::new(),
+                    })
+                    .await
+                    .map(drop)
+            }
+        },
+    )
+    .await)
+}
+
+/// Starts the baseline answering with exactly what toolplane answered.
+async fn start_baseline(bench: &Bench, toolplane: &str) -> Result<ChildProcess, String> {
+    let mut client = DiscoveryServiceClient::new(super::channel(toolplane).await?);
+    let get = client
+        .get_tool(pb::GetToolRequest {
+            meta: meta(),
+            tool_name: "tool_000000".into(),
+            service_name: String::new(),
+        })
+        .await
+        .map_err(|s| s.to_string())?
+        .into_inner();
+    let list = client
+        .list_tools(pb::ListToolsRequest {
+            meta: meta(),
+            page_size: 100,
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| s.to_string())?
+        .into_inner();
+    let dir = std::env::temp_dir().join(format!("toolplane-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("get_tool.bin"), get.encode_to_vec()).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("list_tools.bin"), list.encode_to_vec()).map_err(|e| e.to_string())?;
+    let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
+    let dir_text = dir.to_string_lossy().into_owned();
+    let child = ChildProcess::spawn(
+        &bench.binaries.bench,
+        &["baseline", "--listen", &addr, "--responses", &dir_text],
+        &[],
+        &addr,
+    )?;
+    wait_serving(&child.endpoint(), std::time::Duration::from_secs(30)).await?;
+    Ok(child)
+}
+
+fn rps(values: &[Measured]) -> Vec<f64> {
+    values.iter().map(Measured::rps).collect()
+}
+
+fn percentile(values: &[Measured], quantile: f64) -> Vec<f64> {
+    values.iter().map(|m| m.percentile_us(quantile)).collect()
+}
+
+/// Runs scenario 1.
+pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
+    let toolplane = bench.start_toolplane(&[]).await?;
+    let tools = bench.sizes.discovery_tools;
+    let mut client = DiscoveryServiceClient::new(super::channel(&toolplane.endpoint()).await?);
+    register_tools(&mut client, "discovery", tools, None).await?;
+    let baseline = start_baseline(bench, &toolplane.endpoint()).await?;
+    let (ours, theirs) = (toolplane.endpoint(), baseline.endpoint());
+    let mut rows = Vec::new();
+    for (read, name, floor) in [
+        (Read::GetTool, "GetTool", 0.8),
+        (Read::ListTools, "ListTools page 100", 0.5),
+    ] {
+        for concurrency in [1, 64] {
+            let (a, b) = alternate(
+                bench.sizes.repetitions,
+                async || measure(&ours, read, concurrency, bench, tools).await,
+                async || measure(&theirs, read, concurrency, bench, tools).await,
+            )
+            .await?;
+            let label = format!("{name} c={concurrency}");
+            let row = Row::paired(
+                SCENARIO,
+                &format!("{label} throughput"),
+                "req/s",
+                rps(&a),
+                rps(&b),
+            );
+            rows.push(if concurrency == 64 {
+                row.target(&format!(">= {floor}x baseline"), move |t, base| {
+                    t >= floor * base
+                })
+            } else {
+                row
+            });
+            rows.push(Row::paired(
+                SCENARIO,
+                &format!("{label} p50"),
+                "us",
+                percentile(&a, 0.5),
+                percentile(&b, 0.5),
+            ));
+            rows.push(Row::paired(
+                SCENARIO,
+                &format!("{label} p99"),
+                "us",
+                percentile(&a, 0.99),
+                percentile(&b, 0.99),
+            ));
+        }
+    }
+    let (a, b) = alternate(
+        bench.sizes.repetitions,
+        async || measure_open(&ours, bench, tools).await,
+        async || measure_open(&theirs, bench, tools).await,
+    )
+    .await?;
+    let label = format!("GetTool open loop {} req/s", bench.sizes.open_loop_rate);
+    rows.push(Row::paired(
+        SCENARIO,
+        &format!("{label} p50"),
+        "us",
+        percentile(&a, 0.5),
+        percentile(&b, 0.5),
+    ));
+    rows.push(Row::paired(
+        SCENARIO,
+        &format!("{label} p99"),
+        "us",
+        percentile(&a, 0.99),
+        percentile(&b, 0.99),
+    ));
+    Ok(rows)
+}

@@ -1,0 +1,242 @@
+//! Scenario 2: InvokeTool through toolplane against CallTool straight to the provider, with
+//! inputs of 256 B and 4 KB and a simple and a complex schema: added latency at concurrency 1,
+//! saturation throughput, and server CPU time per call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::fixtures::input_of_size;
+use super::load::{Measured, closed_loop};
+use super::procs::{ChildProcess, free_port};
+use super::report::Row;
+use super::{Bench, alternate, channels, meta, wait_serving};
+use crate::json::json_to_struct;
+use crate::pb;
+use crate::pb::discovery_service_client::DiscoveryServiceClient;
+use crate::pb::tool_invoke_service_client::ToolInvokeServiceClient;
+use crate::pb::tool_provider_service_client::ToolProviderServiceClient;
+
+const SCENARIO: &str = "2 invoke";
+/// Callers at saturation.
+const SATURATION_CONCURRENCY: usize = 64;
+/// Connections the saturating callers share.
+const CONNECTIONS: usize = 8;
+
+/// One measurement and the CPU time the measured server spent on it.
+struct Run {
+    measured: Measured,
+    cpu_per_call_us: f64,
+}
+
+async fn through(
+    endpoint: &str,
+    server: &ChildProcess,
+    tool: &'static str,
+    input: Arc<prost_types::Struct>,
+    concurrency: usize,
+    bench: &Bench,
+) -> Result<Run, String> {
+    let clients: Arc<Vec<_>> = Arc::new(
+        channels(endpoint, if concurrency == 1 { 1 } else { CONNECTIONS })
+            .await?
+            .into_iter()
+            .map(ToolInvokeServiceClient::new)
+            .collect(),
+    );
+    let cpu_before = server.cpu_time();
+    let measured = closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
+        let mut client = clients[worker % clients.len()].clone();
+        let input = Some((*input).clone());
+        async move {
+            client
+                .invoke_tool(pb::InvokeToolRequest {
+                    meta: meta(),
+                    tool_name: tool.into(),
+                    input,
+                    ..Default::default()
+                })
+                .await
+                .map(drop)
+        }
+    })
+    .await;
+    let cpu = server.cpu_time().saturating_sub(cpu_before);
+    Ok(Run {
+        cpu_per_call_us: cpu.as_secs_f64() * 1e6 / measured.calls.max(1) as f64,
+        measured,
+    })
+}
+
+async fn direct(
+    endpoint: &str,
+    server: &ChildProcess,
+    tool: &'static str,
+    input: Arc<prost_types::Struct>,
+    concurrency: usize,
+    bench: &Bench,
+) -> Result<Run, String> {
+    let clients: Arc<Vec<_>> = Arc::new(
+        channels(endpoint, if concurrency == 1 { 1 } else { CONNECTIONS })
+            .await?
+            .into_iter()
+            .map(ToolProviderServiceClient::new)
+            .collect(),
+    );
+    let cpu_before = server.cpu_time();
+    let measured = closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
+        let mut client = clients[worker % clients.len()].clone();
+        let input = Some((*input).clone());
+        async move {
+            client
+                .call_tool(pb::CallToolRequest {
+                    meta: meta(),
+                    tool_name: tool.into(),
+                    input,
+                    ..Default::default()
+                })
+                .await
+                .map(drop)
+        }
+    })
+    .await;
+    let cpu = server.cpu_time().saturating_sub(cpu_before);
+    Ok(Run {
+        cpu_per_call_us: cpu.as_secs_f64() * 1e6 / measured.calls.max(1) as f64,
+        measured,
+    })
+}
+
+/// Starts the bench provider (bench_simple, bench_complex) registered with `toolplane`.
+async fn start_provider(bench: &Bench, toolplane: &str) -> Result<ChildProcess, String> {
+    let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
+    let child = ChildProcess::spawn(
+        &bench.binaries.bench,
+        &["provider", "--listen", &addr, "--control-plane", toolplane],
+        &[],
+        &addr,
+    )?;
+    wait_serving(&child.endpoint(), Duration::from_secs(30)).await?;
+    let mut discovery = DiscoveryServiceClient::new(super::channel(toolplane).await?);
+    for _ in 0..3000 {
+        let found = discovery
+            .get_tool(pb::GetToolRequest {
+                meta: meta(),
+                tool_name: "bench_complex".into(),
+                service_name: String::new(),
+            })
+            .await;
+        if found.is_ok() {
+            return Ok(child);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err("the bench provider never registered".to_owned())
+}
+
+fn values(runs: &[Run], pick: impl Fn(&Run) -> f64) -> Vec<f64> {
+    runs.iter().map(pick).collect()
+}
+
+/// Runs scenario 2.
+pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
+    let toolplane = bench.start_toolplane(&[]).await?;
+    let provider = start_provider(bench, &toolplane.endpoint()).await?;
+    let (ours, theirs) = (toolplane.endpoint(), provider.endpoint());
+    let mut rows = Vec::new();
+    for tool in ["bench_simple", "bench_complex"] {
+        for size in [256, 4096] {
+            let input: Value = input_of_size(size);
+            let input = Arc::new(json_to_struct(&input).expect("bench inputs are objects"));
+            let label = format!("{tool} {size} B");
+            let (a, b) = alternate(
+                bench.sizes.repetitions,
+                async || through(&ours, &toolplane, tool, Arc::clone(&input), 1, bench).await,
+                async || direct(&theirs, &provider, tool, Arc::clone(&input), 1, bench).await,
+            )
+            .await?;
+            let p50 = |runs: &[Run]| values(runs, |r| r.measured.percentile_us(0.5));
+            let p99 = |runs: &[Run]| values(runs, |r| r.measured.percentile_us(0.99));
+            rows.push(Row::paired(
+                SCENARIO,
+                &format!("{label} c=1 p50"),
+                "us",
+                p50(&a),
+                p50(&b),
+            ));
+            rows.push(Row::paired(
+                SCENARIO,
+                &format!("{label} c=1 p99"),
+                "us",
+                p99(&a),
+                p99(&b),
+            ));
+            let added: Vec<f64> = a
+                .iter()
+                .zip(&b)
+                .map(|(t, d)| t.measured.percentile_us(0.5) - d.measured.percentile_us(0.5))
+                .collect();
+            rows.push(
+                Row::single(SCENARIO, &format!("{label} added p50 at c=1"), "us", added)
+                    .target("<= 100 us", |t, _| t <= 100.0),
+            );
+            let added99: Vec<f64> = a
+                .iter()
+                .zip(&b)
+                .map(|(t, d)| t.measured.percentile_us(0.99) - d.measured.percentile_us(0.99))
+                .collect();
+            rows.push(Row::single(
+                SCENARIO,
+                &format!("{label} added p99 at c=1"),
+                "us",
+                added99,
+            ));
+
+            let (a, b) = alternate(
+                bench.sizes.repetitions,
+                async || {
+                    through(
+                        &ours,
+                        &toolplane,
+                        tool,
+                        Arc::clone(&input),
+                        SATURATION_CONCURRENCY,
+                        bench,
+                    )
+                    .await
+                },
+                async || {
+                    direct(
+                        &theirs,
+                        &provider,
+                        tool,
+                        Arc::clone(&input),
+                        SATURATION_CONCURRENCY,
+                        bench,
+                    )
+                    .await
+                },
+            )
+            .await?;
+            rows.push(
+                Row::paired(
+                    SCENARIO,
+                    &format!("{label} saturation c={SATURATION_CONCURRENCY}"),
+                    "req/s",
+                    values(&a, |r| r.measured.rps()),
+                    values(&b, |r| r.measured.rps()),
+                )
+                .target(">= 0.5x direct", |t, base| t >= 0.5 * base),
+            );
+            rows.push(Row::paired(
+                SCENARIO,
+                &format!("{label} server CPU per call (toolplane vs provider)"),
+                "us",
+                values(&a, |r| r.cpu_per_call_us),
+                values(&b, |r| r.cpu_per_call_us),
+            ));
+        }
+    }
+    Ok(rows)
+}

@@ -1,0 +1,181 @@
+//! Load generation for the benchmarks: a closed loop (a fixed number of callers, each sending
+//! its next request when the last one answers) and an open loop (requests sent at a fixed rate
+//! whatever happens, with latency measured from each request's *intended* start, so a slow
+//! server cannot hide its stalls by slowing the client down: no coordinated omission).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tokio::sync::Mutex;
+
+/// The highest latency the histograms track (60 s, in microseconds).
+const MAX_TRACKED_MICROS: u64 = 60_000_000;
+/// The most open-loop requests in flight at once before new ones count as failed.
+const MAX_OPEN_LOOP_IN_FLIGHT: usize = 20_000;
+
+/// What one measurement found.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// Successful calls.
+    pub calls: u64,
+    /// Failed calls.
+    pub errors: u64,
+    /// How long the measurement ran.
+    pub elapsed: Duration,
+    /// Latencies of successful calls, in microseconds.
+    pub latencies: Histogram<u64>,
+}
+
+impl Measured {
+    /// Successful calls per second.
+    pub fn rps(&self) -> f64 {
+        self.calls as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// A latency percentile in microseconds.
+    pub fn percentile_us(&self, quantile: f64) -> f64 {
+        self.latencies.value_at_quantile(quantile) as f64
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_TRACKED_MICROS, 3).expect("static histogram bounds are valid")
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros())
+        .unwrap_or(u64::MAX)
+        .clamp(1, MAX_TRACKED_MICROS)
+}
+
+/// Runs `concurrency` callers for `duration`, each calling `call(worker)` back to back.
+pub async fn closed_loop<F, Fut, E>(concurrency: usize, duration: Duration, call: F) -> Measured
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send,
+{
+    let call = Arc::new(call);
+    let started = Instant::now();
+    let stop_at = started + duration;
+    let workers: Vec<_> = (0..concurrency.max(1))
+        .map(|worker| {
+            let call = Arc::clone(&call);
+            tokio::spawn(async move {
+                let mut latencies = histogram();
+                let (mut calls, mut errors) = (0u64, 0u64);
+                while Instant::now() < stop_at {
+                    let sent = Instant::now();
+                    match call(worker).await {
+                        Ok(()) => {
+                            calls += 1;
+                            let _ = latencies.record(micros(sent.elapsed()));
+                        }
+                        Err(_) => errors += 1,
+                    }
+                }
+                (calls, errors, latencies)
+            })
+        })
+        .collect();
+    let mut total = Measured {
+        calls: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+        latencies: histogram(),
+    };
+    for worker in workers {
+        if let Ok((calls, errors, latencies)) = worker.await {
+            total.calls += calls;
+            total.errors += errors;
+            let _ = total.latencies.add(latencies);
+        }
+    }
+    total.elapsed = started.elapsed();
+    total
+}
+
+/// Sends `rate` requests per second for `duration`, each at its scheduled time whether or not
+/// earlier ones have answered; latency runs from the scheduled time.
+pub async fn open_loop<F, Fut, E>(rate: f64, duration: Duration, call: F) -> Measured
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
+{
+    let call = Arc::new(call);
+    let interval = Duration::from_secs_f64(1.0 / rate.max(1e-3));
+    let total_requests = (duration.as_secs_f64() * rate).ceil() as u64;
+    let results = Arc::new(Mutex::new(Measured {
+        calls: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+        latencies: histogram(),
+    }));
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_LOOP_IN_FLIGHT));
+    let started = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(total_requests.min(1_000_000) as usize);
+    for index in 0..total_requests {
+        let intended = started + interval.mul_f64(index as f64);
+        tokio::time::sleep_until(intended).await;
+        let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
+            results.lock().await.errors += 1;
+            continue;
+        };
+        let (call, results) = (Arc::clone(&call), Arc::clone(&results));
+        tasks.push(tokio::spawn(async move {
+            let outcome = call(index).await;
+            let latency = intended.elapsed();
+            drop(permit);
+            let mut results = results.lock().await;
+            match outcome {
+                Ok(()) => {
+                    results.calls += 1;
+                    let _ = results.latencies.record(micros(latency));
+                }
+                Err(_) => results.errors += 1,
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let mut measured = results.lock().await.clone();
+    measured.elapsed = started.elapsed();
+    measured
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn closed_loop_counts_calls_and_errors() {
+        let measured = closed_loop(2, Duration::from_millis(50), |worker| async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            if worker == 0 { Ok(()) } else { Err(()) }
+        })
+        .await;
+        assert!(measured.calls > 0 && measured.errors > 0);
+        assert!(measured.percentile_us(0.5) >= 1000.0);
+    }
+
+    #[tokio::test]
+    async fn open_loop_measures_from_the_intended_start() {
+        // A one-at-a-time "server" taking 5 ms per call, offered one call per 5 ms: every
+        // scheduled call is sent and counted, and latency includes the time spent queued.
+        let gate = Arc::new(tokio::sync::Semaphore::new(1));
+        let measured = open_loop(200.0, Duration::from_millis(100), move |_| {
+            let gate = Arc::clone(&gate);
+            async move {
+                let _turn = gate.acquire().await.map_err(|_| ())?;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok::<(), ()>(())
+            }
+        })
+        .await;
+        assert_eq!(measured.calls, 20);
+        assert!(measured.percentile_us(0.99) >= 5000.0);
+    }
+}

@@ -1,0 +1,134 @@
+//! `toolplane-bench`: measures toolplane against its baselines on loopback and reports
+//! medians, spreads and ratios (see BENCHMARKS.md). It asserts nothing about speed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use tonic::transport::server::TcpIncoming;
+
+use clap::{Parser, Subcommand};
+use prost::Message;
+use toolplane::bench::fixtures::{BaselineDiscovery, bench_tools};
+use toolplane::bench::report::table;
+use toolplane::bench::{Bench, Binaries, Sizes};
+use toolplane::pb;
+use toolplane::provider::{ProviderConfig, ProviderServer};
+
+/// Benchmarks toolplane against a bare tonic server and against calling the provider directly.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run every scenario and print the table (Markdown) and, with --json, the raw values.
+    Run {
+        /// A tiny run that only checks that every scenario works (numbers mean nothing).
+        #[arg(long)]
+        quick: bool,
+        /// Write every row, with each repetition's value, as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// (Used by `run`.) The baseline: a bare tonic DiscoveryService answering GetTool and
+    /// ListTools with the responses stored in DIR.
+    Baseline {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// Directory with get_tool.bin and list_tools.bin.
+        #[arg(long)]
+        responses: PathBuf,
+    },
+    /// (Used by `run`.) The bench provider: bench_simple and bench_complex, registered with
+    /// the control plane.
+    Provider {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// The control plane to register with.
+        #[arg(long)]
+        control_plane: String,
+    },
+}
+
+async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<(), String> {
+    let read = |name: &str| std::fs::read(responses.join(name)).map_err(|e| format!("{name}: {e}"));
+    let service = BaselineDiscovery {
+        get_tool: pb::GetToolResponse::decode(read("get_tool.bin")?.as_slice())
+            .map_err(|e| e.to_string())?,
+        list_tools: pb::ListToolsResponse::decode(read("list_tools.bin")?.as_slice())
+            .map_err(|e| e.to_string())?,
+    };
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| e.to_string())?;
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(pb::discovery_service_server::DiscoveryServiceServer::new(
+            service,
+        ))
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            toolplane::grpc::shutdown_signal(),
+        )
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn provider(listen: std::net::SocketAddr, control_plane: String) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut config = ProviderConfig::new("bench", "1.0.0", &control_plane);
+    config.ttl = Duration::from_secs(60);
+    ProviderServer::new(bench_tools(), config)
+        .serve(listener, toolplane::grpc::shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let result = match Args::parse().command {
+        Command::Baseline { listen, responses } => baseline(listen, responses).await,
+        Command::Provider {
+            listen,
+            control_plane,
+        } => provider(listen, control_plane).await,
+        Command::Run { quick, json } => {
+            let bench = Bench {
+                sizes: if quick { Sizes::quick() } else { Sizes::full() },
+                binaries: Binaries::beside_this_one(),
+            };
+            match bench.run().await {
+                Ok(rows) => {
+                    println!("{}", table(&rows));
+                    match json {
+                        Some(path) => std::fs::write(
+                            &path,
+                            serde_json::to_string_pretty(&rows).unwrap_or_default(),
+                        )
+                        .map_err(|e| format!("{}: {e}", path.display())),
+                        None => Ok(()),
+                    }
+                }
+                Err(error) => Err(error),
+            }
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
