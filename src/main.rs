@@ -178,6 +178,11 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
+/// mimalloc: glibc's allocator serialized the tonic worker threads on its arena locks (seen
+/// in profiles as `__lll_lock_wait_private` under `malloc`); see BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -170,7 +170,7 @@ impl AgentRunner {
             catalog.offered.push(OfferedTool {
                 name: function.clone(),
                 description: found.tool.description.clone(),
-                parameters: found.tool.input_schema.clone(),
+                parameters: found.tool.input_schema_json(),
             });
             catalog.by_function.insert(
                 function,

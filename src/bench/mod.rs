@@ -170,19 +170,30 @@ impl Bench {
         Ok(child)
     }
 
-    /// Runs every scenario and returns the rows.
-    pub async fn run(&self) -> Result<Vec<Row>, String> {
+    /// Runs the scenarios in `only` (every scenario when empty) and returns the rows.
+    pub async fn run(&self, only: &[u8]) -> Result<Vec<Row>, String> {
+        let wanted = |scenario: u8| only.is_empty() || only.contains(&scenario);
         let mut rows = Vec::new();
-        eprintln!("scenario 1: discovery reads");
-        rows.extend(discovery::run(self).await?);
-        eprintln!("scenario 2: invocation");
-        rows.extend(invoke::run(self).await?);
-        eprintln!("scenario 3: registration churn and expiry");
-        rows.extend(lifecycle::churn(self).await?);
-        eprintln!("scenario 4: watch fan-out");
-        rows.extend(watch::run(self).await?);
-        eprintln!("scenario 5: cold start and memory");
-        rows.extend(lifecycle::startup_and_memory(self).await?);
+        if wanted(1) {
+            eprintln!("scenario 1: discovery reads");
+            rows.extend(discovery::run(self).await?);
+        }
+        if wanted(2) {
+            eprintln!("scenario 2: invocation");
+            rows.extend(invoke::run(self).await?);
+        }
+        if wanted(3) {
+            eprintln!("scenario 3: registration churn and expiry");
+            rows.extend(lifecycle::churn(self).await?);
+        }
+        if wanted(4) {
+            eprintln!("scenario 4: watch fan-out");
+            rows.extend(watch::run(self).await?);
+        }
+        if wanted(5) {
+            eprintln!("scenario 5: cold start and memory");
+            rows.extend(lifecycle::startup_and_memory(self).await?);
+        }
         Ok(rows)
     }
 }

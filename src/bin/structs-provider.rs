@@ -37,6 +37,11 @@ struct Args {
     ttl: Duration,
 }
 
+/// mimalloc: glibc's allocator serialized the tonic worker threads on its arena locks (seen
+/// in profiles as `__lll_lock_wait_private` under `malloc`); see BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();

@@ -32,6 +32,9 @@ enum Command {
         /// Write every row, with each repetition's value, as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Run only these scenarios (1-5; repeatable) [default: all].
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+        only: Vec<u8>,
     },
     /// (Used by `run`.) The baseline: a bare tonic DiscoveryService answering GetTool and
     /// ListTools with the responses stored in DIR.
@@ -95,6 +98,11 @@ async fn provider(listen: std::net::SocketAddr, control_plane: String) -> Result
         .map_err(|e| e.to_string())
 }
 
+/// mimalloc: glibc's allocator serialized the tonic worker threads on its arena locks (seen
+/// in profiles as `__lll_lock_wait_private` under `malloc`); see BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let result = match Args::parse().command {
@@ -103,12 +111,12 @@ async fn main() -> ExitCode {
             listen,
             control_plane,
         } => provider(listen, control_plane).await,
-        Command::Run { quick, json } => {
+        Command::Run { quick, json, only } => {
             let bench = Bench {
                 sizes: if quick { Sizes::quick() } else { Sizes::full() },
                 binaries: Binaries::beside_this_one(),
             };
-            match bench.run().await {
+            match bench.run(&only).await {
                 Ok(rows) => {
                     println!("{}", table(&rows));
                     match json {

@@ -1,6 +1,7 @@
 //! Conversions between wire types (`pb`) and domain types. Requests are validated here, once,
 //! on the way in; responses are built here on the way out.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::invoke::health::ProviderHealthBook;
@@ -178,13 +179,14 @@ pub fn service_spec(
     })
 }
 
-/// The wire form of a registered tool of `service`.
+/// The wire form of a registered tool of `service`: built once per registered tool (a tool
+/// belongs to one registration of one service) and cloned for every answer after that.
 pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegistration {
-    pb::ToolRegistration {
+    let build = || pb::ToolRegistration {
         tool_name: tool.name.to_string(),
         description: tool.description.clone(),
-        tool_schema: json_to_struct(&tool.input_schema),
-        output_schema: tool.output_schema.as_ref().and_then(json_to_struct),
+        tool_schema: json_to_struct(&tool.input_schema_json()),
+        output_schema: tool.output_schema_json().as_ref().and_then(json_to_struct),
         service_name: service.name.to_string(),
         service_version: service.version.clone(),
         capabilities: tool
@@ -194,7 +196,12 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
             .collect(),
         timeout_ms: tool.timeout_ms,
         definition_sha256: tool.definition_sha256.clone(),
-    }
+    };
+    let cached = tool.wire.get_or_init(|| Arc::new(build()));
+    cached
+        .downcast_ref::<pb::ToolRegistration>()
+        .cloned()
+        .unwrap_or_else(build)
 }
 
 /// The health of a live service: UNHEALTHY while its provider fails health checks.

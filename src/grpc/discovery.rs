@@ -330,7 +330,15 @@ impl Watcher {
             };
             match received {
                 Ok(event) if event.revision > revision && self.wants(&event) => {
-                    if !self.send(convert::event_to_pb(&event, &self.health)).await {
+                    // Every watcher of this change sends the same message: convert it once.
+                    let wire = event
+                        .wire
+                        .get_or_init(|| Arc::new(convert::event_to_pb(&event, &self.health)));
+                    let message = wire
+                        .downcast_ref::<pb::ServiceEvent>()
+                        .cloned()
+                        .unwrap_or_else(|| convert::event_to_pb(&event, &self.health));
+                    if !self.send(message).await {
                         return;
                     }
                 }

@@ -282,8 +282,8 @@ impl RecordLog {
         };
         let mut record = record;
         record.record_sha256 = content_sha256(&record);
-        let line = record_line(&record);
         if let Some((path, file)) = state.file.as_mut() {
+            let line = record_line(&record);
             let written = file
                 .write_all(format!("{line}\n").as_bytes())
                 .and_then(|()| file.flush());

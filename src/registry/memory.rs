@@ -111,6 +111,7 @@ impl MemoryStore {
             service,
             kind,
             entry,
+            wire: Default::default(),
         }));
     }
 

@@ -152,17 +152,26 @@ pub struct ServiceSpec {
 /// A compiled JSON Schema validator, shared by every reader of a tool.
 pub type SchemaValidator = Arc<jsonschema::Validator>;
 
+/// A slot the transport layer may fill once with its encoded form of a tool (the gRPC layer
+/// keeps a ready `ToolRegistration` there), so reads do not rebuild it on every request. The
+/// domain neither reads nor knows its type.
+pub type WireSlot = std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>;
+
 /// A validated tool with its definition hash and compiled validators.
+///
+/// Schemas are kept as compact JSON text: a parsed `serde_json::Value` of a 1 KB schema takes
+/// about 20 KB of memory, the text about 1 KB. [`RegisteredTool::input_schema_json`] parses it
+/// when a JSON value is needed.
 #[derive(Debug)]
 pub struct RegisteredTool {
     /// The tool's name.
     pub name: ToolName,
     /// What the tool does.
     pub description: String,
-    /// The input JSON Schema.
-    pub input_schema: Value,
-    /// The output JSON Schema, when declared.
-    pub output_schema: Option<Value>,
+    /// The input JSON Schema, as compact JSON text.
+    pub input_schema: Arc<str>,
+    /// The output JSON Schema as compact JSON text, when declared.
+    pub output_schema: Option<Arc<str>>,
     /// The advanced features the tool supports, sorted and without duplicates.
     pub capabilities: Vec<Capability>,
     /// The per-call time limit in milliseconds, when declared.
@@ -173,6 +182,22 @@ pub struct RegisteredTool {
     pub input_validator: SchemaValidator,
     /// The output validator, compiled once at registration, when an output schema is declared.
     pub output_validator: Option<SchemaValidator>,
+    /// The transport layer's encoded form, built on first read.
+    pub wire: WireSlot,
+}
+
+impl RegisteredTool {
+    /// The input schema as JSON.
+    pub fn input_schema_json(&self) -> Value {
+        serde_json::from_str(&self.input_schema).unwrap_or(Value::Null)
+    }
+
+    /// The output schema as JSON, when declared.
+    pub fn output_schema_json(&self) -> Option<Value> {
+        self.output_schema
+            .as_deref()
+            .and_then(|text| serde_json::from_str(text).ok())
+    }
 }
 
 /// A validated service registration, ready to be stored.

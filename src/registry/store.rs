@@ -53,6 +53,8 @@ pub struct RegistryEvent {
     pub kind: ChangeKind,
     /// The service as it is after the change (on Added and Updated).
     pub entry: Option<Arc<ServiceEntry>>,
+    /// The transport layer's encoded form, built once by the first watcher that sends it.
+    pub wire: super::model::WireSlot,
 }
 
 /// Filters of a tool listing; they combine with AND.

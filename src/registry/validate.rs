@@ -254,12 +254,16 @@ fn validate_tool(
         ),
         name,
         description: tool.description.clone(),
-        input_schema,
-        output_schema: tool.output_schema.clone(),
+        input_schema: Arc::from(input_schema.to_string()),
+        output_schema: tool
+            .output_schema
+            .as_ref()
+            .map(|schema| Arc::from(schema.to_string())),
         capabilities,
         timeout_ms: tool.timeout_ms,
         input_validator: Arc::new(input_validator),
         output_validator: output_validator.map(Arc::new),
+        wire: Default::default(),
     })
 }
 
