@@ -4,8 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::Stream;
-use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 use tracing::{Span, instrument};
 
@@ -17,9 +16,6 @@ use crate::pb;
 use crate::pb::discovery_service_server::DiscoveryService;
 use crate::registry::store::{RegistryEvent, ToolFilter};
 use crate::registry::{Registry, RegistryError, ServiceName};
-
-/// How many watch events may wait for a slow client before the watcher's task waits too.
-const WATCH_CHANNEL_CAPACITY: usize = 64;
 
 /// Serves `toolplane.v1.DiscoveryService` over a [`Registry`].
 #[derive(Debug, Clone)]
@@ -212,16 +208,11 @@ impl DiscoveryService for DiscoveryApi {
         let meta = accept_meta(request.meta.as_ref())?;
         let only = convert::optional_service_name("service_name", &request.service_name)?;
         let start = self.registry.watch(meta.tenant);
-        let (sender, receiver) = mpsc::channel(WATCH_CHANNEL_CAPACITY);
-        let watcher = Watcher {
-            meta,
-            only,
-            sender,
-            serving: self.serving.clone(),
-            health: Arc::clone(&self.health),
-        };
-        tokio::spawn(watcher.run(start));
-        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+        let watch = Watch::start(meta, only, start, &self.serving, &self.health);
+        Ok(Response::new(Box::pin(futures_util::stream::unfold(
+            watch,
+            Watch::next,
+        ))))
     }
 
     #[instrument(skip_all, fields(rpc = "Preflight", tenant, correlation_id))]
@@ -266,91 +257,112 @@ pub(crate) async fn shutting_down(serving: &mut tokio::sync::watch::Receiver<boo
     let _ = serving.wait_for(|serving| !*serving).await;
 }
 
-/// One WatchServices stream: the snapshot, SYNCED, then live changes.
-struct Watcher {
+/// One WatchServices stream: the snapshot, SYNCED, then live changes. The response stream
+/// polls the registry's broadcast receiver itself (no task or channel per watcher), so a change
+/// costs one wake-up per watcher.
+struct Watch {
     meta: RequestMeta,
     only: Option<ServiceName>,
-    sender: mpsc::Sender<Result<pb::WatchServicesResponse, Status>>,
-    serving: ServingState,
+    revision: u64,
+    snapshot: std::vec::IntoIter<pb::ServiceEvent>,
+    events: broadcast::Receiver<Arc<RegistryEvent>>,
+    stopping: tokio::sync::watch::Receiver<bool>,
     health: Arc<ProviderHealthBook>,
+    done: bool,
 }
 
-impl Watcher {
-    fn wants(&self, event: &RegistryEvent) -> bool {
-        event.tenant == self.meta.tenant
-            && self.only.as_ref().is_none_or(|only| *only == event.service)
-    }
+type WatchItem = Result<pb::WatchServicesResponse, Status>;
 
-    async fn send(&self, event: pb::ServiceEvent) -> bool {
-        let message = pb::WatchServicesResponse {
-            meta: Some(self.meta.response()),
-            event: Some(event),
-        };
-        self.sender.send(Ok(message)).await.is_ok()
-    }
-
-    async fn run(self, start: crate::registry::store::WatchStart) {
+impl Watch {
+    fn start(
+        meta: RequestMeta,
+        only: Option<ServiceName>,
+        start: crate::registry::store::WatchStart,
+        serving: &ServingState,
+        health: &Arc<ProviderHealthBook>,
+    ) -> Self {
         let crate::registry::store::WatchStart {
             revision,
             services,
-            mut events,
+            events,
         } = start;
-        for service in services
+        let mut snapshot: Vec<pb::ServiceEvent> = services
             .iter()
-            .filter(|s| self.only.as_ref().is_none_or(|only| *only == s.name))
-        {
-            let event = pb::ServiceEvent {
+            .filter(|s| only.as_ref().is_none_or(|only| *only == s.name))
+            .map(|service| pb::ServiceEvent {
                 r#type: pb::ServiceEventType::Added as i32,
                 revision,
                 service_name: service.name.to_string(),
-                service: Some(convert::discovery_info(service, &self.health)),
+                service: Some(convert::discovery_info(service, health)),
                 tool_changes: Vec::new(),
-            };
-            if !self.send(event).await {
-                return;
-            }
-        }
-        let synced = pb::ServiceEvent {
+            })
+            .collect();
+        snapshot.push(pb::ServiceEvent {
             r#type: pb::ServiceEventType::Synced as i32,
             revision,
             ..Default::default()
-        };
-        if !self.send(synced).await {
-            return;
+        });
+        Self {
+            meta,
+            only,
+            revision,
+            snapshot: snapshot.into_iter(),
+            events,
+            stopping: serving.subscribe(),
+            health: Arc::clone(health),
+            done: false,
         }
-        let mut stopping = self.serving.subscribe();
+    }
+
+    fn wants(&self, event: &RegistryEvent) -> bool {
+        event.revision > self.revision
+            && event.tenant == self.meta.tenant
+            && self.only.as_ref().is_none_or(|only| *only == event.service)
+    }
+
+    fn message(&self, event: pb::ServiceEvent) -> WatchItem {
+        Ok(pb::WatchServicesResponse {
+            meta: Some(self.meta.response()),
+            event: Some(event),
+        })
+    }
+
+    /// The next message of the stream; `None` ends it.
+    async fn next(mut self) -> Option<(WatchItem, Self)> {
+        if self.done {
+            return None;
+        }
+        if let Some(event) = self.snapshot.next() {
+            let message = self.message(event);
+            return Some((message, self));
+        }
         loop {
             let received = tokio::select! {
-                received = events.recv() => received,
-                () = self.sender.closed() => return,
-                () = shutting_down(&mut stopping) => {
-                    let _ = self.sender.send(Err(Status::unavailable("the control plane is shutting down; watch another instance or retry"))).await;
-                    return;
+                received = self.events.recv() => received,
+                () = shutting_down(&mut self.stopping) => {
+                    self.done = true;
+                    return Some((Err(Status::unavailable("the control plane is shutting down; watch another instance or retry")), self));
                 }
             };
             match received {
-                Ok(event) if event.revision > revision && self.wants(&event) => {
+                Ok(event) if self.wants(&event) => {
                     // Every watcher of this change sends the same message: convert it once.
                     let wire = event
                         .wire
                         .get_or_init(|| Arc::new(convert::event_to_pb(&event, &self.health)));
-                    let message = wire
+                    let converted = wire
                         .downcast_ref::<pb::ServiceEvent>()
                         .cloned()
                         .unwrap_or_else(|| convert::event_to_pb(&event, &self.health));
-                    if !self.send(message).await {
-                        return;
-                    }
+                    let message = self.message(converted);
+                    return Some((message, self));
                 }
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    let _ = self
-                        .sender
-                        .send(Err(RegistryError::WatchLagged { missed }.into()))
-                        .await;
-                    return;
+                    self.done = true;
+                    return Some((Err(RegistryError::WatchLagged { missed }.into()), self));
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
+                Err(broadcast::error::RecvError::Closed) => return None,
             }
         }
     }
