@@ -96,18 +96,30 @@ async fn measure_open(endpoint: &str, bench: &Bench, tools: usize) -> Result<Mea
     .await)
 }
 
-/// Starts the baseline answering with exactly what toolplane answered.
-async fn start_baseline(bench: &Bench, toolplane: &str) -> Result<ChildProcess, String> {
+/// Starts the baseline answering with exactly what toolplane answered: every tool's GetTool
+/// answer (looked up by name, as toolplane does) and the first ListTools page.
+async fn start_baseline(
+    bench: &Bench,
+    toolplane: &str,
+    tools: usize,
+) -> Result<ChildProcess, String> {
     let mut client = DiscoveryServiceClient::new(super::channel(toolplane).await?);
-    let get = client
-        .get_tool(pb::GetToolRequest {
+    let mut answers = Vec::new();
+    for index in 0..tools {
+        let request = pb::GetToolRequest {
             meta: meta(),
-            tool_name: "tool_000000".into(),
+            tool_name: format!("tool_{index:06}"),
             service_name: String::new(),
-        })
-        .await
-        .map_err(|s| s.to_string())?
-        .into_inner();
+        };
+        let answer = client
+            .get_tool(request)
+            .await
+            .map_err(|s| s.to_string())?
+            .into_inner();
+        answer
+            .encode_length_delimited(&mut answers)
+            .map_err(|e| e.to_string())?;
+    }
     let list = client
         .list_tools(pb::ListToolsRequest {
             meta: meta(),
@@ -119,7 +131,7 @@ async fn start_baseline(bench: &Bench, toolplane: &str) -> Result<ChildProcess, 
         .into_inner();
     let dir = std::env::temp_dir().join(format!("toolplane-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("get_tool.bin"), get.encode_to_vec()).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("get_tool.bin"), answers).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("list_tools.bin"), list.encode_to_vec()).map_err(|e| e.to_string())?;
     let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
     let dir_text = dir.to_string_lossy().into_owned();
@@ -147,7 +159,7 @@ pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
     let tools = bench.sizes.discovery_tools;
     let mut client = DiscoveryServiceClient::new(super::channel(&toolplane.endpoint()).await?);
     register_tools(&mut client, "discovery", tools, None).await?;
-    let baseline = start_baseline(bench, &toolplane.endpoint()).await?;
+    let baseline = start_baseline(bench, &toolplane.endpoint(), tools).await?;
     let (ours, theirs) = (toolplane.endpoint(), baseline.endpoint());
     let mut rows = Vec::new();
     for (read, name, floor) in [

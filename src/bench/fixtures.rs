@@ -93,11 +93,11 @@ pub fn bench_tools() -> RegisteredTools {
         .freeze()
 }
 
-/// A discovery server that answers GetTool and ListTools with fixed responses and nothing else.
+/// A discovery server that answers GetTool and ListTools with stored responses and nothing else.
 #[derive(Debug, Clone)]
 pub struct BaselineDiscovery {
-    /// The answer to every GetTool.
-    pub get_tool: pb::GetToolResponse,
+    /// toolplane's answer to GetTool, by tool name.
+    pub get_tool: std::collections::HashMap<String, pb::GetToolResponse>,
     /// The answer to every ListTools.
     pub list_tools: pb::ListToolsResponse,
 }
@@ -138,9 +138,14 @@ impl DiscoveryService for BaselineDiscovery {
     }
     async fn get_tool(
         &self,
-        _: Request<pb::GetToolRequest>,
+        request: Request<pb::GetToolRequest>,
     ) -> Result<Response<pb::GetToolResponse>, Status> {
-        Ok(Response::new(self.get_tool.clone()))
+        let name = request.into_inner().tool_name;
+        self.get_tool
+            .get(&name)
+            .cloned()
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("no stored answer for {name}")))
     }
     async fn list_services(
         &self,

@@ -58,11 +58,29 @@ enum Command {
     },
 }
 
+/// Reads length-delimited GetTool answers, keyed by tool name.
+fn decode_answers(
+    bytes: &[u8],
+) -> Result<std::collections::HashMap<String, pb::GetToolResponse>, String> {
+    let mut rest = bytes;
+    let mut answers = std::collections::HashMap::new();
+    while !rest.is_empty() {
+        let answer =
+            pb::GetToolResponse::decode_length_delimited(&mut rest).map_err(|e| e.to_string())?;
+        let name = answer
+            .tool
+            .as_ref()
+            .map(|tool| tool.tool_name.clone())
+            .unwrap_or_default();
+        answers.insert(name, answer);
+    }
+    Ok(answers)
+}
+
 async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<(), String> {
     let read = |name: &str| std::fs::read(responses.join(name)).map_err(|e| format!("{name}: {e}"));
     let service = BaselineDiscovery {
-        get_tool: pb::GetToolResponse::decode(read("get_tool.bin")?.as_slice())
-            .map_err(|e| e.to_string())?,
+        get_tool: decode_answers(&read("get_tool.bin")?)?,
         list_tools: pb::ListToolsResponse::decode(read("list_tools.bin")?.as_slice())
             .map_err(|e| e.to_string())?,
     };
