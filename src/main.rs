@@ -367,7 +367,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
         }
         Command::Audit {
             command: AuditCommand::Verify { file },
-        } => match toolplane::invoke::records::verify_file(&file) {
+        } => match toolplane::invoke::audit::verify_file(&file) {
             Ok(verified) => {
                 println!(
                     "ok: {} records, chain intact, head {}",

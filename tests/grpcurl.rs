@@ -175,21 +175,7 @@ fn example_provider_walkthrough() {
     let server = ServerProcess::start(&[]);
     let endpoint = server.endpoint();
     let _provider = ChildGuard::structs_provider(&endpoint);
-    let preflight = [
-        "preflight",
-        "--endpoint",
-        &endpoint,
-        "--require",
-        "structs:structs_calculate_power,structs_calculate_proof_of_work",
-    ];
-    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while toolplane_cli(&preflight).0 != 0 {
-        assert!(
-            std::time::Instant::now() < give_up,
-            "structs-provider never registered"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    common::process::wait_for_structs_provider(&endpoint);
 
     let (code, stdout, stderr) = toolplane_cli(&[
         "invoke",

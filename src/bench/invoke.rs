@@ -30,6 +30,37 @@ struct Run {
     cpu_per_call_us: f64,
 }
 
+/// Measures `call` at `concurrency` against `server`, with the CPU time the server spent.
+async fn measure<C, F, Fut>(
+    server: &ChildProcess,
+    clients: Vec<C>,
+    concurrency: usize,
+    bench: &Bench,
+    call: F,
+) -> Run
+where
+    C: Clone + Send + Sync + 'static,
+    F: Fn(C) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), tonic::Status>> + Send,
+{
+    let clients = Arc::new(clients);
+    let cpu_before = server.cpu_time();
+    let measured = closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
+        call(clients[worker % clients.len()].clone())
+    })
+    .await;
+    let cpu = server.cpu_time().saturating_sub(cpu_before);
+    Run {
+        cpu_per_call_us: cpu.as_secs_f64() * 1e6 / measured.calls.max(1) as f64,
+        measured,
+    }
+}
+
+fn connections(concurrency: usize) -> usize {
+    if concurrency == 1 { 1 } else { CONNECTIONS }
+}
+
+/// InvokeTool through toolplane.
 async fn through(
     endpoint: &str,
     server: &ChildProcess,
@@ -38,37 +69,26 @@ async fn through(
     concurrency: usize,
     bench: &Bench,
 ) -> Result<Run, String> {
-    let clients: Arc<Vec<_>> = Arc::new(
-        channels(endpoint, if concurrency == 1 { 1 } else { CONNECTIONS })
-            .await?
-            .into_iter()
-            .map(ToolInvokeServiceClient::new)
-            .collect(),
-    );
-    let cpu_before = server.cpu_time();
-    let measured = closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
-        let mut client = clients[worker % clients.len()].clone();
-        let input = Some((*input).clone());
-        async move {
-            client
-                .invoke_tool(pb::InvokeToolRequest {
-                    meta: meta(),
-                    tool_name: tool.into(),
-                    input,
-                    ..Default::default()
-                })
-                .await
-                .map(drop)
-        }
-    })
-    .await;
-    let cpu = server.cpu_time().saturating_sub(cpu_before);
-    Ok(Run {
-        cpu_per_call_us: cpu.as_secs_f64() * 1e6 / measured.calls.max(1) as f64,
-        measured,
-    })
+    let clients = channels(endpoint, connections(concurrency))
+        .await?
+        .into_iter()
+        .map(ToolInvokeServiceClient::new)
+        .collect();
+    Ok(
+        measure(server, clients, concurrency, bench, move |mut client| {
+            let request = pb::InvokeToolRequest {
+                meta: meta(),
+                tool_name: tool.into(),
+                input: Some((*input).clone()),
+                ..Default::default()
+            };
+            async move { client.invoke_tool(request).await.map(drop) }
+        })
+        .await,
+    )
 }
 
+/// CallTool straight to the provider.
 async fn direct(
     endpoint: &str,
     server: &ChildProcess,
@@ -77,35 +97,23 @@ async fn direct(
     concurrency: usize,
     bench: &Bench,
 ) -> Result<Run, String> {
-    let clients: Arc<Vec<_>> = Arc::new(
-        channels(endpoint, if concurrency == 1 { 1 } else { CONNECTIONS })
-            .await?
-            .into_iter()
-            .map(ToolProviderServiceClient::new)
-            .collect(),
-    );
-    let cpu_before = server.cpu_time();
-    let measured = closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
-        let mut client = clients[worker % clients.len()].clone();
-        let input = Some((*input).clone());
-        async move {
-            client
-                .call_tool(pb::CallToolRequest {
-                    meta: meta(),
-                    tool_name: tool.into(),
-                    input,
-                    ..Default::default()
-                })
-                .await
-                .map(drop)
-        }
-    })
-    .await;
-    let cpu = server.cpu_time().saturating_sub(cpu_before);
-    Ok(Run {
-        cpu_per_call_us: cpu.as_secs_f64() * 1e6 / measured.calls.max(1) as f64,
-        measured,
-    })
+    let clients = channels(endpoint, connections(concurrency))
+        .await?
+        .into_iter()
+        .map(ToolProviderServiceClient::new)
+        .collect();
+    Ok(
+        measure(server, clients, concurrency, bench, move |mut client| {
+            let request = pb::CallToolRequest {
+                meta: meta(),
+                tool_name: tool.into(),
+                input: Some((*input).clone()),
+                ..Default::default()
+            };
+            async move { client.call_tool(request).await.map(drop) }
+        })
+        .await,
+    )
 }
 
 /// Starts the bench provider (bench_simple, bench_complex) registered with `toolplane`.

@@ -20,7 +20,7 @@ use crate::agent::types::{
 };
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
-use crate::registry::{RegistryError, ToolName, ViolationKind, paging};
+use crate::registry::{ToolName, paging};
 
 /// The longest agent name.
 pub const MAX_AGENT_NAME_LEN: usize = 64;
@@ -298,21 +298,11 @@ impl AgentService for AgentApi {
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
         let size = paging::page_size(request.page_size)?;
-        let after = paging::decode_token(&request.page_token, "agents", 1)?
-            .map(|key| {
-                key[0].parse::<u64>().map_err(|_| {
-                    RegistryError::invalid(
-                        "page_token",
-                        ViolationKind::Field,
-                        "page_token is not a token this server issued",
-                    )
-                })
-            })
-            .transpose()?;
+        let after = paging::decode_sequence_token(&request.page_token, "agents")?;
         let mut agents = self.runner.store().list(meta.tenant, after, size + 1);
         let next_page_token = if agents.len() > size {
             agents.truncate(size);
-            paging::encode_token(vec![agents[size - 1].order.to_string()], "agents")
+            paging::encode_sequence_token(agents[size - 1].order, "agents")
         } else {
             String::new()
         };
@@ -444,17 +434,7 @@ impl AgentService for AgentApi {
         let agent = self.runner.store().get(meta.tenant, &request.agent_id)?;
         let size = paging::page_size(request.page_size)?;
         let query = format!("messages|{}", agent.id);
-        let after = paging::decode_token(&request.page_token, &query, 1)?
-            .map(|key| {
-                key[0].parse::<u64>().map_err(|_| {
-                    RegistryError::invalid(
-                        "page_token",
-                        ViolationKind::Field,
-                        "page_token is not a token this server issued",
-                    )
-                })
-            })
-            .transpose()?;
+        let after = paging::decode_sequence_token(&request.page_token, &query)?;
         let data = agent.data();
         let mut page: Vec<_> = data
             .conversation
@@ -464,7 +444,7 @@ impl AgentService for AgentApi {
             .collect();
         let next_page_token = if page.len() > size {
             page.truncate(size);
-            paging::encode_token(vec![page[size - 1].sequence.to_string()], &query)
+            paging::encode_sequence_token(page[size - 1].sequence, &query)
         } else {
             String::new()
         };

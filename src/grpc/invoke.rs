@@ -177,24 +177,14 @@ impl ToolInvokeService for InvokeApi {
         };
         let size = paging::page_size(request.page_size)?;
         let query = format!("records|{filter:?}");
-        let before = paging::decode_token(&request.page_token, &query, 1)?
-            .map(|key| {
-                key[0].parse::<u64>().map_err(|_| {
-                    RegistryError::invalid(
-                        "page_token",
-                        ViolationKind::Field,
-                        "page_token is not a token this server issued",
-                    )
-                })
-            })
-            .transpose()?;
+        let before = paging::decode_sequence_token(&request.page_token, &query)?;
         let mut records = self
             .invoker
             .records()
             .list(meta.tenant, &filter, before, size + 1);
         let next_page_token = if records.len() > size {
             records.truncate(size);
-            paging::encode_token(vec![records[size - 1].sequence.to_string()], &query)
+            paging::encode_sequence_token(records[size - 1].sequence, &query)
         } else {
             String::new()
         };

@@ -2,6 +2,7 @@
 //! against the schema compiled at registration, rate limited, bounded by a deadline, retried
 //! only under the caller's policy, checked against the output schema, and recorded.
 
+pub mod audit;
 pub mod caller;
 mod engine;
 pub mod error;

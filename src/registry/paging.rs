@@ -81,6 +81,26 @@ pub fn decode_token(
     Ok(Some(decoded.after))
 }
 
+/// Decodes a token that resumes after a sequence number (records, agents, messages).
+pub fn decode_sequence_token(token: &str, query: &str) -> Result<Option<u64>, RegistryError> {
+    decode_token(token, query, 1)?
+        .map(|key| {
+            key[0].parse::<u64>().map_err(|_| {
+                RegistryError::invalid(
+                    "page_token",
+                    ViolationKind::Field,
+                    "page_token is not a token this server issued; start again without one",
+                )
+            })
+        })
+        .transpose()
+}
+
+/// Encodes a token resuming after sequence number `last`.
+pub fn encode_sequence_token(last: u64, query: &str) -> String {
+    encode_token(vec![last.to_string()], query)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

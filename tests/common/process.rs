@@ -115,6 +115,25 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Waits (up to 20 s) until the structs-provider's tools pass a pre-flight check.
+pub fn wait_for_structs_provider(endpoint: &str) {
+    let preflight = [
+        "preflight",
+        "--endpoint",
+        endpoint,
+        "--require",
+        "structs:structs_calculate_power,structs_calculate_proof_of_work",
+    ];
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while toolplane_cli(&preflight).0 != 0 {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "structs-provider never registered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Runs the `toolplane` CLI and returns (exit code, stdout, stderr).
 pub fn toolplane_cli(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_toolplane"))

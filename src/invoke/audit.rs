@@ -1,0 +1,86 @@
+//! Checking an invocation record log: `toolplane audit verify FILE`.
+//!
+//! Every line must be a record in canonical form that matches its own `record_sha256`, with
+//! consecutive sequence numbers, each linked to the record before it by `prev_record_sha256`.
+//! The first line that breaks a rule is named.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use super::records::{GENESIS_SHA256, InvocationRecord, content_sha256, record_line};
+
+/// A log that verifies: how many records, and the hash of the last one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedLog {
+    /// How many records.
+    pub records: u64,
+    /// `record_sha256` of the last record (the genesis hash for an empty log).
+    pub head_sha256: String,
+}
+
+/// Why a log does not verify: the first bad line (1-based) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {problem}")]
+pub struct ChainBroken {
+    /// The first bad line, counted from 1.
+    pub line: u64,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Verifies a JSON-lines record log: every line a record in canonical form matching its own
+/// hash, sequences consecutive, and each record linked to the one before it.
+pub fn verify_file(path: &Path) -> Result<VerifiedLog, ChainBroken> {
+    let file = File::open(path).map_err(|error| ChainBroken {
+        line: 0,
+        problem: format!("cannot open {}: {error}", path.display()),
+    })?;
+    verify_lines(BufReader::new(file).lines())
+}
+
+/// Verifies the lines of a record log; see [`verify_file`].
+pub fn verify_lines(
+    lines: impl Iterator<Item = std::io::Result<String>>,
+) -> Result<VerifiedLog, ChainBroken> {
+    let mut previous = GENESIS_SHA256.to_owned();
+    let mut expected_sequence = None;
+    let mut count = 0;
+    for (index, line) in lines.enumerate() {
+        let number = index as u64 + 1;
+        let broken = |problem: String| ChainBroken {
+            line: number,
+            problem,
+        };
+        let line = line.map_err(|error| broken(format!("cannot read: {error}")))?;
+        let record: InvocationRecord = serde_json::from_str(&line)
+            .map_err(|error| broken(format!("not an invocation record: {error}")))?;
+        if record_line(&record) != line || content_sha256(&record) != record.record_sha256 {
+            return Err(broken(
+                "the record does not match its record_sha256: the line was edited".to_owned(),
+            ));
+        }
+        if record.prev_record_sha256 != previous {
+            return Err(broken(format!(
+                "prev_record_sha256 is {} but the record before is {previous}: a record before it was removed or reordered",
+                record.prev_record_sha256
+            )));
+        }
+        if let Some(expected) = expected_sequence
+            && record.sequence != expected
+        {
+            return Err(broken(format!(
+                "sequence {} follows {}: a record is missing",
+                record.sequence,
+                expected - 1
+            )));
+        }
+        expected_sequence = Some(record.sequence + 1);
+        previous = record.record_sha256;
+        count += 1;
+    }
+    Ok(VerifiedLog {
+        records: count,
+        head_sha256: previous,
+    })
+}
