@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::provider::TestProvider;
+use common::provider::{TestProvider, start_structs_provider};
 use common::*;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -15,7 +15,6 @@ use tonic::Code;
 use tonic::transport::Channel;
 use toolplane::pb;
 use toolplane::pb::agent_service_client::AgentServiceClient;
-use toolplane::provider::structs::structs_tools;
 use toolplane::provider::{
     ToolDescriptor, ToolError, ToolInvocation, ToolOutput, ToolRegistry, handler,
 };
@@ -24,16 +23,6 @@ use pb::AgentState as State;
 
 async fn agents(server: &TestServer) -> AgentServiceClient<Channel> {
     AgentServiceClient::new(server.channel().await)
-}
-
-async fn wait_registered(server: &TestServer, service: &str) {
-    let discovery = server.discovery().await;
-    eventually("provider registered", || {
-        let mut discovery = discovery.clone();
-        let service = service.to_owned();
-        async move { get_service(&mut discovery, 0, &service).await.is_ok() }
-    })
-    .await;
 }
 
 fn user(text: &str) -> pb::CanonicalMessage {
@@ -99,14 +88,7 @@ fn state_of(agent: &pb::Agent) -> i32 {
 #[tokio::test(flavor = "multi_thread")]
 async fn tool_calling_loop_through_the_example_provider() {
     let server = TestServer::start().await;
-    let _provider = TestProvider::start(
-        structs_tools().expect("tools"),
-        &server.endpoint(),
-        "structs",
-        Duration::from_secs(5),
-    )
-    .await;
-    wait_registered(&server, "structs").await;
+    let _provider = start_structs_provider(&server).await;
     let mut client = agents(&server).await;
     let agent = create(&mut client, "helper", &[]).await;
     let id = agent.status.expect("status").id;
@@ -231,14 +213,7 @@ async fn tool_calling_loop_through_the_example_provider() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tool_errors_go_to_the_model_and_allowed_tools_limit_the_offer() {
     let server = TestServer::start().await;
-    let _provider = TestProvider::start(
-        structs_tools().expect("tools"),
-        &server.endpoint(),
-        "structs",
-        Duration::from_secs(5),
-    )
-    .await;
-    wait_registered(&server, "structs").await;
+    let _provider = start_structs_provider(&server).await;
     let mut client = agents(&server).await;
     create(&mut client, "strict", &["structs_calculate_damage"]).await;
     create(&mut client, "open", &[]).await;
@@ -446,14 +421,7 @@ async fn cancelling_mid_loop_restores_the_agent() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stream_complete_streams_the_turn() {
     let server = TestServer::start().await;
-    let _provider = TestProvider::start(
-        structs_tools().expect("tools"),
-        &server.endpoint(),
-        "structs",
-        Duration::from_secs(5),
-    )
-    .await;
-    wait_registered(&server, "structs").await;
+    let _provider = start_structs_provider(&server).await;
     let mut client = agents(&server).await;
     create(&mut client, "streamer", &[]).await;
     let request = pb::StreamCompleteRequest {

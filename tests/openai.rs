@@ -10,7 +10,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use common::provider::TestProvider;
+use common::provider::{TestProvider, start_structs_provider};
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -22,7 +22,6 @@ use toolplane::agent::types::{CanonicalMessage, Role};
 use toolplane::grpc::ServerOptions;
 use toolplane::pb;
 use toolplane::pb::agent_service_client::AgentServiceClient;
-use toolplane::provider::structs::structs_tools;
 
 /// What the local chat-completions server saw, and whether it should fail.
 #[derive(Clone, Default)]
@@ -231,19 +230,7 @@ async fn agent_server(mock: Mock) -> (TestServer, TestProvider) {
         ..test_options()
     })
     .await;
-    let provider = TestProvider::start(
-        structs_tools().expect("tools"),
-        &server.endpoint(),
-        "structs",
-        Duration::from_secs(5),
-    )
-    .await;
-    let discovery = server.discovery().await;
-    eventually("provider registered", || {
-        let mut discovery = discovery.clone();
-        async move { get_service(&mut discovery, 0, "structs").await.is_ok() }
-    })
-    .await;
+    let provider = start_structs_provider(&server).await;
     (server, provider)
 }
 

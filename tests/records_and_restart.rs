@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::process::toolplane_cli;
-use common::provider::TestProvider;
+use common::provider::{TestProvider, start_structs_provider};
 use common::*;
 use serde_json::json;
 use toolplane::grpc::ServerOptions;
@@ -29,16 +29,6 @@ async fn invoke_power(
         })
         .await
         .map(tonic::Response::into_inner)
-}
-
-async fn wait_registered(server: &TestServer, service: &str) {
-    let discovery = server.discovery().await;
-    eventually("the provider is registered", || {
-        let mut discovery = discovery.clone();
-        let service = service.to_owned();
-        async move { get_service(&mut discovery, 0, &service).await.is_ok() }
-    })
-    .await;
 }
 
 fn write_lines(path: &std::path::Path, lines: &[&str]) {
@@ -64,14 +54,7 @@ async fn record_log_survives_restart_and_audit_catches_tampering() {
     };
 
     let first = TestServer::start_with(options.clone()).await;
-    let provider = TestProvider::start(
-        structs_tools().expect("tools"),
-        &first.endpoint(),
-        "structs",
-        Duration::from_secs(5),
-    )
-    .await;
-    wait_registered(&first, "structs").await;
+    let provider = start_structs_provider(&first).await;
     invoke_power(&first, 100).await.expect("succeeds");
     invoke_power(&first, -5)
         .await

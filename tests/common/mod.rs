@@ -238,3 +238,14 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Waits until `service` is registered in tenant 0.
+pub async fn wait_registered(server: &TestServer, service: &str) {
+    let discovery = server.discovery().await;
+    eventually(&format!("{service} registers"), || {
+        let mut discovery = discovery.clone();
+        let service = service.to_owned();
+        async move { get_service(&mut discovery, 0, &service).await.is_ok() }
+    })
+    .await;
+}

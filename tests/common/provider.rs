@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use toolplane::provider::structs::structs_tools;
 use toolplane::provider::{ProviderConfig, ProviderHealth, ProviderServer, RegisteredTools};
+
+use super::{TestServer, wait_registered};
 
 /// A provider running in the test process; stopped (and deregistered) when dropped.
 pub struct TestProvider {
@@ -65,4 +68,17 @@ impl Drop for TestProvider {
             let _ = stop.send(());
         }
     }
+}
+
+/// Starts the example Structs provider against `server` and waits until it is registered.
+pub async fn start_structs_provider(server: &TestServer) -> TestProvider {
+    let provider = TestProvider::start(
+        structs_tools().expect("the example tools are valid"),
+        &server.endpoint(),
+        "structs",
+        Duration::from_secs(5),
+    )
+    .await;
+    wait_registered(server, "structs").await;
+    provider
 }
