@@ -78,6 +78,22 @@ async fn get(client: &mut AgentServiceClient<Channel>, agent: &str) -> pb::Agent
         .expect("agent")
 }
 
+async fn messages(
+    client: &mut AgentServiceClient<Channel>,
+    agent: &str,
+) -> Vec<pb::CanonicalMessage> {
+    client
+        .list_messages(pb::ListMessagesRequest {
+            meta: meta(0),
+            agent_id: agent.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("messages")
+        .into_inner()
+        .messages
+}
+
 fn state_of(agent: &pb::Agent) -> i32 {
     agent.status.as_ref().expect("status").state
 }
@@ -159,17 +175,8 @@ async fn tool_calling_loop_through_the_example_provider() {
     );
     assert_eq!(record.tool_name, "structs_calculate_power");
 
-    let messages = client
-        .list_messages(pb::ListMessagesRequest {
-            meta: meta(0),
-            agent_id: id.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("messages")
-        .into_inner()
-        .messages;
-    let roles: Vec<i32> = messages.iter().map(|m| m.role).collect();
+    let conversation = messages(&mut client, &id).await;
+    let roles: Vec<i32> = conversation.iter().map(|m| m.role).collect();
     assert_eq!(
         roles,
         [
@@ -179,9 +186,13 @@ async fn tool_calling_loop_through_the_example_provider() {
             pb::Role::Assistant as i32
         ]
     );
-    assert!(messages[1].metadata.contains_key("toolplane.tool_calls"));
+    assert!(
+        conversation[1]
+            .metadata
+            .contains_key("toolplane.tool_calls")
+    );
     assert_eq!(
-        messages[2]
+        conversation[2]
             .metadata
             .get("toolplane.tool_name")
             .map(String::as_str),
@@ -365,16 +376,7 @@ async fn cancelling_mid_loop_restores_the_agent() {
         .complete(complete_request("cancel-me", "first words", "before"))
         .await
         .expect("a normal turn");
-    let before = client
-        .list_messages(pb::ListMessagesRequest {
-            meta: meta(0),
-            agent_id: "cancel-me".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("list")
-        .into_inner()
-        .messages;
+    let before = messages(&mut client, "cancel-me").await;
 
     let mut turn_client = client.clone();
     let turn = tokio::spawn(async move {
@@ -400,17 +402,11 @@ async fn cancelling_mid_loop_restores_the_agent() {
             .note
             .contains("did not finish")
     );
-    let messages = client
-        .list_messages(pb::ListMessagesRequest {
-            meta: meta(0),
-            agent_id: "cancel-me".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("list")
-        .into_inner()
-        .messages;
-    assert_eq!(messages, before, "the cancelled turn left nothing behind");
+    let conversation = messages(&mut client, "cancel-me").await;
+    assert_eq!(
+        conversation, before,
+        "the cancelled turn left nothing behind"
+    );
     client
         .complete(complete_request("cancel-me", "still works", "after"))
         .await

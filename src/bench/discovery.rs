@@ -153,6 +153,20 @@ fn percentile(values: &[Measured], quantile: f64) -> Vec<f64> {
     values.iter().map(|m| m.percentile_us(quantile)).collect()
 }
 
+/// The p50 and p99 rows of a paired measurement.
+fn latency_rows(label: &str, toolplane: &[Measured], baseline: &[Measured]) -> [Row; 2] {
+    [0.5, 0.99].map(|quantile| {
+        let name = format!("{label} p{}", (quantile * 100.0) as u32);
+        Row::paired(
+            SCENARIO,
+            &name,
+            "us",
+            percentile(toolplane, quantile),
+            percentile(baseline, quantile),
+        )
+    })
+}
+
 /// Runs scenario 1.
 pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
     let toolplane = bench.start_toolplane(&[]).await?;
@@ -188,20 +202,7 @@ pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
             } else {
                 row
             });
-            rows.push(Row::paired(
-                SCENARIO,
-                &format!("{label} p50"),
-                "us",
-                percentile(&a, 0.5),
-                percentile(&b, 0.5),
-            ));
-            rows.push(Row::paired(
-                SCENARIO,
-                &format!("{label} p99"),
-                "us",
-                percentile(&a, 0.99),
-                percentile(&b, 0.99),
-            ));
+            rows.extend(latency_rows(&label, &a, &b));
         }
     }
     let (a, b) = alternate(
@@ -211,19 +212,6 @@ pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
     )
     .await?;
     let label = format!("GetTool open loop {} req/s", bench.sizes.open_loop_rate);
-    rows.push(Row::paired(
-        SCENARIO,
-        &format!("{label} p50"),
-        "us",
-        percentile(&a, 0.5),
-        percentile(&b, 0.5),
-    ));
-    rows.push(Row::paired(
-        SCENARIO,
-        &format!("{label} p99"),
-        "us",
-        percentile(&a, 0.99),
-        percentile(&b, 0.99),
-    ));
+    rows.extend(latency_rows(&label, &a, &b));
     Ok(rows)
 }

@@ -4,19 +4,16 @@ use std::io::Write;
 
 use serde_json::{Value, json};
 
-use super::{invocation_status_name, new_table, timestamp};
+use super::{invocation_status_name, label, new_table, timestamp};
 use crate::client::{ClientError, ToolplaneClient};
 use crate::pb;
 
+/// The seed's name of an agent state: lowercase, no underscores (`toolcall`).
 fn state_name(value: i32) -> String {
-    pb::AgentState::try_from(value)
-        .map(|s| {
-            s.as_str_name()
-                .trim_start_matches("AGENT_STATE_")
-                .replace('_', "")
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_else(|_| value.to_string())
+    pb::AgentState::try_from(value).map_or_else(
+        |_| value.to_string(),
+        |v| label(v.as_str_name(), "AGENT_STATE_").replace('_', ""),
+    )
 }
 
 /// An agent as JSON (the seed's AgentStatus plus configuration).

@@ -8,25 +8,27 @@ use serde_json::{Value, json};
 use crate::json::struct_to_json;
 use crate::pb;
 
+/// The lowercase label of a proto enum value name without its prefix, as the seeds write them
+/// (`HEALTH_STATE_HEALTHY` -> `healthy`, `AGENT_STATE_TOOL_CALL` -> `toolcall`).
+pub(crate) fn label(name: &str, prefix: &str) -> String {
+    name.trim_start_matches(prefix)
+        .replace('_', "")
+        .to_ascii_lowercase()
+}
+
 fn capability_name(value: i32) -> String {
-    pb::ServiceCapability::try_from(value)
-        .map(|c| {
-            c.as_str_name()
-                .trim_start_matches("SERVICE_CAPABILITY_")
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_else(|_| value.to_string())
+    pb::ServiceCapability::try_from(value).map_or_else(
+        |_| value.to_string(),
+        |v| label(v.as_str_name(), "SERVICE_CAPABILITY_"),
+    )
 }
 
 /// The seed's lowercase name of a health state.
 pub fn health_name(value: i32) -> String {
-    pb::HealthState::try_from(value)
-        .map(|h| {
-            h.as_str_name()
-                .trim_start_matches("HEALTH_STATE_")
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_else(|_| value.to_string())
+    pb::HealthState::try_from(value).map_or_else(
+        |_| value.to_string(),
+        |v| label(v.as_str_name(), "HEALTH_STATE_"),
+    )
 }
 
 pub(crate) fn timestamp(value: Option<&prost_types::Timestamp>) -> String {
@@ -155,13 +157,10 @@ pub fn missing_json(missing: &pb::MissingTool) -> Value {
 }
 
 pub(crate) fn invocation_status_name(value: i32) -> String {
-    pb::InvocationStatus::try_from(value)
-        .map(|s| {
-            s.as_str_name()
-                .trim_start_matches("INVOCATION_STATUS_")
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_else(|_| value.to_string())
+    pb::InvocationStatus::try_from(value).map_or_else(
+        |_| value.to_string(),
+        |v| label(v.as_str_name(), "INVOCATION_STATUS_"),
+    )
 }
 
 /// An invocation record as JSON.

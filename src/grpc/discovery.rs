@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use tracing::{Span, instrument};
 
 use super::convert;
-use super::serving::ServingState;
+use super::serving::{ServingState, shutting_down};
 use crate::envelope::RequestMeta;
 use crate::invoke::health::ProviderHealthBook;
 use crate::pb;
@@ -250,11 +250,6 @@ impl DiscoveryService for DiscoveryApi {
                 .collect(),
         }))
     }
-}
-
-/// Completes once the server starts shutting down.
-pub(crate) async fn shutting_down(serving: &mut tokio::sync::watch::Receiver<bool>) {
-    let _ = serving.wait_for(|serving| !*serving).await;
 }
 
 /// One WatchServices stream: the snapshot, SYNCED, then live changes. The response stream

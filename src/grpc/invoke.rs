@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::convert;
+use super::deadline::caller_timeout;
 use super::discovery::accept_meta;
 use crate::invoke::policy::RetryPolicy;
 use crate::invoke::records::{InvocationRecord, InvocationStatus, RecordFilter};
@@ -26,22 +27,6 @@ impl InvokeApi {
     pub fn new(invoker: Invoker) -> Self {
         Self { invoker }
     }
-}
-
-/// Reads the caller's deadline from the `grpc-timeout` header (e.g. `1500m`, `2S`).
-pub fn caller_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
-    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
-    let amount: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(amount.saturating_mul(3600)),
-        "M" => Duration::from_secs(amount.saturating_mul(60)),
-        "S" => Duration::from_secs(amount),
-        "m" => Duration::from_millis(amount),
-        "u" => Duration::from_micros(amount),
-        "n" => Duration::from_nanos(amount),
-        _ => return None,
-    })
 }
 
 fn input_json(input: Option<prost_types::Struct>) -> Result<serde_json::Value, RegistryError> {

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod convert;
+pub mod deadline;
 pub mod discovery;
 pub mod health;
 pub mod invoke;

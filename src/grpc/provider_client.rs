@@ -11,6 +11,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_types::StatusExt;
 
+use super::deadline::grpc_timeout;
 use crate::envelope::RequestMeta;
 use crate::invoke::caller::{
     FailureKind, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply,
@@ -165,17 +166,6 @@ impl ProviderCaller for GrpcProviderCaller {
     }
 }
 
-/// A `grpc-timeout` header value (at most 8 digits and a unit, per the gRPC HTTP/2 spec).
-pub fn grpc_timeout(timeout: Duration) -> String {
-    const MAX: u128 = 99_999_999;
-    let millis = timeout.as_millis();
-    if millis <= MAX {
-        format!("{}m", millis.max(1))
-    } else {
-        format!("{}S", timeout.as_secs().min(MAX as u64))
-    }
-}
-
 /// Checks every registered endpoint each `interval` until `serving` turns false.
 pub async fn run_health_checks(
     store: Arc<dyn RegistryStore>,
@@ -189,7 +179,7 @@ pub async fn run_health_checks(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            () = super::discovery::shutting_down(&mut serving) => return,
+            () = super::serving::shutting_down(&mut serving) => return,
         }
         let endpoints = store.endpoints();
         book.retain(&endpoints);

@@ -207,7 +207,7 @@ async fn shrink_rate_limits(limits: Arc<RateLimits>, serving: ServingState) {
     loop {
         tokio::select! {
             () = tokio::time::sleep(RATE_LIMIT_SHRINK_INTERVAL) => limits.shrink(),
-            () = super::discovery::shutting_down(&mut stopping) => return,
+            () = super::serving::shutting_down(&mut stopping) => return,
         }
     }
 }

@@ -48,3 +48,8 @@ impl ServingState {
         self.started.elapsed()
     }
 }
+
+/// Completes once the server starts shutting down (`serving` is from [`ServingState::subscribe`]).
+pub(crate) async fn shutting_down(serving: &mut watch::Receiver<bool>) {
+    let _ = serving.wait_for(|serving| !*serving).await;
+}

@@ -18,7 +18,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use super::tools::{RegisteredTools, ToolContext, ToolError, ToolInvocation};
 use crate::envelope::{RequestMeta, TenantId, request_meta};
-use crate::grpc::invoke::caller_timeout;
+use crate::grpc::deadline::caller_timeout;
 use crate::json::{json_to_struct, json_to_value, struct_to_json};
 use crate::pb;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
