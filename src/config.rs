@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub max_schema_bytes: usize,
     /// Deepest nesting of objects and arrays in a JSON Schema.
     pub max_schema_depth: usize,
+    /// How many compiled input (and as many output) schema validators are kept for the tools
+    /// being called; a tool called after its validator was evicted compiles it again.
+    pub validator_cache_size: u64,
     /// How many change events a watcher may fall behind before it is ended.
     pub watch_event_buffer: usize,
     /// How long in-flight calls may take to finish after SIGTERM/SIGINT.
@@ -122,6 +125,7 @@ impl Default for ServerConfig {
             max_description_bytes: validate::DEFAULT_MAX_DESCRIPTION_BYTES,
             max_schema_bytes: validate::DEFAULT_MAX_SCHEMA_BYTES,
             max_schema_depth: validate::DEFAULT_MAX_SCHEMA_DEPTH,
+            validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             watch_event_buffer: DEFAULT_EVENT_BUFFER,
             drain_grace: DEFAULT_DRAIN_GRACE,
             log_format: LogFormat::Text,
@@ -234,6 +238,7 @@ impl ServerConfig {
                 max_schema_depth: self.max_schema_depth,
             },
             event_buffer: self.watch_event_buffer,
+            validator_cache_size: self.validator_cache_size,
             drain_grace: self.drain_grace,
             records_path: Some(PathBuf::from(&self.records_path))
                 .filter(|path| !path.as_os_str().is_empty()),

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prost::Message;
+
 use crate::invoke::health::ProviderHealthBook;
 use crate::json::{json_to_struct, struct_to_json};
 use crate::pb;
@@ -179,8 +181,11 @@ pub fn service_spec(
     })
 }
 
-/// The wire form of a registered tool of `service`: built once per registered tool (a tool
-/// belongs to one registration of one service) and cloned for every answer after that.
+/// The wire form of a registered tool of `service`. Built once per registered tool (a tool
+/// belongs to one registration of one service) and kept *encoded* with the tool: the protobuf
+/// bytes are about the size of the schema text, while a decoded `google.protobuf.Struct` of a
+/// 1 KB schema takes about 20 KB of memory. Each answer decodes a fresh copy, which costs about
+/// what cloning a kept `Struct` would.
 pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegistration {
     let build = || pb::ToolRegistration {
         tool_name: tool.name.to_string(),
@@ -197,12 +202,17 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
         timeout_ms: tool.timeout_ms,
         definition_sha256: tool.definition_sha256.clone(),
     };
-    let cached = tool.wire.get_or_init(|| Arc::new(build()));
+    let cached = tool
+        .wire
+        .get_or_init(|| Arc::new(EncodedTool(build().encode_to_vec().into_boxed_slice())));
     cached
-        .downcast_ref::<pb::ToolRegistration>()
-        .cloned()
+        .downcast_ref::<EncodedTool>()
+        .and_then(|encoded| pb::ToolRegistration::decode(&*encoded.0).ok())
         .unwrap_or_else(build)
 }
+
+/// The encoded `ToolRegistration` kept in a tool's wire slot.
+struct EncodedTool(Box<[u8]>);
 
 /// The health of a live service: UNHEALTHY while its provider fails health checks.
 pub fn service_health(service: &ServiceEntry, health: &ProviderHealthBook) -> HealthState {

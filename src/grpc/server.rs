@@ -52,6 +52,8 @@ pub struct ServerOptions {
     pub limits: RegistrationLimits,
     /// How many events a watcher may fall behind before it is ended.
     pub event_buffer: usize,
+    /// How many compiled validators the registry keeps (see `registry::validators`).
+    pub validator_cache_size: u64,
     /// How long in-flight calls may take to finish after shutdown begins.
     pub drain_grace: Duration,
     /// The JSON-lines invocation record log; `None` keeps records in memory only.
@@ -75,6 +77,7 @@ impl Default for ServerOptions {
         Self {
             limits: RegistrationLimits::default(),
             event_buffer: DEFAULT_EVENT_BUFFER,
+            validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             drain_grace: DEFAULT_DRAIN_GRACE,
             records_path: None,
             records_in_memory: DEFAULT_RING_CAPACITY,
@@ -123,7 +126,11 @@ pub async fn serve(
         None => RecordLog::in_memory(options.records_in_memory),
     });
     let store: Arc<dyn RegistryStore> = MemoryStore::start(options.event_buffer);
-    let registry = Registry::new(Arc::clone(&store), options.limits.clone());
+    let registry = Registry::new(
+        Arc::clone(&store),
+        options.limits.clone(),
+        options.validator_cache_size,
+    );
     let serving = ServingState::new();
     let health = Arc::new(ProviderHealthBook::default());
     let caller = GrpcProviderCaller::default();

@@ -198,6 +198,10 @@ pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Statu
             (code, None)
         }
         InvokeError::Records(_) => (Code::Internal, None),
+        InvokeError::SchemaUnavailable { tool, .. } => {
+            metadata.push(("tool_name", tool));
+            (Code::Internal, None)
+        }
     };
     let (code, message, mut details) = status(code, message, &reason, metadata);
     if let Some(retry_after) = extra_details {

@@ -14,7 +14,8 @@ use super::records::{InvocationRecord, InvocationStatus, RecordDraft, RecordLog}
 use crate::envelope::TenantId;
 use crate::json::canonical_sha256;
 use crate::registry::{
-    Capability, FieldViolation, Registry, ServiceName, ToolName, ToolRef, ViolationKind,
+    Capability, FieldViolation, Registry, ServiceName, ToolName, ToolRef, ValidatorCache,
+    ViolationKind,
 };
 
 /// The most schema violations reported for one input.
@@ -143,14 +144,24 @@ pub fn reason_of(error: &InvokeError) -> String {
         InvokeError::Timeout { .. } => "TOOL_TIMEOUT".to_owned(),
         InvokeError::Provider { failure, .. } => failure.reason.clone(),
         InvokeError::Records(_) => "RECORDS_UNAVAILABLE".to_owned(),
+        InvokeError::SchemaUnavailable { .. } => "SCHEMA_UNAVAILABLE".to_owned(),
     }
 }
 
-/// Checks `input` against the tool's compiled input validator.
-pub fn check_input(found: &ToolRef, input: &Value) -> Result<(), InvokeError> {
-    let violations: Vec<FieldViolation> = found
-        .tool
-        .input_validator
+/// Checks `input` against the tool's input schema, with its validator from `validators`.
+pub fn check_input(
+    validators: &ValidatorCache,
+    found: &ToolRef,
+    input: &Value,
+) -> Result<(), InvokeError> {
+    let validator =
+        validators
+            .input(&found.tool)
+            .map_err(|problem| InvokeError::SchemaUnavailable {
+                tool: found.tool.name.to_string(),
+                problem,
+            })?;
+    let violations: Vec<FieldViolation> = validator
         .iter_errors(input)
         .take(MAX_REPORTED_VIOLATIONS)
         .map(|error| {
@@ -171,9 +182,11 @@ pub fn check_input(found: &ToolRef, input: &Value) -> Result<(), InvokeError> {
     }
 }
 
-fn output_warnings(found: &ToolRef, output: &Value) -> Vec<String> {
-    let Some(validator) = &found.tool.output_validator else {
-        return Vec::new();
+fn output_warnings(validators: &ValidatorCache, found: &ToolRef, output: &Value) -> Vec<String> {
+    let validator = match validators.output(&found.tool) {
+        None => return Vec::new(),
+        Some(Ok(validator)) => validator,
+        Some(Err(problem)) => return vec![format!("output not checked: {problem}")],
     };
     validator
         .iter_errors(output)
@@ -228,7 +241,7 @@ impl Invoker {
             .registry
             .get_tool(tenant, tool, service)
             .map_err(InvokeError::Resolve)?;
-        check_input(&found, input)?;
+        check_input(self.registry.validators(), &found, input)?;
         Ok(found)
     }
 
@@ -276,7 +289,7 @@ impl Invoker {
             draft.service_name = found.service.name.to_string();
             draft.definition_sha256 = found.tool.definition_sha256.clone();
         }
-        if let Err(error) = check_input(&found, &invocation.input) {
+        if let Err(error) = check_input(self.registry.validators(), &found, &invocation.input) {
             return Err(fail(&mut guard, InvocationStatus::InvalidInput, error));
         }
         if let Err(over) = self.limits.check(
@@ -407,7 +420,11 @@ impl Invoker {
         match outcome {
             Ok(reply) => {
                 let mut warnings = reply.warnings;
-                warnings.extend(output_warnings(&found, &reply.output));
+                warnings.extend(output_warnings(
+                    self.registry.validators(),
+                    &found,
+                    &reply.output,
+                ));
                 match guard.finish(InvocationStatus::Succeeded, "", Some(&reply.output)) {
                     Ok(record) => Ok(Invoked {
                         output: reply.output,

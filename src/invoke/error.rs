@@ -67,6 +67,15 @@ pub enum InvokeError {
         /// Provider calls made.
         attempts: u32,
     },
+    /// The tool's registered schema could not be compiled again for checking its input (it
+    /// compiled at registration, so this is a bug); nothing was called.
+    #[error("cannot check the input of tool {tool}: {problem}")]
+    SchemaUnavailable {
+        /// The tool.
+        tool: String,
+        /// What went wrong.
+        problem: String,
+    },
     /// The invocation record could not be written, so no answer is given.
     #[error("cannot write the invocation record: {0}")]
     Records(#[from] RecordError),

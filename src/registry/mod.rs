@@ -13,6 +13,7 @@ pub mod paging;
 pub mod preflight;
 pub mod store;
 pub mod validate;
+pub mod validators;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -25,6 +26,7 @@ pub use model::{
 };
 pub use store::{RegistryStore, ToolFilter};
 pub use validate::RegistrationLimits;
+pub use validators::ValidatorCache;
 
 use crate::envelope::TenantId;
 
@@ -42,12 +44,27 @@ pub struct Page<T> {
 pub struct Registry {
     store: Arc<dyn RegistryStore>,
     limits: RegistrationLimits,
+    validators: ValidatorCache,
 }
 
 impl Registry {
-    /// A registry over `store` enforcing `limits`.
-    pub fn new(store: Arc<dyn RegistryStore>, limits: RegistrationLimits) -> Self {
-        Self { store, limits }
+    /// A registry over `store` enforcing `limits`, keeping at most `validator_cache_size`
+    /// compiled validators (see [`validators`]).
+    pub fn new(
+        store: Arc<dyn RegistryStore>,
+        limits: RegistrationLimits,
+        validator_cache_size: u64,
+    ) -> Self {
+        Self {
+            validators: ValidatorCache::new(validator_cache_size, limits.clone()),
+            store,
+            limits,
+        }
+    }
+
+    /// The compiled validators of the tools being called.
+    pub fn validators(&self) -> &ValidatorCache {
+        &self.validators
     }
 
     /// The store, for watchers of raw events (grpc.health.v1).

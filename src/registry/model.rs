@@ -1,5 +1,5 @@
 //! The registry's domain types: validated names, tool and service specifications, and the
-//! registered forms that carry compiled validators and leases.
+//! registered forms that carry definition hashes and leases.
 
 use std::fmt;
 use std::sync::Arc;
@@ -153,15 +153,16 @@ pub struct ServiceSpec {
 pub type SchemaValidator = Arc<jsonschema::Validator>;
 
 /// A slot the transport layer may fill once with its encoded form of a tool (the gRPC layer
-/// keeps a ready `ToolRegistration` there), so reads do not rebuild it on every request. The
-/// domain neither reads nor knows its type.
+/// keeps the tool's encoded `ToolRegistration` there), so reads do not rebuild it from the
+/// schema text on every request. The domain neither reads nor knows its type.
 pub type WireSlot = std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>;
 
-/// A validated tool with its definition hash and compiled validators.
+/// A validated tool with its definition hash.
 ///
 /// Schemas are kept as compact JSON text: a parsed `serde_json::Value` of a 1 KB schema takes
 /// about 20 KB of memory, the text about 1 KB. [`RegisteredTool::input_schema_json`] parses it
-/// when a JSON value is needed.
+/// when a JSON value is needed. The compiled validators live in the registry's bounded
+/// [`super::validators::ValidatorCache`], not here.
 #[derive(Debug)]
 pub struct RegisteredTool {
     /// The tool's name.
@@ -178,10 +179,6 @@ pub struct RegisteredTool {
     pub timeout_ms: Option<u32>,
     /// sha256 over the canonical JSON of name, description and both schemas.
     pub definition_sha256: String,
-    /// The input validator, compiled once at registration.
-    pub input_validator: SchemaValidator,
-    /// The output validator, compiled once at registration, when an output schema is declared.
-    pub output_validator: Option<SchemaValidator>,
     /// The transport layer's encoded form, built on first read.
     pub wire: WireSlot,
 }

@@ -1,6 +1,6 @@
 //! Validation of a registration: names, versions, endpoint, TTL, limits, and compilation of
-//! every JSON Schema. A registration either passes whole, giving a [`ValidatedService`] with
-//! its validators compiled, or fails with every violation found.
+//! every JSON Schema. A registration either passes whole, giving a [`ValidatedService`] whose
+//! schemas all compiled, or fails with every violation found.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -237,10 +237,12 @@ fn validate_tool(
             })
             .ok(),
     };
-    let (Some(name), Some(input_validator), true) = (name, input_validator, violations.is_empty())
-    else {
+    // The compiled validators only prove the schemas compile; the registry's bounded cache
+    // compiles them again when the tool is called (see `super::validators`).
+    let (Some(name), Some(_), true) = (name, input_validator, violations.is_empty()) else {
         return Err(violations);
     };
+    drop(output_validator);
     let input_schema = tool.input_schema.clone().unwrap_or(Value::Null);
     let mut capabilities = tool.capabilities.clone();
     capabilities.sort();
@@ -261,8 +263,6 @@ fn validate_tool(
             .map(|schema| Arc::from(schema.to_string())),
         capabilities,
         timeout_ms: tool.timeout_ms,
-        input_validator: Arc::new(input_validator),
-        output_validator: output_validator.map(Arc::new),
         wire: Default::default(),
     })
 }
