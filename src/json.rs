@@ -25,44 +25,52 @@ pub struct JsonConversionError {
 
 /// Converts a `Struct` into a JSON object.
 pub fn struct_to_json(value: &prost_types::Struct) -> Result<Value, JsonConversionError> {
-    fields_to_json(&value.fields, "")
+    fields_to_json(&value.fields)
 }
 
 /// Converts a `Value` into JSON. A `Value` with no kind set becomes `null`.
 pub fn value_to_json(value: &prost_types::Value) -> Result<Value, JsonConversionError> {
-    value_to_json_at(value, "")
+    value_to_json_at(value)
 }
 
 fn fields_to_json(
     fields: &std::collections::BTreeMap<String, prost_types::Value>,
-    pointer: &str,
 ) -> Result<Value, JsonConversionError> {
-    let mut map = Map::with_capacity(fields.len());
+    let mut map = Map::new();
     for (key, field) in fields {
-        let child = format!("{pointer}/{}", escape_pointer_token(key));
-        map.insert(key.clone(), value_to_json_at(field, &child)?);
+        let value = value_to_json_at(field).map_err(|error| error.under(key))?;
+        map.insert(key.clone(), value);
     }
     Ok(Value::Object(map))
 }
 
-fn value_to_json_at(
-    value: &prost_types::Value,
-    pointer: &str,
-) -> Result<Value, JsonConversionError> {
+impl JsonConversionError {
+    /// The same error seen from the parent of the value it names (`token` is the value's key
+    /// or index there). Pointers are built on the way out of a failed conversion, so a
+    /// successful one formats none.
+    fn under(mut self, token: &str) -> Self {
+        self.pointer = format!("/{}{}", escape_pointer_token(token), self.pointer);
+        self
+    }
+}
+
+fn value_to_json_at(value: &prost_types::Value) -> Result<Value, JsonConversionError> {
     Ok(match &value.kind {
         None | Some(Kind::NullValue(_)) => Value::Null,
         Some(Kind::BoolValue(b)) => Value::Bool(*b),
         Some(Kind::StringValue(s)) => Value::String(s.clone()),
         Some(Kind::NumberValue(n)) => number_to_json(*n).ok_or_else(|| JsonConversionError {
-            pointer: pointer.to_owned(),
+            pointer: String::new(),
             problem: format!("{n} is not a finite number and has no JSON form"),
         })?,
-        Some(Kind::StructValue(s)) => fields_to_json(&s.fields, pointer)?,
+        Some(Kind::StructValue(s)) => fields_to_json(&s.fields)?,
         Some(Kind::ListValue(list)) => Value::Array(
             list.values
                 .iter()
                 .enumerate()
-                .map(|(index, item)| value_to_json_at(item, &format!("{pointer}/{index}")))
+                .map(|(index, item)| {
+                    value_to_json_at(item).map_err(|error| error.under(&index.to_string()))
+                })
                 .collect::<Result<_, _>>()?,
         ),
     })
@@ -114,38 +122,63 @@ pub fn json_to_struct(value: &Value) -> Option<prost_types::Struct> {
 /// whitespace. Written here rather than relying on `serde_json::Map` ordering, which changes
 /// when any crate in the build turns on serde_json's `preserve_order` feature.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
+    let mut out = Vec::new();
+    write_canonical(value, &mut out).expect("writing to a Vec cannot fail");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Writes a value's canonical JSON to `out` (strings and numbers as serde_json writes them).
+pub fn write_canonical(value: &Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (index, key) in keys.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[key], out);
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            if !entries.is_sorted_by(|a, b| a.0 <= b.0) {
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             }
-            out.push('}');
+            out.write_all(b"{")?;
+            for (index, (key, item)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.write_all(b",")?;
+                }
+                serde_json::to_writer(&mut *out, key)?;
+                out.write_all(b":")?;
+                write_canonical(item, out)?;
+            }
+            out.write_all(b"}")
         }
         Value::Array(items) => {
-            out.push('[');
+            out.write_all(b"[")?;
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                write_canonical(item, out);
+                write_canonical(item, out)?;
             }
-            out.push(']');
+            out.write_all(b"]")
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => Ok(serde_json::to_writer(out, scalar)?),
+    }
+}
+
+/// An `io::Write` that feeds sha256, so canonical JSON can be hashed without building it.
+#[derive(Debug, Default)]
+pub struct Sha256Writer(Sha256);
+
+impl Sha256Writer {
+    /// The lowercase hex digest of everything written.
+    pub fn finish_hex(self) -> String {
+        hex::encode(self.0.finalize())
+    }
+}
+
+impl std::io::Write for Sha256Writer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -156,7 +189,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The lowercase hex sha256 of a value's canonical JSON.
 pub fn canonical_sha256(value: &Value) -> String {
-    sha256_hex(canonical_json(value).as_bytes())
+    let mut hasher = Sha256Writer::default();
+    write_canonical(value, &mut hasher).expect("hashing cannot fail");
+    hasher.finish_hex()
 }
 
 /// Escapes one JSON pointer reference token (RFC 6901).

@@ -79,6 +79,9 @@ fn failure(status: &tonic::Status) -> ProviderFailure {
 impl GrpcProviderCaller {
     /// The pooled channel of an endpoint, created (unconnected) on first use.
     pub fn channel(&self, endpoint: &str) -> Result<Channel, ProviderFailure> {
+        if let Some(channel) = self.channels.get(endpoint) {
+            return Ok(channel);
+        }
         self.channels
             .try_get_with(endpoint.to_owned(), || {
                 Endpoint::from_shared(endpoint.to_owned()).map(|e| {

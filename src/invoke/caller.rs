@@ -16,8 +16,8 @@ pub struct ProviderCall {
     pub endpoint: String,
     /// The tool to run.
     pub tool: String,
-    /// The validated input.
-    pub input: Value,
+    /// The validated input, shared by every attempt.
+    pub input: std::sync::Arc<Value>,
     /// The caller's tenant.
     pub tenant: TenantId,
     /// The caller's correlation id.

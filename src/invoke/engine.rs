@@ -161,6 +161,10 @@ pub fn check_input(
                 tool: found.tool.name.to_string(),
                 problem,
             })?;
+    // The common case first: `is_valid` stops at the first failure and tracks no locations.
+    if validator.is_valid(input) {
+        return Ok(());
+    }
     let violations: Vec<FieldViolation> = validator
         .iter_errors(input)
         .take(MAX_REPORTED_VIOLATIONS)
@@ -188,6 +192,9 @@ fn output_warnings(validators: &ValidatorCache, found: &ToolRef, output: &Value)
         Some(Ok(validator)) => validator,
         Some(Err(problem)) => return vec![format!("output not checked: {problem}")],
     };
+    if validator.is_valid(output) {
+        return Vec::new();
+    }
     validator
         .iter_errors(output)
         .take(MAX_REPORTED_VIOLATIONS)
@@ -246,8 +253,10 @@ impl Invoker {
     }
 
     /// Runs one invocation end to end and records it.
-    pub async fn invoke(&self, invocation: Invocation) -> Result<Invoked, Failed> {
+    pub async fn invoke(&self, mut invocation: Invocation) -> Result<Invoked, Failed> {
         let started = Instant::now();
+        // Shared by every attempt rather than copied into each.
+        let input = Arc::new(std::mem::take(&mut invocation.input));
         let mut guard = RecordGuard {
             records: Arc::clone(&self.records),
             draft: Some(RecordDraft {
@@ -257,7 +266,7 @@ impl Invoker {
                 tool_name: invocation.tool.to_string(),
                 service_name: String::new(),
                 definition_sha256: String::new(),
-                input_sha256: canonical_sha256(&invocation.input),
+                input_sha256: canonical_sha256(&input),
                 output_sha256: String::new(),
                 started_at: SystemTime::now(),
                 finished_at: SystemTime::now(),
@@ -289,7 +298,7 @@ impl Invoker {
             draft.service_name = found.service.name.to_string();
             draft.definition_sha256 = found.tool.definition_sha256.clone();
         }
-        if let Err(error) = check_input(self.registry.validators(), &found, &invocation.input) {
+        if let Err(error) = check_input(self.registry.validators(), &found, &input) {
             return Err(fail(&mut guard, InvocationStatus::InvalidInput, error));
         }
         if let Err(over) = self.limits.check(
@@ -356,7 +365,7 @@ impl Invoker {
             let call = ProviderCall {
                 endpoint: endpoint.clone(),
                 tool: found.tool.name.to_string(),
-                input: invocation.input.clone(),
+                input: Arc::clone(&input),
                 tenant: invocation.tenant,
                 correlation_id: invocation.correlation_id.clone(),
                 idempotency_key: invocation.idempotency_key.clone(),

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use crate::envelope::TenantId;
-use crate::json::{canonical_json, sha256_hex};
+use crate::json::Sha256Writer;
 
 /// The previous-record hash of the first record.
 pub const GENESIS_SHA256: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -178,18 +178,66 @@ pub struct RecordLog {
     state: Mutex<LogState>,
 }
 
+/// A record's fields in canonical (sorted) order, so serde_json writes its canonical JSON
+/// directly: no intermediate `serde_json::Value`, and for the hash no intermediate string. A
+/// test checks it against `json::canonical_json` of the record's JSON value.
+#[derive(Serialize)]
+struct CanonicalRecord<'a> {
+    attempts: u32,
+    correlation_id: &'a str,
+    definition_sha256: &'a str,
+    duration_us: u64,
+    error_reason: &'a str,
+    finished_at: &'a str,
+    input_sha256: &'a str,
+    invocation_id: &'a str,
+    output_sha256: &'a str,
+    prev_record_sha256: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record_sha256: Option<&'a str>,
+    sequence: u64,
+    service_name: &'a str,
+    started_at: &'a str,
+    status: InvocationStatus,
+    tenant_id: u64,
+    tool_name: &'a str,
+}
+
+impl<'a> CanonicalRecord<'a> {
+    fn of(record: &'a InvocationRecord, with_hash: bool) -> Self {
+        Self {
+            attempts: record.attempts,
+            correlation_id: &record.correlation_id,
+            definition_sha256: &record.definition_sha256,
+            duration_us: record.duration_us,
+            error_reason: &record.error_reason,
+            finished_at: &record.finished_at,
+            input_sha256: &record.input_sha256,
+            invocation_id: &record.invocation_id,
+            output_sha256: &record.output_sha256,
+            prev_record_sha256: &record.prev_record_sha256,
+            record_sha256: with_hash.then_some(record.record_sha256.as_str()),
+            sequence: record.sequence,
+            service_name: &record.service_name,
+            started_at: &record.started_at,
+            status: record.status,
+            tenant_id: record.tenant_id,
+            tool_name: &record.tool_name,
+        }
+    }
+}
+
 /// The canonical JSON line of a record (without the newline).
 pub fn record_line(record: &InvocationRecord) -> String {
-    canonical_json(&serde_json::to_value(record).expect("a record always serializes"))
+    serde_json::to_string(&CanonicalRecord::of(record, true)).expect("a record always serializes")
 }
 
 /// sha256 of a record's canonical JSON without its `record_sha256` field.
 pub fn content_sha256(record: &InvocationRecord) -> String {
-    let mut value = serde_json::to_value(record).expect("a record always serializes");
-    if let Some(fields) = value.as_object_mut() {
-        fields.remove("record_sha256");
-    }
-    sha256_hex(canonical_json(&value).as_bytes())
+    let mut hasher = Sha256Writer::default();
+    serde_json::to_writer(&mut hasher, &CanonicalRecord::of(record, false))
+        .expect("a record always serializes");
+    hasher.finish_hex()
 }
 
 fn rfc3339(time: std::time::SystemTime) -> String {
@@ -381,6 +429,26 @@ mod tests {
             lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
         )
         .expect("write");
+    }
+
+    #[test]
+    fn record_lines_and_hashes_are_the_canonical_json_of_the_record() {
+        let log = RecordLog::in_memory(4);
+        let mut odd = draft("t\u{e9}ol.\"quoted\"/\\");
+        odd.correlation_id = "line\nbreak \u{1F600} \u{7f} <&>".into();
+        odd.error_reason = "\u{0}".into();
+        let record = log.append(odd).expect("append");
+        let mut value = serde_json::to_value(&*record).expect("serializes");
+        assert_eq!(record_line(&record), crate::json::canonical_json(&value));
+        value
+            .as_object_mut()
+            .expect("an object")
+            .remove("record_sha256");
+        assert_eq!(
+            record.record_sha256,
+            crate::json::canonical_sha256(&value),
+            "record_sha256 is the sha256 of the canonical JSON without that field"
+        );
     }
 
     #[test]
