@@ -143,8 +143,82 @@ async fn start_provider(bench: &Bench, toolplane: &str) -> Result<ChildProcess, 
     Err("the bench provider never registered".to_owned())
 }
 
+/// Starts the pass-through baseline in front of the provider.
+async fn start_passthrough(bench: &Bench, provider: &str) -> Result<ChildProcess, String> {
+    let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
+    let child = ChildProcess::spawn(
+        &bench.binaries.bench,
+        &["passthrough", "--listen", &addr, "--provider", provider],
+        &[],
+        &addr,
+    )?;
+    wait_serving(&child.endpoint(), Duration::from_secs(30)).await?;
+    Ok(child)
+}
+
 fn values(runs: &[Run], pick: impl Fn(&Run) -> f64) -> Vec<f64> {
     runs.iter().map(pick).collect()
+}
+
+/// Per round, the latency at `quantile` of `through` less that of `direct`.
+fn added(through: &[Run], direct: &[Run], quantile: f64) -> Vec<f64> {
+    through
+        .iter()
+        .zip(direct)
+        .map(|(t, d)| t.measured.percentile_us(quantile) - d.measured.percentile_us(quantile))
+        .collect()
+}
+
+/// The pass-through floor for one input: added latency at concurrency 1, saturation against
+/// the direct call, CPU per call.
+async fn floor_rows(
+    bench: &Bench,
+    (floor, floor_process): (&str, &ChildProcess),
+    (provider, provider_process): (&str, &ChildProcess),
+    input: &Arc<prost_types::Struct>,
+    label: &str,
+) -> Result<Vec<Row>, String> {
+    let tool = "bench_simple";
+    let label = format!("{label} bare tonic pass-through (the floor):");
+    let mut rows = Vec::new();
+    for concurrency in [1, SATURATION_CONCURRENCY] {
+        let (a, b) = alternate(
+            bench.sizes.repetitions,
+            async || {
+                let input = Arc::clone(input);
+                through(floor, floor_process, tool, input, concurrency, bench).await
+            },
+            async || {
+                let input = Arc::clone(input);
+                direct(provider, provider_process, tool, input, concurrency, bench).await
+            },
+        )
+        .await?;
+        if concurrency == 1 {
+            rows.push(Row::single(
+                SCENARIO,
+                &format!("{label} added p50 at c=1"),
+                "us",
+                added(&a, &b, 0.5),
+            ));
+            continue;
+        }
+        rows.push(Row::paired(
+            SCENARIO,
+            &format!("{label} saturation c={concurrency} vs direct"),
+            "req/s",
+            values(&a, |r| r.measured.rps()),
+            values(&b, |r| r.measured.rps()),
+        ));
+        rows.push(Row::paired(
+            SCENARIO,
+            &format!("{label} server CPU per call (pass-through vs provider)"),
+            "us",
+            values(&a, |r| r.cpu_per_call_us),
+            values(&b, |r| r.cpu_per_call_us),
+        ));
+    }
+    Ok(rows)
 }
 
 /// Runs scenario 2.
@@ -152,6 +226,8 @@ pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
     let toolplane = bench.start_toolplane(&[]).await?;
     let provider = start_provider(bench, &toolplane.endpoint()).await?;
     let (ours, theirs) = (toolplane.endpoint(), provider.endpoint());
+    let passthrough = start_passthrough(bench, &theirs).await?;
+    let floor = passthrough.endpoint();
     let mut rows = Vec::new();
     for tool in ["bench_simple", "bench_complex"] {
         for size in [256, 4096] {
@@ -180,25 +256,20 @@ pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
                 p99(&a),
                 p99(&b),
             ));
-            let added: Vec<f64> = a
-                .iter()
-                .zip(&b)
-                .map(|(t, d)| t.measured.percentile_us(0.5) - d.measured.percentile_us(0.5))
-                .collect();
             rows.push(
-                Row::single(SCENARIO, &format!("{label} added p50 at c=1"), "us", added)
-                    .target("<= 100 us", |t, _| t <= 100.0),
+                Row::single(
+                    SCENARIO,
+                    &format!("{label} added p50 at c=1"),
+                    "us",
+                    added(&a, &b, 0.5),
+                )
+                .target("<= 100 us", |t, _| t <= 100.0),
             );
-            let added99: Vec<f64> = a
-                .iter()
-                .zip(&b)
-                .map(|(t, d)| t.measured.percentile_us(0.99) - d.measured.percentile_us(0.99))
-                .collect();
             rows.push(Row::single(
                 SCENARIO,
                 &format!("{label} added p99 at c=1"),
                 "us",
-                added99,
+                added(&a, &b, 0.99),
             ));
 
             let (a, b) = alternate(
@@ -244,6 +315,18 @@ pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
                 values(&a, |r| r.cpu_per_call_us),
                 values(&b, |r| r.cpu_per_call_us),
             ));
+            if tool == "bench_simple" {
+                rows.extend(
+                    floor_rows(
+                        bench,
+                        (&floor, &passthrough),
+                        (&theirs, &provider),
+                        &input,
+                        &label,
+                    )
+                    .await?,
+                );
+            }
         }
     }
     Ok(rows)

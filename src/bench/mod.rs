@@ -8,6 +8,7 @@ pub mod fixtures;
 mod invoke;
 mod lifecycle;
 pub mod load;
+pub mod passthrough;
 pub mod procs;
 pub mod report;
 mod watch;

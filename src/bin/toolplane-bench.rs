@@ -9,6 +9,7 @@ use tonic::transport::server::TcpIncoming;
 use clap::{Parser, Subcommand};
 use prost::Message;
 use toolplane::bench::fixtures::{BaselineDiscovery, bench_tools};
+use toolplane::bench::passthrough::PassThroughInvoke;
 use toolplane::bench::report::table;
 use toolplane::bench::{Bench, Binaries, Sizes};
 use toolplane::pb;
@@ -45,6 +46,16 @@ enum Command {
         /// Directory with get_tool.bin and list_tools.bin.
         #[arg(long)]
         responses: PathBuf,
+    },
+    /// (Used by `run`.) The invocation floor: a bare tonic ToolInvokeService forwarding each
+    /// InvokeTool to PROVIDER's CallTool and doing nothing else.
+    Passthrough {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// The provider to forward to.
+        #[arg(long)]
+        provider: String,
     },
     /// (Used by `run`.) The bench provider: bench_simple and bench_complex, registered with
     /// the control plane.
@@ -104,6 +115,32 @@ async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<()
         .map_err(|e| e.to_string())
 }
 
+async fn passthrough(listen: std::net::SocketAddr, provider: String) -> Result<(), String> {
+    let channel = tonic::transport::Endpoint::from_shared(provider)
+        .map_err(|e| e.to_string())?
+        .tcp_nodelay(true)
+        .connect_lazy();
+    let service = PassThroughInvoke {
+        provider: pb::tool_provider_service_client::ToolProviderServiceClient::new(channel),
+    };
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| e.to_string())?;
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(pb::tool_invoke_service_server::ToolInvokeServiceServer::new(service))
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            toolplane::grpc::shutdown_signal(),
+        )
+        .await
+        .map_err(|e| e.to_string())
+}
+
 async fn provider(listen: std::net::SocketAddr, control_plane: String) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -125,6 +162,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> ExitCode {
     let result = match Args::parse().command {
         Command::Baseline { listen, responses } => baseline(listen, responses).await,
+        Command::Passthrough { listen, provider } => passthrough(listen, provider).await,
         Command::Provider {
             listen,
             control_plane,
