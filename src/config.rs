@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub max_schema_bytes: usize,
     /// Deepest nesting of objects and arrays in a JSON Schema.
     pub max_schema_depth: usize,
+    /// Threads serving requests; 0 starts one per available CPU (tokio's default, which
+    /// honours cgroup CPU limits).
+    pub worker_threads: usize,
     /// How many compiled input (and as many output) schema validators are kept for the tools
     /// being called; a tool called after its validator was evicted compiles it again.
     pub validator_cache_size: u64,
@@ -125,6 +128,7 @@ impl Default for ServerConfig {
             max_description_bytes: validate::DEFAULT_MAX_DESCRIPTION_BYTES,
             max_schema_bytes: validate::DEFAULT_MAX_SCHEMA_BYTES,
             max_schema_depth: validate::DEFAULT_MAX_SCHEMA_DEPTH,
+            worker_threads: 0,
             validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             watch_event_buffer: DEFAULT_EVENT_BUFFER,
             drain_grace: DEFAULT_DRAIN_GRACE,

@@ -183,40 +183,64 @@ fn init_tracing(format: LogFormat) {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// A multi-threaded tokio runtime with `worker_threads` workers (0: one per available CPU,
+/// tokio's default).
+fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if worker_threads > 0 {
+        builder.worker_threads(worker_threads);
+    }
+    builder.enable_all().build()
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Serve {
-            listen,
-            config,
-            log_format,
-        } => serve(listen, config, log_format).await,
-        command => {
-            init_tracing(LogFormat::Text);
-            match run_client(command).await {
-                Ok(code) => code,
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    ExitCode::from(2)
-                }
+    let (worker_threads, run): (usize, std::pin::Pin<Box<dyn Future<Output = ExitCode>>>) =
+        match cli.command {
+            Command::Serve {
+                listen,
+                config,
+                log_format,
+            } => {
+                // The configuration is read before the runtime exists: it sizes the runtime.
+                let config = match ServerConfig::load(config.as_deref(), std::env::vars()) {
+                    Ok(config) => config,
+                    Err(error) => {
+                        eprintln!("error: {error}");
+                        return ExitCode::from(2);
+                    }
+                };
+                let threads = config.worker_threads;
+                (threads, Box::pin(serve(listen, config, log_format)))
             }
+            command => (
+                0,
+                Box::pin(async move {
+                    init_tracing(LogFormat::Text);
+                    match run_client(command).await {
+                        Ok(code) => code,
+                        Err(error) => {
+                            eprintln!("error: {error}");
+                            ExitCode::from(2)
+                        }
+                    }
+                }),
+            ),
+        };
+    match runtime(worker_threads) {
+        Ok(runtime) => runtime.block_on(run),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
         }
     }
 }
 
 async fn serve(
     listen: Option<std::net::SocketAddr>,
-    config: Option<PathBuf>,
+    config: ServerConfig,
     log_format: Option<LogFormat>,
 ) -> ExitCode {
-    let config = match ServerConfig::load(config.as_deref(), std::env::vars()) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(2);
-        }
-    };
     init_tracing(log_format.unwrap_or(config.log_format));
     let address = listen.unwrap_or(config.listen);
     let listener = match tokio::net::TcpListener::bind(address).await {

@@ -129,7 +129,8 @@ fn bad_config_is_refused() {
 #[test]
 fn agent_commands() {
     use common::process::ChildGuard;
-    let server = ServerProcess::start(&[]);
+    // One worker thread: the runtime size comes from the configuration (worker_threads).
+    let server = ServerProcess::start(&[("TOOLPLANE_WORKER_THREADS", "1")]);
     let endpoint = server.endpoint();
     let _provider = ChildGuard::structs_provider(&endpoint);
     common::process::wait_for_structs_provider(&endpoint);
