@@ -8,7 +8,7 @@
 //! - [`pb`]: generated protobuf and gRPC code (`toolplane.v1`), nothing else.
 //! - [`envelope`]: the seed 000 envelope meta on every request and response.
 //! - [`json`]: `Struct`/`Value` <-> JSON, canonical JSON, sha256.
-//! - [`registry`]: the domain core: leases, validation, schema compilation, the store, watch.
+//! - [`registry`]: the domain core: leases, validation, schema compilation and the bounded validator cache, the store, watch.
 //! - [`invoke`]: the invocation engine: rate limits, deadlines, retries, provider health, records.
 //! - [`provider`]: the provider SDK (seed 001) and the example Structs tools (seed 004).
 //! - [`grpc`]: thin adapters per gRPC service, the provider client, error mapping, assembly.
