@@ -88,13 +88,11 @@ fn decode_answers(
     Ok(answers)
 }
 
-async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<(), String> {
-    let read = |name: &str| std::fs::read(responses.join(name)).map_err(|e| format!("{name}: {e}"));
-    let service = BaselineDiscovery {
-        get_tool: decode_answers(&read("get_tool.bin")?)?,
-        list_tools: pb::ListToolsResponse::decode(read("list_tools.bin")?.as_slice())
-            .map_err(|e| e.to_string())?,
-    };
+/// Serves `routes` and grpc.health.v1 (reporting SERVING) on `listen` until SIGTERM/SIGINT.
+async fn serve_routes(
+    listen: std::net::SocketAddr,
+    routes: tonic::service::Routes,
+) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -103,16 +101,26 @@ async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<()
         .await
         .map_err(|e| e.to_string())?;
     tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(pb::discovery_service_server::DiscoveryServiceServer::new(
-            service,
-        ))
+        .add_routes(routes.add_service(health))
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             toolplane::grpc::shutdown_signal(),
         )
         .await
         .map_err(|e| e.to_string())
+}
+
+async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<(), String> {
+    let read = |name: &str| std::fs::read(responses.join(name)).map_err(|e| format!("{name}: {e}"));
+    let service = BaselineDiscovery {
+        get_tool: decode_answers(&read("get_tool.bin")?)?,
+        list_tools: pb::ListToolsResponse::decode(read("list_tools.bin")?.as_slice())
+            .map_err(|e| e.to_string())?,
+    };
+    let routes = tonic::service::Routes::new(
+        pb::discovery_service_server::DiscoveryServiceServer::new(service),
+    );
+    serve_routes(listen, routes).await
 }
 
 async fn passthrough(listen: std::net::SocketAddr, provider: String) -> Result<(), String> {
@@ -123,22 +131,10 @@ async fn passthrough(listen: std::net::SocketAddr, provider: String) -> Result<(
     let service = PassThroughInvoke {
         provider: pb::tool_provider_service_client::ToolProviderServiceClient::new(channel),
     };
-    let (reporter, health) = tonic_health::server::health_reporter();
-    reporter
-        .set_service_status("", tonic_health::ServingStatus::Serving)
-        .await;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| e.to_string())?;
-    tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(pb::tool_invoke_service_server::ToolInvokeServiceServer::new(service))
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            toolplane::grpc::shutdown_signal(),
-        )
-        .await
-        .map_err(|e| e.to_string())
+    let routes = tonic::service::Routes::new(
+        pb::tool_invoke_service_server::ToolInvokeServiceServer::new(service),
+    );
+    serve_routes(listen, routes).await
 }
 
 async fn provider(listen: std::net::SocketAddr, control_plane: String) -> Result<(), String> {
