@@ -276,6 +276,36 @@ async fn schema_rejection_never_reaches_the_provider() {
     );
 }
 
+/// With room for one compiled validator, tools take turns in the cache (or are compiled again
+/// on every call): input and output checks give the same answers either way.
+#[tokio::test(flavor = "multi_thread")]
+async fn validation_holds_when_validators_are_evicted() {
+    let setup = setup_with(ServerOptions {
+        validator_cache_size: 1,
+        ..test_options()
+    })
+    .await;
+    let mut client = invoker(&setup.server).await;
+    for _ in 0..3 {
+        let error = client
+            .invoke_tool(request("typed", json!({"n": 3})))
+            .await
+            .expect_err("below minimum");
+        assert_eq!(violations(&error)[0].0, "input/n");
+        client
+            .invoke_tool(request("echo", json!({"any": "thing"})))
+            .await
+            .expect("echo accepts any object");
+        let odd = client
+            .invoke_tool(request("typed", json!({"n": 99})))
+            .await
+            .expect("valid input")
+            .into_inner();
+        assert_eq!(odd.warnings.len(), 1, "{:?}", odd.warnings);
+        assert!(odd.warnings[0].contains("output_schema"));
+    }
+}
+
 /// A call past the tool's timeout is DEADLINE_EXCEEDED (TOOL_TIMEOUT) and the provider sees
 /// the cancellation.
 #[tokio::test(flavor = "multi_thread")]
