@@ -31,6 +31,7 @@ struct Probes {
     typed_calls: AtomicU32,
     sleepy_cancelled: AtomicBool,
     idempotency_keys: Mutex<Vec<String>>,
+    flaky_inputs: Mutex<Vec<Value>>,
 }
 
 fn test_tools(probes: &Arc<Probes>) -> RegisteredTools {
@@ -59,6 +60,7 @@ fn test_tools(probes: &Arc<Probes>) -> RegisteredTools {
                     let probes = Arc::clone(&flaky);
                     async move {
                         probes.idempotency_keys.lock().expect("lock").push(call.context.idempotency_key.clone().unwrap_or_default());
+                        probes.flaky_inputs.lock().expect("lock").push(call.input.clone());
                         let n = probes.flaky_calls.fetch_add(1, Ordering::SeqCst) + 1;
                         if n <= 2 { Err(ToolError::unavailable(format!("warming up ({n})"))) } else { Ok(ToolOutput::new(json!({"attempt": call.context.attempt}))) }
                     }
@@ -399,7 +401,8 @@ fn retry_policy(max_attempts: u32) -> Option<pb::RetryPolicy> {
 async fn retries_follow_the_callers_policy() {
     let setup = setup().await;
     let mut client = invoker(&setup.server).await;
-    let mut call = request("flaky", json!({}));
+    let input = json!({"n": 7, "nested": {"list": [1, "two", null, 4.5]}});
+    let mut call = request("flaky", input.clone());
     call.retry_policy = retry_policy(3);
     call.idempotency_key = "key-1".into();
     let answer = client
@@ -415,6 +418,11 @@ async fn retries_follow_the_callers_policy() {
     assert_eq!(
         *setup.probes.idempotency_keys.lock().expect("lock"),
         ["key-1", "key-1", "key-1"]
+    );
+    assert_eq!(
+        *setup.probes.flaky_inputs.lock().expect("lock"),
+        [input.clone(), input.clone(), input],
+        "every attempt carries the caller's input"
     );
 }
 

@@ -291,6 +291,7 @@ impl AgentRunner {
             tool: tool.clone(),
             service: Some(service.clone()),
             input: call.arguments.clone(),
+            input_wire: None,
             idempotency_key: None,
             retry: None,
             caller_timeout: None,

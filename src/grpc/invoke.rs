@@ -8,6 +8,7 @@ use tracing::instrument;
 use super::convert;
 use super::deadline::caller_timeout;
 use super::discovery::accept_meta;
+use crate::invoke::caller::WireInput;
 use crate::invoke::policy::RetryPolicy;
 use crate::invoke::records::{InvocationRecord, InvocationStatus, RecordFilter};
 use crate::invoke::{Failed, Invocation, Invoker};
@@ -29,10 +30,10 @@ impl InvokeApi {
     }
 }
 
-fn input_json(input: Option<prost_types::Struct>) -> Result<serde_json::Value, RegistryError> {
+fn input_json(input: Option<&prost_types::Struct>) -> Result<serde_json::Value, RegistryError> {
     match input {
         None => Ok(serde_json::json!({})),
-        Some(input) => struct_to_json(&input).map_err(|error| {
+        Some(input) => struct_to_json(input).map_err(|error| {
             RegistryError::invalid(
                 format!("input{}", error.pointer),
                 ViolationKind::Field,
@@ -95,7 +96,10 @@ impl ToolInvokeService for InvokeApi {
             correlation_id: meta.correlation_id.clone(),
             tool: convert::tool_name("tool_name", &request.tool_name)?,
             service: convert::optional_service_name("service_name", &request.service_name)?,
-            input: input_json(request.input)?,
+            input: input_json(request.input.as_ref())?,
+            input_wire: request
+                .input
+                .map(|input| WireInput(std::sync::Arc::new(input))),
             idempotency_key: Some(request.idempotency_key).filter(|key| !key.is_empty()),
             retry: retry_policy(request.retry_policy)?,
             caller_timeout,
@@ -122,7 +126,7 @@ impl ToolInvokeService for InvokeApi {
         let meta = accept_meta(request.meta.as_ref())?;
         let tool = convert::tool_name("tool_name", &request.tool_name)?;
         let service = convert::optional_service_name("service_name", &request.service_name)?;
-        let input = input_json(request.input)?;
+        let input = input_json(request.input.as_ref())?;
         let found = self
             .invoker
             .validate(meta.tenant, &tool, service.as_ref(), &input)

@@ -14,7 +14,7 @@ use tonic_types::StatusExt;
 use super::deadline::grpc_timeout;
 use crate::envelope::RequestMeta;
 use crate::invoke::caller::{
-    FailureKind, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply,
+    FailureKind, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply, WireInput,
 };
 use crate::invoke::health::ProviderHealthBook;
 use crate::json::{json_to_struct, value_to_json};
@@ -127,6 +127,13 @@ impl GrpcProviderCaller {
     }
 }
 
+/// The caller's own `Struct` when the engine passed it on: taken when this is its last
+/// reference (the last attempt), copied otherwise.
+fn wire_struct(wire: Option<WireInput>) -> Option<prost_types::Struct> {
+    let shared = wire?.0.downcast::<prost_types::Struct>().ok()?;
+    Some(Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone()))
+}
+
 impl ProviderCaller for GrpcProviderCaller {
     fn call(
         &self,
@@ -139,7 +146,7 @@ impl ProviderCaller for GrpcProviderCaller {
             let mut request = tonic::Request::new(pb::CallToolRequest {
                 meta: Some(meta),
                 tool_name: call.tool,
-                input: json_to_struct(&call.input),
+                input: wire_struct(call.input_wire).or_else(|| json_to_struct(&call.input)),
                 idempotency_key: call.idempotency_key.unwrap_or_default(),
                 attempt: call.attempt,
             });

@@ -9,6 +9,25 @@ use serde_json::Value;
 
 use crate::envelope::TenantId;
 
+/// The transport's own form of an input, carried through the engine untouched (the gRPC layer
+/// passes the caller's `google.protobuf.Struct`), so a [`ProviderCaller`] of the same transport
+/// can send it on instead of converting the JSON input back. The engine never looks inside.
+#[derive(Clone)]
+pub struct WireInput(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for WireInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WireInput(..)")
+    }
+}
+
+impl PartialEq for WireInput {
+    /// The same form of the same input.
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// One call of a provider's tool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderCall {
@@ -18,6 +37,9 @@ pub struct ProviderCall {
     pub tool: String,
     /// The validated input, shared by every attempt.
     pub input: std::sync::Arc<Value>,
+    /// The same input in the transport's form, when the caller's transport supplied one. On
+    /// the last attempt the engine hands over its own reference, so the caller may take it.
+    pub input_wire: Option<WireInput>,
     /// The caller's tenant.
     pub tenant: TenantId,
     /// The caller's correlation id.

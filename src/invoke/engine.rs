@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::caller::{FailureKind, ProviderCall, ProviderCaller};
+use super::caller::{FailureKind, ProviderCall, ProviderCaller, WireInput};
 use super::error::InvokeError;
 use super::health::ProviderHealthBook;
 use super::limits::RateLimits;
@@ -38,6 +38,9 @@ pub struct Invocation {
     pub service: Option<ServiceName>,
     /// The input.
     pub input: Value,
+    /// The input in the transport's own form, passed on to the provider caller (see
+    /// [`WireInput`]); `None` makes the caller convert `input`.
+    pub input_wire: Option<WireInput>,
     /// Passed to the provider on every attempt.
     pub idempotency_key: Option<String>,
     /// The caller's retry policy.
@@ -356,6 +359,7 @@ impl Invoker {
         let policy = invocation.retry.clone().filter(|_| may_retry);
         let max_attempts = policy.as_ref().map_or(1, |p| p.max_attempts);
         let mut attempt = 0;
+        let mut input_wire = invocation.input_wire.take();
         let outcome = loop {
             attempt += 1;
             if let Some(draft) = guard.draft.as_mut() {
@@ -366,6 +370,11 @@ impl Invoker {
                 endpoint: endpoint.clone(),
                 tool: found.tool.name.to_string(),
                 input: Arc::clone(&input),
+                input_wire: if attempt >= max_attempts {
+                    input_wire.take()
+                } else {
+                    input_wire.clone()
+                },
                 tenant: invocation.tenant,
                 correlation_id: invocation.correlation_id.clone(),
                 idempotency_key: invocation.idempotency_key.clone(),
