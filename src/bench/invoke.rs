@@ -30,30 +30,37 @@ struct Run {
     cpu_per_call_us: f64,
 }
 
-/// Measures `call` at `concurrency` against `server`, with the CPU time the server spent.
+/// Measures `call` at `concurrency` against the `server` listening at `endpoint`, through
+/// clients made by `client` (one per connection), with the CPU time the server spent.
 async fn measure<C, F, Fut>(
-    server: &ChildProcess,
-    clients: Vec<C>,
+    (endpoint, server): (&str, &ChildProcess),
+    client: fn(tonic::transport::Channel) -> C,
     concurrency: usize,
     bench: &Bench,
     call: F,
-) -> Run
+) -> Result<Run, String>
 where
     C: Clone + Send + Sync + 'static,
     F: Fn(C) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<(), tonic::Status>> + Send,
 {
-    let clients = Arc::new(clients);
+    let clients: Arc<Vec<C>> = Arc::new(
+        channels(endpoint, connections(concurrency))
+            .await?
+            .into_iter()
+            .map(client)
+            .collect(),
+    );
     let cpu_before = server.cpu_time();
     let measured = closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
         call(clients[worker % clients.len()].clone())
     })
     .await;
     let cpu = server.cpu_time().saturating_sub(cpu_before);
-    Run {
+    Ok(Run {
         cpu_per_call_us: cpu.as_secs_f64() * 1e6 / measured.calls.max(1) as f64,
         measured,
-    }
+    })
 }
 
 fn connections(concurrency: usize) -> usize {
@@ -69,13 +76,13 @@ async fn through(
     concurrency: usize,
     bench: &Bench,
 ) -> Result<Run, String> {
-    let clients = channels(endpoint, connections(concurrency))
-        .await?
-        .into_iter()
-        .map(ToolInvokeServiceClient::new)
-        .collect();
-    Ok(
-        measure(server, clients, concurrency, bench, move |mut client| {
+    let client = ToolInvokeServiceClient::new;
+    measure(
+        (endpoint, server),
+        client,
+        concurrency,
+        bench,
+        move |mut client| {
             let request = pb::InvokeToolRequest {
                 meta: meta(),
                 tool_name: tool.into(),
@@ -83,9 +90,9 @@ async fn through(
                 ..Default::default()
             };
             async move { client.invoke_tool(request).await.map(drop) }
-        })
-        .await,
+        },
     )
+    .await
 }
 
 /// CallTool straight to the provider.
@@ -97,13 +104,13 @@ async fn direct(
     concurrency: usize,
     bench: &Bench,
 ) -> Result<Run, String> {
-    let clients = channels(endpoint, connections(concurrency))
-        .await?
-        .into_iter()
-        .map(ToolProviderServiceClient::new)
-        .collect();
-    Ok(
-        measure(server, clients, concurrency, bench, move |mut client| {
+    let client = ToolProviderServiceClient::new;
+    measure(
+        (endpoint, server),
+        client,
+        concurrency,
+        bench,
+        move |mut client| {
             let request = pb::CallToolRequest {
                 meta: meta(),
                 tool_name: tool.into(),
@@ -111,9 +118,9 @@ async fn direct(
                 ..Default::default()
             };
             async move { client.call_tool(request).await.map(drop) }
-        })
-        .await,
+        },
     )
+    .await
 }
 
 /// Starts the bench provider (bench_simple, bench_complex) registered with `toolplane`.
