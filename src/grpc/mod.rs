@@ -2,6 +2,7 @@
 //! domain errors to `tonic::Status`, and server assembly.
 
 pub mod agent;
+pub mod coalesce;
 pub mod convert;
 pub mod deadline;
 pub mod discovery;

@@ -84,11 +84,8 @@ impl GrpcProviderCaller {
         }
         self.channels
             .try_get_with(endpoint.to_owned(), || {
-                Endpoint::from_shared(endpoint.to_owned()).map(|e| {
-                    e.connect_timeout(CONNECT_TIMEOUT)
-                        .tcp_nodelay(true)
-                        .connect_lazy()
-                })
+                Endpoint::from_shared(endpoint.to_owned())
+                    .map(|e| super::coalesce::connect_lazy(e.connect_timeout(CONNECT_TIMEOUT)))
             })
             .map_err(|error| ProviderFailure {
                 kind: FailureKind::Unavailable,

@@ -9,7 +9,6 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::server::TcpIncoming;
 
 use tokio::net::TcpListener;
 use tonic::transport::Server;
@@ -185,12 +184,9 @@ pub async fn serve(
         ))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async {
-                let _ = stopped.await;
-            },
-        );
+        .serve_with_incoming_shutdown(super::coalesce::incoming(listener), async {
+            let _ = stopped.await;
+        });
     tokio::pin!(server);
 
     tokio::select! {

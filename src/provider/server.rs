@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::time::{Duration, Instant};
-use tonic::transport::server::TcpIncoming;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -198,13 +197,10 @@ impl ProviderServer {
                     self.health.reporter.clone(),
                 ),
             ))
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                async {
-                    shutdown.await;
-                    let _ = stop_lease.send(true);
-                },
-            )
+            .serve_with_incoming_shutdown(crate::grpc::coalesce::incoming(listener), async {
+                shutdown.await;
+                let _ = stop_lease.send(true);
+            })
             .await;
         let _ = lease.await;
         result.map_err(ProviderError::from)

@@ -1,0 +1,350 @@
+//! Fewer writes per HTTP/2 connection: an I/O wrapper that gathers what the connection task
+//! writes during one poll and sends it with one system call.
+//!
+//! Why: h2 (0.4) sends every DATA frame of 256 bytes or more from the caller's buffer instead of
+//! copying it, and accepts no further frame until that one is written (hyperium/h2#711, #902;
+//! the fix, #903, is not released). A unary gRPC answer larger than 256 bytes therefore leaves
+//! in two writes (headers and message, then trailers), and under load every message costs its
+//! own write. On loopback each write also wakes the peer: the peer reads the message, waits,
+//! and wakes again for the trailers. No crate offers this and neither tonic nor hyper exposes
+//! the threshold, so it is written here.
+//!
+//! How: writes are copied into a buffer and reported as done. The first flush a connection
+//! asks for is deferred once: the connection task is woken again, so the frames it queues in
+//! the meantime join the same write; the next flush (or read, or shutdown) writes everything.
+//! h2 ends every poll of a connection with a flush, so deferred bytes never wait for traffic.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use futures_util::{Stream, StreamExt};
+use http::Uri;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tonic::transport::server::{Connected, TcpIncoming};
+use tonic::transport::{Channel, Endpoint};
+
+/// Above this many buffered bytes, writes go to the socket before more are buffered.
+const MAX_BUFFERED: usize = 64 * 1024;
+
+/// A connection whose writes are gathered and sent together (see the module docs).
+#[derive(Debug)]
+pub struct CoalescingIo<T> {
+    inner: T,
+    buffered: Vec<u8>,
+    /// How much of `buffered` the socket has taken.
+    sent: usize,
+    /// A flush was deferred: the next one writes.
+    flush_owed: bool,
+}
+
+impl<T> CoalescingIo<T> {
+    /// Wraps a connection.
+    pub fn new(inner: T) -> Self {
+        Self {
+            inner,
+            buffered: Vec::new(),
+            sent: 0,
+            flush_owed: false,
+        }
+    }
+
+    /// The wrapped connection.
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T: AsyncWrite + Unpin> CoalescingIo<T> {
+    /// Writes out everything buffered.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.buffered.len() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buffered[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.buffered.clear();
+        self.sent = 0;
+        self.flush_owed = false;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Makes room before buffering `incoming` more bytes.
+    fn poll_room(&mut self, cx: &mut Context<'_>, incoming: usize) -> Poll<io::Result<()>> {
+        if self.buffered.len() + incoming > MAX_BUFFERED && !self.buffered.is_empty() {
+            ready!(self.poll_drain(cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for CoalescingIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.flush_owed
+            && let Poll::Ready(Err(error)) = this.poll_drain(cx)
+        {
+            return Poll::Ready(Err(error));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescingIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_room(cx, buf.len()))?;
+        if buf.len() >= MAX_BUFFERED {
+            return Pin::new(&mut this.inner).poll_write(cx, buf);
+        }
+        this.buffered.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let total: usize = bufs.iter().map(|buf| buf.len()).sum();
+        ready!(this.poll_room(cx, total))?;
+        if total >= MAX_BUFFERED {
+            return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        }
+        for buf in bufs {
+            this.buffered.extend_from_slice(buf);
+        }
+        Poll::Ready(Ok(total))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.buffered.is_empty() {
+            return Pin::new(&mut this.inner).poll_flush(cx);
+        }
+        if !this.flush_owed {
+            this.flush_owed = true;
+            cx.waker().wake_by_ref();
+            return Poll::Ready(Ok(()));
+        }
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+impl<T: Connected> Connected for CoalescingIo<T> {
+    type ConnectInfo = T::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// The connections a server accepts on `listener`, with Nagle off and writes coalesced.
+pub fn incoming(
+    listener: TcpListener,
+) -> impl Stream<Item = io::Result<CoalescingIo<TcpStream>>> + Send + 'static {
+    TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .map(|accepted| accepted.map(CoalescingIo::new))
+}
+
+/// A lazily connected channel to `endpoint` whose connections have Nagle off and coalesced
+/// writes. `https://` endpoints are refused when connecting: this build has no TLS.
+pub fn connect_lazy(endpoint: Endpoint) -> Channel {
+    endpoint.connect_with_connector_lazy(tower::service_fn(connect))
+}
+
+/// Opens one plain-text connection to `uri`.
+async fn connect(uri: Uri) -> io::Result<TokioIo<CoalescingIo<TcpStream>>> {
+    let refuse = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
+    if uri.scheme_str() == Some("https") {
+        return Err(refuse(format!(
+            "{uri}: https endpoints need TLS, which this build of toolplane does not include"
+        )));
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| refuse(format!("{uri} names no host")))?;
+    // An IPv6 literal comes bracketed in a URI but not in a socket address.
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let stream = TcpStream::connect((host, uri.port_u16().unwrap_or(80))).await?;
+    stream.set_nodelay(true)?;
+    Ok(TokioIo::new(CoalescingIo::new(stream)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Wake, Waker};
+
+    use super::*;
+
+    /// A socket that records each write it is given.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        writes: Vec<Vec<u8>>,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.get_mut().writes.push(buf.to_vec());
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncRead for Recorder {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    /// Counts how often the task was woken.
+    #[derive(Debug, Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn context() -> (Arc<Wakes>, Waker) {
+        let wakes = Arc::new(Wakes::default());
+        (Arc::clone(&wakes), Waker::from(Arc::clone(&wakes)))
+    }
+
+    fn write(io: &mut CoalescingIo<Recorder>, cx: &mut Context<'_>, bytes: &[u8]) {
+        assert!(matches!(
+            Pin::new(io).poll_write(cx, bytes),
+            Poll::Ready(Ok(n)) if n == bytes.len()
+        ));
+    }
+
+    fn flush(io: &mut CoalescingIo<Recorder>, cx: &mut Context<'_>) {
+        assert!(matches!(Pin::new(io).poll_flush(cx), Poll::Ready(Ok(()))));
+    }
+
+    #[test]
+    fn frames_written_between_two_flushes_leave_in_one_write() {
+        let (wakes, waker) = context();
+        let mut cx = Context::from_waker(&waker);
+        let mut io = CoalescingIo::new(Recorder::default());
+        write(&mut io, &mut cx, b"headers+message");
+        flush(&mut io, &mut cx);
+        // The first flush is deferred, and the task woken so a later one comes.
+        assert!(io.get_ref().writes.is_empty());
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        write(&mut io, &mut cx, b"trailers");
+        flush(&mut io, &mut cx);
+        assert_eq!(
+            io.get_ref().writes,
+            vec![b"headers+messagetrailers".to_vec()]
+        );
+        // Nothing buffered: flushing again writes nothing and defers nothing.
+        flush(&mut io, &mut cx);
+        assert_eq!(io.get_ref().writes.len(), 1);
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_deferred_flush_is_written_by_the_next_read() {
+        let (_, waker) = context();
+        let mut cx = Context::from_waker(&waker);
+        let mut io = CoalescingIo::new(Recorder::default());
+        write(&mut io, &mut cx, b"frame");
+        flush(&mut io, &mut cx);
+        let mut space = [0u8; 8];
+        let mut buf = ReadBuf::new(&mut space);
+        assert!(Pin::new(&mut io).poll_read(&mut cx, &mut buf).is_pending());
+        assert_eq!(io.get_ref().writes, vec![b"frame".to_vec()]);
+    }
+
+    #[test]
+    fn shutdown_writes_what_is_buffered() {
+        let (_, waker) = context();
+        let mut cx = Context::from_waker(&waker);
+        let mut io = CoalescingIo::new(Recorder::default());
+        write(&mut io, &mut cx, b"goaway");
+        assert!(Pin::new(&mut io).poll_shutdown(&mut cx).is_ready());
+        assert_eq!(io.get_ref().writes, vec![b"goaway".to_vec()]);
+    }
+
+    #[test]
+    fn large_writes_go_out_after_what_was_buffered() {
+        let (_, waker) = context();
+        let mut cx = Context::from_waker(&waker);
+        let mut io = CoalescingIo::new(Recorder::default());
+        write(&mut io, &mut cx, b"small");
+        let large = vec![7u8; MAX_BUFFERED];
+        write(&mut io, &mut cx, &large);
+        assert_eq!(io.get_ref().writes, vec![b"small".to_vec(), large]);
+    }
+
+    #[test]
+    fn vectored_writes_are_gathered() {
+        let (_, waker) = context();
+        let mut cx = Context::from_waker(&waker);
+        let mut io = CoalescingIo::new(Recorder::default());
+        let parts = [io::IoSlice::new(b"head"), io::IoSlice::new(b"payload")];
+        assert!(matches!(
+            Pin::new(&mut io).poll_write_vectored(&mut cx, &parts),
+            Poll::Ready(Ok(11))
+        ));
+        flush(&mut io, &mut cx);
+        flush(&mut io, &mut cx);
+        assert_eq!(io.get_ref().writes, vec![b"headpayload".to_vec()]);
+    }
+
+    #[tokio::test]
+    async fn https_endpoints_are_refused_plainly() {
+        let error = connect(Uri::from_static("https://127.0.0.1:1"))
+            .await
+            .expect_err("no TLS here");
+        assert!(error.to_string().contains("need TLS"), "{error}");
+    }
+}
