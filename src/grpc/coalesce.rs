@@ -1,18 +1,20 @@
-//! Fewer writes per HTTP/2 connection: an I/O wrapper that gathers what the connection task
-//! writes during one poll and sends it with one system call.
+//! Fewer writes per HTTP/2 connection: an I/O wrapper that lets a large DATA frame leave in
+//! the same write as the frames after it.
 //!
 //! Why: h2 (0.4) sends every DATA frame of 256 bytes or more from the caller's buffer instead of
-//! copying it, and accepts no further frame until that one is written (hyperium/h2#711, #902;
-//! the fix, #903, is not released). A unary gRPC answer larger than 256 bytes therefore leaves
-//! in two writes (headers and message, then trailers), and under load every message costs its
-//! own write. On loopback each write also wakes the peer: the peer reads the message, waits,
-//! and wakes again for the trailers. No crate offers this and neither tonic nor hyper exposes
-//! the threshold, so it is written here.
+//! copying it, and writes it out before it accepts another frame (hyperium/h2#711, #902; the
+//! fix, #903, is not released). A unary gRPC answer larger than 256 bytes therefore left in two
+//! writes (headers and message, then trailers), and under load every such message costs a write
+//! of its own. On loopback each write also wakes the peer, which reads the message, sleeps, and
+//! wakes again for the trailers. Neither tonic nor hyper exposes the threshold and no crate
+//! changes it, so this is written here.
 //!
-//! How: writes are copied into a buffer and reported as done. The first flush a connection
-//! asks for is deferred once: the connection task is woken again, so the frames it queues in
-//! the meantime join the same write; the next flush (or read, or shutdown) writes everything.
-//! h2 ends every poll of a connection with a flush, so deferred bytes never wait for traffic.
+//! How: writes are copied into a buffer. A flush that directly follows such a frame (a vectored
+//! write of a frame header and a separate payload) is put off: h2 makes that flush only to
+//! make room, and always flushes again before its poll of the connection ends, so the frames
+//! it queues in between join the same write. Every other flush, and any read or shutdown,
+//! writes out what is buffered. Nothing waits for more traffic: a put-off flush is made up
+//! within the same poll.
 
 use std::io;
 use std::pin::Pin;
@@ -36,8 +38,10 @@ pub struct CoalescingIo<T> {
     buffered: Vec<u8>,
     /// How much of `buffered` the socket has taken.
     sent: usize,
-    /// A flush was deferred: the next one writes.
+    /// A flush was put off: the next one writes.
     flush_owed: bool,
+    /// The last write was a frame header with its payload in a second buffer.
+    chained: bool,
 }
 
 impl<T> CoalescingIo<T> {
@@ -48,6 +52,7 @@ impl<T> CoalescingIo<T> {
             buffered: Vec::new(),
             sent: 0,
             flush_owed: false,
+            chained: false,
         }
     }
 
@@ -105,6 +110,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescingIo<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        this.chained = false;
         ready!(this.poll_room(cx, buf.len()))?;
         if buf.len() >= MAX_BUFFERED {
             return Pin::new(&mut this.inner).poll_write(cx, buf);
@@ -120,6 +126,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescingIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let total: usize = bufs.iter().map(|buf| buf.len()).sum();
+        this.chained = bufs.iter().filter(|buf| !buf.is_empty()).count() > 1;
         ready!(this.poll_room(cx, total))?;
         if total >= MAX_BUFFERED {
             return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
@@ -139,9 +146,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescingIo<T> {
         if this.buffered.is_empty() {
             return Pin::new(&mut this.inner).poll_flush(cx);
         }
-        if !this.flush_owed {
+        if this.chained && !this.flush_owed {
             this.flush_owed = true;
-            cx.waker().wake_by_ref();
             return Poll::Ready(Ok(()));
         }
         ready!(this.poll_drain(cx))?;
@@ -198,9 +204,7 @@ async fn connect(uri: Uri) -> io::Result<TokioIo<CoalescingIo<TcpStream>>> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Wake, Waker};
+    use std::task::Waker;
 
     use super::*;
 
@@ -239,23 +243,8 @@ mod tests {
         }
     }
 
-    /// Counts how often the task was woken.
-    #[derive(Debug, Default)]
-    struct Wakes(AtomicUsize);
-
-    impl Wake for Wakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn context() -> (Arc<Wakes>, Waker) {
-        let wakes = Arc::new(Wakes::default());
-        (Arc::clone(&wakes), Waker::from(Arc::clone(&wakes)))
+    fn context() -> Context<'static> {
+        Context::from_waker(Waker::noop())
     }
 
     fn write(io: &mut CoalescingIo<Recorder>, cx: &mut Context<'_>, bytes: &[u8]) {
@@ -269,45 +258,74 @@ mod tests {
         assert!(matches!(Pin::new(io).poll_flush(cx), Poll::Ready(Ok(()))));
     }
 
+    /// What h2 writes for a frame whose payload it did not copy: header, then payload.
+    fn write_chained(
+        io: &mut CoalescingIo<Recorder>,
+        cx: &mut Context<'_>,
+        head: &[u8],
+        payload: &[u8],
+    ) {
+        let parts = [io::IoSlice::new(head), io::IoSlice::new(payload)];
+        assert!(matches!(
+            Pin::new(io).poll_write_vectored(cx, &parts),
+            Poll::Ready(Ok(n)) if n == head.len() + payload.len()
+        ));
+    }
+
     #[test]
-    fn frames_written_between_two_flushes_leave_in_one_write() {
-        let (wakes, waker) = context();
-        let mut cx = Context::from_waker(&waker);
+    fn a_large_frame_leaves_with_the_frames_after_it() {
+        let mut cx = context();
         let mut io = CoalescingIo::new(Recorder::default());
-        write(&mut io, &mut cx, b"headers+message");
+        write_chained(&mut io, &mut cx, b"headers+head", b"message");
+        // The flush h2 makes to make room is put off...
         flush(&mut io, &mut cx);
-        // The first flush is deferred, and the task woken so a later one comes.
         assert!(io.get_ref().writes.is_empty());
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        // ...and its closing flush writes everything at once.
         write(&mut io, &mut cx, b"trailers");
         flush(&mut io, &mut cx);
         assert_eq!(
             io.get_ref().writes,
-            vec![b"headers+messagetrailers".to_vec()]
+            vec![b"headers+headmessagetrailers".to_vec()]
         );
-        // Nothing buffered: flushing again writes nothing and defers nothing.
         flush(&mut io, &mut cx);
         assert_eq!(io.get_ref().writes.len(), 1);
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
     }
 
     #[test]
-    fn a_deferred_flush_is_written_by_the_next_read() {
-        let (_, waker) = context();
-        let mut cx = Context::from_waker(&waker);
+    fn other_flushes_write_at_once() {
+        let mut cx = context();
         let mut io = CoalescingIo::new(Recorder::default());
-        write(&mut io, &mut cx, b"frame");
+        write(&mut io, &mut cx, b"small frames");
+        flush(&mut io, &mut cx);
+        assert_eq!(io.get_ref().writes, vec![b"small frames".to_vec()]);
+    }
+
+    #[test]
+    fn only_one_flush_in_a_row_is_put_off() {
+        let mut cx = context();
+        let mut io = CoalescingIo::new(Recorder::default());
+        write_chained(&mut io, &mut cx, b"head", b"first");
+        flush(&mut io, &mut cx);
+        write_chained(&mut io, &mut cx, b"head", b"second");
+        flush(&mut io, &mut cx);
+        assert_eq!(io.get_ref().writes, vec![b"headfirstheadsecond".to_vec()]);
+    }
+
+    #[test]
+    fn a_put_off_flush_is_made_up_by_the_next_read() {
+        let mut cx = context();
+        let mut io = CoalescingIo::new(Recorder::default());
+        write_chained(&mut io, &mut cx, b"head", b"frame");
         flush(&mut io, &mut cx);
         let mut space = [0u8; 8];
         let mut buf = ReadBuf::new(&mut space);
         assert!(Pin::new(&mut io).poll_read(&mut cx, &mut buf).is_pending());
-        assert_eq!(io.get_ref().writes, vec![b"frame".to_vec()]);
+        assert_eq!(io.get_ref().writes, vec![b"headframe".to_vec()]);
     }
 
     #[test]
     fn shutdown_writes_what_is_buffered() {
-        let (_, waker) = context();
-        let mut cx = Context::from_waker(&waker);
+        let mut cx = context();
         let mut io = CoalescingIo::new(Recorder::default());
         write(&mut io, &mut cx, b"goaway");
         assert!(Pin::new(&mut io).poll_shutdown(&mut cx).is_ready());
@@ -316,28 +334,12 @@ mod tests {
 
     #[test]
     fn large_writes_go_out_after_what_was_buffered() {
-        let (_, waker) = context();
-        let mut cx = Context::from_waker(&waker);
+        let mut cx = context();
         let mut io = CoalescingIo::new(Recorder::default());
         write(&mut io, &mut cx, b"small");
         let large = vec![7u8; MAX_BUFFERED];
         write(&mut io, &mut cx, &large);
         assert_eq!(io.get_ref().writes, vec![b"small".to_vec(), large]);
-    }
-
-    #[test]
-    fn vectored_writes_are_gathered() {
-        let (_, waker) = context();
-        let mut cx = Context::from_waker(&waker);
-        let mut io = CoalescingIo::new(Recorder::default());
-        let parts = [io::IoSlice::new(b"head"), io::IoSlice::new(b"payload")];
-        assert!(matches!(
-            Pin::new(&mut io).poll_write_vectored(&mut cx, &parts),
-            Poll::Ready(Ok(11))
-        ));
-        flush(&mut io, &mut cx);
-        flush(&mut io, &mut cx);
-        assert_eq!(io.get_ref().writes, vec![b"headpayload".to_vec()]);
     }
 
     #[tokio::test]
