@@ -30,6 +30,8 @@ use tonic::transport::{Channel, Endpoint};
 
 /// Above this many buffered bytes, writes go to the socket before more are buffered.
 const MAX_BUFFERED: usize = 64 * 1024;
+/// The buffer space an idle connection keeps (as much as h2 keeps for its own encoding).
+const RETAINED_CAPACITY: usize = 16 * 1024;
 
 /// A connection whose writes are gathered and sent together (see the module docs).
 #[derive(Debug)]
@@ -73,6 +75,7 @@ impl<T: AsyncWrite + Unpin> CoalescingIo<T> {
             self.sent += n;
         }
         self.buffered.clear();
+        self.buffered.shrink_to(RETAINED_CAPACITY);
         self.sent = 0;
         self.flush_owed = false;
         Poll::Ready(Ok(()))
@@ -340,6 +343,15 @@ mod tests {
         let large = vec![7u8; MAX_BUFFERED];
         write(&mut io, &mut cx, &large);
         assert_eq!(io.get_ref().writes, vec![b"small".to_vec(), large]);
+    }
+
+    #[test]
+    fn a_burst_does_not_keep_its_buffer() {
+        let mut cx = context();
+        let mut io = CoalescingIo::new(Recorder::default());
+        write(&mut io, &mut cx, &vec![1u8; 40 * 1024]);
+        flush(&mut io, &mut cx);
+        assert!(io.buffered.capacity() <= RETAINED_CAPACITY);
     }
 
     #[tokio::test]
