@@ -6,9 +6,9 @@ use std::sync::Arc;
 use prost::Message;
 
 use super::load::{Measured, closed_loop, open_loop};
-use super::procs::{ChildProcess, free_port};
+use super::procs::ChildProcess;
 use super::report::Row;
-use super::{Bench, alternate, channels, meta, register_tools, wait_serving};
+use super::{Bench, alternate, channels, meta, register_tools};
 use crate::pb;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
 
@@ -133,16 +133,10 @@ async fn start_baseline(
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("get_tool.bin"), answers).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("list_tools.bin"), list.encode_to_vec()).map_err(|e| e.to_string())?;
-    let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
     let dir_text = dir.to_string_lossy().into_owned();
-    let child = ChildProcess::spawn(
-        &bench.binaries.bench,
-        &["baseline", "--listen", &addr, "--responses", &dir_text],
-        &[],
-        &addr,
-    )?;
-    wait_serving(&child.endpoint(), std::time::Duration::from_secs(30)).await?;
-    Ok(child)
+    bench
+        .start_bench_mode("baseline", &["--responses", &dir_text])
+        .await
 }
 
 fn rps(values: &[Measured]) -> Vec<f64> {

@@ -9,9 +9,9 @@ use serde_json::Value;
 
 use super::fixtures::input_of_size;
 use super::load::{Measured, closed_loop};
-use super::procs::{ChildProcess, free_port};
+use super::procs::ChildProcess;
 use super::report::Row;
-use super::{Bench, alternate, channels, meta, wait_serving};
+use super::{Bench, alternate, channels, meta};
 use crate::json::json_to_struct;
 use crate::pb;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
@@ -125,14 +125,9 @@ async fn direct(
 
 /// Starts the bench provider (bench_simple, bench_complex) registered with `toolplane`.
 async fn start_provider(bench: &Bench, toolplane: &str) -> Result<ChildProcess, String> {
-    let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
-    let child = ChildProcess::spawn(
-        &bench.binaries.bench,
-        &["provider", "--listen", &addr, "--control-plane", toolplane],
-        &[],
-        &addr,
-    )?;
-    wait_serving(&child.endpoint(), Duration::from_secs(30)).await?;
+    let child = bench
+        .start_bench_mode("provider", &["--control-plane", toolplane])
+        .await?;
     let mut discovery = DiscoveryServiceClient::new(super::channel(toolplane).await?);
     for _ in 0..3000 {
         let found = discovery
@@ -152,15 +147,9 @@ async fn start_provider(bench: &Bench, toolplane: &str) -> Result<ChildProcess, 
 
 /// Starts the pass-through baseline in front of the provider.
 async fn start_passthrough(bench: &Bench, provider: &str) -> Result<ChildProcess, String> {
-    let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
-    let child = ChildProcess::spawn(
-        &bench.binaries.bench,
-        &["passthrough", "--listen", &addr, "--provider", provider],
-        &[],
-        &addr,
-    )?;
-    wait_serving(&child.endpoint(), Duration::from_secs(30)).await?;
-    Ok(child)
+    bench
+        .start_bench_mode("passthrough", &["--provider", provider])
+        .await
 }
 
 fn values(runs: &[Run], pick: impl Fn(&Run) -> f64) -> Vec<f64> {

@@ -153,22 +153,38 @@ pub fn meta() -> Option<pb::Meta> {
 }
 
 impl Bench {
+    /// Starts `program subcommand --listen ADDR args...` on a free port with `env` and waits
+    /// until it reports SERVING.
+    async fn start_serving(
+        &self,
+        program: &std::path::Path,
+        (subcommand, args): (&str, &[&str]),
+        env: &[(&str, &str)],
+    ) -> Result<ChildProcess, String> {
+        let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
+        let mut all = vec![subcommand, "--listen", &addr];
+        all.extend_from_slice(args);
+        let child = ChildProcess::spawn(program, &all, env, &addr)?;
+        wait_serving(&child.endpoint(), Duration::from_secs(30)).await?;
+        Ok(child)
+    }
+
+    /// Starts a `toolplane-bench` mode (baseline, provider, passthrough) and waits until it
+    /// serves.
+    async fn start_bench_mode(&self, mode: &str, args: &[&str]) -> Result<ChildProcess, String> {
+        self.start_serving(&self.binaries.bench, (mode, args), &[])
+            .await
+    }
+
     /// Starts a toolplane server (rate limits off) and waits until it serves.
     pub async fn start_toolplane(
         &self,
         extra_env: &[(&str, &str)],
     ) -> Result<ChildProcess, String> {
-        let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
         let mut env = vec![("TOOLPLANE_RATE_LIMIT_PER_SECOND", "0")];
         env.extend_from_slice(extra_env);
-        let child = ChildProcess::spawn(
-            &self.binaries.toolplane,
-            &["serve", "--listen", &addr],
-            &env,
-            &addr,
-        )?;
-        wait_serving(&child.endpoint(), Duration::from_secs(30)).await?;
-        Ok(child)
+        self.start_serving(&self.binaries.toolplane, ("serve", &[]), &env)
+            .await
     }
 
     /// Runs the scenarios in `only` (every scenario when empty) and returns the rows.
