@@ -1,12 +1,12 @@
 //! Scenario 4: WatchServices fan-out: change-to-delivery latency across N watchers, and the
 //! server's resident memory per watcher.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tokio::sync::{Barrier, Mutex};
+use tokio::sync::Barrier;
 
 use super::report::Row;
 use super::{Bench, channels, meta};
@@ -18,7 +18,39 @@ const STREAMS_PER_CONNECTION: usize = 100;
 /// Changes whose delivery is timed.
 const CHANGES: usize = 20;
 
-type SentAt = Arc<Mutex<HashMap<String, Instant>>>;
+/// When each timed change was sent, readable by every watcher without a lock (a shared lock
+/// would line 10,000 receivers up behind each other and time the harness, not the server).
+#[derive(Debug)]
+struct SentTimes {
+    base: Instant,
+    /// Nanoseconds after `base` at which change N was sent; 0 until it is.
+    at: Vec<AtomicU64>,
+}
+
+impl SentTimes {
+    fn new() -> Self {
+        Self {
+            base: Instant::now(),
+            at: (0..CHANGES).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn mark(&self, change: usize) {
+        let nanos = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.at[change].store(nanos.max(1), Ordering::Release);
+    }
+
+    /// Time since the change named `service` (`fanout-R-N-C`) was sent, if it is a timed one.
+    fn since(&self, service: &str) -> Option<Duration> {
+        let change: usize = service.rsplit('-').next()?.parse().ok()?;
+        let at = self.at.get(change)?.load(Ordering::Acquire);
+        (at != 0).then(|| self.base.elapsed().saturating_sub(Duration::from_nanos(at)))
+    }
+}
+
+fn new_histogram() -> Result<Histogram<u64>, String> {
+    Histogram::<u64>::new(3).map_err(|e| e.to_string())
+}
 
 /// Opens `count` watchers, waits for all to be synced, times `CHANGES` registrations reaching
 /// every one of them; returns (latencies, server bytes per watcher).
@@ -31,19 +63,15 @@ async fn fan_out(
     let connections = channels(endpoint, count.div_ceil(STREAMS_PER_CONNECTION)).await?;
     let before = server.resident_bytes();
     let synced = Arc::new(Barrier::new(count + 1));
-    let sent_at: SentAt = Arc::default();
-    let latencies = Arc::new(Mutex::new(
-        Histogram::<u64>::new(3).map_err(|e| e.to_string())?,
-    ));
+    let sent_at = Arc::new(SentTimes::new());
     let mut watchers = Vec::with_capacity(count);
     for index in 0..count {
         let mut client =
             DiscoveryServiceClient::new(connections[index / STREAMS_PER_CONNECTION].clone());
-        let (synced, sent_at, latencies) = (
-            Arc::clone(&synced),
-            Arc::clone(&sent_at),
-            Arc::clone(&latencies),
-        );
+        let (synced, sent_at) = (Arc::clone(&synced), Arc::clone(&sent_at));
+        // Each watcher keeps its own few samples (a histogram each would allocate and zero
+        // 10,000 sets of buckets while the deliveries are being timed).
+        let mut latencies = Vec::with_capacity(CHANGES);
         watchers.push(tokio::spawn(async move {
             let Ok(response) = client
                 .watch_services(pb::WatchServicesRequest {
@@ -53,7 +81,7 @@ async fn fan_out(
                 .await
             else {
                 synced.wait().await;
-                return;
+                return latencies;
             };
             let mut stream = response.into_inner();
             let mut seen = 0;
@@ -66,19 +94,17 @@ async fn fan_out(
                     continue;
                 }
                 if event.r#type == pb::ServiceEventType::Added as i32
-                    && let Some(sent) = sent_at.lock().await.get(&event.service_name).copied()
+                    && let Some(elapsed) = sent_at.since(&event.service_name)
                 {
-                    let _ = latencies.lock().await.record(
-                        u64::try_from(sent.elapsed().as_micros())
-                            .unwrap_or(u64::MAX)
-                            .max(1),
-                    );
+                    let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+                    latencies.push(micros.max(1));
                     seen += 1;
                     if seen == CHANGES {
-                        return;
+                        break;
                     }
                 }
             }
+            latencies
         }));
     }
     synced.wait().await;
@@ -87,7 +113,7 @@ async fn fan_out(
     let mut client = DiscoveryServiceClient::new(connections[0].clone());
     for change in 0..CHANGES {
         let name = format!("fanout-{round}-{count}-{change}");
-        sent_at.lock().await.insert(name.clone(), Instant::now());
+        sent_at.mark(change);
         let registration = pb::ServiceRegistration {
             service_name: name,
             service_version: "1.0.0".into(),
@@ -107,11 +133,15 @@ async fn fan_out(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let give_up = Instant::now() + Duration::from_secs(60);
+    let mut latencies = new_histogram()?;
     for watcher in watchers {
-        let _ =
-            tokio::time::timeout(give_up.saturating_duration_since(Instant::now()), watcher).await;
+        let left = give_up.saturating_duration_since(Instant::now());
+        if let Ok(Ok(own)) = tokio::time::timeout(left, watcher).await {
+            for micros in own {
+                latencies.record(micros).map_err(|e| e.to_string())?;
+            }
+        }
     }
-    let latencies = latencies.lock().await.clone();
     Ok((latencies, per_watcher))
 }
 
