@@ -1,5 +1,5 @@
 //! Fewer writes per HTTP/2 connection: an I/O wrapper that lets a large DATA frame leave in
-//! the same write as the frames after it.
+//! the same write as the frames after it, and a burst of messages leave in a few writes.
 //!
 //! Why: h2 (0.4) sends every DATA frame of 256 bytes or more from the caller's buffer instead of
 //! copying it, and writes it out before it accepts another frame (hyperium/h2#711, #902; the
@@ -15,10 +15,25 @@
 //! it queues in between join the same write. Every other flush, and any read or shutdown,
 //! writes out what is buffered. Nothing waits for more traffic: a put-off flush is made up
 //! within the same poll.
+//!
+//! Bursts: when one change reaches 10,000 watch streams, each stream's task hands its message
+//! to the connection and wakes the connection's task, which tokio runs next (its LIFO slot), so
+//! every message left in a write of its own: 177,000 writes for 200,000 messages in the watch
+//! benchmark. So a flush that comes within `BURST_WINDOW` of the connection's last write waits
+//! until the runtime has run its other ready tasks (tokio wakes a task that yields only then,
+//! or after at most 61 other polls), and writes what they queued together with it: 23,000
+//! writes for the same messages. A flush after a quiet spell writes at once, so a single
+//! call's answer never waits; one that waited every time cost 30-100 µs per call at
+//! concurrency 1 here. The kernel does the same below (TCP autocorking), but only while a
+//! previous packet is still queued, which on loopback it rarely is.
 
+use std::future::Future;
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker, ready};
+use std::time::{Duration, Instant};
 
 use futures_util::{Stream, StreamExt};
 use http::Uri;
@@ -30,6 +45,10 @@ use tonic::transport::{Channel, Endpoint};
 
 /// Above this many buffered bytes, writes go to the socket before more are buffered.
 const MAX_BUFFERED: usize = 64 * 1024;
+/// A flush this soon after the connection's last write is taken as part of a burst and waits
+/// for the runtime's ready tasks. At concurrency 1 a connection writes every 100 µs or more
+/// here, so a lone message never waits; a fan-out writes every few µs.
+const BURST_WINDOW: Duration = Duration::from_micros(50);
 /// The buffer space an idle connection keeps (as much as h2 keeps for its own encoding).
 const RETAINED_CAPACITY: usize = 16 * 1024;
 
@@ -44,6 +63,47 @@ pub struct CoalescingIo<T> {
     flush_owed: bool,
     /// The last write was a frame header with its payload in a second buffer.
     chained: bool,
+    /// The flush of a burst that waits for the runtime's ready tasks, if one does.
+    later: Option<Arc<FlushLater>>,
+    /// When buffered bytes last went to the socket.
+    last_drain: Option<Instant>,
+    /// `BURST_WINDOW`, except in tests.
+    burst_window: Duration,
+}
+
+/// A flush put off until the runtime has no other ready task: the waker handed to tokio's
+/// `yield_now`, which tokio keeps until its worker runs out of ready tasks (or every 61 task
+/// polls) and then wakes.
+#[derive(Debug)]
+struct FlushLater {
+    due: AtomicBool,
+    task: Waker,
+}
+
+impl Wake for FlushLater {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.due.store(true, Ordering::Release);
+        self.task.wake_by_ref();
+    }
+}
+
+impl FlushLater {
+    /// Asks the runtime to wake `task` once its ready tasks have run.
+    fn start(task: &Waker) -> Arc<Self> {
+        let later = Arc::new(Self {
+            due: AtomicBool::new(false),
+            task: task.clone(),
+        });
+        let waker = Waker::from(Arc::clone(&later));
+        // yield_now's first poll hands the waker to the runtime's deferred list and is
+        // Pending; outside a runtime it wakes at once, which makes the flush due.
+        let _ = pin!(tokio::task::yield_now()).poll(&mut Context::from_waker(&waker));
+        later
+    }
 }
 
 impl<T> CoalescingIo<T> {
@@ -55,6 +115,9 @@ impl<T> CoalescingIo<T> {
             sent: 0,
             flush_owed: false,
             chained: false,
+            later: None,
+            last_drain: None,
+            burst_window: BURST_WINDOW,
         }
     }
 
@@ -78,7 +141,29 @@ impl<T: AsyncWrite + Unpin> CoalescingIo<T> {
         self.buffered.shrink_to(RETAINED_CAPACITY);
         self.sent = 0;
         self.flush_owed = false;
+        self.last_drain = Some(Instant::now());
         Poll::Ready(Ok(()))
+    }
+
+    /// Whether a flush waits because it belongs to a burst (see the module docs): it does until
+    /// the runtime has run the tasks that were ready, and then writes.
+    fn put_off(&mut self, task: &Waker) -> bool {
+        if let Some(later) = &self.later {
+            if later.due.load(Ordering::Acquire) {
+                self.later = None;
+                return false;
+            }
+            if later.task.will_wake(task) {
+                return true;
+            }
+        } else if self
+            .last_drain
+            .is_none_or(|at| at.elapsed() >= self.burst_window)
+        {
+            return false;
+        }
+        self.later = Some(FlushLater::start(task));
+        true
     }
 
     /// Makes room before buffering `incoming` more bytes.
@@ -147,11 +232,15 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescingIo<T> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.buffered.is_empty() {
+            this.later = None;
             return Pin::new(&mut this.inner).poll_flush(cx);
         }
         if this.chained && !this.flush_owed {
             this.flush_owed = true;
             return Poll::Ready(Ok(()));
+        }
+        if this.put_off(cx.waker()) {
+            return Poll::Pending;
         }
         ready!(this.poll_drain(cx))?;
         Pin::new(&mut this.inner).poll_flush(cx)
@@ -273,6 +362,53 @@ mod tests {
             Pin::new(io).poll_write_vectored(cx, &parts),
             Poll::Ready(Ok(n)) if n == head.len() + payload.len()
         ));
+    }
+
+    #[tokio::test]
+    async fn a_burst_leaves_in_one_write_once_the_ready_tasks_have_run() {
+        let noop = &mut context();
+        let mut io = CoalescingIo::new(Recorder::default());
+        io.burst_window = Duration::from_secs(3600);
+        write(&mut io, noop, b"first");
+        flush(&mut io, noop);
+        write(&mut io, noop, b"second");
+        let waits = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut io).poll_flush(cx)));
+        assert!(waits.await.is_pending(), "a flush soon after a write waits");
+        write(&mut io, noop, b"third");
+        assert_eq!(io.get_ref().writes, vec![b"first".to_vec()]);
+        // The runtime wakes the connection once it has run what was ready.
+        tokio::task::yield_now().await;
+        let writes = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut io).poll_flush(cx)));
+        assert!(writes.await.is_ready());
+        assert_eq!(
+            io.get_ref().writes,
+            vec![b"first".to_vec(), b"secondthird".to_vec()]
+        );
+    }
+
+    #[test]
+    fn a_flush_after_a_quiet_spell_writes_at_once() {
+        let mut cx = context();
+        let mut io = CoalescingIo::new(Recorder::default());
+        io.burst_window = Duration::ZERO;
+        write(&mut io, &mut cx, b"one answer");
+        flush(&mut io, &mut cx);
+        write(&mut io, &mut cx, b"the next");
+        flush(&mut io, &mut cx);
+        assert_eq!(io.get_ref().writes.len(), 2);
+    }
+
+    #[test]
+    fn outside_a_runtime_a_burst_flush_is_due_at_once() {
+        let mut cx = context();
+        let mut io = CoalescingIo::new(Recorder::default());
+        io.burst_window = Duration::from_secs(3600);
+        write(&mut io, &mut cx, b"first");
+        flush(&mut io, &mut cx);
+        write(&mut io, &mut cx, b"second");
+        assert!(Pin::new(&mut io).poll_flush(&mut cx).is_pending());
+        flush(&mut io, &mut cx);
+        assert_eq!(io.get_ref().writes.len(), 2);
     }
 
     #[test]
