@@ -36,12 +36,9 @@ use std::task::{Context, Poll, Wake, Waker, ready};
 use std::time::{Duration, Instant};
 
 use futures_util::{Stream, StreamExt};
-use http::Uri;
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::transport::server::{Connected, TcpIncoming};
-use tonic::transport::{Channel, Endpoint};
 
 /// Above this many buffered bytes, writes go to the socket before more are buffered.
 const MAX_BUFFERED: usize = 64 * 1024;
@@ -270,30 +267,6 @@ pub fn incoming(
         .map(|accepted| accepted.map(CoalescingIo::new))
 }
 
-/// A lazily connected channel to `endpoint` whose connections have Nagle off and coalesced
-/// writes. `https://` endpoints are refused when connecting: this build has no TLS.
-pub fn connect_lazy(endpoint: Endpoint) -> Channel {
-    endpoint.connect_with_connector_lazy(tower::service_fn(connect))
-}
-
-/// Opens one plain-text connection to `uri`.
-async fn connect(uri: Uri) -> io::Result<TokioIo<CoalescingIo<TcpStream>>> {
-    let refuse = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
-    if uri.scheme_str() == Some("https") {
-        return Err(refuse(format!(
-            "{uri}: https endpoints need TLS, which this build of toolplane does not include"
-        )));
-    }
-    let host = uri
-        .host()
-        .ok_or_else(|| refuse(format!("{uri} names no host")))?;
-    // An IPv6 literal comes bracketed in a URI but not in a socket address.
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let stream = TcpStream::connect((host, uri.port_u16().unwrap_or(80))).await?;
-    stream.set_nodelay(true)?;
-    Ok(TokioIo::new(CoalescingIo::new(stream)))
-}
-
 #[cfg(test)]
 mod tests {
     use std::task::Waker;
@@ -488,13 +461,5 @@ mod tests {
         write(&mut io, &mut cx, &vec![1u8; 40 * 1024]);
         flush(&mut io, &mut cx);
         assert!(io.buffered.capacity() <= RETAINED_CAPACITY);
-    }
-
-    #[tokio::test]
-    async fn https_endpoints_are_refused_plainly() {
-        let error = connect(Uri::from_static("https://127.0.0.1:1"))
-            .await
-            .expect_err("no TLS here");
-        assert!(error.to_string().contains("need TLS"), "{error}");
     }
 }

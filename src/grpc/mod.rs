@@ -13,5 +13,6 @@ pub mod server;
 pub mod serving;
 pub mod status;
 pub mod std_health;
+pub mod unary_client;
 
 pub use server::{ServeError, ServerOptions, serve, shutdown_signal};

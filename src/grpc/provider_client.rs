@@ -1,17 +1,16 @@
-//! Calling providers over gRPC: one lazily connected tonic `Channel` per endpoint, pooled and
-//! reused (never dialled per call), and the periodic grpc.health.v1 checks of every endpoint.
+//! Calling providers over gRPC: one lazily connected HTTP/2 connection per endpoint
+//! (`unary_client`), pooled and reused (never dialled per call), and the periodic
+//! grpc.health.v1 checks of every endpoint.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, join_all};
-use tonic::transport::{Channel, Endpoint};
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_types::StatusExt;
 
-use super::deadline::grpc_timeout;
+use super::unary_client::UnaryChannel;
 use crate::envelope::RequestMeta;
 use crate::invoke::caller::{
     FailureKind, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply, WireInput,
@@ -19,7 +18,6 @@ use crate::invoke::caller::{
 use crate::invoke::health::ProviderHealthBook;
 use crate::json::{json_to_struct, value_to_json};
 use crate::pb;
-use crate::pb::tool_provider_service_client::ToolProviderServiceClient;
 use crate::registry::RegistryStore;
 
 /// How long connecting to a provider may take.
@@ -29,10 +27,15 @@ const CHANNEL_IDLE: Duration = Duration::from_secs(600);
 /// The longest a single health check may take.
 const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The provider method toolplane calls.
+const CALL_TOOL: &str = "/toolplane.v1.ToolProviderService/CallTool";
+/// The standard health check.
+const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+
 /// Calls providers through pooled channels.
 #[derive(Debug, Clone)]
 pub struct GrpcProviderCaller {
-    channels: moka::sync::Cache<String, Channel>,
+    channels: moka::sync::Cache<String, Arc<UnaryChannel>>,
 }
 
 impl Default for GrpcProviderCaller {
@@ -78,14 +81,13 @@ fn failure(status: &tonic::Status) -> ProviderFailure {
 
 impl GrpcProviderCaller {
     /// The pooled channel of an endpoint, created (unconnected) on first use.
-    pub fn channel(&self, endpoint: &str) -> Result<Channel, ProviderFailure> {
+    pub fn channel(&self, endpoint: &str) -> Result<Arc<UnaryChannel>, ProviderFailure> {
         if let Some(channel) = self.channels.get(endpoint) {
             return Ok(channel);
         }
         self.channels
             .try_get_with(endpoint.to_owned(), || {
-                Endpoint::from_shared(endpoint.to_owned())
-                    .map(|e| super::coalesce::connect_lazy(e.connect_timeout(CONNECT_TIMEOUT)))
+                UnaryChannel::new(endpoint, CONNECT_TIMEOUT).map(Arc::new)
             })
             .map_err(|error| ProviderFailure {
                 kind: FailureKind::Unavailable,
@@ -98,16 +100,15 @@ impl GrpcProviderCaller {
     /// A provider without a health service (UNIMPLEMENTED) counts as healthy.
     pub async fn check_health(&self, endpoint: &str) -> Result<(), String> {
         let channel = self.channel(endpoint).map_err(|failure| failure.message)?;
-        let mut request = tonic::Request::new(HealthCheckRequest {
+        let request = HealthCheckRequest {
             service: String::new(),
-        });
-        request.set_timeout(HEALTH_CHECK_TIMEOUT);
-        match tokio::time::timeout(
-            HEALTH_CHECK_TIMEOUT,
-            HealthClient::new(channel).check(request),
-        )
-        .await
-        {
+        };
+        let check = channel.call::<_, HealthCheckResponse>(
+            HEALTH_CHECK,
+            &request,
+            Some(HEALTH_CHECK_TIMEOUT),
+        );
+        match tokio::time::timeout(HEALTH_CHECK_TIMEOUT, check).await {
             Err(_) => Err("health check timed out".to_owned()),
             Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => Ok(()),
             Ok(Err(status)) => Err(format!(
@@ -115,10 +116,10 @@ impl GrpcProviderCaller {
                 status.code(),
                 status.message()
             )),
-            Ok(Ok(answer)) if answer.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
+            Ok(Ok(answer)) if answer.status == ServingStatus::Serving as i32 => Ok(()),
             Ok(Ok(answer)) => Err(format!(
                 "provider reports {:?}",
-                ServingStatus::try_from(answer.get_ref().status).unwrap_or(ServingStatus::Unknown)
+                ServingStatus::try_from(answer.status).unwrap_or(ServingStatus::Unknown)
             )),
         }
     }
@@ -138,25 +139,20 @@ impl ProviderCaller for GrpcProviderCaller {
     ) -> BoxFuture<'static, Result<ProviderReply, ProviderFailure>> {
         let channel = self.channel(&call.endpoint);
         Box::pin(async move {
-            let mut client = ToolProviderServiceClient::new(channel?);
+            let channel = channel?;
             let meta = RequestMeta::new(call.tenant, Some(&call.correlation_id)).response();
-            let mut request = tonic::Request::new(pb::CallToolRequest {
+            let request = pb::CallToolRequest {
                 meta: Some(meta),
                 tool_name: call.tool,
                 input: wire_struct(call.input_wire).or_else(|| json_to_struct(&call.input)),
                 idempotency_key: call.idempotency_key.unwrap_or_default(),
                 attempt: call.attempt,
-            });
-            // Tell the provider its deadline, but leave enforcing it to the engine's own timer:
-            // tonic's client-side timeout would race it and answer CANCELLED instead.
-            if let Ok(value) = grpc_timeout(call.timeout).parse() {
-                request.metadata_mut().insert("grpc-timeout", value);
-            }
-            let response = client
-                .call_tool(request)
+            };
+            // The provider is told its deadline; enforcing it is the engine's own timer.
+            let response: pb::CallToolResponse = channel
+                .call(CALL_TOOL, &request, Some(call.timeout))
                 .await
-                .map_err(|status| failure(&status))?
-                .into_inner();
+                .map_err(|status| failure(&status))?;
             let output = match response.output {
                 Some(value) => value_to_json(&value).map_err(|error| ProviderFailure {
                     kind: FailureKind::Other(tonic::Code::Internal as i32),
