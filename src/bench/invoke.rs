@@ -175,7 +175,7 @@ async fn floor_rows(
     label: &str,
 ) -> Result<Vec<Row>, String> {
     let tool = "bench_simple";
-    let label = format!("{label} bare tonic pass-through (the floor):");
+    let label = format!("{label} pass-through (the floor):");
     let mut rows = Vec::new();
     for concurrency in [1, SATURATION_CONCURRENCY] {
         let (a, b) = alternate(

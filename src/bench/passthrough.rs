@@ -1,21 +1,24 @@
 //! The invocation floor: a bare tonic `ToolInvokeService` that forwards each `InvokeTool` to
-//! the provider's `CallTool` through one pooled tonic channel, as toolplane does, and does
+//! the provider's `CallTool` over the same transport as toolplane (connections accepted
+//! through `grpc::coalesce`, the provider called through `grpc::unary_client`), and does
 //! nothing else (no lookup, validation, limits, deadline or record; the input `Struct` is moved
 //! across, never converted). Measured against the direct call it shows what terminating gRPC
-//! on both sides costs on the machine at hand, which toolplane's own numbers sit on top of.
+//! on both sides this way costs on the machine at hand, which toolplane's own numbers sit on
+//! top of.
 
-use tonic::transport::Channel;
+use std::sync::Arc;
+
 use tonic::{Request, Response, Status};
 
+use crate::grpc::unary_client::UnaryChannel;
 use crate::pb;
 use crate::pb::tool_invoke_service_server::ToolInvokeService;
-use crate::pb::tool_provider_service_client::ToolProviderServiceClient;
 
 /// Forwards `InvokeTool` to one provider; every other RPC is UNIMPLEMENTED.
 #[derive(Debug, Clone)]
 pub struct PassThroughInvoke {
-    /// The provider, over one lazily connected channel.
-    pub provider: ToolProviderServiceClient<Channel>,
+    /// The provider, over one lazily connected HTTP/2 connection.
+    pub provider: Arc<UnaryChannel>,
 }
 
 fn unimplemented<T>() -> Result<Response<T>, Status> {
@@ -31,18 +34,17 @@ impl ToolInvokeService for PassThroughInvoke {
         request: Request<pb::InvokeToolRequest>,
     ) -> Result<Response<pb::InvokeToolResponse>, Status> {
         let request = request.into_inner();
-        let answer = self
+        let call = pb::CallToolRequest {
+            meta: request.meta.clone(),
+            tool_name: request.tool_name,
+            input: request.input,
+            idempotency_key: request.idempotency_key,
+            attempt: 1,
+        };
+        let answer: pb::CallToolResponse = self
             .provider
-            .clone()
-            .call_tool(pb::CallToolRequest {
-                meta: request.meta.clone(),
-                tool_name: request.tool_name,
-                input: request.input,
-                idempotency_key: request.idempotency_key,
-                attempt: 1,
-            })
-            .await?
-            .into_inner();
+            .call("/toolplane.v1.ToolProviderService/CallTool", &call, None)
+            .await?;
         Ok(Response::new(pb::InvokeToolResponse {
             meta: request.meta,
             output: answer.output,

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
+
 use tonic::transport::server::TcpIncoming;
 
 use clap::{Parser, Subcommand};
@@ -12,6 +14,7 @@ use toolplane::bench::fixtures::{BaselineDiscovery, bench_tools};
 use toolplane::bench::passthrough::PassThroughInvoke;
 use toolplane::bench::report::table;
 use toolplane::bench::{Bench, Binaries, Sizes};
+use toolplane::grpc::unary_client::UnaryChannel;
 use toolplane::pb;
 use toolplane::provider::{ProviderConfig, ProviderServer};
 
@@ -88,10 +91,20 @@ fn decode_answers(
     Ok(answers)
 }
 
+/// How a bench server accepts connections.
+#[derive(Debug, Clone, Copy)]
+enum Accept {
+    /// As tonic does, with Nagle off.
+    Plain,
+    /// As toolplane does: Nagle off and writes coalesced (`grpc::coalesce`).
+    LikeToolplane,
+}
+
 /// Serves `routes` and grpc.health.v1 (reporting SERVING) on `listen` until SIGTERM/SIGINT.
 async fn serve_routes(
     listen: std::net::SocketAddr,
     routes: tonic::service::Routes,
+    accept: Accept,
 ) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
@@ -100,14 +113,19 @@ async fn serve_routes(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| e.to_string())?;
-    tonic::transport::Server::builder()
-        .add_routes(routes.add_service(health))
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            toolplane::grpc::shutdown_signal(),
-        )
-        .await
-        .map_err(|e| e.to_string())
+    let server = tonic::transport::Server::builder().add_routes(routes.add_service(health));
+    let stop = toolplane::grpc::shutdown_signal();
+    match accept {
+        Accept::Plain => {
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            server.serve_with_incoming_shutdown(incoming, stop).await
+        }
+        Accept::LikeToolplane => {
+            let incoming = toolplane::grpc::coalesce::incoming(listener);
+            server.serve_with_incoming_shutdown(incoming, stop).await
+        }
+    }
+    .map_err(|e| e.to_string())
 }
 
 async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<(), String> {
@@ -120,21 +138,17 @@ async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<()
     let routes = tonic::service::Routes::new(
         pb::discovery_service_server::DiscoveryServiceServer::new(service),
     );
-    serve_routes(listen, routes).await
+    serve_routes(listen, routes, Accept::Plain).await
 }
 
 async fn passthrough(listen: std::net::SocketAddr, provider: String) -> Result<(), String> {
-    let channel = tonic::transport::Endpoint::from_shared(provider)
-        .map_err(|e| e.to_string())?
-        .tcp_nodelay(true)
-        .connect_lazy();
     let service = PassThroughInvoke {
-        provider: pb::tool_provider_service_client::ToolProviderServiceClient::new(channel),
+        provider: Arc::new(UnaryChannel::new(&provider, Duration::from_secs(1))?),
     };
     let routes = tonic::service::Routes::new(
         pb::tool_invoke_service_server::ToolInvokeServiceServer::new(service),
     );
-    serve_routes(listen, routes).await
+    serve_routes(listen, routes, Accept::LikeToolplane).await
 }
 
 async fn provider(listen: std::net::SocketAddr, control_plane: String) -> Result<(), String> {
