@@ -15,8 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::Stream;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::Health;
@@ -25,6 +24,7 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use super::serving::ServingState;
 use crate::envelope::TenantId;
 use crate::invoke::health::ProviderHealthBook;
+use crate::registry::store::RegistryEvent;
 use crate::registry::{Registry, ServiceName};
 
 /// The request header naming the tenant of a grpc.health.v1 call.
@@ -129,44 +129,65 @@ impl Health for StandardHealth {
     ) -> Result<Response<Self::WatchStream>, Status> {
         let tenant = tenant_of(&request)?;
         let service = request.into_inner().service;
-        let (sender, receiver) = mpsc::channel(4);
-        let this = self.clone();
-        tokio::spawn(async move {
-            let mut events = this.registry.store().subscribe();
-            let mut serving = this.serving.subscribe();
-            let mut provider_health = this.health.subscribe();
-            let mut last = None;
-            loop {
-                let status = this
-                    .status(tenant, &service)
-                    .unwrap_or(ServingStatus::ServiceUnknown);
-                if last != Some(status) {
-                    if sender.send(Ok(answer(status))).await.is_err() {
-                        return;
-                    }
-                    last = Some(status);
-                }
-                tokio::select! {
-                    // Any change may be ours (a lagged receiver just re-reads the status).
-                    received = events.recv() => {
-                        if matches!(received, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
-                            return;
-                        }
-                    }
-                    flipped = provider_health.recv() => {
-                        if matches!(flipped, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
-                            return;
-                        }
-                    }
-                    changed = serving.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                    }
-                    () = sender.closed() => return,
-                }
+        // The response stream itself waits for changes: no task or channel per watcher, and
+        // nothing is left running once the caller goes away.
+        let watch = Watch {
+            events: self.registry.store().subscribe(),
+            serving: self.serving.subscribe(),
+            provider_health: self.health.subscribe(),
+            this: self.clone(),
+            tenant,
+            service,
+            last: None,
+        };
+        Ok(Response::new(Box::pin(futures_util::stream::unfold(
+            watch,
+            |mut watch| async move {
+                let status = watch.next_change().await?;
+                Some((Ok(answer(status)), watch))
+            },
+        ))))
+    }
+}
+
+/// One Watch call's state.
+struct Watch {
+    this: StandardHealth,
+    tenant: TenantId,
+    service: String,
+    events: broadcast::Receiver<Arc<RegistryEvent>>,
+    serving: tokio::sync::watch::Receiver<bool>,
+    /// Endpoints whose provider health flipped.
+    provider_health: broadcast::Receiver<String>,
+    /// The status sent last.
+    last: Option<ServingStatus>,
+}
+
+impl Watch {
+    /// The next status that differs from the last one sent; `None` once the server stops.
+    async fn next_change(&mut self) -> Option<ServingStatus> {
+        loop {
+            let status = self
+                .this
+                .status(self.tenant, &self.service)
+                .unwrap_or(ServingStatus::ServiceUnknown);
+            if self.last != Some(status) {
+                self.last = Some(status);
+                return Some(status);
             }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+            // Any change may be ours (a lagged receiver just re-reads the status).
+            let closed = tokio::select! {
+                received = self.events.recv() => {
+                    matches!(received, Err(broadcast::error::RecvError::Closed))
+                }
+                flipped = self.provider_health.recv() => {
+                    matches!(flipped, Err(broadcast::error::RecvError::Closed))
+                }
+                changed = self.serving.changed() => changed.is_err(),
+            };
+            if closed {
+                return None;
+            }
+        }
     }
 }
