@@ -44,8 +44,8 @@ pub struct UnaryChannel {
 }
 
 impl UnaryChannel {
-    /// A channel to `endpoint` (`http://host:port`), not yet connected. `https://` is refused:
-    /// this build has no TLS.
+    /// A channel to `endpoint` (`http://host[:port]`, port 80 when none is given), not yet
+    /// connected. `https://` is refused: this build has no TLS.
     pub fn new(endpoint: &str, connect_timeout: Duration) -> Result<Self, String> {
         let uri: Uri = endpoint
             .parse()
@@ -62,8 +62,8 @@ impl UnaryChannel {
         }
         let authority = uri
             .authority()
-            .filter(|authority| authority.port_u16().is_some())
-            .ok_or_else(|| format!("{endpoint} names no host and port"))?
+            .filter(|authority| !authority.host().is_empty())
+            .ok_or_else(|| format!("{endpoint} names no host"))?
             .clone();
         Ok(Self {
             authority,
@@ -293,14 +293,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_need_http_a_host_and_a_port() {
+    fn endpoints_need_http_and_a_host() {
         let timeout = Duration::from_secs(1);
         assert!(UnaryChannel::new("http://127.0.0.1:50051", timeout).is_ok());
         assert!(UnaryChannel::new("http://[::1]:50051", timeout).is_ok());
         let https = UnaryChannel::new("https://127.0.0.1:1", timeout).expect_err("no TLS");
         assert!(https.contains("need TLS"), "{https}");
         assert!(UnaryChannel::new("127.0.0.1:50051", timeout).is_err());
-        assert!(UnaryChannel::new("http://127.0.0.1", timeout).is_err());
+        assert!(UnaryChannel::new("http://provider.tools.svc", timeout).is_ok());
+        assert!(UnaryChannel::new("http://", timeout).is_err());
     }
 
     #[test]
