@@ -223,6 +223,27 @@ async fn valid_call_is_answered_and_recorded() {
     assert!(odd.warnings[0].contains("output_schema"));
 }
 
+/// A megabyte each way crosses both hops whole: many DATA frames, more than the initial
+/// flow-control windows, on the connection toolplane keeps to the provider.
+#[tokio::test(flavor = "multi_thread")]
+async fn large_inputs_and_outputs_cross_both_hops() {
+    let setup = setup().await;
+    let mut client = invoker(&setup.server).await;
+    let items: Vec<Value> = (0..2_000)
+        .map(|i| json!({"index": i, "text": "x".repeat(500)}))
+        .collect();
+    let input = json!({"items": items});
+    for _ in 0..2 {
+        let answer = client
+            .invoke_tool(request("echo", input.clone()))
+            .await
+            .expect("call succeeds")
+            .into_inner();
+        let output = value_to_json(answer.output.as_ref().expect("output")).expect("json");
+        assert_eq!(output, input);
+    }
+}
+
 /// Input that breaks the schema is INVALID_ARGUMENT with JSON pointers; the provider is never called.
 #[tokio::test(flavor = "multi_thread")]
 async fn schema_rejection_never_reaches_the_provider() {

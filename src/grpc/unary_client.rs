@@ -117,7 +117,8 @@ impl UnaryChannel {
             let chunk = chunk.map_err(transport)?;
             let _ = body.flow_control().release_capacity(chunk.len());
             if message.len() + chunk.len() > MAX_MESSAGE + 5 {
-                return Err(Status::resource_exhausted(format!(
+                // OUT_OF_RANGE, as tonic answers for a message over its decoding limit.
+                return Err(Status::out_of_range(format!(
                     "the provider's answer is larger than {MAX_MESSAGE} bytes"
                 )));
             }
