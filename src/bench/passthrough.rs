@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use crate::grpc::provider_client::CALL_TOOL;
 use crate::grpc::unary_client::UnaryChannel;
 use crate::pb;
 use crate::pb::tool_invoke_service_server::ToolInvokeService;
@@ -41,10 +42,7 @@ impl ToolInvokeService for PassThroughInvoke {
             idempotency_key: request.idempotency_key,
             attempt: 1,
         };
-        let answer: pb::CallToolResponse = self
-            .provider
-            .call("/toolplane.v1.ToolProviderService/CallTool", &call, None)
-            .await?;
+        let answer: pb::CallToolResponse = self.provider.call(CALL_TOOL, &call, None).await?;
         Ok(Response::new(pb::InvokeToolResponse {
             meta: request.meta,
             output: answer.output,

@@ -48,10 +48,6 @@ impl SentTimes {
     }
 }
 
-fn new_histogram() -> Result<Histogram<u64>, String> {
-    Histogram::<u64>::new(3).map_err(|e| e.to_string())
-}
-
 /// Opens `count` watchers, waits for all to be synced, times `CHANGES` registrations reaching
 /// every one of them; returns (latencies, server bytes per watcher).
 async fn fan_out(
@@ -133,7 +129,7 @@ async fn fan_out(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let give_up = Instant::now() + Duration::from_secs(60);
-    let mut latencies = new_histogram()?;
+    let mut latencies = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
     for watcher in watchers {
         let left = give_up.saturating_duration_since(Instant::now());
         if let Ok(Ok(own)) = tokio::time::timeout(left, watcher).await {

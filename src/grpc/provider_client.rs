@@ -28,7 +28,7 @@ const CHANNEL_IDLE: Duration = Duration::from_secs(600);
 const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The provider method toolplane calls.
-const CALL_TOOL: &str = "/toolplane.v1.ToolProviderService/CallTool";
+pub const CALL_TOOL: &str = "/toolplane.v1.ToolProviderService/CallTool";
 /// The standard health check.
 const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 

@@ -105,9 +105,10 @@ impl UnaryChannel {
         let (parts, mut body) = answer.await.map_err(transport)?.into_parts();
         // A trailers-only answer (an error) carries its status in the headers.
         if let Some(status) = Status::from_header_map(&parts.headers) {
-            return Err(status_or_ok(status).err().unwrap_or_else(|| {
-                Status::internal("the provider answered OK without a message")
-            }));
+            status_or_ok(status)?;
+            return Err(Status::internal(
+                "the provider answered OK without a message",
+            ));
         }
         if parts.status != http::StatusCode::OK {
             return Err(from_http_status(parts.status));
