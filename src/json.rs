@@ -48,7 +48,7 @@ impl JsonConversionError {
     /// The same error seen from the parent of the value it names (`token` is the value's key
     /// or index there). Pointers are built on the way out of a failed conversion, so a
     /// successful one formats none.
-    fn under(mut self, token: &str) -> Self {
+    pub(crate) fn under(mut self, token: &str) -> Self {
         self.pointer = format!("/{}{}", escape_pointer_token(token), self.pointer);
         self
     }
@@ -77,7 +77,7 @@ fn value_to_json_at(value: &prost_types::Value) -> Result<Value, JsonConversionE
 }
 
 /// Turns a double into a JSON number: an integer when it holds one exactly, else a float.
-fn number_to_json(n: f64) -> Option<Value> {
+pub(crate) fn number_to_json(n: f64) -> Option<Value> {
     if n.is_finite() && n.fract() == 0.0 && n.abs() <= MAX_EXACT_INTEGER {
         // The guard above makes both casts exact.
         if n < 0.0 {

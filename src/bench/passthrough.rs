@@ -1,15 +1,20 @@
 //! The invocation floor: a bare tonic `ToolInvokeService` that forwards each `InvokeTool` to
 //! the provider's `CallTool` over the same transport as toolplane (connections accepted
 //! through `grpc::coalesce`, the provider called through `grpc::unary_client`), and does
-//! nothing else (no lookup, validation, limits, deadline or record; the input `Struct` is moved
-//! across, never converted). Measured against the direct call it shows what terminating gRPC
-//! on both sides this way costs on the machine at hand, which toolplane's own numbers sit on
-//! top of.
+//! nothing else (no lookup, validation, limits, deadline or record). Like toolplane it is
+//! served through `grpc::invoke_wire::InvokeServer`, so the input and output cross as the
+//! bytes that arrived, but here they are never read. Measured against the direct call it shows
+//! what terminating gRPC on both sides this way costs on the machine at hand, which
+//! toolplane's own numbers sit on top of.
 
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use crate::grpc::invoke_wire::{
+    CallToolRequestWire, CallToolResponseWire, InvokeToolRequestWire, InvokeToolResponseWire,
+    InvokeWire,
+};
 use crate::grpc::provider_client::CALL_TOOL;
 use crate::grpc::unary_client::UnaryChannel;
 use crate::pb;
@@ -24,31 +29,41 @@ pub struct PassThroughInvoke {
 
 fn unimplemented<T>() -> Result<Response<T>, Status> {
     Err(Status::unimplemented(
-        "the pass-through baseline answers InvokeTool only",
+        "the pass-through baseline answers InvokeTool only (through InvokeServer)",
     ))
 }
 
-#[tonic::async_trait]
-impl ToolInvokeService for PassThroughInvoke {
-    async fn invoke_tool(
+impl InvokeWire for PassThroughInvoke {
+    async fn invoke_wire(
         &self,
-        request: Request<pb::InvokeToolRequest>,
-    ) -> Result<Response<pb::InvokeToolResponse>, Status> {
+        request: Request<InvokeToolRequestWire>,
+    ) -> Result<InvokeToolResponseWire, Status> {
         let request = request.into_inner();
-        let call = pb::CallToolRequest {
+        let call = CallToolRequestWire {
             meta: request.meta.clone(),
             tool_name: request.tool_name,
             input: request.input,
             idempotency_key: request.idempotency_key,
             attempt: 1,
         };
-        let answer: pb::CallToolResponse = self.provider.call(CALL_TOOL, &call, None).await?;
-        Ok(Response::new(pb::InvokeToolResponse {
+        let answer: CallToolResponseWire = self.provider.call(CALL_TOOL, &call, None).await?;
+        Ok(InvokeToolResponseWire {
             meta: request.meta,
             output: answer.output,
             warnings: answer.warnings,
             record: None,
-        }))
+        })
+    }
+}
+
+/// `InvokeTool` is answered by [`InvokeWire`] (through `InvokeServer`), never here.
+#[tonic::async_trait]
+impl ToolInvokeService for PassThroughInvoke {
+    async fn invoke_tool(
+        &self,
+        _: Request<pb::InvokeToolRequest>,
+    ) -> Result<Response<pb::InvokeToolResponse>, Status> {
+        unimplemented()
     }
 
     async fn validate_tool_input(

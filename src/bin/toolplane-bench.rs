@@ -145,9 +145,8 @@ async fn passthrough(listen: std::net::SocketAddr, provider: String) -> Result<(
     let service = PassThroughInvoke {
         provider: Arc::new(UnaryChannel::new(&provider, Duration::from_secs(1))?),
     };
-    let routes = tonic::service::Routes::new(
-        pb::tool_invoke_service_server::ToolInvokeServiceServer::new(service),
-    );
+    let routes =
+        tonic::service::Routes::new(toolplane::grpc::invoke_wire::InvokeServer::new(service));
     serve_routes(listen, routes, Accept::LikeToolplane).await
 }
 

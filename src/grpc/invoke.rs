@@ -8,7 +8,11 @@ use tracing::instrument;
 use super::convert;
 use super::deadline::caller_timeout;
 use super::discovery::accept_meta;
-use crate::invoke::caller::WireInput;
+use std::sync::Arc;
+
+use super::invoke_wire::{InvokeToolRequestWire, InvokeToolResponseWire, InvokeWire};
+use super::raw_message::{RawJsonError, RawMessage, struct_bytes_to_json};
+use crate::invoke::caller::WireForm;
 use crate::invoke::policy::RetryPolicy;
 use crate::invoke::records::{InvocationRecord, InvocationStatus, RecordFilter};
 use crate::invoke::{Failed, Invocation, Invoker};
@@ -80,13 +84,14 @@ fn failed_status(failed: Failed) -> Status {
     super::status::invoke_status(failed.error, invocation_id)
 }
 
-#[tonic::async_trait]
-impl ToolInvokeService for InvokeApi {
+impl InvokeWire for InvokeApi {
+    /// `InvokeTool` as served, over its wire twins (see [`super::invoke_wire`]); the
+    /// `ToolInvokeService` method below converts to and from them.
     #[instrument(skip_all, fields(rpc = "InvokeTool", tenant, correlation_id, tool))]
-    async fn invoke_tool(
+    async fn invoke_wire(
         &self,
-        request: Request<pb::InvokeToolRequest>,
-    ) -> Result<Response<pb::InvokeToolResponse>, Status> {
+        request: Request<InvokeToolRequestWire>,
+    ) -> Result<InvokeToolResponseWire, Status> {
         let caller_timeout = caller_timeout(request.metadata());
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
@@ -96,10 +101,8 @@ impl ToolInvokeService for InvokeApi {
             correlation_id: meta.correlation_id.clone(),
             tool: convert::tool_name("tool_name", &request.tool_name)?,
             service: convert::optional_service_name("service_name", &request.service_name)?,
-            input: input_json(request.input.as_ref())?,
-            input_wire: request
-                .input
-                .map(|input| WireInput(std::sync::Arc::new(input))),
+            input: raw_input_json(request.input.as_ref())?,
+            input_wire: request.input.map(|input| WireForm(Arc::new(input))),
             idempotency_key: Some(request.idempotency_key).filter(|key| !key.is_empty()),
             retry: retry_policy(request.retry_policy)?,
             caller_timeout,
@@ -109,11 +112,68 @@ impl ToolInvokeService for InvokeApi {
             .invoke(invocation)
             .await
             .map_err(failed_status)?;
-        Ok(Response::new(pb::InvokeToolResponse {
+        let output = invoked
+            .output_wire
+            .and_then(|wire| wire.0.downcast::<RawMessage>().ok())
+            .map(|raw| Arc::try_unwrap(raw).unwrap_or_else(|shared| (*shared).clone()))
+            .unwrap_or_else(|| RawMessage::encode(&json_to_value(&invoked.output)));
+        Ok(InvokeToolResponseWire {
             meta: Some(meta.response()),
-            output: Some(json_to_value(&invoked.output)),
+            output: Some(output),
             warnings: invoked.warnings,
             record: Some(record_to_pb(&invoked.record)),
+        })
+    }
+}
+
+/// The input as JSON: an absent one is `{}`; bytes that are no `Struct`, or a value with no
+/// JSON form, are the caller's error.
+fn raw_input_json(input: Option<&RawMessage>) -> Result<serde_json::Value, RegistryError> {
+    let Some(input) = input else {
+        return Ok(serde_json::json!({}));
+    };
+    struct_bytes_to_json(input.as_bytes()).map_err(|error| match error {
+        RawJsonError::NoJsonForm(error) => RegistryError::invalid(
+            format!("input{}", error.pointer),
+            ViolationKind::Field,
+            error.problem,
+        ),
+        malformed @ RawJsonError::Malformed { .. } => {
+            RegistryError::invalid("input", ViolationKind::Field, malformed.to_string())
+        }
+    })
+}
+
+#[tonic::async_trait]
+impl ToolInvokeService for InvokeApi {
+    /// Served by [`super::invoke_wire::InvokeServer`] through [`InvokeApi::invoke_wire`]; this
+    /// form is for the generated server alone.
+    async fn invoke_tool(
+        &self,
+        request: Request<pb::InvokeToolRequest>,
+    ) -> Result<Response<pb::InvokeToolResponse>, Status> {
+        let (metadata, extensions, request) = request.into_parts();
+        let wire = InvokeToolRequestWire {
+            meta: request.meta,
+            tool_name: request.tool_name,
+            service_name: request.service_name,
+            input: request.input.as_ref().map(RawMessage::encode),
+            idempotency_key: request.idempotency_key,
+            retry_policy: request.retry_policy,
+        };
+        let answer = self
+            .invoke_wire(Request::from_parts(metadata, extensions, wire))
+            .await?;
+        let output = answer
+            .output
+            .map(|raw| raw.decode::<prost_types::Value>())
+            .transpose()
+            .map_err(|error| Status::internal(format!("tool output: {error}")))?;
+        Ok(Response::new(pb::InvokeToolResponse {
+            meta: answer.meta,
+            output,
+            warnings: answer.warnings,
+            record: answer.record,
         }))
     }
 

@@ -10,14 +10,15 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_types::StatusExt;
 
+use super::invoke_wire::{CallToolRequestWire, CallToolResponseWire};
+use super::raw_message::{RawMessage, value_bytes_to_json};
 use super::unary_client::UnaryChannel;
 use crate::envelope::RequestMeta;
 use crate::invoke::caller::{
-    FailureKind, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply, WireInput,
+    FailureKind, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply, WireForm,
 };
 use crate::invoke::health::ProviderHealthBook;
-use crate::json::{json_to_struct, value_to_json};
-use crate::pb;
+use crate::json::json_to_struct;
 use crate::registry::RegistryStore;
 
 /// How long connecting to a provider may take.
@@ -125,10 +126,10 @@ impl GrpcProviderCaller {
     }
 }
 
-/// The caller's own `Struct` when the engine passed it on: taken when this is its last
-/// reference (the last attempt), copied otherwise.
-fn wire_struct(wire: Option<WireInput>) -> Option<prost_types::Struct> {
-    let shared = wire?.0.downcast::<prost_types::Struct>().ok()?;
+/// The caller's input as it arrived, when the engine passed it on: taken when this is its
+/// last reference (the last attempt), copied otherwise.
+fn wire_input(wire: Option<WireForm>) -> Option<RawMessage> {
+    let shared = wire?.0.downcast::<RawMessage>().ok()?;
     Some(Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone()))
 }
 
@@ -141,28 +142,34 @@ impl ProviderCaller for GrpcProviderCaller {
         Box::pin(async move {
             let channel = channel?;
             let meta = RequestMeta::new(call.tenant, Some(&call.correlation_id)).response();
-            let request = pb::CallToolRequest {
+            let input = wire_input(call.input_wire)
+                .or_else(|| json_to_struct(&call.input).map(|input| RawMessage::encode(&input)));
+            let request = CallToolRequestWire {
                 meta: Some(meta),
                 tool_name: call.tool,
-                input: wire_struct(call.input_wire).or_else(|| json_to_struct(&call.input)),
+                input,
                 idempotency_key: call.idempotency_key.unwrap_or_default(),
                 attempt: call.attempt,
             };
             // The provider is told its deadline; enforcing it is the engine's own timer.
-            let response: pb::CallToolResponse = channel
+            let response: CallToolResponseWire = channel
                 .call(CALL_TOOL, &request, Some(call.timeout))
                 .await
                 .map_err(|status| failure(&status))?;
-            let output = match response.output {
-                Some(value) => value_to_json(&value).map_err(|error| ProviderFailure {
-                    kind: FailureKind::Other(tonic::Code::Internal as i32),
-                    reason: "TOOL_BAD_OUTPUT".to_owned(),
-                    message: format!("provider output has no JSON form: {error}"),
-                })?,
+            // The output is read as JSON (to check and hash it) and passed on as it came.
+            let output = match &response.output {
+                Some(raw) => {
+                    value_bytes_to_json(raw.as_bytes()).map_err(|error| ProviderFailure {
+                        kind: FailureKind::Other(tonic::Code::Internal as i32),
+                        reason: "TOOL_BAD_OUTPUT".to_owned(),
+                        message: format!("provider output has no JSON form: {error}"),
+                    })?
+                }
                 None => serde_json::Value::Null,
             };
             Ok(ProviderReply {
                 output,
+                output_wire: response.output.map(|raw| WireForm(Arc::new(raw))),
                 warnings: response.warnings,
             })
         })

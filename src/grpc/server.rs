@@ -17,6 +17,7 @@ use super::agent::AgentApi;
 use super::discovery::DiscoveryApi;
 use super::health::HealthApi;
 use super::invoke::InvokeApi;
+use super::invoke_wire::InvokeServer;
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
@@ -33,7 +34,6 @@ use crate::pb;
 use crate::pb::agent_service_server::AgentServiceServer;
 use crate::pb::discovery_service_server::DiscoveryServiceServer;
 use crate::pb::health_service_server::HealthServiceServer;
-use crate::pb::tool_invoke_service_server::ToolInvokeServiceServer;
 use crate::registry::memory::{DEFAULT_EVENT_BUFFER, MemoryStore};
 use crate::registry::{RegistrationLimits, Registry, RegistryStore};
 
@@ -177,7 +177,7 @@ pub async fn serve(
             serving.clone(),
             Arc::clone(&health),
         )))
-        .add_service(ToolInvokeServiceServer::new(InvokeApi::new(invoker)))
+        .add_service(InvokeServer::new(InvokeApi::new(invoker)))
         .add_service(AgentServiceServer::new(AgentApi::new(runner)))
         .add_service(tonic_health::pb::health_server::HealthServer::new(
             StandardHealth::new(registry, serving.clone(), health),

@@ -9,19 +9,20 @@ use serde_json::Value;
 
 use crate::envelope::TenantId;
 
-/// The transport's own form of an input, carried through the engine untouched (the gRPC layer
-/// passes the caller's `google.protobuf.Struct`), so a [`ProviderCaller`] of the same transport
-/// can send it on instead of converting the JSON input back. The engine never looks inside.
+/// A value in the transport's own form, carried through the engine untouched: the caller's
+/// input on its way to the provider, and the provider's output on its way back (the gRPC
+/// layer passes their encoded bytes). So the far side of the same transport can send it on
+/// instead of converting the JSON back. The engine never looks inside.
 #[derive(Clone)]
-pub struct WireInput(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
+pub struct WireForm(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
 
-impl std::fmt::Debug for WireInput {
+impl std::fmt::Debug for WireForm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WireInput(..)")
+        f.write_str("WireForm(..)")
     }
 }
 
-impl PartialEq for WireInput {
+impl PartialEq for WireForm {
     /// The same form of the same input.
     fn eq(&self, other: &Self) -> bool {
         std::sync::Arc::ptr_eq(&self.0, &other.0)
@@ -39,7 +40,7 @@ pub struct ProviderCall {
     pub input: std::sync::Arc<Value>,
     /// The same input in the transport's form, when the caller's transport supplied one. On
     /// the last attempt the engine hands over its own reference, so the caller may take it.
-    pub input_wire: Option<WireInput>,
+    pub input_wire: Option<WireForm>,
     /// The caller's tenant.
     pub tenant: TenantId,
     /// The caller's correlation id.
@@ -57,6 +58,9 @@ pub struct ProviderCall {
 pub struct ProviderReply {
     /// The tool's output.
     pub output: Value,
+    /// The same output in the transport's form, when the transport supplied one; the engine
+    /// hands it to the caller's side unchanged.
+    pub output_wire: Option<WireForm>,
     /// The provider's warnings.
     pub warnings: Vec<String>,
 }

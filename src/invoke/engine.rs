@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::caller::{FailureKind, ProviderCall, ProviderCaller, WireInput};
+use super::caller::{FailureKind, ProviderCall, ProviderCaller, WireForm};
 use super::error::InvokeError;
 use super::health::ProviderHealthBook;
 use super::limits::RateLimits;
@@ -39,8 +39,8 @@ pub struct Invocation {
     /// The input.
     pub input: Value,
     /// The input in the transport's own form, passed on to the provider caller (see
-    /// [`WireInput`]); `None` makes the caller convert `input`.
-    pub input_wire: Option<WireInput>,
+    /// [`WireForm`]); `None` makes the caller convert `input`.
+    pub input_wire: Option<WireForm>,
     /// Passed to the provider on every attempt.
     pub idempotency_key: Option<String>,
     /// The caller's retry policy.
@@ -54,6 +54,9 @@ pub struct Invocation {
 pub struct Invoked {
     /// The tool's output.
     pub output: Value,
+    /// The same output in the provider transport's form, when it supplied one (see
+    /// [`WireForm`]).
+    pub output_wire: Option<WireForm>,
     /// The provider's warnings and output-schema mismatches.
     pub warnings: Vec<String>,
     /// The record written.
@@ -446,6 +449,7 @@ impl Invoker {
                 match guard.finish(InvocationStatus::Succeeded, "", Some(&reply.output)) {
                     Ok(record) => Ok(Invoked {
                         output: reply.output,
+                        output_wire: reply.output_wire,
                         warnings,
                         record,
                     }),

@@ -1,0 +1,278 @@
+//! `InvokeTool` with its input and output kept encoded on both hops.
+//!
+//! The four messages an invocation carries (`InvokeToolRequest`/`Response` between the caller
+//! and toolplane, `CallToolRequest`/`Response` between toolplane and the provider) have wire
+//! twins here: the same fields and numbers, except that the `Struct` input and the `Value`
+//! output are a [`RawMessage`]. Protobuf encodes an embedded message as its bytes, so a twin
+//! reads and writes exactly what the generated message does; a test checks every twin against
+//! the proto descriptor. [`InvokeServer`] serves `ToolInvokeService` with `InvokeTool` decoded
+//! into its twin (every other method goes to the generated server unchanged), so the input and
+//! output are read into JSON once and sent on as they came, never rebuilt as prost trees.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+use tonic::body::Body;
+use tonic::server::NamedService;
+
+use super::raw_message::RawMessage;
+use crate::pb;
+use crate::pb::tool_invoke_service_server::{ToolInvokeService, ToolInvokeServiceServer};
+
+/// The path of `ToolInvokeService.InvokeTool`.
+pub const INVOKE_TOOL: &str = "/toolplane.v1.ToolInvokeService/InvokeTool";
+
+/// `toolplane.v1.InvokeToolRequest` with its `input` kept encoded.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InvokeToolRequestWire {
+    /// `meta`.
+    #[prost(message, optional, tag = "1")]
+    pub meta: Option<pb::Meta>,
+    /// `tool_name`.
+    #[prost(string, tag = "2")]
+    pub tool_name: String,
+    /// `service_name`.
+    #[prost(string, tag = "3")]
+    pub service_name: String,
+    /// `input`: an encoded `google.protobuf.Struct`.
+    #[prost(message, optional, tag = "4")]
+    pub input: Option<RawMessage>,
+    /// `idempotency_key`.
+    #[prost(string, tag = "5")]
+    pub idempotency_key: String,
+    /// `retry_policy`.
+    #[prost(message, optional, tag = "6")]
+    pub retry_policy: Option<pb::RetryPolicy>,
+}
+
+/// `toolplane.v1.InvokeToolResponse` with its `output` kept encoded.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InvokeToolResponseWire {
+    /// `meta`.
+    #[prost(message, optional, tag = "1")]
+    pub meta: Option<pb::Meta>,
+    /// `output`: an encoded `google.protobuf.Value`.
+    #[prost(message, optional, tag = "2")]
+    pub output: Option<RawMessage>,
+    /// `warnings`.
+    #[prost(string, repeated, tag = "3")]
+    pub warnings: Vec<String>,
+    /// `record`.
+    #[prost(message, optional, tag = "4")]
+    pub record: Option<pb::InvocationRecord>,
+}
+
+/// `toolplane.v1.CallToolRequest` with its `input` kept encoded.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CallToolRequestWire {
+    /// `meta`.
+    #[prost(message, optional, tag = "1")]
+    pub meta: Option<pb::Meta>,
+    /// `tool_name`.
+    #[prost(string, tag = "2")]
+    pub tool_name: String,
+    /// `input`: an encoded `google.protobuf.Struct`.
+    #[prost(message, optional, tag = "3")]
+    pub input: Option<RawMessage>,
+    /// `idempotency_key`.
+    #[prost(string, tag = "4")]
+    pub idempotency_key: String,
+    /// `attempt`.
+    #[prost(uint32, tag = "5")]
+    pub attempt: u32,
+}
+
+/// `toolplane.v1.CallToolResponse` with its `output` kept encoded.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CallToolResponseWire {
+    /// `meta`.
+    #[prost(message, optional, tag = "1")]
+    pub meta: Option<pb::Meta>,
+    /// `output`: an encoded `google.protobuf.Value`.
+    #[prost(message, optional, tag = "2")]
+    pub output: Option<RawMessage>,
+    /// `warnings`.
+    #[prost(string, repeated, tag = "3")]
+    pub warnings: Vec<String>,
+}
+
+/// `InvokeTool` over the wire twins: what [`InvokeServer`] calls.
+pub trait InvokeWire: Send + Sync + 'static {
+    /// Answers one `InvokeTool`.
+    fn invoke_wire(
+        &self,
+        request: tonic::Request<InvokeToolRequestWire>,
+    ) -> impl Future<Output = Result<InvokeToolResponseWire, tonic::Status>> + Send;
+}
+
+/// Serves `toolplane.v1.ToolInvokeService`: `InvokeTool` through its wire twins, every other
+/// method through the generated server, with the generated server's message size limits.
+#[derive(Debug)]
+pub struct InvokeServer<T> {
+    api: Arc<T>,
+    generated: ToolInvokeServiceServer<T>,
+}
+
+impl<T> Clone for InvokeServer<T> {
+    fn clone(&self) -> Self {
+        Self {
+            api: Arc::clone(&self.api),
+            generated: self.generated.clone(),
+        }
+    }
+}
+
+impl<T: ToolInvokeService + InvokeWire> InvokeServer<T> {
+    /// Serves `api`.
+    pub fn new(api: T) -> Self {
+        let api = Arc::new(api);
+        Self {
+            generated: ToolInvokeServiceServer::from_arc(Arc::clone(&api)),
+            api,
+        }
+    }
+}
+
+impl<T> NamedService for InvokeServer<T> {
+    const NAME: &'static str = <ToolInvokeServiceServer<T> as NamedService>::NAME;
+}
+
+/// `InvokeTool` as a tonic unary method over the twins.
+struct InvokeToolMethod<T>(Arc<T>);
+
+impl<T: InvokeWire> tonic::server::UnaryService<InvokeToolRequestWire> for InvokeToolMethod<T> {
+    type Response = InvokeToolResponseWire;
+    type Future = BoxFuture<'static, Result<tonic::Response<Self::Response>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<InvokeToolRequestWire>) -> Self::Future {
+        let api = Arc::clone(&self.0);
+        Box::pin(async move { api.invoke_wire(request).await.map(tonic::Response::new) })
+    }
+}
+
+impl<T: ToolInvokeService + InvokeWire> tonic::codegen::Service<http::Request<Body>>
+    for InvokeServer<T>
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if request.uri().path() != INVOKE_TOOL {
+            return self.generated.call(request);
+        }
+        let method = InvokeToolMethod(Arc::clone(&self.api));
+        Box::pin(async move {
+            // The generated server's defaults: no compression, 4 MB messages each way.
+            let codec =
+                tonic_prost::ProstCodec::<InvokeToolResponseWire, InvokeToolRequestWire>::default();
+            Ok(tonic::server::Grpc::new(codec).unary(method, request).await)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+    use prost_types::FileDescriptorSet;
+
+    use super::*;
+
+    /// Each twin's fields (name, number, label) against the proto message it stands for.
+    #[test]
+    fn twins_match_the_proto() {
+        let set = FileDescriptorSet::decode(pb::FILE_DESCRIPTOR_SET).expect("descriptor set");
+        let fields_of = |name: &str| {
+            let message = set
+                .file
+                .iter()
+                .flat_map(|file| &file.message_type)
+                .find(|message| message.name() == name)
+                .unwrap_or_else(|| panic!("{name} is in the descriptor set"));
+            let mut fields: Vec<(String, i32)> = message
+                .field
+                .iter()
+                .map(|field| (field.name().to_owned(), field.number()))
+                .collect();
+            fields.sort();
+            fields
+        };
+        let twins: [(&str, &[(&str, i32)]); 4] = [
+            (
+                "InvokeToolRequest",
+                &[
+                    ("idempotency_key", 5),
+                    ("input", 4),
+                    ("meta", 1),
+                    ("retry_policy", 6),
+                    ("service_name", 3),
+                    ("tool_name", 2),
+                ],
+            ),
+            (
+                "InvokeToolResponse",
+                &[("meta", 1), ("output", 2), ("record", 4), ("warnings", 3)],
+            ),
+            (
+                "CallToolRequest",
+                &[
+                    ("attempt", 5),
+                    ("idempotency_key", 4),
+                    ("input", 3),
+                    ("meta", 1),
+                    ("tool_name", 2),
+                ],
+            ),
+            (
+                "CallToolResponse",
+                &[("meta", 1), ("output", 2), ("warnings", 3)],
+            ),
+        ];
+        for (name, expected) in twins {
+            let expected: Vec<(String, i32)> = expected
+                .iter()
+                .map(|(field, number)| ((*field).to_owned(), *number))
+                .collect();
+            assert_eq!(fields_of(name), expected, "{name} and its twin differ");
+        }
+    }
+
+    /// A full message survives the trip through its twin byte for byte.
+    #[test]
+    fn twins_carry_every_field() {
+        let input = crate::json::json_to_struct(&serde_json::json!({"q": "x", "n": [1, 2]}));
+        let request = pb::InvokeToolRequest {
+            meta: Some(pb::Meta {
+                tenant_id: 7,
+                correlation_id: "c".into(),
+                ..Default::default()
+            }),
+            tool_name: "t".into(),
+            service_name: "s".into(),
+            input,
+            idempotency_key: "k".into(),
+            retry_policy: Some(pb::RetryPolicy {
+                max_attempts: 3,
+                ..Default::default()
+            }),
+        };
+        let bytes = request.encode_to_vec();
+        let twin = InvokeToolRequestWire::decode(bytes.as_slice()).expect("decodes");
+        assert_eq!(twin.encode_to_vec(), bytes);
+
+        let answer = pb::CallToolResponse {
+            meta: request.meta.clone(),
+            output: Some(crate::json::json_to_value(&serde_json::json!({"ok": true}))),
+            warnings: vec!["w".into()],
+        };
+        let bytes = answer.encode_to_vec();
+        let twin = CallToolResponseWire::decode(bytes.as_slice()).expect("decodes");
+        assert_eq!(twin.encode_to_vec(), bytes);
+    }
+}

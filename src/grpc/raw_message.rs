@@ -1,0 +1,339 @@
+//! Embedded messages kept as the bytes that arrived, and those bytes read straight into JSON.
+//!
+//! An `InvokeTool` input travels caller -> toolplane -> provider as a `google.protobuf.Struct`,
+//! and the output back as a `google.protobuf.Value`. toolplane needs them as JSON (to validate
+//! and hash them) but has no reason to rebuild them as prost trees: [`RawMessage`] keeps an
+//! embedded message as its encoded bytes, [`struct_bytes_to_json`] and
+//! [`value_bytes_to_json`] read those bytes into `serde_json` directly, and the same bytes are
+//! sent on. The reading follows what prost's decoder followed by [`crate::json::struct_to_json`]
+//! gives, to the letter (tests compare the two): the last of repeated map keys and `oneof`
+//! members wins, repeated embedded messages merge, unknown fields are skipped, strings must be
+//! UTF-8, and at most 100 messages nest (prost's limit). So what toolplane validates is what
+//! the provider decodes.
+//!
+//! prost has no public way to keep a field undecoded or to walk encoded bytes, so this uses
+//! the wire primitives of `prost::encoding` that prost's own derived decoders use.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use prost::DecodeError;
+use prost::encoding::{
+    self, DecodeContext, WireType, check_wire_type, decode_key, decode_varint, encode_key,
+    encode_varint, skip_field,
+};
+use serde_json::{Map, Value};
+
+use crate::json::{JsonConversionError, number_to_json};
+
+/// How many messages may nest, counting the outermost embedded one (prost's limit).
+const RECURSION_LIMIT: u32 = 100;
+
+/// An embedded message kept as its encoded bytes. Decoding one copies each of its fields'
+/// bytes as they are (a message that appears twice is concatenated, which is protobuf's merge);
+/// encoding one writes them back unchanged.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RawMessage {
+    bytes: BytesMut,
+}
+
+impl std::fmt::Debug for RawMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawMessage({} bytes)", self.bytes.len())
+    }
+}
+
+impl RawMessage {
+    /// A message's encoded bytes.
+    pub fn encode(message: &impl prost::Message) -> Self {
+        Self {
+            bytes: BytesMut::from(message.encode_to_vec().as_slice()),
+        }
+    }
+
+    /// The encoded bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Decodes the bytes as `M`.
+    pub fn decode<M: prost::Message + Default>(&self) -> Result<M, DecodeError> {
+        M::decode(self.as_bytes())
+    }
+}
+
+impl prost::Message for RawMessage {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        buf.put_slice(&self.bytes);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        // prost's own field decoders read (and bounds-check) each value; it is then written
+        // back as it was.
+        let out = &mut self.bytes;
+        match wire_type {
+            // Groups are long deprecated and no well-known type has one: skipped, as prost
+            // skips an unknown field.
+            WireType::StartGroup | WireType::EndGroup => skip_field(wire_type, tag, buf, ctx),
+            WireType::Varint => {
+                let mut value = 0u64;
+                encoding::uint64::merge(wire_type, &mut value, buf, ctx)?;
+                encode_key(tag, wire_type, out);
+                encode_varint(value, out);
+                Ok(())
+            }
+            WireType::SixtyFourBit => {
+                let mut value = 0u64;
+                encoding::fixed64::merge(wire_type, &mut value, buf, ctx)?;
+                encode_key(tag, wire_type, out);
+                out.put_u64_le(value);
+                Ok(())
+            }
+            WireType::ThirtyTwoBit => {
+                let mut value = 0u32;
+                encoding::fixed32::merge(wire_type, &mut value, buf, ctx)?;
+                encode_key(tag, wire_type, out);
+                out.put_u32_le(value);
+                Ok(())
+            }
+            WireType::LengthDelimited => {
+                let mut value = Bytes::new();
+                encoding::bytes::merge(wire_type, &mut value, buf, ctx)?;
+                encode_key(tag, wire_type, out);
+                encode_varint(value.len() as u64, out);
+                out.put_slice(&value);
+                Ok(())
+            }
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+    }
+}
+
+/// Encoded bytes that do not read as the JSON they should carry.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RawJsonError {
+    /// The bytes are not a valid encoding of the message.
+    #[error("not a valid encoded google.protobuf.{message}: {problem}")]
+    Malformed {
+        /// `Struct` or `Value`.
+        message: &'static str,
+        /// What is wrong with the bytes.
+        problem: String,
+    },
+    /// The message is valid protobuf but a value in it has no JSON form.
+    #[error(transparent)]
+    NoJsonForm(#[from] JsonConversionError),
+}
+
+/// Why reading stopped, before it is said which message was being read.
+enum Fault {
+    Decode(String),
+    Json(JsonConversionError),
+}
+
+impl From<DecodeError> for Fault {
+    fn from(error: DecodeError) -> Self {
+        Self::Decode(error.to_string())
+    }
+}
+
+impl From<&str> for Fault {
+    fn from(problem: &str) -> Self {
+        Self::Decode(problem.to_owned())
+    }
+}
+
+impl Fault {
+    fn under(self, token: &str) -> Self {
+        match self {
+            Self::Json(error) => Self::Json(error.under(token)),
+            decode => decode,
+        }
+    }
+
+    fn about(self, message: &'static str) -> RawJsonError {
+        match self {
+            Self::Decode(problem) => RawJsonError::Malformed { message, problem },
+            Self::Json(error) => RawJsonError::NoJsonForm(error),
+        }
+    }
+}
+
+/// Reads an encoded `google.protobuf.Struct` as a JSON object.
+pub fn struct_bytes_to_json(bytes: &[u8]) -> Result<Value, RawJsonError> {
+    let mut map = Map::new();
+    merge_struct(bytes, 1, &mut map).map_err(|fault| fault.about("Struct"))?;
+    Ok(Value::Object(map))
+}
+
+/// Reads an encoded `google.protobuf.Value` as JSON (no kind set reads as `null`).
+pub fn value_bytes_to_json(bytes: &[u8]) -> Result<Value, RawJsonError> {
+    let mut kind = Kind::Unset;
+    merge_value(bytes, 1, &mut kind)
+        .and_then(|()| kind.finish())
+        .map_err(|fault| fault.about("Value"))
+}
+
+/// A `Value`'s kind while its fields are read: a number is checked only once no later field
+/// can replace it.
+enum Kind {
+    Unset,
+    Number(f64),
+    Json(Value),
+}
+
+impl Kind {
+    fn finish(self) -> Result<Value, Fault> {
+        match self {
+            Self::Unset => Ok(Value::Null),
+            Self::Json(value) => Ok(value),
+            Self::Number(n) => number_to_json(n).ok_or_else(|| {
+                Fault::Json(JsonConversionError {
+                    pointer: String::new(),
+                    problem: format!("{n} is not a finite number and has no JSON form"),
+                })
+            }),
+        }
+    }
+}
+
+fn enter(depth: u32) -> Result<(), Fault> {
+    if depth > RECURSION_LIMIT {
+        return Err("recursion limit reached".into());
+    }
+    Ok(())
+}
+
+/// The next length-delimited field's bytes.
+fn delimited<'a>(buf: &mut &'a [u8], wire_type: WireType) -> Result<&'a [u8], Fault> {
+    check_wire_type(WireType::LengthDelimited, wire_type)?;
+    let len = decode_varint(buf)?;
+    if len > buf.len() as u64 {
+        return Err("buffer underflow".into());
+    }
+    let (head, tail) = buf.split_at(len as usize);
+    *buf = tail;
+    Ok(head)
+}
+
+fn utf8(bytes: &[u8]) -> Result<String, Fault> {
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| "invalid string value: data is not UTF-8 encoded".into())
+}
+
+/// `Struct { map<string, Value> fields = 1; }`; each entry replaces an earlier one of its key.
+fn merge_struct(mut buf: &[u8], depth: u32, map: &mut Map<String, Value>) -> Result<(), Fault> {
+    enter(depth)?;
+    while !buf.is_empty() {
+        let (tag, wire_type) = decode_key(&mut buf)?;
+        if tag != 1 {
+            skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
+            continue;
+        }
+        let mut entry = delimited(&mut buf, wire_type)?;
+        enter(depth + 1)?;
+        // The value is read once the key is known (fields may come in any order), so an
+        // error inside it can name its place.
+        let mut key = String::new();
+        let mut values: Vec<&[u8]> = Vec::new();
+        while !entry.is_empty() {
+            let (tag, wire_type) = decode_key(&mut entry)?;
+            match tag {
+                1 => key = utf8(delimited(&mut entry, wire_type)?)?,
+                2 => values.push(delimited(&mut entry, wire_type)?),
+                _ => skip_field(wire_type, tag, &mut entry, DecodeContext::default())?,
+            }
+        }
+        let mut kind = Kind::Unset;
+        let value = values
+            .into_iter()
+            .try_for_each(|bytes| merge_value(bytes, depth + 2, &mut kind))
+            .and_then(|()| kind.finish())
+            .map_err(|fault| fault.under(&key))?;
+        map.insert(key, value);
+    }
+    Ok(())
+}
+
+/// `ListValue { repeated Value values = 1; }`, appended to `items`.
+fn merge_list(mut buf: &[u8], depth: u32, items: &mut Vec<Value>) -> Result<(), Fault> {
+    enter(depth)?;
+    while !buf.is_empty() {
+        let (tag, wire_type) = decode_key(&mut buf)?;
+        if tag != 1 {
+            skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
+            continue;
+        }
+        let bytes = delimited(&mut buf, wire_type)?;
+        let mut kind = Kind::Unset;
+        let item = merge_value(bytes, depth + 1, &mut kind)
+            .and_then(|()| kind.finish())
+            .map_err(|fault| fault.under(&items.len().to_string()))?;
+        items.push(item);
+    }
+    Ok(())
+}
+
+/// `Value { oneof kind { null_value = 1; number_value = 2; string_value = 3; bool_value = 4;
+/// struct_value = 5; list_value = 6; } }`: the last member wins, and a struct or list that
+/// follows one of its own kind merges into it.
+fn merge_value(mut buf: &[u8], depth: u32, kind: &mut Kind) -> Result<(), Fault> {
+    enter(depth)?;
+    while !buf.is_empty() {
+        let (tag, wire_type) = decode_key(&mut buf)?;
+        match tag {
+            1 | 4 => {
+                check_wire_type(WireType::Varint, wire_type)?;
+                let value = decode_varint(&mut buf)?;
+                *kind = Kind::Json(if tag == 1 {
+                    Value::Null
+                } else {
+                    Value::Bool(value != 0)
+                });
+            }
+            2 => {
+                check_wire_type(WireType::SixtyFourBit, wire_type)?;
+                if buf.len() < 8 {
+                    return Err("buffer underflow".into());
+                }
+                *kind = Kind::Number(buf.get_f64_le());
+            }
+            3 => *kind = Kind::Json(Value::String(utf8(delimited(&mut buf, wire_type)?)?)),
+            5 => {
+                let bytes = delimited(&mut buf, wire_type)?;
+                if !matches!(kind, Kind::Json(Value::Object(_))) {
+                    *kind = Kind::Json(Value::Object(Map::new()));
+                }
+                if let Kind::Json(Value::Object(map)) = kind {
+                    merge_struct(bytes, depth + 1, map)?;
+                }
+            }
+            6 => {
+                let bytes = delimited(&mut buf, wire_type)?;
+                if !matches!(kind, Kind::Json(Value::Array(_))) {
+                    *kind = Kind::Json(Value::Array(Vec::new()));
+                }
+                if let Kind::Json(Value::Array(items)) = kind {
+                    merge_list(bytes, depth + 1, items)?;
+                }
+            }
+            _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "raw_message_tests.rs"]
+mod tests;

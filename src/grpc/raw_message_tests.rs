@@ -1,0 +1,318 @@
+//! Every reading is checked against prost's decoder followed by `json::struct_to_json` (or
+//! `value_to_json`): the same JSON, or an error where that path fails.
+
+use prost::Message;
+use prost::encoding::{WireType, encode_key, encode_varint};
+use prost_types::value::Kind as PbKind;
+use serde_json::json;
+
+use super::*;
+use crate::json::{json_to_struct, json_to_value, struct_to_json, value_to_json};
+use crate::pb;
+
+/// A length-delimited field.
+fn delimited_field(tag: u32, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_key(tag, WireType::LengthDelimited, &mut out);
+    encode_varint(bytes.len() as u64, &mut out);
+    out.extend_from_slice(bytes);
+    out
+}
+
+fn number_field(tag: u32, n: f64) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_key(tag, WireType::SixtyFourBit, &mut out);
+    out.extend_from_slice(&n.to_le_bytes());
+    out
+}
+
+fn varint_field(tag: u32, value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_key(tag, WireType::Varint, &mut out);
+    encode_varint(value, &mut out);
+    out
+}
+
+fn entry(key: &str, value: &[u8]) -> Vec<u8> {
+    delimited_field(
+        1,
+        &[
+            delimited_field(1, key.as_bytes()),
+            delimited_field(2, value),
+        ]
+        .concat(),
+    )
+}
+
+/// What prost and `struct_to_json` make of `bytes` as `InvokeToolRequest.input` (so nesting
+/// is counted as it is for a real request): `Err` when prost cannot decode it.
+fn through_prost(bytes: &[u8]) -> Result<Result<Value, JsonConversionError>, ()> {
+    let request =
+        pb::InvokeToolRequest::decode(delimited_field(4, bytes).as_slice()).map_err(drop)?;
+    Ok(struct_to_json(&request.input.unwrap_or_default()))
+}
+
+/// Checks that both readings agree, and returns ours.
+fn agree(bytes: &[u8]) -> Result<Value, RawJsonError> {
+    let ours = struct_bytes_to_json(bytes);
+    match (through_prost(bytes), &ours) {
+        (Err(()), Err(RawJsonError::Malformed { .. })) => {}
+        (Ok(Ok(theirs)), Ok(mine)) => assert_eq!(&theirs, mine),
+        (Ok(Err(theirs)), Err(RawJsonError::NoJsonForm(mine))) => assert_eq!(&theirs, mine),
+        (theirs, mine) => panic!("prost path gave {theirs:?}, raw reading gave {mine:?}"),
+    }
+    ours
+}
+
+#[test]
+fn ordinary_inputs_read_as_prost_reads_them() {
+    let inputs = [
+        json!({}),
+        json!({"q": "weather in Paris", "limit": 8, "ratio": 0.25, "exact": true, "none": null}),
+        json!({"nested": {"a": [1, 2, {"b": []}], "c": {}}, "neg": -3, "big": 9007199254740992u64}),
+        json!({"ünï/cödé~": "✓", "": "empty key", "tilde": "~0"}),
+        json!({"list": [[[]], [null, false, "x", 1.5e300]]}),
+    ];
+    for input in inputs {
+        let bytes = json_to_struct(&input).expect("an object").encode_to_vec();
+        assert_eq!(agree(&bytes).expect("reads"), input);
+    }
+}
+
+#[test]
+fn random_structs_read_as_prost_reads_them() {
+    let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    fn random_value(next: &mut impl FnMut() -> u64, depth: u32) -> Value {
+        match next() % if depth > 4 { 4 } else { 6 } {
+            0 => Value::Null,
+            1 => Value::Bool(next().is_multiple_of(2)),
+            2 => json!((next() % 2_000_000) as f64 / 8.0 - 100_000.0),
+            3 => Value::String(format!("s{}", next() % 1000)),
+            4 => Value::Array(
+                (0..next() % 4)
+                    .map(|_| random_value(next, depth + 1))
+                    .collect(),
+            ),
+            _ => Value::Object(
+                (0..next() % 4)
+                    .map(|_| (format!("k{}", next() % 10), random_value(next, depth + 1)))
+                    .collect(),
+            ),
+        }
+    }
+    for _ in 0..300 {
+        let mut object = Map::new();
+        for _ in 0..next() % 6 {
+            object.insert(format!("f{}", next() % 10), random_value(&mut next, 1));
+        }
+        let input = Value::Object(object);
+        // (Integral doubles read back as integers, so the JSON need not equal `input`.)
+        let bytes = json_to_struct(&input).expect("an object").encode_to_vec();
+        agree(&bytes).expect("reads");
+    }
+}
+
+#[test]
+fn wire_corners_follow_protobuf_rules() {
+    let string = |s: &str| delimited_field(3, s.as_bytes());
+    let cases: Vec<Vec<u8>> = vec![
+        // The last of a repeated key wins.
+        [entry("a", &string("first")), entry("a", &string("second"))].concat(),
+        // The value before the key.
+        delimited_field(
+            1,
+            &[delimited_field(2, &string("v")), delimited_field(1, b"k")].concat(),
+        ),
+        // An entry without a value, and one without a key.
+        delimited_field(1, &delimited_field(1, b"k")),
+        delimited_field(1, &delimited_field(2, &string("v"))),
+        // The last oneof member wins; a later member replaces a non-finite number.
+        entry("a", &[number_field(2, 1.0), string("x")].concat()),
+        entry(
+            "a",
+            &[number_field(2, f64::NAN), varint_field(4, 1)].concat(),
+        ),
+        entry("a", &[string("x"), varint_field(1, 0)].concat()),
+        // A struct or list after one of its own kind merges into it.
+        entry(
+            "a",
+            &[
+                delimited_field(5, &entry("x", &string("1"))),
+                delimited_field(5, &entry("y", &string("2"))),
+            ]
+            .concat(),
+        ),
+        entry(
+            "a",
+            &[
+                delimited_field(6, &delimited_field(1, &string("1"))),
+                delimited_field(6, &delimited_field(1, &string("2"))),
+            ]
+            .concat(),
+        ),
+        // A value field twice in one entry merges too.
+        delimited_field(
+            1,
+            &[
+                delimited_field(1, b"k"),
+                delimited_field(2, &string("x")),
+                delimited_field(2, &varint_field(4, 1)),
+            ]
+            .concat(),
+        ),
+        // Unknown fields everywhere are skipped.
+        [
+            varint_field(9, 7),
+            entry(
+                "a",
+                &[number_field(12, 1.0), string("x"), varint_field(20, 1)].concat(),
+            ),
+            delimited_field(1, &[delimited_field(1, b"b"), varint_field(7, 1)].concat()),
+            entry(
+                "c",
+                &delimited_field(6, &[varint_field(3, 1), delimited_field(1, &[])].concat()),
+            ),
+        ]
+        .concat(),
+    ];
+    for bytes in cases {
+        agree(&bytes).expect("reads");
+    }
+}
+
+#[test]
+fn values_without_json_form_are_named_by_pointer() {
+    let nan_in_list = entry(
+        "a/b",
+        &delimited_field(
+            6,
+            &[
+                delimited_field(1, &number_field(2, 1.0)),
+                delimited_field(1, &number_field(2, f64::INFINITY)),
+            ]
+            .concat(),
+        ),
+    );
+    let Err(RawJsonError::NoJsonForm(error)) = agree(&nan_in_list) else {
+        panic!("an infinite number has no JSON form");
+    };
+    assert_eq!(error.pointer, "/a~1b/1");
+}
+
+#[test]
+fn malformed_bytes_are_refused() {
+    let valid = entry("a", &delimited_field(3, b"x"));
+    let cases: Vec<Vec<u8>> = vec![
+        valid[..valid.len() - 1].to_vec(),
+        entry("a", &delimited_field(3, &[0xff, 0xfe])),
+        delimited_field(1, &delimited_field(1, &[0xc3])),
+        entry("a", &varint_field(3, 1)),
+        entry("a", &delimited_field(2, b"12345678")),
+        entry("a", &[0x11, 1, 2, 3]),
+        vec![0x0a, 0x80],
+    ];
+    for bytes in cases {
+        let error = agree(&bytes).expect_err("malformed");
+        assert!(
+            error
+                .to_string()
+                .starts_with("not a valid encoded google.protobuf.Struct: ")
+        );
+    }
+}
+
+#[test]
+fn nesting_is_limited_as_prost_limits_it() {
+    // Each JSON level is three messages (Struct, entry, Value); find where prost stops.
+    let nested = |levels: usize| {
+        let mut bytes = entry("leaf", &varint_field(4, 1));
+        for _ in 0..levels {
+            bytes = entry("n", &delimited_field(5, &bytes));
+        }
+        bytes
+    };
+    assert!(agree(&nested(30)).is_ok());
+    assert!(agree(&nested(40)).is_err());
+    for levels in 28..36 {
+        agree(&nested(levels)).ok();
+    }
+}
+
+#[test]
+fn values_read_as_prost_reads_them() {
+    for value in [
+        json!(null),
+        json!("x"),
+        json!([1, {"a": 2.5}]),
+        json!({"ok": true}),
+        json!(-7),
+    ] {
+        let bytes = json_to_value(&value).encode_to_vec();
+        let theirs = value_to_json(&prost_types::Value::decode(bytes.as_slice()).expect("decodes"));
+        assert_eq!(
+            value_bytes_to_json(&bytes).expect("reads"),
+            theirs.expect("converts")
+        );
+    }
+    assert_eq!(value_bytes_to_json(&[]).expect("reads"), Value::Null);
+    let nan = prost_types::Value {
+        kind: Some(PbKind::NumberValue(f64::NAN)),
+    };
+    assert!(matches!(
+        value_bytes_to_json(&nan.encode_to_vec()),
+        Err(RawJsonError::NoJsonForm(_))
+    ));
+}
+
+#[test]
+fn a_raw_message_is_sent_on_as_it_came_and_merges_when_repeated() {
+    let input = json_to_struct(&json!({"a": {"b": [1, "two"]}, "c": null})).expect("an object");
+    let raw = RawMessage::encode(&input);
+    assert_eq!(raw.encoded_len(), input.encoded_len());
+    assert_eq!(raw.decode::<prost_types::Struct>().expect("decodes"), input);
+
+    // Captured from inside an outer message, field by field, repeated occurrences merged.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Outer {
+        #[prost(message, optional, tag = "4")]
+        input: Option<RawMessage>,
+    }
+    let more = json_to_struct(&json!({"c": 3, "d": "x"})).expect("an object");
+    let bytes = [
+        delimited_field(4, &input.encode_to_vec()),
+        delimited_field(4, &more.encode_to_vec()),
+    ]
+    .concat();
+    let prost_merged = pb::InvokeToolRequest::decode(bytes.as_slice())
+        .expect("decodes")
+        .input
+        .expect("present");
+    let outer = Outer::decode(bytes.as_slice()).expect("decodes");
+    let raw = outer.input.expect("present");
+    assert_eq!(
+        raw.decode::<prost_types::Struct>().expect("decodes"),
+        prost_merged
+    );
+    assert_eq!(
+        struct_bytes_to_json(raw.as_bytes()).expect("reads"),
+        json!({"a": {"b": [1, "two"]}, "c": 3, "d": "x"})
+    );
+    assert_eq!(
+        Outer::decode(
+            Outer {
+                input: Some(raw.clone())
+            }
+            .encode_to_vec()
+            .as_slice()
+        )
+        .expect("decodes")
+        .input,
+        Some(raw)
+    );
+}
