@@ -34,6 +34,9 @@ cargo fmt --all -- --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --quiet -- -D warnings
 
+step "cargo doc (broken or private doc links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+
 step "cargo test"
 TOOLPLANE_REQUIRE_PEERS=1 cargo test --all-targets
 cargo test --doc

@@ -1,5 +1,6 @@
 //! The thin adapter for `toolplane.v1.ToolInvokeService`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Request, Response, Status};
@@ -8,8 +9,6 @@ use tracing::instrument;
 use super::convert;
 use super::deadline::caller_timeout;
 use super::discovery::accept_meta;
-use std::sync::Arc;
-
 use super::invoke_wire::{InvokeToolRequestWire, InvokeToolResponseWire, InvokeWire};
 use super::raw_message::{RawJsonError, RawMessage, struct_bytes_to_json};
 use crate::invoke::caller::WireForm;
@@ -114,8 +113,7 @@ impl InvokeWire for InvokeApi {
             .map_err(failed_status)?;
         let output = invoked
             .output_wire
-            .and_then(|wire| wire.0.downcast::<RawMessage>().ok())
-            .map(|raw| Arc::try_unwrap(raw).unwrap_or_else(|shared| (*shared).clone()))
+            .and_then(RawMessage::from_wire)
             .unwrap_or_else(|| RawMessage::encode(&json_to_value(&invoked.output)));
         Ok(InvokeToolResponseWire {
             meta: Some(meta.response()),
@@ -146,7 +144,7 @@ fn raw_input_json(input: Option<&RawMessage>) -> Result<serde_json::Value, Regis
 
 #[tonic::async_trait]
 impl ToolInvokeService for InvokeApi {
-    /// Served by [`super::invoke_wire::InvokeServer`] through [`InvokeApi::invoke_wire`]; this
+    /// Served by [`super::invoke_wire::InvokeServer`] through [`InvokeWire::invoke_wire`]; this
     /// form is for the generated server alone.
     async fn invoke_tool(
         &self,

@@ -126,13 +126,6 @@ impl GrpcProviderCaller {
     }
 }
 
-/// The caller's input as it arrived, when the engine passed it on: taken when this is its
-/// last reference (the last attempt), copied otherwise.
-fn wire_input(wire: Option<WireForm>) -> Option<RawMessage> {
-    let shared = wire?.0.downcast::<RawMessage>().ok()?;
-    Some(Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone()))
-}
-
 impl ProviderCaller for GrpcProviderCaller {
     fn call(
         &self,
@@ -142,7 +135,9 @@ impl ProviderCaller for GrpcProviderCaller {
         Box::pin(async move {
             let channel = channel?;
             let meta = RequestMeta::new(call.tenant, Some(&call.correlation_id)).response();
-            let input = wire_input(call.input_wire)
+            let input = call
+                .input_wire
+                .and_then(RawMessage::from_wire)
                 .or_else(|| json_to_struct(&call.input).map(|input| RawMessage::encode(&input)));
             let request = CallToolRequestWire {
                 meta: Some(meta),

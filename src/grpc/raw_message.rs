@@ -22,6 +22,7 @@ use prost::encoding::{
 };
 use serde_json::{Map, Value};
 
+use crate::invoke::caller::WireForm;
 use crate::json::{JsonConversionError, number_to_json};
 
 /// How many messages may nest, counting the outermost embedded one (prost's limit).
@@ -52,6 +53,13 @@ impl RawMessage {
     /// The encoded bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes
+    }
+
+    /// The message a [`WireForm`] carries, when it carries one: taken when this is the last
+    /// reference to it (the last attempt of a call), copied otherwise.
+    pub fn from_wire(wire: WireForm) -> Option<Self> {
+        let shared = wire.0.downcast::<Self>().ok()?;
+        Some(std::sync::Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone()))
     }
 
     /// Decodes the bytes as `M`.

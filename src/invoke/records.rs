@@ -4,7 +4,7 @@
 //! Each record is one line of canonical JSON carrying `record_sha256`, the sha256 of its own
 //! canonical JSON without that field, and `prev_record_sha256`, the `record_sha256` of the
 //! record before it (64 zeros for the first). An edited line no longer matches its own hash; a
-//! removed or reordered line breaks the link of the line after it; [`verify_file`] names the
+//! removed or reordered line breaks the link of the line after it; [`verify_file`](super::audit::verify_file) names the
 //! first bad line. A removed *last* line leaves no trace in the chain itself: compare the head
 //! hash `verify` prints with one kept elsewhere to catch that.
 //!

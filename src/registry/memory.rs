@@ -1,12 +1,12 @@
 //! The embedded in-memory store.
 //!
-//! Readers load an immutable [`Snapshot`] through `ArcSwap` and never wait on writers. Writers
+//! Readers load an immutable `Snapshot` through `ArcSwap` and never wait on writers. Writers
 //! take one mutex, build the next snapshot from persistent (`imbl`) maps that share structure
 //! with the last one, publish it, and broadcast the change, so events leave in revision order.
 //!
 //! Leases are measured on the monotonic clock and checked exactly on every read, so a lapsed
 //! lease is never served. Removal of lapsed leases (the EXPIRED event, health flip) is driven
-//! by [`super::expiry`], a tokio `DelayQueue` with millisecond resolution. moka's per-entry
+//! by `registry::expiry`, a tokio `DelayQueue` with millisecond resolution. moka's per-entry
 //! expiry was considered: its timer wheel only processes the ~1.07 s bucket an entry lands in
 //! after the wheel's tick has moved past it, so an eviction could be observed more than 1 s
 //! late, which the lease contract does not allow.
