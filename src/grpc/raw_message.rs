@@ -9,7 +9,9 @@
 //! gives, to the letter (tests compare the two): the last of repeated map keys and `oneof`
 //! members wins, repeated embedded messages merge, unknown fields are skipped, strings must be
 //! UTF-8, and at most 100 messages nest (prost's limit). So what toolplane validates is what
-//! the provider decodes.
+//! the provider decodes. Bytes that are bad in more than one way (say, a NaN in one entry and
+//! a broken length in a later one) are refused either way, but the fault named may be another
+//! one than that path would name: this reader stops at the first it meets.
 //!
 //! prost has no public way to keep a field undecoded or to walk encoded bytes, so this uses
 //! the wire primitives of `prost::encoding` that prost's own derived decoders use.
@@ -252,20 +254,29 @@ fn merge_struct(mut buf: &[u8], depth: u32, map: &mut Map<String, Value>) -> Res
         let mut entry = delimited(&mut buf, wire_type)?;
         enter(depth + 1)?;
         // The value is read once the key is known (fields may come in any order), so an
-        // error inside it can name its place.
+        // error inside it can name its place. A value field seen more than once merges; the
+        // usual single one needs no allocation.
         let mut key = String::new();
-        let mut values: Vec<&[u8]> = Vec::new();
+        let mut value: Option<&[u8]> = None;
+        let mut more_values: Vec<&[u8]> = Vec::new();
         while !entry.is_empty() {
             let (tag, wire_type) = decode_key(&mut entry)?;
             match tag {
                 1 => key = utf8(delimited(&mut entry, wire_type)?)?,
-                2 => values.push(delimited(&mut entry, wire_type)?),
+                2 => {
+                    let bytes = delimited(&mut entry, wire_type)?;
+                    match value {
+                        None => value = Some(bytes),
+                        Some(_) => more_values.push(bytes),
+                    }
+                }
                 _ => skip_field(wire_type, tag, &mut entry, DecodeContext::default())?,
             }
         }
         let mut kind = Kind::Unset;
-        let value = values
+        let value = value
             .into_iter()
+            .chain(more_values)
             .try_for_each(|bytes| merge_value(bytes, depth + 2, &mut kind))
             .and_then(|()| kind.finish())
             .map_err(|fault| fault.under(&key))?;
