@@ -11,7 +11,7 @@ use super::fixtures::input_of_size;
 use super::load::{Measured, closed_loop};
 use super::procs::ChildProcess;
 use super::report::Row;
-use super::{Bench, alternate, channels, meta};
+use super::{Bench, channels, meta};
 use crate::json::json_to_struct;
 use crate::pb;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
@@ -165,164 +165,202 @@ fn added(through: &[Run], direct: &[Run], quantile: f64) -> Vec<f64> {
         .collect()
 }
 
-/// The pass-through floor for one input: added latency at concurrency 1, saturation against
-/// the direct call, CPU per call.
-async fn floor_rows(
-    bench: &Bench,
-    (floor, floor_process): (&str, &ChildProcess),
-    (provider, provider_process): (&str, &ChildProcess),
-    input: &Arc<prost_types::Struct>,
-    label: &str,
-) -> Result<Vec<Row>, String> {
-    let tool = "bench_simple";
-    let label = format!("{label} pass-through (the floor):");
-    let mut rows = Vec::new();
-    for concurrency in [1, SATURATION_CONCURRENCY] {
-        let (a, b) = alternate(
-            bench.sizes.repetitions,
-            async || {
-                let input = Arc::clone(input);
-                through(floor, floor_process, tool, input, concurrency, bench).await
-            },
-            async || {
-                let input = Arc::clone(input);
-                direct(provider, provider_process, tool, input, concurrency, bench).await
-            },
-        )
-        .await?;
-        if concurrency == 1 {
-            rows.push(Row::single(
-                SCENARIO,
-                &format!("{label} added p50 at c=1"),
-                "us",
-                added(&a, &b, 0.5),
-            ));
-            continue;
+/// The three ways a call is measured: through toolplane, through the pass-through (the floor
+/// of toolplane's transport), and straight to the provider.
+#[derive(Debug, Clone, Copy)]
+enum Path {
+    Toolplane,
+    Floor,
+    Direct,
+}
+
+/// The processes scenario 2 measures.
+struct Servers {
+    toolplane: ChildProcess,
+    floor: ChildProcess,
+    provider: ChildProcess,
+}
+
+/// One measurement of every path, per round.
+#[derive(Default)]
+struct Rounds {
+    toolplane: Vec<Run>,
+    floor: Vec<Run>,
+    direct: Vec<Run>,
+}
+
+impl Servers {
+    async fn measure(
+        &self,
+        path: Path,
+        tool: &'static str,
+        input: &Arc<prost_types::Struct>,
+        concurrency: usize,
+        bench: &Bench,
+    ) -> Result<Run, String> {
+        let input = Arc::clone(input);
+        match path {
+            Path::Toolplane => {
+                let server = &self.toolplane;
+                through(&server.endpoint(), server, tool, input, concurrency, bench).await
+            }
+            Path::Floor => {
+                let server = &self.floor;
+                through(&server.endpoint(), server, tool, input, concurrency, bench).await
+            }
+            Path::Direct => {
+                let server = &self.provider;
+                direct(&server.endpoint(), server, tool, input, concurrency, bench).await
+            }
         }
-        rows.push(Row::paired(
-            SCENARIO,
-            &format!("{label} saturation c={concurrency} vs direct"),
-            "req/s",
-            values(&a, |r| r.measured.rps()),
-            values(&b, |r| r.measured.rps()),
-        ));
-        rows.push(Row::paired(
-            SCENARIO,
-            &format!("{label} server CPU per call (pass-through vs provider)"),
-            "us",
-            values(&a, |r| r.cpu_per_call_us),
-            values(&b, |r| r.cpu_per_call_us),
-        ));
     }
-    Ok(rows)
+
+    /// Measures the three paths in every round, in an order that rotates from round to round,
+    /// so each path is compared with the others measured moments apart.
+    async fn rounds(
+        &self,
+        tool: &'static str,
+        input: &Arc<prost_types::Struct>,
+        concurrency: usize,
+        bench: &Bench,
+    ) -> Result<Rounds, String> {
+        const ORDER: [Path; 3] = [Path::Toolplane, Path::Floor, Path::Direct];
+        let mut rounds = Rounds::default();
+        for round in 0..bench.sizes.repetitions.max(1) {
+            for offset in 0..ORDER.len() {
+                let path = ORDER[(round + offset) % ORDER.len()];
+                let run = self.measure(path, tool, input, concurrency, bench).await?;
+                match path {
+                    Path::Toolplane => rounds.toolplane.push(run),
+                    Path::Floor => rounds.floor.push(run),
+                    Path::Direct => rounds.direct.push(run),
+                }
+            }
+        }
+        Ok(rounds)
+    }
+}
+
+/// The rows of concurrency 1: latency through toolplane and straight to the provider, and what
+/// toolplane and the pass-through add to it.
+fn latency_rows(label: &str, rounds: &Rounds) -> Vec<Row> {
+    let p50 = |runs: &[Run]| values(runs, |r| r.measured.percentile_us(0.5));
+    let p99 = |runs: &[Run]| values(runs, |r| r.measured.percentile_us(0.99));
+    let Rounds {
+        toolplane,
+        floor,
+        direct,
+    } = rounds;
+    vec![
+        Row::paired(
+            SCENARIO,
+            &format!("{label} c=1 p50"),
+            "us",
+            p50(toolplane),
+            p50(direct),
+        ),
+        Row::paired(
+            SCENARIO,
+            &format!("{label} c=1 p99"),
+            "us",
+            p99(toolplane),
+            p99(direct),
+        ),
+        Row::single(
+            SCENARIO,
+            &format!("{label} added p50 at c=1"),
+            "us",
+            added(toolplane, direct, 0.5),
+        )
+        .target("<= 100 us", |t, _| t <= 100.0),
+        Row::single(
+            SCENARIO,
+            &format!("{label} added p99 at c=1"),
+            "us",
+            added(toolplane, direct, 0.99),
+        ),
+        Row::paired(
+            SCENARIO,
+            &format!("{label} added p50 at c=1, toolplane vs pass-through (the floor)"),
+            "us",
+            added(toolplane, direct, 0.5),
+            added(floor, direct, 0.5),
+        ),
+    ]
+}
+
+/// The rows of saturation: throughput of each path and server CPU time per call.
+fn saturation_rows(label: &str, rounds: &Rounds) -> Vec<Row> {
+    let rps = |runs: &[Run]| values(runs, |r| r.measured.rps());
+    let cpu = |runs: &[Run]| values(runs, |r| r.cpu_per_call_us);
+    let Rounds {
+        toolplane,
+        floor,
+        direct,
+    } = rounds;
+    let c = SATURATION_CONCURRENCY;
+    vec![
+        Row::paired(
+            SCENARIO,
+            &format!("{label} saturation c={c}"),
+            "req/s",
+            rps(toolplane),
+            rps(direct),
+        )
+        .target(">= 0.5x direct", |t, base| t >= 0.5 * base),
+        Row::paired(
+            SCENARIO,
+            &format!("{label} server CPU per call (toolplane vs provider)"),
+            "us",
+            cpu(toolplane),
+            cpu(direct),
+        ),
+        Row::paired(
+            SCENARIO,
+            &format!("{label} pass-through (the floor): saturation c={c} vs direct"),
+            "req/s",
+            rps(floor),
+            rps(direct),
+        ),
+        Row::paired(
+            SCENARIO,
+            &format!("{label} saturation c={c}, toolplane vs pass-through (the floor)"),
+            "req/s",
+            rps(toolplane),
+            rps(floor),
+        ),
+        Row::paired(
+            SCENARIO,
+            &format!("{label} server CPU per call (toolplane vs pass-through)"),
+            "us",
+            cpu(toolplane),
+            cpu(floor),
+        ),
+    ]
 }
 
 /// Runs scenario 2.
 pub(super) async fn run(bench: &Bench) -> Result<Vec<Row>, String> {
     let toolplane = bench.start_toolplane(&[]).await?;
     let provider = start_provider(bench, &toolplane.endpoint()).await?;
-    let (ours, theirs) = (toolplane.endpoint(), provider.endpoint());
-    let passthrough = start_passthrough(bench, &theirs).await?;
-    let floor = passthrough.endpoint();
+    let floor = start_passthrough(bench, &provider.endpoint()).await?;
+    let servers = Servers {
+        toolplane,
+        floor,
+        provider,
+    };
     let mut rows = Vec::new();
     for tool in ["bench_simple", "bench_complex"] {
         for size in [256, 4096] {
             let input: Value = input_of_size(size);
             let input = Arc::new(json_to_struct(&input).expect("bench inputs are objects"));
             let label = format!("{tool} {size} B");
-            let (a, b) = alternate(
-                bench.sizes.repetitions,
-                async || through(&ours, &toolplane, tool, Arc::clone(&input), 1, bench).await,
-                async || direct(&theirs, &provider, tool, Arc::clone(&input), 1, bench).await,
-            )
-            .await?;
-            let p50 = |runs: &[Run]| values(runs, |r| r.measured.percentile_us(0.5));
-            let p99 = |runs: &[Run]| values(runs, |r| r.measured.percentile_us(0.99));
-            rows.push(Row::paired(
-                SCENARIO,
-                &format!("{label} c=1 p50"),
-                "us",
-                p50(&a),
-                p50(&b),
-            ));
-            rows.push(Row::paired(
-                SCENARIO,
-                &format!("{label} c=1 p99"),
-                "us",
-                p99(&a),
-                p99(&b),
-            ));
-            rows.push(
-                Row::single(
-                    SCENARIO,
-                    &format!("{label} added p50 at c=1"),
-                    "us",
-                    added(&a, &b, 0.5),
-                )
-                .target("<= 100 us", |t, _| t <= 100.0),
-            );
-            rows.push(Row::single(
-                SCENARIO,
-                &format!("{label} added p99 at c=1"),
-                "us",
-                added(&a, &b, 0.99),
-            ));
-
-            let (a, b) = alternate(
-                bench.sizes.repetitions,
-                async || {
-                    through(
-                        &ours,
-                        &toolplane,
-                        tool,
-                        Arc::clone(&input),
-                        SATURATION_CONCURRENCY,
-                        bench,
-                    )
-                    .await
-                },
-                async || {
-                    direct(
-                        &theirs,
-                        &provider,
-                        tool,
-                        Arc::clone(&input),
-                        SATURATION_CONCURRENCY,
-                        bench,
-                    )
-                    .await
-                },
-            )
-            .await?;
-            rows.push(
-                Row::paired(
-                    SCENARIO,
-                    &format!("{label} saturation c={SATURATION_CONCURRENCY}"),
-                    "req/s",
-                    values(&a, |r| r.measured.rps()),
-                    values(&b, |r| r.measured.rps()),
-                )
-                .target(">= 0.5x direct", |t, base| t >= 0.5 * base),
-            );
-            rows.push(Row::paired(
-                SCENARIO,
-                &format!("{label} server CPU per call (toolplane vs provider)"),
-                "us",
-                values(&a, |r| r.cpu_per_call_us),
-                values(&b, |r| r.cpu_per_call_us),
-            ));
-            if tool == "bench_simple" {
-                rows.extend(
-                    floor_rows(
-                        bench,
-                        (&floor, &passthrough),
-                        (&theirs, &provider),
-                        &input,
-                        &label,
-                    )
-                    .await?,
-                );
-            }
+            let rounds = servers.rounds(tool, &input, 1, bench).await?;
+            rows.extend(latency_rows(&label, &rounds));
+            let rounds = servers
+                .rounds(tool, &input, SATURATION_CONCURRENCY, bench)
+                .await?;
+            rows.extend(saturation_rows(&label, &rounds));
         }
     }
     Ok(rows)
