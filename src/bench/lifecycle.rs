@@ -299,8 +299,8 @@ pub(super) async fn startup_and_memory(bench: &Bench) -> Result<Vec<Row>, String
     let empty = toolplane.resident_bytes();
     let mut registered = 0;
     let mut schema_text = 0;
-    // (tools, resident growth, schema text) at the previous level.
-    let mut previous: Option<(usize, f64, usize)> = None;
+    // (tools, resident growth, schema text) at each level.
+    let mut levels: Vec<(usize, f64, usize)> = Vec::new();
     for level in bench.sizes.memory_tools.clone() {
         schema_text += register_tools(
             &mut client,
@@ -324,25 +324,43 @@ pub(super) async fn startup_and_memory(bench: &Bench) -> Result<Vec<Row>, String
             "bytes",
             vec![(grown - schema_text as f64) / registered as f64],
         ));
-        // The cost of each further tool: the growth between two levels over the tools added,
-        // which leaves out what the process holds once whatever the tool count (allocator
-        // caches warmed by the registration path, see BENCHMARKS.md).
-        if let Some((tools, before, text_before)) = previous {
-            let added = (registered - tools) as f64;
-            let text = (schema_text - text_before) as f64;
-            rows.push(
-                Row::single(
-                    "5 memory",
-                    &format!(
-                        "resident per added tool from {tools} to {registered} tools, beyond its schema text"
-                    ),
-                    "bytes",
-                    vec![(grown - before - text) / added],
-                )
-                .target("<= 8 KB", |t, _| t <= 8192.0),
-            );
-        }
-        previous = Some((registered, grown, schema_text));
+        levels.push((registered, grown, schema_text));
+    }
+    // The cost of each further tool: the growth between two levels over the tools added,
+    // which leaves out what the process holds once whatever the tool count (allocator caches
+    // warmed by the registration path, see BENCHMARKS.md). The target is judged from the first
+    // level to the last: between two nearby levels, memory the allocator kept from the first
+    // level's registrations can be reused and hide the growth.
+    let whole = (levels.len() > 2).then(|| (levels[0], levels[levels.len() - 1]));
+    for pair in levels
+        .windows(2)
+        .map(|pair| (pair[0], pair[1]))
+        .chain(whole)
+    {
+        let row = per_added_tool(pair.0, pair.1);
+        rows.push(if levels.len() == 2 || Some(pair) == whole {
+            row.target("<= 8 KB", |t, _| t <= 8192.0)
+        } else {
+            row
+        });
     }
     Ok(rows)
+}
+
+/// Resident memory per tool added between two levels of (tools, resident growth, schema
+/// text), less the added schema text.
+fn per_added_tool(
+    (tools, before, text_before): (usize, f64, usize),
+    (registered, grown, text): (usize, f64, usize),
+) -> Row {
+    let added = (registered - tools) as f64;
+    let text = (text - text_before) as f64;
+    Row::single(
+        "5 memory",
+        &format!(
+            "resident per added tool from {tools} to {registered} tools, beyond its schema text"
+        ),
+        "bytes",
+        vec![(grown - before - text) / added],
+    )
 }
