@@ -303,15 +303,16 @@ impl RecordLog {
     }
 
     /// Appends a record: gives it the next sequence and the previous line's hash, writes it to
-    /// the file (when there is one), then keeps it for listing.
+    /// the file (when there is one), then keeps it for listing. Only the chaining, the hash,
+    /// the write and the ring update happen under the log's lock; the record is built before
+    /// it, and a record pushed out of the ring is dropped after it.
     pub fn append(&self, draft: RecordDraft) -> Result<Arc<InvocationRecord>, RecordError> {
-        let mut state = self.lock();
         let duration = draft
             .finished_at
             .duration_since(draft.started_at)
             .unwrap_or_default();
-        let record = InvocationRecord {
-            sequence: state.next_sequence,
+        let mut record = InvocationRecord {
+            sequence: 0,
             invocation_id: draft.invocation_id,
             tenant_id: draft.tenant.0,
             correlation_id: draft.correlation_id,
@@ -326,25 +327,28 @@ impl RecordLog {
             attempts: draft.attempts,
             status: draft.status,
             error_reason: draft.error_reason,
-            prev_record_sha256: state.last_sha256.clone(),
+            prev_record_sha256: String::new(),
             record_sha256: String::new(),
         };
-        let mut record = record;
+        let mut state = self.lock();
+        record.sequence = state.next_sequence;
+        record.prev_record_sha256.clone_from(&state.last_sha256);
         record.record_sha256 = content_sha256(&record);
         if let Some((path, file)) = state.file.as_mut() {
-            let line = record_line(&record);
-            let written = file
-                .write_all(format!("{line}\n").as_bytes())
-                .and_then(|()| file.flush());
+            let mut line = record_line(&record);
+            line.push('\n');
+            let written = file.write_all(line.as_bytes()).and_then(|()| file.flush());
             written.map_err(|source| RecordError::Io {
                 path: path.clone(),
                 source,
             })?;
         }
-        state.last_sha256 = record.record_sha256.clone();
+        state.last_sha256.clone_from(&record.record_sha256);
         state.next_sequence += 1;
         let record = Arc::new(record);
-        push_ring(&mut state, Arc::clone(&record));
+        let evicted = push_ring(&mut state, Arc::clone(&record));
+        drop(state);
+        drop(evicted);
         Ok(record)
     }
 
@@ -384,143 +388,18 @@ impl RecordLog {
     }
 }
 
-fn push_ring(state: &mut LogState, record: Arc<InvocationRecord>) {
-    if state.ring.len() == state.capacity {
-        state.ring.pop_front();
-    }
+/// Keeps `record` in the ring; answers the record it pushed out, for the caller to drop once
+/// the lock is released.
+fn push_ring(state: &mut LogState, record: Arc<InvocationRecord>) -> Option<Arc<InvocationRecord>> {
+    let evicted = if state.ring.len() == state.capacity {
+        state.ring.pop_front()
+    } else {
+        None
+    };
     state.ring.push_back(record);
+    evicted
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::invoke::audit::verify_file;
-    use std::time::SystemTime;
-
-    fn draft(tool: &str) -> RecordDraft {
-        RecordDraft {
-            invocation_id: uuid::Uuid::new_v4().to_string(),
-            tenant: TenantId(1),
-            correlation_id: "c".into(),
-            tool_name: tool.into(),
-            service_name: "svc".into(),
-            definition_sha256: "d".repeat(64),
-            input_sha256: "i".repeat(64),
-            output_sha256: String::new(),
-            started_at: SystemTime::now(),
-            finished_at: SystemTime::now(),
-            attempts: 1,
-            status: InvocationStatus::Succeeded,
-            error_reason: String::new(),
-        }
-    }
-
-    fn lines(path: &Path) -> Vec<String> {
-        std::fs::read_to_string(path)
-            .expect("read")
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    fn write(path: &Path, lines: &[String]) {
-        std::fs::write(
-            path,
-            lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
-        )
-        .expect("write");
-    }
-
-    #[test]
-    fn record_lines_and_hashes_are_the_canonical_json_of_the_record() {
-        let log = RecordLog::in_memory(4);
-        let mut odd = draft("t\u{e9}ol.\"quoted\"/\\");
-        odd.correlation_id = "line\nbreak \u{1F600} \u{7f} <&>".into();
-        odd.error_reason = "\u{0}".into();
-        let record = log.append(odd).expect("append");
-        let mut value = serde_json::to_value(&*record).expect("serializes");
-        assert_eq!(record_line(&record), crate::json::canonical_json(&value));
-        value
-            .as_object_mut()
-            .expect("an object")
-            .remove("record_sha256");
-        assert_eq!(
-            record.record_sha256,
-            crate::json::canonical_sha256(&value),
-            "record_sha256 is the sha256 of the canonical JSON without that field"
-        );
-    }
-
-    #[test]
-    fn chain_verifies_and_survives_reopening() {
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("records.jsonl");
-        let log = RecordLog::open(&path, 10).expect("open");
-        for tool in ["a", "b", "c"] {
-            log.append(draft(tool)).expect("append");
-        }
-        drop(log);
-        let reopened = RecordLog::open(&path, 10).expect("reopen");
-        let fourth = reopened.append(draft("d")).expect("append");
-        assert_eq!(fourth.sequence, 4);
-        assert_eq!(
-            reopened
-                .list(TenantId(1), &RecordFilter::default(), None, 10)
-                .len(),
-            4
-        );
-        let verified = verify_file(&path).expect("chain intact");
-        assert_eq!(verified.records, 4);
-    }
-
-    #[test]
-    fn deleted_reordered_and_edited_lines_are_named() {
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("records.jsonl");
-        let log = RecordLog::open(&path, 10).expect("open");
-        for tool in ["a", "b", "c", "d"] {
-            log.append(draft(tool)).expect("append");
-        }
-        let original = lines(&path);
-
-        let mut deleted = original.clone();
-        deleted.remove(1);
-        write(&path, &deleted);
-        assert_eq!(verify_file(&path).expect_err("deleted").line, 2);
-
-        let mut reordered = original.clone();
-        reordered.swap(1, 2);
-        write(&path, &reordered);
-        assert_eq!(verify_file(&path).expect_err("reordered").line, 2);
-
-        let mut edited = original.clone();
-        edited[2] = edited[2].replace("\"tool_name\":\"c\"", "\"tool_name\":\"x\"");
-        write(&path, &edited);
-        assert_eq!(verify_file(&path).expect_err("edited").line, 3);
-
-        let mut reformatted = original;
-        reformatted[3] = reformatted[3].replace("\"tool_name\":\"d\"", "\"tool_name\": \"d\"");
-        write(&path, &reformatted);
-        assert_eq!(verify_file(&path).expect_err("edited last line").line, 4);
-    }
-
-    #[test]
-    fn ring_is_bounded_and_filters_by_tenant() {
-        let log = RecordLog::in_memory(2);
-        for tool in ["a", "b", "c"] {
-            log.append(draft(tool)).expect("append");
-        }
-        let listed = log.list(TenantId(1), &RecordFilter::default(), None, 10);
-        assert_eq!(
-            listed
-                .iter()
-                .map(|r| r.tool_name.as_str())
-                .collect::<Vec<_>>(),
-            ["c", "b"]
-        );
-        assert!(
-            log.list(TenantId(2), &RecordFilter::default(), None, 10)
-                .is_empty()
-        );
-    }
-}
+#[path = "records_tests.rs"]
+mod tests;

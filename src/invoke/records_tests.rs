@@ -1,0 +1,132 @@
+//! Unit tests of the record log: chaining, the canonical form, reopening, and listing.
+
+use super::*;
+use crate::invoke::audit::verify_file;
+use std::time::SystemTime;
+
+fn draft(tool: &str) -> RecordDraft {
+    RecordDraft {
+        invocation_id: uuid::Uuid::new_v4().to_string(),
+        tenant: TenantId(1),
+        correlation_id: "c".into(),
+        tool_name: tool.into(),
+        service_name: "svc".into(),
+        definition_sha256: "d".repeat(64),
+        input_sha256: "i".repeat(64),
+        output_sha256: String::new(),
+        started_at: SystemTime::now(),
+        finished_at: SystemTime::now(),
+        attempts: 1,
+        status: InvocationStatus::Succeeded,
+        error_reason: String::new(),
+    }
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .expect("read")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn write(path: &Path, lines: &[String]) {
+    std::fs::write(
+        path,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .expect("write");
+}
+
+#[test]
+fn record_lines_and_hashes_are_the_canonical_json_of_the_record() {
+    let log = RecordLog::in_memory(4);
+    let mut odd = draft("t\u{e9}ol.\"quoted\"/\\");
+    odd.correlation_id = "line\nbreak \u{1F600} \u{7f} <&>".into();
+    odd.error_reason = "\u{0}".into();
+    let record = log.append(odd).expect("append");
+    let mut value = serde_json::to_value(&*record).expect("serializes");
+    assert_eq!(record_line(&record), crate::json::canonical_json(&value));
+    value
+        .as_object_mut()
+        .expect("an object")
+        .remove("record_sha256");
+    assert_eq!(
+        record.record_sha256,
+        crate::json::canonical_sha256(&value),
+        "record_sha256 is the sha256 of the canonical JSON without that field"
+    );
+}
+
+#[test]
+fn chain_verifies_and_survives_reopening() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("records.jsonl");
+    let log = RecordLog::open(&path, 10).expect("open");
+    for tool in ["a", "b", "c"] {
+        log.append(draft(tool)).expect("append");
+    }
+    drop(log);
+    let reopened = RecordLog::open(&path, 10).expect("reopen");
+    let fourth = reopened.append(draft("d")).expect("append");
+    assert_eq!(fourth.sequence, 4);
+    assert_eq!(
+        reopened
+            .list(TenantId(1), &RecordFilter::default(), None, 10)
+            .len(),
+        4
+    );
+    let verified = verify_file(&path).expect("chain intact");
+    assert_eq!(verified.records, 4);
+}
+
+#[test]
+fn deleted_reordered_and_edited_lines_are_named() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("records.jsonl");
+    let log = RecordLog::open(&path, 10).expect("open");
+    for tool in ["a", "b", "c", "d"] {
+        log.append(draft(tool)).expect("append");
+    }
+    let original = lines(&path);
+
+    let mut deleted = original.clone();
+    deleted.remove(1);
+    write(&path, &deleted);
+    assert_eq!(verify_file(&path).expect_err("deleted").line, 2);
+
+    let mut reordered = original.clone();
+    reordered.swap(1, 2);
+    write(&path, &reordered);
+    assert_eq!(verify_file(&path).expect_err("reordered").line, 2);
+
+    let mut edited = original.clone();
+    edited[2] = edited[2].replace("\"tool_name\":\"c\"", "\"tool_name\":\"x\"");
+    write(&path, &edited);
+    assert_eq!(verify_file(&path).expect_err("edited").line, 3);
+
+    let mut reformatted = original;
+    reformatted[3] = reformatted[3].replace("\"tool_name\":\"d\"", "\"tool_name\": \"d\"");
+    write(&path, &reformatted);
+    assert_eq!(verify_file(&path).expect_err("edited last line").line, 4);
+}
+
+#[test]
+fn ring_is_bounded_and_filters_by_tenant() {
+    let log = RecordLog::in_memory(2);
+    for tool in ["a", "b", "c"] {
+        log.append(draft(tool)).expect("append");
+    }
+    let listed = log.list(TenantId(1), &RecordFilter::default(), None, 10);
+    assert_eq!(
+        listed
+            .iter()
+            .map(|r| r.tool_name.as_str())
+            .collect::<Vec<_>>(),
+        ["c", "b"]
+    );
+    assert!(
+        log.list(TenantId(2), &RecordFilter::default(), None, 10)
+            .is_empty()
+    );
+}
