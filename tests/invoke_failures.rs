@@ -1,0 +1,272 @@
+//! InvokeTool when things go wrong, through the real server against real provider servers on
+//! loopback: deadlines with cancellation at the provider, rate limits with retry info, retries
+//! under the caller's policy (and none without it), unreachable and unhealthy providers.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::invoke_fixture::*;
+use common::*;
+use serde_json::json;
+use tonic::Code;
+use tonic::transport::Channel;
+use toolplane::grpc::ServerOptions;
+use toolplane::invoke::limits::{Bucket, RateLimitConfig};
+use toolplane::json::value_to_json;
+use toolplane::pb;
+
+/// A call past the tool's timeout is DEADLINE_EXCEEDED (TOOL_TIMEOUT) and the provider sees
+/// the cancellation.
+#[tokio::test(flavor = "multi_thread")]
+async fn timeout_cancels_the_call_at_the_provider() {
+    let setup = setup().await;
+    let mut client = invoker(&setup.server).await;
+    let error = client
+        .invoke_tool(request("sleepy", json!({})))
+        .await
+        .expect_err("times out");
+    assert_eq!(error.code(), Code::DeadlineExceeded);
+    assert_eq!(reason(&error), "TOOL_TIMEOUT");
+    let probes = Arc::clone(&setup.probes);
+    eventually("the provider observes the cancellation", || {
+        let probes = Arc::clone(&probes);
+        async move { probes.sleepy_cancelled.load(Ordering::SeqCst) }
+    })
+    .await;
+    let written = records(&mut client, "sleepy").await;
+    assert_eq!(written[0].status, pb::InvocationStatus::TimedOut as i32);
+
+    // The caller's own shorter deadline bounds the call too, and is answered before it passes.
+    let mut short = tonic::Request::new(request("echo", json!({"x": 1})));
+    short.set_timeout(Duration::from_secs(5));
+    client
+        .invoke_tool(short)
+        .await
+        .expect("fast call within the caller's deadline");
+}
+
+/// Over the service's rate limit is RESOURCE_EXHAUSTED with RetryInfo; the provider is not called.
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_limit_answers_with_retry_info() {
+    let limits = RateLimitConfig {
+        per_service: Some(Bucket {
+            per_second: 1,
+            burst: 2,
+        }),
+        per_tool: Default::default(),
+    };
+    let setup = setup_with(ServerOptions {
+        rate_limits: limits,
+        ..test_options()
+    })
+    .await;
+    let mut client = invoker(&setup.server).await;
+    client
+        .invoke_tool(request("echo", json!({})))
+        .await
+        .expect("first within burst");
+    client
+        .invoke_tool(request("echo", json!({})))
+        .await
+        .expect("second within burst");
+    let error = client
+        .invoke_tool(request("echo", json!({})))
+        .await
+        .expect_err("over the limit");
+    assert_eq!(error.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&error), "RATE_LIMIT_EXCEEDED");
+    use tonic_types::StatusExt;
+    let delay = error
+        .get_error_details()
+        .retry_info()
+        .and_then(|retry| retry.retry_delay)
+        .expect("RetryInfo");
+    assert!(
+        delay > Duration::ZERO && delay <= Duration::from_secs(1),
+        "{delay:?}"
+    );
+    assert_eq!(setup.probes.echo_calls.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        records(&mut client, "echo").await[0].status,
+        pb::InvocationStatus::RateLimited as i32
+    );
+}
+
+fn retry_policy(max_attempts: u32) -> Option<pb::RetryPolicy> {
+    Some(pb::RetryPolicy {
+        max_attempts,
+        initial_backoff: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 10_000_000,
+        }),
+        ..Default::default()
+    })
+}
+
+/// With a policy and the RETRY capability, UNAVAILABLE is retried with the same idempotency key.
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_follow_the_callers_policy() {
+    let setup = setup().await;
+    let mut client = invoker(&setup.server).await;
+    let input = json!({"n": 7, "nested": {"list": [1, "two", null, 4.5]}});
+    let mut call = request("flaky", input.clone());
+    call.retry_policy = retry_policy(3);
+    call.idempotency_key = "key-1".into();
+    let answer = client
+        .invoke_tool(call)
+        .await
+        .expect("third attempt succeeds")
+        .into_inner();
+    assert_eq!(
+        value_to_json(answer.output.as_ref().expect("output")).expect("json"),
+        json!({"attempt": 3})
+    );
+    assert_eq!(answer.record.expect("record").attempts, 3);
+    assert_eq!(
+        *setup.probes.idempotency_keys.lock().expect("lock"),
+        ["key-1", "key-1", "key-1"]
+    );
+    assert_eq!(
+        *setup.probes.flaky_inputs.lock().expect("lock"),
+        [input.clone(), input.clone(), input],
+        "every attempt carries the caller's input"
+    );
+}
+
+/// Without a policy there is exactly one attempt; without RETRY the policy does not apply.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_retry_without_policy_or_capability() {
+    let setup = setup().await;
+    let mut client = invoker(&setup.server).await;
+    let error = client
+        .invoke_tool(request("flaky", json!({})))
+        .await
+        .expect_err("first attempt fails");
+    assert_eq!(error.code(), Code::Unavailable);
+    assert_eq!(reason(&error), "TOOL_UNAVAILABLE");
+    assert_eq!(setup.probes.flaky_calls.load(Ordering::SeqCst), 1);
+
+    let mut call = request("flaky_not_retryable", json!({}));
+    call.retry_policy = retry_policy(5);
+    client.invoke_tool(call).await.expect_err("not retryable");
+    assert_eq!(
+        setup.probes.flaky_calls.load(Ordering::SeqCst),
+        2,
+        "one more call, no retries"
+    );
+    let written = records(&mut client, "flaky_not_retryable").await;
+    assert_eq!(
+        (written[0].status, written[0].attempts),
+        (pb::InvocationStatus::Unavailable as i32, 1)
+    );
+
+    let bad_policy = pb::InvokeToolRequest {
+        retry_policy: retry_policy(0),
+        ..request("flaky", json!({}))
+    };
+    let error = client
+        .invoke_tool(bad_policy)
+        .await
+        .expect_err("bad policy");
+    assert_eq!(violations(&error)[0].0, "retry_policy.max_attempts");
+}
+
+/// A provider that is not listening is UNAVAILABLE at once, not after the tool's timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_provider_is_unavailable() {
+    let server = TestServer::start().await;
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let mut discovery = server.discovery().await;
+    let mut gone = registration("gone", vec![simple_tool("t")]);
+    gone.endpoint = format!("http://127.0.0.1:{port}");
+    gone.tools[0].timeout_ms = Some(30_000);
+    register_ok(&mut discovery, 0, gone).await;
+    let mut client = invoker(&server).await;
+    let error = client
+        .invoke_tool(request("t", json!({})))
+        .await
+        .expect_err("nobody listens");
+    assert_eq!(error.code(), Code::Unavailable);
+    let written = records(&mut client, "t").await;
+    assert_eq!(
+        written[0].status,
+        pb::InvocationStatus::Unavailable as i32,
+        "failed fast, not TIMED_OUT"
+    );
+}
+
+/// Waits until HealthService reports `state` for the test provider's service.
+async fn wait_for_health(
+    health: &pb::health_service_client::HealthServiceClient<Channel>,
+    state: pb::HealthState,
+) {
+    eventually(&format!("HealthService reports {state:?}"), || {
+        let mut health = health.clone();
+        async move {
+            let request = pb::GetServiceHealthRequest {
+                meta: meta(0),
+                service_name: "testing".into(),
+            };
+            health
+                .get_service_health(request)
+                .await
+                .is_ok_and(|a| a.into_inner().status == state as i32)
+        }
+    })
+    .await;
+}
+
+/// A provider failing its health check shows as UNHEALTHY / NOT_SERVING and is refused at
+/// once, while its lease keeps it registered; it recovers when healthy again.
+#[tokio::test(flavor = "multi_thread")]
+async fn failing_health_check_marks_unhealthy_and_fails_fast() {
+    let setup = setup().await;
+    let mut client = invoker(&setup.server).await;
+    let health = pb::health_service_client::HealthServiceClient::new(setup.server.channel().await);
+    let mut standard =
+        tonic_health::pb::health_client::HealthClient::new(setup.server.channel().await);
+    setup.provider.health.set_serving(false).await;
+    wait_for_health(&health, pb::HealthState::Unhealthy).await;
+    let mut discovery = setup.server.discovery().await;
+    assert_eq!(
+        get_service(&mut discovery, 0, "testing")
+            .await
+            .expect("still registered")
+            .service_health,
+        pb::HealthState::Unhealthy as i32
+    );
+    let status = standard
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "testing".into(),
+        })
+        .await
+        .expect("known")
+        .into_inner()
+        .status;
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
+    );
+
+    let error = client
+        .invoke_tool(request("echo", json!({})))
+        .await
+        .expect_err("unhealthy provider");
+    assert_eq!(error.code(), Code::Unavailable);
+    assert_eq!(reason(&error), "TOOL_UNHEALTHY");
+    assert_eq!(setup.probes.echo_calls.load(Ordering::SeqCst), 0);
+
+    setup.provider.health.set_serving(true).await;
+    wait_for_health(&health, pb::HealthState::Healthy).await;
+    client
+        .invoke_tool(request("echo", json!({})))
+        .await
+        .expect("served again");
+}
