@@ -219,6 +219,7 @@ pub fn violations(status: &tonic::Status) -> Vec<(String, String)> {
         })
         .unwrap_or_default()
 }
+pub mod agent_fixture;
 pub mod invoke_fixture;
 pub mod process;
 pub mod provider;

@@ -1,0 +1,294 @@
+//! AgentService through the real server, with real provider servers: live state during a
+//! turn and a busy agent, cancellation mid-loop, manual transitions and bad input.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::agent_fixture::*;
+use common::provider::TestProvider;
+use common::*;
+use serde_json::json;
+use tokio::sync::Notify;
+use tonic::Code;
+use tonic::transport::Channel;
+use toolplane::pb;
+use toolplane::pb::agent_service_client::AgentServiceClient;
+use toolplane::provider::{
+    ToolDescriptor, ToolError, ToolInvocation, ToolOutput, ToolRegistry, handler,
+};
+
+use pb::AgentState as State;
+
+/// A provider whose one tool waits until the test lets it go.
+async fn gated_provider(server: &TestServer, gate: Arc<Notify>) -> TestProvider {
+    let tools = ToolRegistry::new()
+        .register(
+            ToolDescriptor::new("wait_for_gate", "Answers once the test opens the gate", json!({"type": "object"})).timeout_ms(30_000),
+            handler(move |call: ToolInvocation| {
+                let gate = Arc::clone(&gate);
+                async move {
+                    tokio::select! {
+                        () = gate.notified() => Ok(ToolOutput::new(json!({"opened": true}))),
+                        () = call.context.cancelled() => Err(ToolError::new("TOOL_CANCELLED", "cancelled")),
+                    }
+                }
+            }),
+        )
+        .expect("valid tool")
+        .freeze();
+    let provider =
+        TestProvider::start(tools, &server.endpoint(), "gated", Duration::from_secs(5)).await;
+    wait_registered(server, "gated").await;
+    provider
+}
+
+async fn wait_for_state(client: &AgentServiceClient<Channel>, agent: &str, state: State) {
+    eventually(&format!("agent {agent} reaches {state:?}"), || {
+        let mut client = client.clone();
+        let agent = agent.to_owned();
+        async move { state_of(&get(&mut client, &agent).await) == state as i32 }
+    })
+    .await;
+}
+
+/// GetAgent shows the live state during a turn, and a second Complete is refused, not interleaved.
+#[tokio::test(flavor = "multi_thread")]
+async fn live_state_and_busy_agent() {
+    let server = TestServer::start().await;
+    let gate = Arc::new(Notify::new());
+    let _provider = gated_provider(&server, Arc::clone(&gate)).await;
+    let mut client = agents(&server).await;
+    create(&mut client, "worker", &[]).await;
+
+    let mut first_client = client.clone();
+    let first = tokio::spawn(async move {
+        first_client
+            .complete(complete_request("worker", "call wait_for_gate", "first"))
+            .await
+    });
+    wait_for_state(&client, "worker", State::ToolCall).await;
+    let live = get(&mut client, "worker").await;
+    assert!(live.busy);
+
+    let second = client
+        .complete(complete_request("worker", "hello", "second"))
+        .await
+        .expect_err("busy");
+    assert_eq!(second.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&second), "AGENT_BUSY");
+    let deleted = client
+        .delete_agent(pb::DeleteAgentRequest {
+            meta: meta(0),
+            agent_id: "worker".into(),
+        })
+        .await
+        .expect_err("busy agents stay");
+    assert_eq!(deleted.code(), Code::FailedPrecondition);
+
+    gate.notify_one();
+    let done = first
+        .await
+        .expect("task")
+        .expect("first turn completes")
+        .into_inner();
+    assert!(
+        done.response
+            .expect("response")
+            .message
+            .expect("message")
+            .content
+            .contains("opened")
+    );
+    let after = get(&mut client, "worker").await;
+    assert_eq!((state_of(&after), after.busy), (State::Idle as i32, false));
+    assert_eq!(
+        after.status.expect("status").messages_processed,
+        1,
+        "the refused message was not processed"
+    );
+}
+
+/// A client that cancels mid-loop leaves the agent Idle with the conversation as before the turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_mid_loop_restores_the_agent() {
+    let server = TestServer::start().await;
+    let gate = Arc::new(Notify::new());
+    let _provider = gated_provider(&server, gate).await;
+    let mut client = agents(&server).await;
+    create(&mut client, "cancel-me", &[]).await;
+    client
+        .complete(complete_request("cancel-me", "first words", "before"))
+        .await
+        .expect("a normal turn");
+    let before = messages(&mut client, "cancel-me").await;
+
+    let mut turn_client = client.clone();
+    let turn = tokio::spawn(async move {
+        turn_client
+            .complete(complete_request(
+                "cancel-me",
+                "call wait_for_gate",
+                "cancelled",
+            ))
+            .await
+    });
+    wait_for_state(&client, "cancel-me", State::ToolCall).await;
+    turn.abort();
+
+    wait_for_state(&client, "cancel-me", State::Idle).await;
+    let after = get(&mut client, "cancel-me").await;
+    assert!(!after.busy);
+    assert!(
+        after
+            .recent_transitions
+            .last()
+            .expect("reset")
+            .note
+            .contains("did not finish")
+    );
+    let conversation = messages(&mut client, "cancel-me").await;
+    assert_eq!(
+        conversation, before,
+        "the cancelled turn left nothing behind"
+    );
+    client
+        .complete(complete_request("cancel-me", "still works", "after"))
+        .await
+        .expect("the agent takes the next turn");
+}
+
+/// Manual transitions follow the machine; an invalid one names from and to.
+#[tokio::test(flavor = "multi_thread")]
+async fn manual_transitions_follow_the_machine() {
+    let server = TestServer::start().await;
+    let mut client = agents(&server).await;
+    create(&mut client, "manual", &[]).await;
+    let transition = |to: State| pb::TransitionAgentRequest {
+        meta: meta(0),
+        agent_id: "manual".into(),
+        to: to as i32,
+    };
+    let error = client
+        .transition_agent(transition(State::Reflecting))
+        .await
+        .expect_err("idle -> reflecting");
+    assert_eq!(error.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&error), "AGENT_INVALID_TRANSITION");
+    use tonic_types::StatusExt;
+    let info = error
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .expect("ErrorInfo");
+    assert_eq!(
+        (info.metadata["from"].as_str(), info.metadata["to"].as_str()),
+        ("idle", "reflecting")
+    );
+    client
+        .transition_agent(transition(State::Thinking))
+        .await
+        .expect("idle -> thinking");
+    let busy = client
+        .complete(complete_request("manual", "hi", "c"))
+        .await
+        .expect_err("not idle");
+    assert_eq!(busy.code(), Code::FailedPrecondition);
+    for step in [State::ToolCall, State::Reflecting, State::Idle] {
+        client
+            .transition_agent(transition(step))
+            .await
+            .expect("the cycle back to idle");
+    }
+    client
+        .complete(complete_request("manual", "hi", "c"))
+        .await
+        .expect("idle again");
+}
+
+/// Bad input is refused with the right code and a field to fix, and changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_agent_requests() {
+    let server = TestServer::start().await;
+    let mut client = agents(&server).await;
+    create(&mut client, "valid", &[]).await;
+    let duplicate = client
+        .create_agent(pb::CreateAgentRequest {
+            meta: meta(0),
+            name: "valid".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("duplicate");
+    assert_eq!(duplicate.code(), Code::AlreadyExists);
+    let bad_name = client
+        .create_agent(pb::CreateAgentRequest {
+            meta: meta(0),
+            name: "has space".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("bad name");
+    assert_eq!(violations(&bad_name)[0].0, "name");
+    let missing = client
+        .get_agent(pb::GetAgentRequest {
+            meta: meta(0),
+            agent_id: "nobody".into(),
+        })
+        .await
+        .expect_err("unknown");
+    assert_eq!(missing.code(), Code::NotFound);
+    let other_tenant = client
+        .get_agent(pb::GetAgentRequest {
+            meta: meta(3),
+            agent_id: "valid".into(),
+        })
+        .await
+        .expect_err("tenant scoped");
+    assert_eq!(other_tenant.code(), Code::NotFound);
+
+    let blank = client
+        .complete(complete_request("valid", "   ", "c"))
+        .await
+        .expect_err("blank message");
+    assert_eq!(blank.code(), Code::InvalidArgument);
+    assert_eq!(violations(&blank)[0].0, "request.messages[0].content");
+    let mut hot = complete_request("valid", "hi", "c");
+    hot.request.as_mut().expect("request").temperature = Some(2.5);
+    let error = client.complete(hot).await.expect_err("temperature");
+    assert_eq!(error.code(), Code::InvalidArgument);
+    let mut streaming = complete_request("valid", "hi", "c");
+    streaming.request.as_mut().expect("request").stream = true;
+    assert_eq!(
+        violations(
+            &client
+                .complete(streaming)
+                .await
+                .expect_err("stream on Complete")
+        )[0]
+        .0,
+        "request.stream"
+    );
+    let empty = pb::CompleteRequest {
+        meta: meta(0),
+        agent_id: "valid".into(),
+        request: Some(pb::ChatCompletionRequest::default()),
+    };
+    assert_eq!(
+        client
+            .complete(empty)
+            .await
+            .expect_err("no messages")
+            .code(),
+        Code::InvalidArgument
+    );
+
+    let agent = get(&mut client, "valid").await;
+    assert_eq!(
+        agent.status.expect("status").messages_processed,
+        0,
+        "nothing was processed"
+    );
+    assert!(agent.recent_transitions.is_empty());
+}
