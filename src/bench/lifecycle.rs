@@ -331,18 +331,15 @@ pub(super) async fn startup_and_memory(bench: &Bench) -> Result<Vec<Row>, String
     // warmed by the registration path, see BENCHMARKS.md). The target is judged from the first
     // level to the last: between two nearby levels, memory the allocator kept from the first
     // level's registrations can be reused and hide the growth.
-    let whole = (levels.len() > 2).then(|| (levels[0], levels[levels.len() - 1]));
-    for pair in levels
-        .windows(2)
-        .map(|pair| (pair[0], pair[1]))
-        .chain(whole)
-    {
-        let row = per_added_tool(pair.0, pair.1);
-        rows.push(if levels.len() == 2 || Some(pair) == whole {
-            row.target("<= 8 KB", |t, _| t <= 8192.0)
-        } else {
-            row
-        });
+    if levels.len() > 2 {
+        rows.extend(
+            levels
+                .windows(2)
+                .map(|pair| per_added_tool(pair[0], pair[1])),
+        );
+    }
+    if let [first, .., last] = levels[..] {
+        rows.push(per_added_tool(first, last).target("<= 8 KB", |t, _| t <= 8192.0));
     }
     Ok(rows)
 }
