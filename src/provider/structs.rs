@@ -15,12 +15,12 @@
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::tools::{
     RegisteredTools, RegistrationError, ToolDescriptor, ToolError, ToolInvocation, ToolOutput,
     ToolRegistry, handler,
 };
+use crate::json::sha256_hex;
 use crate::registry::Capability;
 use crate::registry::validate::{RegistrationLimits, compile_schema};
 
@@ -250,7 +250,7 @@ fn proof_of_work(input: &Value, cancelled: &dyn Fn() -> bool) -> Result<ToolOutp
                 format!("proof-of-work search cancelled after {nonce} iterations"),
             ));
         }
-        let hash = hex::encode(Sha256::digest(format!("{entity}_{nonce}_{age}").as_bytes()));
+        let hash = sha256_hex(format!("{entity}_{nonce}_{age}").as_bytes());
         if hash.bytes().take(zeros).all(|b| b == b'0') {
             return Ok(ToolOutput::new(json!({
                 "hash": hash, "nonce": nonce.to_string(), "iterations": nonce + 1, "valid": true, "difficulty_met": true,
@@ -269,6 +269,7 @@ fn proof_of_work(input: &Value, cancelled: &dyn Fn() -> bool) -> Result<ToolOutp
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     #[test]
     fn entity_ids_follow_the_seed() {
