@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::fixtures::input_of_size;
 use super::load::{Measured, closed_loop};
+use super::path_cpu::{PathCpu, Target};
 use super::procs::ChildProcess;
 use super::report::Row;
 use super::{Bench, channels, meta};
@@ -24,16 +25,16 @@ const SATURATION_CONCURRENCY: usize = 64;
 /// Connections the saturating callers share.
 const CONNECTIONS: usize = 8;
 
-/// One measurement and the CPU time the measured server spent on it.
+/// One measurement and the CPU time the processes on its path spent on it.
 struct Run {
     measured: Measured,
-    cpu_per_call_us: f64,
+    cpu: PathCpu,
 }
 
-/// Measures `call` at `concurrency` against the `server` listening at `endpoint`, through
-/// clients made by `client` (one per connection), with the CPU time the server spent.
+/// Measures `call` at `concurrency` against `target`, through clients made by `client` (one
+/// per connection), with the CPU time each process on the path spent.
 async fn measure<C, F, Fut>(
-    (endpoint, server): (&str, &ChildProcess),
+    target: &Target<'_>,
     client: fn(tonic::transport::Channel) -> C,
     concurrency: usize,
     bench: &Bench,
@@ -45,22 +46,19 @@ where
     Fut: std::future::Future<Output = Result<(), tonic::Status>> + Send,
 {
     let clients: Arc<Vec<C>> = Arc::new(
-        channels(endpoint, connections(concurrency))
+        channels(&target.endpoint, connections(concurrency))
             .await?
             .into_iter()
             .map(client)
             .collect(),
     );
-    let cpu_before = server.cpu_time();
+    let before = target.read_cpu();
     let measured = closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
         call(clients[worker % clients.len()].clone())
     })
     .await;
-    let cpu = server.cpu_time().saturating_sub(cpu_before);
-    Ok(Run {
-        cpu_per_call_us: cpu.as_secs_f64() * 1e6 / measured.calls.max(1) as f64,
-        measured,
-    })
+    let cpu = before.per_call_until(&target.read_cpu(), measured.calls);
+    Ok(Run { measured, cpu })
 }
 
 fn connections(concurrency: usize) -> usize {
@@ -69,57 +67,43 @@ fn connections(concurrency: usize) -> usize {
 
 /// InvokeTool through toolplane.
 async fn through(
-    endpoint: &str,
-    server: &ChildProcess,
+    target: &Target<'_>,
     tool: &'static str,
     input: Arc<prost_types::Struct>,
     concurrency: usize,
     bench: &Bench,
 ) -> Result<Run, String> {
     let client = ToolInvokeServiceClient::new;
-    measure(
-        (endpoint, server),
-        client,
-        concurrency,
-        bench,
-        move |mut client| {
-            let request = pb::InvokeToolRequest {
-                meta: meta(),
-                tool_name: tool.into(),
-                input: Some((*input).clone()),
-                ..Default::default()
-            };
-            async move { client.invoke_tool(request).await.map(drop) }
-        },
-    )
+    measure(target, client, concurrency, bench, move |mut client| {
+        let request = pb::InvokeToolRequest {
+            meta: meta(),
+            tool_name: tool.into(),
+            input: Some((*input).clone()),
+            ..Default::default()
+        };
+        async move { client.invoke_tool(request).await.map(drop) }
+    })
     .await
 }
 
 /// CallTool straight to the provider.
 async fn direct(
-    endpoint: &str,
-    server: &ChildProcess,
+    target: &Target<'_>,
     tool: &'static str,
     input: Arc<prost_types::Struct>,
     concurrency: usize,
     bench: &Bench,
 ) -> Result<Run, String> {
     let client = ToolProviderServiceClient::new;
-    measure(
-        (endpoint, server),
-        client,
-        concurrency,
-        bench,
-        move |mut client| {
-            let request = pb::CallToolRequest {
-                meta: meta(),
-                tool_name: tool.into(),
-                input: Some((*input).clone()),
-                ..Default::default()
-            };
-            async move { client.call_tool(request).await.map(drop) }
-        },
-    )
+    measure(target, client, concurrency, bench, move |mut client| {
+        let request = pb::CallToolRequest {
+            meta: meta(),
+            tool_name: tool.into(),
+            input: Some((*input).clone()),
+            ..Default::default()
+        };
+        async move { client.call_tool(request).await.map(drop) }
+    })
     .await
 }
 
@@ -201,16 +185,16 @@ impl Servers {
         let input = Arc::clone(input);
         match path {
             Path::Toolplane => {
-                let server = &self.toolplane;
-                through(&server.endpoint(), server, tool, input, concurrency, bench).await
+                let target = Target::relayed(&self.toolplane, &self.provider);
+                through(&target, tool, input, concurrency, bench).await
             }
             Path::Floor => {
-                let server = &self.floor;
-                through(&server.endpoint(), server, tool, input, concurrency, bench).await
+                let target = Target::relayed(&self.floor, &self.provider);
+                through(&target, tool, input, concurrency, bench).await
             }
             Path::Direct => {
-                let server = &self.provider;
-                direct(&server.endpoint(), server, tool, input, concurrency, bench).await
+                let target = Target::direct(&self.provider);
+                direct(&target, tool, input, concurrency, bench).await
             }
         }
     }
@@ -289,10 +273,15 @@ fn latency_rows(label: &str, rounds: &Rounds) -> Vec<Row> {
     ]
 }
 
-/// The rows of saturation: throughput of each path and server CPU time per call.
+/// The rows of saturation: throughput of each path, the called server's CPU time per call,
+/// and the CPU time per call of the whole path with how busy the machine was, which together
+/// explain the throughput ratios (the machine is the bottleneck when it is near 100% busy).
 fn saturation_rows(label: &str, rounds: &Rounds) -> Vec<Row> {
     let rps = |runs: &[Run]| values(runs, |r| r.measured.rps());
-    let cpu = |runs: &[Run]| values(runs, |r| r.cpu_per_call_us);
+    let cpu = |runs: &[Run]| values(runs, |r| r.cpu.server());
+    let ends = |runs: &[Run]| values(runs, |r| r.cpu.ends());
+    let whole = |runs: &[Run]| values(runs, |r| r.cpu.whole());
+    let busy = |runs: &[Run]| values(runs, |r| r.cpu.busy_percent);
     let Rounds {
         toolplane,
         floor,
@@ -317,6 +306,31 @@ fn saturation_rows(label: &str, rounds: &Rounds) -> Vec<Row> {
         ),
         Row::paired(
             SCENARIO,
+            &format!(
+                "{label} load generator + provider CPU per call (through toolplane vs direct)"
+            ),
+            "us",
+            ends(toolplane),
+            ends(direct),
+        ),
+        Row::paired(
+            SCENARIO,
+            &format!(
+                "{label} whole-path CPU per call (load generator + toolplane + provider vs load generator + provider)"
+            ),
+            "us",
+            whole(toolplane),
+            whole(direct),
+        ),
+        Row::paired(
+            SCENARIO,
+            &format!("{label} machine busy at saturation (through toolplane vs direct)"),
+            "%",
+            busy(toolplane),
+            busy(direct),
+        ),
+        Row::paired(
+            SCENARIO,
             &format!("{label} pass-through (the floor): saturation c={c} vs direct"),
             "req/s",
             rps(floor),
@@ -335,6 +349,15 @@ fn saturation_rows(label: &str, rounds: &Rounds) -> Vec<Row> {
             "us",
             cpu(toolplane),
             cpu(floor),
+        ),
+        Row::paired(
+            SCENARIO,
+            &format!(
+                "{label} whole-path CPU per call (through toolplane vs through the pass-through)"
+            ),
+            "us",
+            whole(toolplane),
+            whole(floor),
         ),
     ]
 }

@@ -9,6 +9,7 @@ mod invoke;
 mod lifecycle;
 pub mod load;
 pub mod passthrough;
+mod path_cpu;
 pub mod procs;
 pub mod report;
 mod watch;

@@ -104,6 +104,25 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_secs_f64((utime + stime) / clock_ticks()))
 }
 
+/// The whole machine's CPU time so far, in clock ticks summed over every CPU, from the first
+/// line of `/proc/stat`: `(busy, total)`, busy being user, nice, system, irq and softirq time,
+/// and total adding idle, iowait and steal (time the hypervisor kept the CPUs from running).
+pub fn machine_ticks() -> Option<(u64, u64)> {
+    machine_ticks_of(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+fn machine_ticks_of(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .map(|field| field.parse().ok())
+        .collect::<Option<_>>()?;
+    let field = |i: usize| fields.get(i).copied().unwrap_or(0);
+    let busy = field(0) + field(1) + field(2) + field(5) + field(6);
+    let total = busy + field(3) + field(4) + field(7);
+    Some((busy, total))
+}
+
 /// VmRSS of a process in bytes, from `/proc/<pid>/status`.
 pub fn resident_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -129,5 +148,14 @@ mod tests {
         let pid = std::process::id();
         assert!(resident_bytes(pid).is_some_and(|bytes| bytes > 0));
         assert!(cpu_time(pid).is_some());
+        assert!(machine_ticks().is_some_and(|(busy, total)| busy <= total && total > 0));
+    }
+
+    #[test]
+    fn machine_ticks_count_idle_iowait_and_steal_as_not_busy() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let stat = "cpu  100 2 30 500 7 1 4 9 0 0\ncpu0 50 1 15 250 3 0 2 4 0 0\n";
+        assert_eq!(machine_ticks_of(stat), Some((137, 653)));
+        assert_eq!(machine_ticks_of("intr 1 2 3\n"), None);
     }
 }
