@@ -46,7 +46,7 @@ where
     Fut: std::future::Future<Output = Result<(), tonic::Status>> + Send,
 {
     let clients: Arc<Vec<C>> = Arc::new(
-        channels(&target.endpoint, connections(concurrency))
+        channels(&target.endpoint(), connections(concurrency))
             .await?
             .into_iter()
             .map(client)

@@ -10,8 +10,6 @@ use super::procs::{self, ChildProcess};
 
 /// The processes a measured call passes through.
 pub(super) struct Target<'a> {
-    /// What the load generator calls: toolplane, the pass-through, or the provider itself.
-    pub(super) endpoint: String,
     /// toolplane or the pass-through; none for the direct call.
     relay: Option<&'a ChildProcess>,
     /// The bench provider.
@@ -61,7 +59,6 @@ impl<'a> Target<'a> {
     /// A call to `relay`, which forwards it to `provider`.
     pub(super) fn relayed(relay: &'a ChildProcess, provider: &'a ChildProcess) -> Self {
         Self {
-            endpoint: relay.endpoint(),
             relay: Some(relay),
             provider,
         }
@@ -70,10 +67,14 @@ impl<'a> Target<'a> {
     /// A call straight to `provider`.
     pub(super) fn direct(provider: &'a ChildProcess) -> Self {
         Self {
-            endpoint: provider.endpoint(),
             relay: None,
             provider,
         }
+    }
+
+    /// What the load generator calls: the relay, or the provider for the direct call.
+    pub(super) fn endpoint(&self) -> String {
+        self.relay.unwrap_or(self.provider).endpoint()
     }
 
     /// Reads the CPU time used so far by each process on the path and by the machine.
