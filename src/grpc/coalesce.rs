@@ -11,10 +11,14 @@
 //!
 //! How: writes are copied into a buffer. A flush that directly follows such a frame (a vectored
 //! write of a frame header and a separate payload) is put off: h2 makes that flush only to
-//! make room, and always flushes again before its poll of the connection ends, so the frames
-//! it queues in between join the same write. Every other flush, and any read or shutdown,
-//! writes out what is buffered. Nothing waits for more traffic: a put-off flush is made up
-//! within the same poll.
+//! make room, and always flushes again before its poll of the connection ends, with nothing
+//! but small frames written since (it stops queueing frames while a large one is pending), so
+//! the frames it queues in between join the same write. That holds for every large frame in a
+//! poll, so a batch of large messages (requests queued for a provider, answers for a caller)
+//! leaves in one write; when only the first one's flush was put off, each large message after
+//! it forced a write of its own. Every other flush, and any read or shutdown, writes out what
+//! is buffered. Nothing waits for more traffic: a put-off flush is made up within the same
+//! poll.
 //!
 //! Bursts: when one change reaches 10,000 watch streams, each stream's task hands its message
 //! to the connection and wakes the connection's task, which tokio runs next (its LIFO slot), so
@@ -58,7 +62,8 @@ pub struct CoalescingIo<T> {
     sent: usize,
     /// A flush was put off: the next one writes.
     flush_owed: bool,
-    /// The last write was a frame header with its payload in a second buffer.
+    /// The last write was a frame header with its payload in a second buffer, and no flush has
+    /// been put off since.
     chained: bool,
     /// The flush of a burst that waits for the runtime's ready tasks, if one does.
     later: Option<Arc<FlushLater>>,
@@ -232,7 +237,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescingIo<T> {
             this.later = None;
             return Pin::new(&mut this.inner).poll_flush(cx);
         }
-        if this.chained && !this.flush_owed {
+        if this.chained {
+            this.chained = false;
             this.flush_owed = true;
             return Poll::Ready(Ok(()));
         }
@@ -413,14 +419,30 @@ mod tests {
     }
 
     #[test]
-    fn only_one_flush_in_a_row_is_put_off() {
+    fn large_frames_in_a_row_leave_in_one_write() {
         let mut cx = context();
         let mut io = CoalescingIo::new(Recorder::default());
         write_chained(&mut io, &mut cx, b"head", b"first");
         flush(&mut io, &mut cx);
         write_chained(&mut io, &mut cx, b"head", b"second");
         flush(&mut io, &mut cx);
-        assert_eq!(io.get_ref().writes, vec![b"headfirstheadsecond".to_vec()]);
+        assert!(io.get_ref().writes.is_empty());
+        write(&mut io, &mut cx, b"trailers");
+        flush(&mut io, &mut cx);
+        assert_eq!(
+            io.get_ref().writes,
+            vec![b"headfirstheadsecondtrailers".to_vec()]
+        );
+    }
+
+    #[test]
+    fn a_second_flush_with_nothing_written_between_writes() {
+        let mut cx = context();
+        let mut io = CoalescingIo::new(Recorder::default());
+        write_chained(&mut io, &mut cx, b"head", b"message");
+        flush(&mut io, &mut cx);
+        flush(&mut io, &mut cx);
+        assert_eq!(io.get_ref().writes, vec![b"headmessage".to_vec()]);
     }
 
     #[test]
