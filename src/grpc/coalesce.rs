@@ -17,8 +17,8 @@
 //! poll, so a batch of large messages (requests queued for a provider, answers for a caller)
 //! leaves in one write; when only the first one's flush was put off, each large message after
 //! it forced a write of its own. Every other flush, and any read or shutdown, writes out what
-//! is buffered. Nothing waits for more traffic: a put-off flush is made up within the same
-//! poll.
+//! is buffered (a read, unless a burst's flush is already waiting: see below). Nothing waits
+//! for more traffic: a put-off flush is made up within the same poll.
 //!
 //! Bursts: when one change reaches 10,000 watch streams, each stream's task hands its message
 //! to the connection and wakes the connection's task, which tokio runs next (its LIFO slot), so
@@ -28,8 +28,12 @@
 //! or after at most 61 other polls), and writes what they queued together with it: 23,000
 //! writes for the same messages. A flush after a quiet spell writes at once, so a single
 //! call's answer never waits; one that waited every time cost 30-100 µs per call at
-//! concurrency 1 here. The kernel does the same below (TCP autocorking), but only while a
-//! previous packet is still queued, which on loopback it rarely is.
+//! concurrency 1 here. While such a flush waits, a read does not write: h2 reads before it
+//! writes whenever the connection's task runs, and that task runs again as soon as the next
+//! answer is queued, so a read that wrote sent each large answer on its own (toolplane's
+//! writes per call at saturation halved when it stopped). The kernel does the same below
+//! (TCP autocorking), but only while a previous packet is still queued, which on loopback it
+//! rarely is.
 
 use std::future::Future;
 use std::io;
@@ -184,7 +188,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for CoalescingIo<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // A burst's flush is made when the runtime wakes it (see the module docs).
         if this.flush_owed
+            && this.later.is_none()
             && let Poll::Ready(Err(error)) = this.poll_drain(cx)
         {
             return Poll::Ready(Err(error));
@@ -274,214 +280,5 @@ pub fn incoming(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::task::Waker;
-
-    use super::*;
-
-    /// A socket that records each write it is given.
-    #[derive(Debug, Default)]
-    struct Recorder {
-        writes: Vec<Vec<u8>>,
-    }
-
-    impl AsyncWrite for Recorder {
-        fn poll_write(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            self.get_mut().writes.push(buf.to_vec());
-            Poll::Ready(Ok(buf.len()))
-        }
-
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-    }
-
-    impl AsyncRead for Recorder {
-        fn poll_read(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            _: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
-            Poll::Pending
-        }
-    }
-
-    fn context() -> Context<'static> {
-        Context::from_waker(Waker::noop())
-    }
-
-    fn write(io: &mut CoalescingIo<Recorder>, cx: &mut Context<'_>, bytes: &[u8]) {
-        assert!(matches!(
-            Pin::new(io).poll_write(cx, bytes),
-            Poll::Ready(Ok(n)) if n == bytes.len()
-        ));
-    }
-
-    fn flush(io: &mut CoalescingIo<Recorder>, cx: &mut Context<'_>) {
-        assert!(matches!(Pin::new(io).poll_flush(cx), Poll::Ready(Ok(()))));
-    }
-
-    /// What h2 writes for a frame whose payload it did not copy: header, then payload.
-    fn write_chained(
-        io: &mut CoalescingIo<Recorder>,
-        cx: &mut Context<'_>,
-        head: &[u8],
-        payload: &[u8],
-    ) {
-        let parts = [io::IoSlice::new(head), io::IoSlice::new(payload)];
-        assert!(matches!(
-            Pin::new(io).poll_write_vectored(cx, &parts),
-            Poll::Ready(Ok(n)) if n == head.len() + payload.len()
-        ));
-    }
-
-    #[tokio::test]
-    async fn a_burst_leaves_in_one_write_once_the_ready_tasks_have_run() {
-        let noop = &mut context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        io.burst_window = Duration::from_secs(3600);
-        write(&mut io, noop, b"first");
-        flush(&mut io, noop);
-        write(&mut io, noop, b"second");
-        let waits = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut io).poll_flush(cx)));
-        assert!(waits.await.is_pending(), "a flush soon after a write waits");
-        write(&mut io, noop, b"third");
-        assert_eq!(io.get_ref().writes, vec![b"first".to_vec()]);
-        // The runtime wakes the connection once it has run what was ready.
-        tokio::task::yield_now().await;
-        let writes = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut io).poll_flush(cx)));
-        assert!(writes.await.is_ready());
-        assert_eq!(
-            io.get_ref().writes,
-            vec![b"first".to_vec(), b"secondthird".to_vec()]
-        );
-    }
-
-    #[test]
-    fn a_flush_after_a_quiet_spell_writes_at_once() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        io.burst_window = Duration::ZERO;
-        write(&mut io, &mut cx, b"one answer");
-        flush(&mut io, &mut cx);
-        write(&mut io, &mut cx, b"the next");
-        flush(&mut io, &mut cx);
-        assert_eq!(io.get_ref().writes.len(), 2);
-    }
-
-    #[test]
-    fn outside_a_runtime_a_burst_flush_is_due_at_once() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        io.burst_window = Duration::from_secs(3600);
-        write(&mut io, &mut cx, b"first");
-        flush(&mut io, &mut cx);
-        write(&mut io, &mut cx, b"second");
-        assert!(Pin::new(&mut io).poll_flush(&mut cx).is_pending());
-        flush(&mut io, &mut cx);
-        assert_eq!(io.get_ref().writes.len(), 2);
-    }
-
-    #[test]
-    fn a_large_frame_leaves_with_the_frames_after_it() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        write_chained(&mut io, &mut cx, b"headers+head", b"message");
-        // The flush h2 makes to make room is put off...
-        flush(&mut io, &mut cx);
-        assert!(io.get_ref().writes.is_empty());
-        // ...and its closing flush writes everything at once.
-        write(&mut io, &mut cx, b"trailers");
-        flush(&mut io, &mut cx);
-        assert_eq!(
-            io.get_ref().writes,
-            vec![b"headers+headmessagetrailers".to_vec()]
-        );
-        flush(&mut io, &mut cx);
-        assert_eq!(io.get_ref().writes.len(), 1);
-    }
-
-    #[test]
-    fn other_flushes_write_at_once() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        write(&mut io, &mut cx, b"small frames");
-        flush(&mut io, &mut cx);
-        assert_eq!(io.get_ref().writes, vec![b"small frames".to_vec()]);
-    }
-
-    #[test]
-    fn large_frames_in_a_row_leave_in_one_write() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        write_chained(&mut io, &mut cx, b"head", b"first");
-        flush(&mut io, &mut cx);
-        write_chained(&mut io, &mut cx, b"head", b"second");
-        flush(&mut io, &mut cx);
-        assert!(io.get_ref().writes.is_empty());
-        write(&mut io, &mut cx, b"trailers");
-        flush(&mut io, &mut cx);
-        assert_eq!(
-            io.get_ref().writes,
-            vec![b"headfirstheadsecondtrailers".to_vec()]
-        );
-    }
-
-    #[test]
-    fn a_second_flush_with_nothing_written_between_writes() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        write_chained(&mut io, &mut cx, b"head", b"message");
-        flush(&mut io, &mut cx);
-        flush(&mut io, &mut cx);
-        assert_eq!(io.get_ref().writes, vec![b"headmessage".to_vec()]);
-    }
-
-    #[test]
-    fn a_put_off_flush_is_made_up_by_the_next_read() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        write_chained(&mut io, &mut cx, b"head", b"frame");
-        flush(&mut io, &mut cx);
-        let mut space = [0u8; 8];
-        let mut buf = ReadBuf::new(&mut space);
-        assert!(Pin::new(&mut io).poll_read(&mut cx, &mut buf).is_pending());
-        assert_eq!(io.get_ref().writes, vec![b"headframe".to_vec()]);
-    }
-
-    #[test]
-    fn shutdown_writes_what_is_buffered() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        write(&mut io, &mut cx, b"goaway");
-        assert!(Pin::new(&mut io).poll_shutdown(&mut cx).is_ready());
-        assert_eq!(io.get_ref().writes, vec![b"goaway".to_vec()]);
-    }
-
-    #[test]
-    fn large_writes_go_out_after_what_was_buffered() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        write(&mut io, &mut cx, b"small");
-        let large = vec![7u8; MAX_BUFFERED];
-        write(&mut io, &mut cx, &large);
-        assert_eq!(io.get_ref().writes, vec![b"small".to_vec(), large]);
-    }
-
-    #[test]
-    fn a_burst_does_not_keep_its_buffer() {
-        let mut cx = context();
-        let mut io = CoalescingIo::new(Recorder::default());
-        write(&mut io, &mut cx, &vec![1u8; 40 * 1024]);
-        flush(&mut io, &mut cx);
-        assert!(io.buffered.capacity() <= RETAINED_CAPACITY);
-    }
-}
+#[path = "coalesce_tests.rs"]
+mod tests;
