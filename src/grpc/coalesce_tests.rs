@@ -54,6 +54,19 @@ fn flush(io: &mut CoalescingIo<Recorder>, cx: &mut Context<'_>) {
     assert!(matches!(Pin::new(io).poll_flush(cx), Poll::Ready(Ok(()))));
 }
 
+/// Polls a flush once from the running task, so that a flush put off for a burst hands the
+/// task's waker to the runtime.
+async fn flush_from_task(io: &mut CoalescingIo<Recorder>) -> Poll<io::Result<()>> {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *io).poll_flush(cx))).await
+}
+
+/// Polls a read once; the recorder never has anything to read.
+fn read(io: &mut CoalescingIo<Recorder>, cx: &mut Context<'_>) {
+    let mut space = [0u8; 8];
+    let mut buf = ReadBuf::new(&mut space);
+    assert!(Pin::new(io).poll_read(cx, &mut buf).is_pending());
+}
+
 /// What h2 writes for a frame whose payload it did not copy: header, then payload.
 fn write_chained(
     io: &mut CoalescingIo<Recorder>,
@@ -76,14 +89,13 @@ async fn a_burst_leaves_in_one_write_once_the_ready_tasks_have_run() {
     write(&mut io, noop, b"first");
     flush(&mut io, noop);
     write(&mut io, noop, b"second");
-    let waits = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut io).poll_flush(cx)));
-    assert!(waits.await.is_pending(), "a flush soon after a write waits");
+    let waits = flush_from_task(&mut io).await;
+    assert!(waits.is_pending(), "a flush soon after a write waits");
     write(&mut io, noop, b"third");
     assert_eq!(io.get_ref().writes, vec![b"first".to_vec()]);
     // The runtime wakes the connection once it has run what was ready.
     tokio::task::yield_now().await;
-    let writes = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut io).poll_flush(cx)));
-    assert!(writes.await.is_ready());
+    assert!(flush_from_task(&mut io).await.is_ready());
     assert_eq!(
         io.get_ref().writes,
         vec![b"first".to_vec(), b"secondthird".to_vec()]
@@ -176,9 +188,7 @@ fn a_put_off_flush_is_made_up_by_the_next_read() {
     let mut io = CoalescingIo::new(Recorder::default());
     write_chained(&mut io, &mut cx, b"head", b"frame");
     flush(&mut io, &mut cx);
-    let mut space = [0u8; 8];
-    let mut buf = ReadBuf::new(&mut space);
-    assert!(Pin::new(&mut io).poll_read(&mut cx, &mut buf).is_pending());
+    read(&mut io, &mut cx);
     assert_eq!(io.get_ref().writes, vec![b"headframe".to_vec()]);
 }
 
@@ -192,15 +202,12 @@ async fn a_read_leaves_a_burst_flush_to_the_runtime() {
     write_chained(&mut io, noop, b"head", b"large");
     flush(&mut io, noop);
     write(&mut io, noop, b"trailers");
-    let waits = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut io).poll_flush(cx)));
-    assert!(waits.await.is_pending(), "a flush soon after a write waits");
-    let mut space = [0u8; 8];
-    let mut buf = ReadBuf::new(&mut space);
-    assert!(Pin::new(&mut io).poll_read(noop, &mut buf).is_pending());
+    let waits = flush_from_task(&mut io).await;
+    assert!(waits.is_pending(), "a flush soon after a write waits");
+    read(&mut io, noop);
     assert_eq!(io.get_ref().writes, vec![b"first".to_vec()]);
     tokio::task::yield_now().await;
-    let writes = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut io).poll_flush(cx)));
-    assert!(writes.await.is_ready());
+    assert!(flush_from_task(&mut io).await.is_ready());
     assert_eq!(
         io.get_ref().writes,
         vec![b"first".to_vec(), b"headlargetrailers".to_vec()]
