@@ -64,7 +64,7 @@ pub struct CoalescingIo<T> {
     buffered: Vec<u8>,
     /// How much of `buffered` the socket has taken.
     sent: usize,
-    /// A flush was put off: the next one writes.
+    /// A flush after a large frame was put off and nothing has been written out since.
     flush_owed: bool,
     /// The last write was a frame header with its payload in a second buffer, and no flush has
     /// been put off since.
