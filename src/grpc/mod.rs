@@ -15,6 +15,7 @@ pub mod server;
 pub mod serving;
 pub mod status;
 pub mod std_health;
+mod unary_calls;
 pub mod unary_client;
 
 pub use server::{ServeError, ServerOptions, serve, shutdown_signal};

@@ -9,7 +9,7 @@
 //! prefix, three headers, `grpc-status` in the trailers), and tonic's own `Status` does the
 //! status, message and details parsing, so this is the thin part written here.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -22,6 +22,7 @@ use tonic::{Code, Status};
 
 use super::coalesce::CoalescingIo;
 use super::deadline::grpc_timeout;
+use super::unary_calls::{Calls, FinishedStream};
 
 /// The largest answer accepted (tonic's default decoding limit).
 const MAX_MESSAGE: usize = 4 * 1024 * 1024;
@@ -37,10 +38,18 @@ const USER_AGENT: &str = concat!("toolplane/", env!("CARGO_PKG_VERSION"));
 pub struct UnaryChannel {
     authority: Authority,
     connect_timeout: Duration,
-    /// The open connection and its number; `None` before the first call and after a failure.
-    open: Mutex<Option<(u64, SendRequest<Bytes>)>>,
+    /// The open connection; `None` before the first call and after a failure.
+    open: Mutex<Option<Open>>,
     /// Held while dialling, so concurrent callers share one new connection.
     dialling: tokio::sync::Mutex<u64>,
+}
+
+/// An open connection: its number, a sender for new streams, and its calls.
+#[derive(Debug, Clone)]
+struct Open {
+    generation: u64,
+    sender: SendRequest<Bytes>,
+    calls: Arc<Calls>,
 }
 
 impl UnaryChannel {
@@ -81,7 +90,8 @@ impl UnaryChannel {
         request: &Req,
         timeout: Option<Duration>,
     ) -> Result<Resp, Status> {
-        let mut sender = self.ready().await?;
+        let (mut sender, calls) = self.ready().await?;
+        let _in_flight = calls.begin();
         let mut head = Request::builder()
             .method(Method::POST)
             .uri(
@@ -100,8 +110,10 @@ impl UnaryChannel {
         if let Some(value) = timeout.and_then(|t| HeaderValue::from_str(&grpc_timeout(t)).ok()) {
             head.headers_mut().insert("grpc-timeout", value);
         }
-        let (answer, mut body) = sender.send_request(head, false).map_err(transport)?;
-        body.send_data(frame(request), true).map_err(transport)?;
+        let (answer, mut request_body) = sender.send_request(head, false).map_err(transport)?;
+        request_body
+            .send_data(frame(request), true)
+            .map_err(transport)?;
         let (parts, mut body) = answer.await.map_err(transport)?.into_parts();
         // A trailers-only answer (an error) carries its status in the headers.
         if let Some(status) = Status::from_header_map(&parts.headers) {
@@ -125,7 +137,10 @@ impl UnaryChannel {
             }
             message.extend_from_slice(&chunk);
         }
-        match body.trailers().await.map_err(transport)? {
+        let trailers = body.trailers().await.map_err(transport)?;
+        // The stream has ended both ways (see `Calls` for where its handles go).
+        calls.finish(FinishedStream::new(sender, request_body, body));
+        match trailers {
             Some(trailers) => {
                 let status = Status::from_header_map(&trailers).ok_or_else(|| {
                     Status::unknown("the provider's answer ended without a grpc-status")
@@ -143,13 +158,13 @@ impl UnaryChannel {
 
     /// A connection ready for another stream: the open one, or a new one when there is none
     /// or it has failed.
-    async fn ready(&self) -> Result<SendRequest<Bytes>, Status> {
+    async fn ready(&self) -> Result<(SendRequest<Bytes>, Arc<Calls>), Status> {
         for _ in 0..2 {
             let open = self.lock().clone();
             let generation = match open {
-                Some((generation, sender)) => match sender.ready().await {
-                    Ok(sender) => return Ok(sender),
-                    Err(_) => generation,
+                Some(open) => match open.sender.ready().await {
+                    Ok(sender) => return Ok((sender, open.calls)),
+                    Err(_) => open.generation,
                 },
                 None => 0,
             };
@@ -157,7 +172,11 @@ impl UnaryChannel {
             if *dialled == generation {
                 let sender = self.dial().await?;
                 *dialled += 1;
-                *self.lock() = Some((*dialled, sender));
+                *self.lock() = Some(Open {
+                    generation: *dialled,
+                    sender,
+                    calls: Arc::default(),
+                });
             }
         }
         Err(Status::unavailable(format!(
@@ -166,7 +185,7 @@ impl UnaryChannel {
         )))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, SendRequest<Bytes>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Open>> {
         // The guarded value is a handle that is replaced whole: a panic elsewhere cannot leave
         // it half-written.
         self.open
@@ -293,6 +312,7 @@ fn from_http_status(status: http::StatusCode) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::FutureExt;
 
     #[test]
     fn endpoints_need_http_and_a_host() {
@@ -409,6 +429,31 @@ mod tests {
         let (_stop, stopped) = tokio::sync::oneshot::channel();
         tokio::spawn(health_server(listener, stopped));
         assert_eq!(check(&channel).await.expect("after restart"), serving);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_ends_alone_leaves_its_stream_to_the_next_and_a_dropped_one_is_let_go() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (_stop, stopped) = tokio::sync::oneshot::channel();
+        tokio::spawn(health_server(listener, stopped));
+        let channel =
+            UnaryChannel::new(&format!("http://{addr}"), Duration::from_secs(1)).expect("valid");
+        check(&channel).await.expect("first call");
+        let calls = channel.lock().clone().expect("connected").calls;
+        assert_eq!(calls.state(), (true, 0), "kept, none in flight");
+
+        // A call dropped before its answer (as a deadline drops it): no longer counted, and
+        // the handles it started with were dropped, not kept.
+        let mut call = Box::pin(check(&channel));
+        assert!((&mut call).now_or_never().is_none(), "waits for its answer");
+        drop(call);
+        assert_eq!(calls.state(), (false, 0), "nothing kept, none in flight");
+
+        check(&channel).await.expect("a call after it");
+        assert_eq!(calls.state(), (true, 0));
     }
 
     #[tokio::test]
