@@ -16,7 +16,7 @@ use h2::{RecvStream, SendStream};
 /// caller's connection and wakes that connection's task. With two tasks made ready in one poll,
 /// tokio wakes a parked worker thread to share them; when the connection is otherwise idle
 /// that thread wakes on the other CPU, finds nothing, and sleeps again: a futex call and a
-/// cross-CPU wake-up per call, at concurrency 1 two of the 3.3-4.9 context switches per call
+/// cross-CPU wake-up per call, at concurrency 1 two of the 3.3-5.1 context switches per call
 /// (BENCHMARKS.md, item 16). So a call that ends alone leaves its handles here, and the next
 /// call drops them just before it opens its stream, when it wakes the connection's task
 /// anyway. A call that ends while others are in flight drops its own: the task is busy then,
