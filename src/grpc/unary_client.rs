@@ -395,14 +395,23 @@ mod tests {
             .map(|answer| answer.status)
     }
 
-    #[tokio::test]
-    async fn calls_a_tonic_server_and_reconnects_after_it_restarts() {
+    /// A health server on a free loopback port: its address, what stops it, and its task.
+    async fn spawn_health_server() -> (
+        std::net::SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let first = tokio::spawn(health_server(listener, stopped));
+        (addr, stop, tokio::spawn(health_server(listener, stopped)))
+    }
+
+    #[tokio::test]
+    async fn calls_a_tonic_server_and_reconnects_after_it_restarts() {
+        let (addr, stop, first) = spawn_health_server().await;
         let channel =
             UnaryChannel::new(&format!("http://{addr}"), Duration::from_secs(1)).expect("valid");
         let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
@@ -433,12 +442,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_that_ends_alone_leaves_its_stream_to_the_next_and_a_dropped_one_is_let_go() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (_stop, stopped) = tokio::sync::oneshot::channel();
-        tokio::spawn(health_server(listener, stopped));
+        let (addr, _stop, _server) = spawn_health_server().await;
         let channel =
             UnaryChannel::new(&format!("http://{addr}"), Duration::from_secs(1)).expect("valid");
         check(&channel).await.expect("first call");
