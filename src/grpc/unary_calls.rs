@@ -67,6 +67,7 @@ impl Calls {
     /// Counts a new call, and drops the handles the last one left.
     pub(super) fn begin(&self) -> InFlight<'_> {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
+        // Taken out first so the lock is released before the handles' drop takes h2's.
         let last = self.last().take();
         drop(last);
         InFlight(self)
