@@ -126,6 +126,17 @@ async fn schema_rejection_never_reaches_the_provider() {
             .iter()
             .all(|r| r.status == pb::InvocationStatus::InvalidInput as i32 && r.attempts == 0)
     );
+    let mut digests: Vec<_> = written.iter().map(|r| r.input_sha256.clone()).collect();
+    let mut expected = vec![
+        canonical_sha256(&json!({"n": 3})),
+        canonical_sha256(&json!({})),
+    ];
+    digests.sort();
+    expected.sort();
+    assert_eq!(
+        digests, expected,
+        "a rejected call's record holds its input's digest"
+    );
 }
 
 /// With room for one compiled validator, tools take turns in the cache (or are compiled again

@@ -38,6 +38,11 @@ async fn timeout_cancels_the_call_at_the_provider() {
     .await;
     let written = records(&mut client, "sleepy").await;
     assert_eq!(written[0].status, pb::InvocationStatus::TimedOut as i32);
+    assert_eq!(
+        written[0].input_sha256,
+        toolplane::json::canonical_sha256(&json!({})),
+        "a timed-out call's record holds its input's digest"
+    );
 
     // The caller's own shorter deadline bounds the call too, and is answered before it passes.
     let mut short = tonic::Request::new(request("echo", json!({"x": 1})));
