@@ -200,3 +200,67 @@ fn agent_commands() {
     assert_eq!(code, 2);
     assert!(stderr.contains("NotFound"), "{stderr}");
 }
+
+/// At the default level every line the server logs for a call names its tenant and correlation
+/// id: RegisterService's through its INFO span, a retried InvokeTool's (whose span is at
+/// DEBUG) through the event's own fields.
+#[tokio::test(flavor = "multi_thread")]
+async fn log_lines_name_the_call_they_belong_to() {
+    let server = ServerProcess::start(&[("RUST_LOG", "info")]);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let mut discovery =
+        toolplane::pb::discovery_service_client::DiscoveryServiceClient::connect(server.endpoint())
+            .await
+            .expect("connect");
+    let mut gone = registration("gone", vec![simple_tool("t")]);
+    gone.endpoint = format!("http://127.0.0.1:{port}");
+    register_ok(&mut discovery, 6, gone).await;
+    let mut invoker = toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient::connect(
+        server.endpoint(),
+    )
+    .await
+    .expect("connect");
+    let error = invoker
+        .invoke_tool(toolplane::pb::InvokeToolRequest {
+            meta: Some(toolplane::envelope::request_meta(
+                toolplane::envelope::TenantId(6),
+                "retry-corr-42",
+            )),
+            tool_name: "t".into(),
+            input: schema(serde_json::json!({})),
+            retry_policy: Some(toolplane::pb::RetryPolicy {
+                max_attempts: 2,
+                initial_backoff: Some(prost_types::Duration {
+                    seconds: 0,
+                    nanos: 10_000_000,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("nobody listens");
+    assert_eq!(error.code(), tonic::Code::Unavailable);
+
+    eventually("the server logs the registration and the retry", || {
+        let registered = server.log_lines_with("service registered");
+        let retried = server.log_lines_with("retrying tool call");
+        async move { !registered.is_empty() && !retried.is_empty() }
+    })
+    .await;
+    let registered = server.log_lines_with("service registered").join("\n");
+    assert!(
+        registered.contains("tenant=6")
+            && registered.contains("correlation_id=\"test-correlation\""),
+        "{registered}"
+    );
+    let retried = server.log_lines_with("retrying tool call").join("\n");
+    assert!(
+        retried.contains("tenant=6")
+            && retried.contains("correlation_id=retry-corr-42")
+            && retried.contains("tool=t"),
+        "{retried}"
+    );
+}

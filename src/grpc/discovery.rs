@@ -38,6 +38,14 @@ impl DiscoveryApi {
 }
 
 /// Reads the envelope and records it on the current RPC span.
+///
+/// Every RPC runs in a span named after it with its `tenant` and `correlation_id`. RegisterService,
+/// DeregisterService, WatchServices, Preflight and the Agent API open it at INFO, so the lines they
+/// log carry it at the default level. The per-call RPCs (Heartbeat, the discovery reads,
+/// GetServiceHealth, InvokeTool and the other ToolInvoke RPCs) open it at DEBUG: at INFO a span
+/// without events writes nothing, and keeping one cost about 5 µs of CPU per InvokeTool call
+/// (BENCHMARKS.md, item 18). Their few events at INFO and above name the tenant, correlation id and
+/// tool themselves.
 pub(crate) fn accept_meta(meta: Option<&pb::Meta>) -> Result<RequestMeta, Status> {
     let meta = RequestMeta::from_pb(meta)?;
     let span = Span::current();
@@ -76,7 +84,11 @@ impl DiscoveryService for DiscoveryApi {
         }))
     }
 
-    #[instrument(skip_all, fields(rpc = "Heartbeat", tenant, correlation_id))]
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "Heartbeat", tenant, correlation_id)
+    )]
     async fn heartbeat(
         &self,
         request: Request<pb::HeartbeatRequest>,
@@ -108,7 +120,11 @@ impl DiscoveryService for DiscoveryApi {
         }))
     }
 
-    #[instrument(skip_all, fields(rpc = "ListTools", tenant, correlation_id))]
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "ListTools", tenant, correlation_id)
+    )]
     async fn list_tools(
         &self,
         request: Request<pb::ListToolsRequest>,
@@ -143,7 +159,11 @@ impl DiscoveryService for DiscoveryApi {
         }))
     }
 
-    #[instrument(skip_all, fields(rpc = "GetTool", tenant, correlation_id))]
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "GetTool", tenant, correlation_id)
+    )]
     async fn get_tool(
         &self,
         request: Request<pb::GetToolRequest>,
@@ -161,7 +181,11 @@ impl DiscoveryService for DiscoveryApi {
         }))
     }
 
-    #[instrument(skip_all, fields(rpc = "ListServices", tenant, correlation_id))]
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "ListServices", tenant, correlation_id)
+    )]
     async fn list_services(
         &self,
         request: Request<pb::ListServicesRequest>,
@@ -182,7 +206,11 @@ impl DiscoveryService for DiscoveryApi {
         }))
     }
 
-    #[instrument(skip_all, fields(rpc = "GetService", tenant, correlation_id))]
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "GetService", tenant, correlation_id)
+    )]
     async fn get_service(
         &self,
         request: Request<pb::GetServiceRequest>,

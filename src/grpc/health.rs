@@ -36,7 +36,11 @@ impl HealthApi {
 
 #[tonic::async_trait]
 impl HealthService for HealthApi {
-    #[instrument(skip_all, fields(rpc = "GetServiceHealth", tenant, correlation_id))]
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "GetServiceHealth", tenant, correlation_id)
+    )]
     async fn get_service_health(
         &self,
         request: Request<pb::GetServiceHealthRequest>,

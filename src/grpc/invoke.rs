@@ -86,7 +86,11 @@ fn failed_status(failed: Failed) -> Status {
 impl InvokeWire for InvokeApi {
     /// `InvokeTool` as served, over its wire twins (see [`super::invoke_wire`]); the
     /// `ToolInvokeService` method below converts to and from them.
-    #[instrument(skip_all, fields(rpc = "InvokeTool", tenant, correlation_id, tool))]
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "InvokeTool", tenant, correlation_id, tool)
+    )]
     async fn invoke_wire(
         &self,
         request: Request<InvokeToolRequestWire>,
@@ -175,7 +179,11 @@ impl ToolInvokeService for InvokeApi {
         }))
     }
 
-    #[instrument(skip_all, fields(rpc = "ValidateToolInput", tenant, correlation_id))]
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "ValidateToolInput", tenant, correlation_id)
+    )]
     async fn validate_tool_input(
         &self,
         request: Request<pb::ValidateToolInputRequest>,
@@ -197,6 +205,7 @@ impl ToolInvokeService for InvokeApi {
     }
 
     #[instrument(
+        level = "debug",
         skip_all,
         fields(rpc = "ListInvocationRecords", tenant, correlation_id)
     )]
@@ -242,7 +251,11 @@ impl ToolInvokeService for InvokeApi {
         }))
     }
 
-    #[instrument(skip_all, fields(rpc = "GetInvocationRecord", tenant, correlation_id))]
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "GetInvocationRecord", tenant, correlation_id)
+    )]
     async fn get_invocation_record(
         &self,
         request: Request<pb::GetInvocationRecordRequest>,

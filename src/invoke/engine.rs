@@ -128,10 +128,14 @@ impl RecordGuard {
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
-        if self.draft.is_some()
-            && let Err(error) = self.finish(InvocationStatus::Cancelled, "CANCELLED", None)
-        {
-            tracing::error!(%error, "cannot record a cancelled invocation");
+        let Some(draft) = &self.draft else { return };
+        let (tenant, correlation_id, tool) = (
+            draft.tenant.0,
+            draft.correlation_id.clone(),
+            draft.tool_name.clone(),
+        );
+        if let Err(error) = self.finish(InvocationStatus::Cancelled, "CANCELLED", None) {
+            tracing::error!(tenant, %correlation_id, %tool, %error, "cannot record a cancelled invocation");
         }
     }
 }
@@ -416,7 +420,17 @@ impl Invoker {
                         .map(|p| p.backoff(attempt));
                     match wait {
                         Some(wait) if Instant::now() + wait < deadline => {
-                            tracing::info!(attempt, wait_ms = wait.as_millis() as u64, reason = %failure.reason, "retrying tool call");
+                            // The RPC's span is at DEBUG (see `grpc::invoke`), so the event
+                            // names the call itself.
+                            tracing::info!(
+                                tenant = invocation.tenant.0,
+                                correlation_id = %invocation.correlation_id,
+                                tool = %invocation.tool,
+                                attempt,
+                                wait_ms = wait.as_millis() as u64,
+                                reason = %failure.reason,
+                                "retrying tool call"
+                            );
                             tokio::time::sleep(wait).await;
                         }
                         _ => {

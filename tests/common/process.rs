@@ -10,6 +10,8 @@ use std::time::Duration;
 pub struct ServerProcess {
     pub child: Child,
     pub addr: String,
+    /// Every line the server has written to stderr so far.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ServerProcess {
@@ -26,9 +28,12 @@ impl ServerProcess {
         let mut child = command.spawn().expect("start toolplane serve");
         let stderr = child.stderr.take().expect("stderr piped");
         let (found, address) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&log);
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                kept.lock().expect("log lock").push(line.clone());
                 if !sent
                     && line.contains("toolplane serving")
                     && let Some(addr) = line.split("address=").nth(1)
@@ -41,7 +46,16 @@ impl ServerProcess {
         let addr = address
             .recv_timeout(Duration::from_secs(20))
             .expect("server reports its address");
-        Self { child, addr }
+        Self { child, addr, log }
+    }
+
+    /// The lines the server has logged so far that contain `needle`.
+    pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
+        let log = self.log.lock().expect("log lock");
+        log.iter()
+            .filter(|line| line.contains(needle))
+            .cloned()
+            .collect()
     }
 
     pub fn endpoint(&self) -> String {
