@@ -230,14 +230,7 @@ async fn log_lines_name_the_call_they_belong_to() {
             )),
             tool_name: "t".into(),
             input: schema(serde_json::json!({})),
-            retry_policy: Some(toolplane::pb::RetryPolicy {
-                max_attempts: 2,
-                initial_backoff: Some(prost_types::Duration {
-                    seconds: 0,
-                    nanos: 10_000_000,
-                }),
-                ..Default::default()
-            }),
+            retry_policy: common::invoke_fixture::retry_policy(2),
             ..Default::default()
         })
         .await

@@ -100,17 +100,6 @@ async fn rate_limit_answers_with_retry_info() {
     );
 }
 
-fn retry_policy(max_attempts: u32) -> Option<pb::RetryPolicy> {
-    Some(pb::RetryPolicy {
-        max_attempts,
-        initial_backoff: Some(prost_types::Duration {
-            seconds: 0,
-            nanos: 10_000_000,
-        }),
-        ..Default::default()
-    })
-}
-
 /// With a policy and the RETRY capability, UNAVAILABLE is retried with the same idempotency key.
 #[tokio::test(flavor = "multi_thread")]
 async fn retries_follow_the_callers_policy() {

@@ -162,6 +162,18 @@ pub fn request(tool: &str, input: Value) -> pb::InvokeToolRequest {
     }
 }
 
+/// A retry policy of `max_attempts` with a 10 ms first backoff.
+pub fn retry_policy(max_attempts: u32) -> Option<pb::RetryPolicy> {
+    Some(pb::RetryPolicy {
+        max_attempts,
+        initial_backoff: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 10_000_000,
+        }),
+        ..Default::default()
+    })
+}
+
 pub async fn invoker(server: &TestServer) -> ToolInvokeServiceClient<Channel> {
     ToolInvokeServiceClient::new(server.channel().await)
 }
