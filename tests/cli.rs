@@ -207,9 +207,7 @@ fn agent_commands() {
 #[tokio::test(flavor = "multi_thread")]
 async fn log_lines_name_the_call_they_belong_to() {
     let server = ServerProcess::start(&[("RUST_LOG", "info")]);
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = closed.local_addr().expect("addr").port();
-    drop(closed);
+    let port = toolplane::bench::procs::free_port().expect("a free port");
     let mut discovery =
         toolplane::pb::discovery_service_client::DiscoveryServiceClient::connect(server.endpoint())
             .await

@@ -172,11 +172,7 @@ async fn no_retry_without_policy_or_capability() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unreachable_provider_is_unavailable() {
     let server = TestServer::start().await;
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = closed.local_addr().expect("addr").port();
-    drop(closed);
+    let port = toolplane::bench::procs::free_port().expect("a free port");
     let mut discovery = server.discovery().await;
     let mut gone = registration("gone", vec![simple_tool("t")]);
     gone.endpoint = format!("http://127.0.0.1:{port}");
