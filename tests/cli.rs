@@ -1,5 +1,5 @@
-//! The `toolplane` binary: serve, preflight exit codes, listings for people and scripts, and a
-//! clean exit 0 on SIGTERM.
+//! The binaries: `toolplane` serve, preflight exit codes, listings for people and scripts, a
+//! clean exit 0 on SIGTERM, its log lines; and what each binary's `--help` says it is.
 
 mod common;
 
@@ -254,4 +254,30 @@ async fn log_lines_name_the_call_they_belong_to() {
             && retried.contains("tool=t"),
         "{retried}"
     );
+}
+
+/// Each binary's `--help` opens with what that binary is, not with the crate's description.
+#[test]
+fn each_binary_says_what_it_is() {
+    let binaries = [
+        (env!("CARGO_BIN_EXE_toolplane"), "gRPC control plane"),
+        (
+            env!("CARGO_BIN_EXE_structs-provider"),
+            "example Structs tool provider",
+        ),
+        (
+            env!("CARGO_BIN_EXE_toolplane-bench"),
+            "Benchmarks toolplane",
+        ),
+    ];
+    for (binary, what) in binaries {
+        let output = std::process::Command::new(binary)
+            .arg("--help")
+            .output()
+            .expect("run --help");
+        assert!(output.status.success(), "{binary} --help failed");
+        let help = String::from_utf8_lossy(&output.stdout);
+        let first = help.lines().next().unwrap_or_default();
+        assert!(first.contains(what), "{binary}: {first}");
+    }
 }

@@ -11,7 +11,7 @@ use toolplane::provider::{DEFAULT_PROVIDER_TTL, ProviderConfig, ProviderServer};
 
 /// The example Structs tool provider for toolplane.
 #[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
+#[command(version, long_about = None)]
 struct Args {
     /// Address to serve ToolProviderService on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:50061")]

@@ -20,7 +20,7 @@ use toolplane::provider::{ProviderConfig, ProviderServer};
 
 /// Benchmarks toolplane against a bare tonic server and against calling the provider directly.
 #[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
+#[command(version, long_about = None)]
 struct Args {
     #[command(subcommand)]
     command: Command,
