@@ -156,6 +156,25 @@ fn wire_corners_follow_protobuf_rules() {
             ]
             .concat(),
         ),
+        // ...but not across another member read between them.
+        entry(
+            "a",
+            &[
+                delimited_field(5, &entry("x", &string("1"))),
+                number_field(2, 3.0),
+                delimited_field(5, &entry("y", &string("2"))),
+            ]
+            .concat(),
+        ),
+        entry(
+            "a",
+            &[
+                delimited_field(6, &delimited_field(1, &string("1"))),
+                number_field(2, 3.0),
+                delimited_field(6, &delimited_field(1, &string("2"))),
+            ]
+            .concat(),
+        ),
         // A value field twice in one entry merges too.
         delimited_field(
             1,
