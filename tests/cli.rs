@@ -1,5 +1,6 @@
 //! The binaries: `toolplane` serve, preflight exit codes, listings for people and scripts, a
-//! clean exit 0 on SIGTERM, its log lines; and what each binary's `--help` says it is.
+//! clean exit 0 on SIGTERM, its log lines; what each binary's `--help` says it is; and that the
+//! benchmark harness repeats its measurements as asked.
 
 mod common;
 
@@ -280,4 +281,43 @@ fn each_binary_says_what_it_is() {
         let first = help.lines().next().unwrap_or_default();
         assert!(first.contains(what), "{binary}: {first}");
     }
+}
+
+/// `toolplane-bench run --repetitions N` repeats every measurement N times, and refuses 0.
+#[test]
+fn bench_repeats_each_measurement_as_asked() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("rows.json");
+    let bench = env!("CARGO_BIN_EXE_toolplane-bench");
+    let output = std::process::Command::new(bench)
+        .args([
+            "run",
+            "--quick",
+            "--only",
+            "4",
+            "--repetitions",
+            "2",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .expect("run toolplane-bench");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
+            .expect("JSON rows");
+    assert!(!rows.is_empty());
+    for row in &rows {
+        assert_eq!(row["toolplane"].as_array().map(Vec::len), Some(2), "{row}");
+    }
+    let refused = std::process::Command::new(bench)
+        .args(["run", "--quick", "--repetitions", "0"])
+        .output()
+        .expect("run toolplane-bench");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--repetitions"));
 }

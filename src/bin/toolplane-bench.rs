@@ -39,6 +39,11 @@ enum Command {
         /// Run only these scenarios (1-5; repeatable) [default: all].
         #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
         only: Vec<u8>,
+        /// Repeat every measurement N times, alternating toolplane and its baseline; the table
+        /// gives the median and spread of the N. More repetitions steady the medians on a noisy
+        /// machine [default: 3; 1 with --quick].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=100))]
+        repetitions: Option<u16>,
     },
     /// (Used by `run`.) The baseline: a bare tonic DiscoveryService answering GetTool and
     /// ListTools with the responses stored in DIR.
@@ -176,9 +181,18 @@ async fn main() -> ExitCode {
             listen,
             control_plane,
         } => provider(listen, control_plane).await,
-        Command::Run { quick, json, only } => {
+        Command::Run {
+            quick,
+            json,
+            only,
+            repetitions,
+        } => {
+            let mut sizes = if quick { Sizes::quick() } else { Sizes::full() };
+            if let Some(repetitions) = repetitions {
+                sizes.repetitions = usize::from(repetitions);
+            }
             let bench = Bench {
-                sizes: if quick { Sizes::quick() } else { Sizes::full() },
+                sizes,
                 binaries: Binaries::beside_this_one(),
             };
             match bench.run(&only).await {
