@@ -195,8 +195,9 @@ pub fn value_bytes_to_json(bytes: &[u8]) -> Result<Value, RawJsonError> {
         .map_err(|fault| fault.about("Value"))
 }
 
-/// A `Value` while its fields are read: the JSON of its last member, or the last member's
-/// number, which is checked only once no later field can replace it. (Two fields rather than
+/// A `Value` while its fields are read: the JSON of its last member, or (with `json` left
+/// `null`) the last member's number, which is checked only once no later field can replace
+/// it. (Two fields rather than
 /// an enum around `Value`, which the decoder moved on every member: decoding the benchmark's
 /// 256 B input took 15% less time this way, BENCHMARKS.md item 19.)
 struct Slot {
@@ -217,6 +218,12 @@ impl Slot {
     fn set(&mut self, json: Value) {
         self.json = json;
         self.number = None;
+    }
+
+    /// The member just read is the number `n`.
+    fn set_number(&mut self, n: f64) {
+        self.json = Value::Null;
+        self.number = Some(n);
     }
 
     fn finish(self) -> Result<Value, Fault> {
@@ -340,12 +347,12 @@ fn merge_value(mut buf: &[u8], depth: u32, slot: &mut Slot) -> Result<(), Fault>
                 if buf.len() < 8 {
                     return Err("buffer underflow".into());
                 }
-                slot.number = Some(buf.get_f64_le());
+                slot.set_number(buf.get_f64_le());
             }
             3 => slot.set(Value::String(utf8(delimited(&mut buf, wire_type)?)?)),
             5 => {
                 let bytes = delimited(&mut buf, wire_type)?;
-                if slot.number.is_some() || !slot.json.is_object() {
+                if !slot.json.is_object() {
                     slot.set(Value::Object(Map::new()));
                 }
                 if let Value::Object(map) = &mut slot.json {
@@ -354,7 +361,7 @@ fn merge_value(mut buf: &[u8], depth: u32, slot: &mut Slot) -> Result<(), Fault>
             }
             6 => {
                 let bytes = delimited(&mut buf, wire_type)?;
-                if slot.number.is_some() || !slot.json.is_array() {
+                if !slot.json.is_array() {
                     slot.set(Value::Array(Vec::new()));
                 }
                 if let Value::Array(items) = &mut slot.json {
