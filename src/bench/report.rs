@@ -20,6 +20,10 @@ pub struct Row {
     pub target: Option<String>,
     /// Whether the target is met by the medians.
     pub met: Option<bool>,
+    /// In how many repetitions the target is met, each judged on its own (toolplane's value
+    /// against the baseline's of the same repetition): how much the verdict depends on the
+    /// machine's moment.
+    pub met_in: Option<usize>,
 }
 
 /// The median of some values (0 for none).
@@ -64,6 +68,7 @@ impl Row {
             baseline: None,
             target: None,
             met: None,
+            met_in: None,
         }
     }
 
@@ -81,12 +86,36 @@ impl Row {
         }
     }
 
-    /// Sets a target, judged by `check` on (toolplane median, baseline median or 0).
+    /// Sets a target, judged by `check` on (toolplane median, baseline median or 0), and on
+    /// each repetition's pair of values.
     pub fn target(mut self, words: &str, check: impl Fn(f64, f64) -> bool) -> Self {
         let baseline = self.baseline.as_deref().map(median).unwrap_or_default();
         self.met = Some(check(median(&self.toolplane), baseline));
+        let baseline_in = |round: usize| {
+            self.baseline
+                .as_ref()
+                .and_then(|values| values.get(round).copied())
+                .unwrap_or_default()
+        };
+        let met_in = (self.toolplane.iter().enumerate())
+            .filter(|&(round, &value)| check(value, baseline_in(round)))
+            .count();
+        self.met_in = Some(met_in);
         self.target = Some(words.to_owned());
         self
+    }
+
+    /// The met column: the verdict on the medians, and in how many repetitions it was met.
+    fn verdict(&self) -> String {
+        match self.met {
+            None => "-".to_owned(),
+            Some(met) => format!(
+                "{} ({} of {})",
+                if met { "yes" } else { "NO" },
+                self.met_in.unwrap_or_default(),
+                self.toolplane.len()
+            ),
+        }
     }
 
     /// toolplane's median over the baseline's.
@@ -99,7 +128,7 @@ impl Row {
 /// Renders rows as a Markdown table.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| scenario | metric | unit | toolplane median (spread) | baseline median (spread) | ratio | target | met |\n|---|---|---|---|---|---|---|---|\n",
+        "| scenario | metric | unit | toolplane median (spread) | baseline median (spread) | ratio | target | met (in rounds) |\n|---|---|---|---|---|---|---|---|\n",
     );
     for row in rows {
         let baseline = row
@@ -119,10 +148,36 @@ pub fn table(rows: &[Row]) -> String {
                 .map(|r| format!("{r:.2}x"))
                 .unwrap_or_else(|| "-".to_owned()),
             row.target.clone().unwrap_or_else(|| "-".to_owned()),
-            row.met
-                .map(|met| if met { "yes" } else { "NO" })
-                .unwrap_or("-"),
+            row.verdict(),
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The verdict is the medians'; each repetition is also judged against its own baseline.
+    #[test]
+    fn a_target_is_judged_on_the_medians_and_round_by_round() {
+        let paired = Row::paired(
+            "2",
+            "rps",
+            "req/s",
+            vec![40.0, 60.0, 55.0],
+            vec![100.0, 100.0, 120.0],
+        )
+        .target(">= 0.5x", |t, base| t >= 0.5 * base);
+        assert_eq!((paired.met, paired.met_in), (Some(true), Some(1)));
+        assert!(table(&[paired]).contains("| yes (1 of 3) |"));
+        let single = Row::single("5", "ms", "ms", vec![90.0, 120.0, 95.0])
+            .target("<= 100 ms", |t, _| t <= 100.0);
+        assert_eq!((single.met, single.met_in), (Some(true), Some(2)));
+        let missed =
+            Row::single("5", "ms", "ms", vec![150.0]).target("<= 100 ms", |t, _| t <= 100.0);
+        assert!(table(&[missed]).contains("| NO (0 of 1) |"));
+        let untargeted = Row::single("5", "ms", "ms", vec![1.0]);
+        assert!(table(&[untargeted]).ends_with("| - | - |\n"));
+    }
 }
