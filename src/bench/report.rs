@@ -97,7 +97,10 @@ impl Row {
                 .and_then(|values| values.get(round).copied())
                 .unwrap_or_default()
         };
-        let met_in = (self.toolplane.iter().enumerate())
+        let met_in = self
+            .toolplane
+            .iter()
+            .enumerate()
             .filter(|&(round, &value)| check(value, baseline_in(round)))
             .count();
         self.met_in = Some(met_in);
