@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::process::{ServerProcess, toolplane_cli};
+use common::process::{ServerProcess, run_binary, toolplane_cli};
 use common::*;
 
 /// `toolplane preflight` exits 1 listing what is missing, and 0 once everything is registered.
@@ -272,12 +272,8 @@ fn each_binary_says_what_it_is() {
         ),
     ];
     for (binary, what) in binaries {
-        let output = std::process::Command::new(binary)
-            .arg("--help")
-            .output()
-            .expect("run --help");
-        assert!(output.status.success(), "{binary} --help failed");
-        let help = String::from_utf8_lossy(&output.stdout);
+        let (code, help, _) = run_binary(binary, &["--help"]);
+        assert_eq!(code, 0, "{binary} --help failed");
         let first = help.lines().next().unwrap_or_default();
         assert!(first.contains(what), "{binary}: {first}");
     }
@@ -289,24 +285,19 @@ fn bench_repeats_each_measurement_as_asked() {
     let dir = tempfile::tempdir().expect("temp dir");
     let json = dir.path().join("rows.json");
     let bench = env!("CARGO_BIN_EXE_toolplane-bench");
-    let output = std::process::Command::new(bench)
-        .args([
-            "run",
-            "--quick",
-            "--only",
-            "4",
-            "--repetitions",
-            "2",
-            "--json",
-        ])
-        .arg(&json)
-        .output()
-        .expect("run toolplane-bench");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let json_path = json.to_str().expect("a UTF-8 temp path");
+    let args = [
+        "run",
+        "--quick",
+        "--only",
+        "4",
+        "--repetitions",
+        "2",
+        "--json",
+        json_path,
+    ];
+    let (code, _, stderr) = run_binary(bench, &args);
+    assert_eq!(code, 0, "{stderr}");
     let rows: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
             .expect("JSON rows");
@@ -314,10 +305,7 @@ fn bench_repeats_each_measurement_as_asked() {
     for row in &rows {
         assert_eq!(row["toolplane"].as_array().map(Vec::len), Some(2), "{row}");
     }
-    let refused = std::process::Command::new(bench)
-        .args(["run", "--quick", "--repetitions", "0"])
-        .output()
-        .expect("run toolplane-bench");
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--repetitions"));
+    let (code, _, stderr) = run_binary(bench, &["run", "--quick", "--repetitions", "0"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--repetitions"));
 }

@@ -197,9 +197,9 @@ pub fn value_bytes_to_json(bytes: &[u8]) -> Result<Value, RawJsonError> {
 
 /// A `Value` while its fields are read: the JSON of its last member, or (with `json` left
 /// `null`) the last member's number, which is checked only once no later field can replace
-/// it. (Two fields rather than
-/// an enum around `Value`, which the decoder moved on every member: decoding the benchmark's
-/// 256 B input took 15% less time this way, BENCHMARKS.md item 19.)
+/// it. (Two fields rather than an enum around `Value`, which the decoder moved on every
+/// member: decoding the benchmark's 256 B input took 15% less time this way, BENCHMARKS.md
+/// item 19.)
 struct Slot {
     json: Value,
     number: Option<f64>,

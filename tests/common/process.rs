@@ -150,10 +150,15 @@ pub fn wait_for_structs_provider(endpoint: &str) {
 
 /// Runs the `toolplane` CLI and returns (exit code, stdout, stderr).
 pub fn toolplane_cli(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_toolplane"))
+    run_binary(env!("CARGO_BIN_EXE_toolplane"), args)
+}
+
+/// Runs one of the crate's binaries to the end and returns (exit code, stdout, stderr).
+pub fn run_binary(binary: &str, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(binary)
         .args(args)
         .output()
-        .expect("run toolplane");
+        .unwrap_or_else(|error| panic!("run {binary}: {error}"));
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
