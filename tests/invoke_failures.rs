@@ -1,6 +1,7 @@
 //! InvokeTool when things go wrong, through the real server against real provider servers on
 //! loopback: deadlines with cancellation at the provider, rate limits with retry info, retries
-//! under the caller's policy (and none without it), unreachable and unhealthy providers.
+//! under the caller's policy (and none without it), unreachable and unhealthy providers, and a
+//! provider whose error details do not decode.
 
 mod common;
 
@@ -197,19 +198,32 @@ async fn wait_for_health(
     health: &pb::health_service_client::HealthServiceClient<Channel>,
     state: pb::HealthState,
 ) {
-    eventually(&format!("HealthService reports {state:?}"), || {
-        let mut health = health.clone();
-        async move {
-            let request = pb::GetServiceHealthRequest {
-                meta: meta(0),
-                service_name: "testing".into(),
-            };
-            health
-                .get_service_health(request)
-                .await
-                .is_ok_and(|a| a.into_inner().status == state as i32)
-        }
-    })
+    wait_for_health_of(health, "testing", state).await;
+}
+
+/// Waits until HealthService reports `state` for `service`.
+async fn wait_for_health_of(
+    health: &pb::health_service_client::HealthServiceClient<Channel>,
+    service: &str,
+    state: pb::HealthState,
+) {
+    eventually(
+        &format!("HealthService reports {service} {state:?}"),
+        || {
+            let mut health = health.clone();
+            let service = service.to_owned();
+            async move {
+                let request = pb::GetServiceHealthRequest {
+                    meta: meta(0),
+                    service_name: service,
+                };
+                health
+                    .get_service_health(request)
+                    .await
+                    .is_ok_and(|a| a.into_inner().status == state as i32)
+            }
+        },
+    )
     .await;
 }
 
@@ -259,4 +273,85 @@ async fn failing_health_check_marks_unhealthy_and_fails_fast() {
         .invoke_tool(request("echo", json!({})))
         .await
         .expect("served again");
+}
+
+/// A provider on loopback, written on the h2 crate, that answers every call with status
+/// `code` and a `grpc-status-details-bin` that is not base64 (tonic's status reader panics on
+/// one), and the health check with `health_code`. Its tasks end with the test's runtime.
+async fn garbling_provider(code: &'static str, health_code: &'static str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(socket).await else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    let health = request.uri().path() == "/grpc.health.v1.Health/Check";
+                    let answer = http::Response::builder()
+                        .header("content-type", "application/grpc")
+                        .header("grpc-status", if health { health_code } else { code })
+                        .header("grpc-message", "overloaded")
+                        .header("grpc-status-details-bin", "%%% not base64 %%%")
+                        .body(())
+                        .expect("an answer");
+                    let _ = respond.send_response(answer, true);
+                }
+            });
+        }
+    });
+    endpoint
+}
+
+/// Error details that do not decode are dropped and said so: the caller gets the provider's
+/// status and message, and the call is recorded as the provider's failure.
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_error_details_that_do_not_decode_are_reported() {
+    let server = TestServer::start().await;
+    let mut discovery = server.discovery().await;
+    let mut garbled = registration("garbled", vec![simple_tool("g")]);
+    // FAILED_PRECONDITION for calls; UNIMPLEMENTED (counts as healthy) for health checks.
+    garbled.endpoint = garbling_provider("9", "12").await;
+    register_ok(&mut discovery, 0, garbled).await;
+    let mut client = invoker(&server).await;
+    let error = client
+        .invoke_tool(request("g", json!({})))
+        .await
+        .expect_err("the provider fails the call");
+    assert_eq!(error.code(), Code::FailedPrecondition, "{error:?}");
+    assert!(
+        error.message().contains("overloaded") && error.message().contains("not base64"),
+        "{error:?}"
+    );
+    assert_eq!(reason(&error), "TOOL_FAILED");
+    let written = records(&mut client, "g").await;
+    assert_eq!(written[0].status, pb::InvocationStatus::Failed as i32);
+}
+
+/// A provider whose failing health check carries error details that do not decode is marked
+/// unhealthy, and checking goes on for every other provider.
+#[tokio::test(flavor = "multi_thread")]
+async fn health_checks_survive_error_details_that_do_not_decode() {
+    let setup = setup().await;
+    let mut discovery = setup.server.discovery().await;
+    let mut garbled = registration("garbled", vec![simple_tool("g")]);
+    garbled.endpoint = garbling_provider("9", "14").await;
+    register_ok(&mut discovery, 0, garbled).await;
+    let health = pb::health_service_client::HealthServiceClient::new(setup.server.channel().await);
+    wait_for_health_of(&health, "garbled", pb::HealthState::Unhealthy).await;
+    let error = invoker(&setup.server)
+        .await
+        .invoke_tool(request("g", json!({})))
+        .await
+        .expect_err("an unhealthy provider");
+    assert_eq!(reason(&error), "TOOL_UNHEALTHY");
+    assert!(error.message().contains("not base64"), "{error:?}");
+
+    setup.provider.health.set_serving(false).await;
+    wait_for_health(&health, pb::HealthState::Unhealthy).await;
+    setup.provider.health.set_serving(true).await;
+    wait_for_health(&health, pb::HealthState::Healthy).await;
 }

@@ -2,6 +2,7 @@
 //! domain errors to `tonic::Status`, and server assembly.
 
 pub mod agent;
+mod answer;
 pub mod coalesce;
 pub mod convert;
 pub mod deadline;
