@@ -188,14 +188,19 @@ pub async fn run_health_checks(
         }
         let endpoints = store.endpoints();
         book.retain(&endpoints);
+        // Each check is a task of its own, so that one that panics fails its endpoint's
+        // check instead of ending the loop, and with it every endpoint's checks.
         let checks = endpoints.iter().map(|endpoint| {
-            let caller = caller.clone();
-            async move { (endpoint, caller.check_health(endpoint).await) }
+            let (caller, endpoint) = (caller.clone(), endpoint.clone());
+            tokio::spawn(async move { caller.check_health(&endpoint).await })
         });
-        for (endpoint, result) in join_all(checks).await {
+        for (endpoint, result) in endpoints.iter().zip(join_all(checks).await) {
             match result {
-                Ok(()) => book.mark_healthy(endpoint),
-                Err(why) => book.mark_unhealthy(endpoint, why),
+                Ok(Ok(())) => book.mark_healthy(endpoint),
+                Ok(Err(why)) => book.mark_unhealthy(endpoint, why),
+                Err(failed) => {
+                    book.mark_unhealthy(endpoint, format!("health check failed: {failed}"))
+                }
             }
         }
     }
