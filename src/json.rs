@@ -127,24 +127,34 @@ pub fn canonical_json(value: &Value) -> String {
     String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
+/// Writes an object's entries, in the order given, as canonical JSON.
+fn write_object<'a>(
+    entries: impl Iterator<Item = (&'a String, &'a Value)>,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    out.write_all(b"{")?;
+    for (index, (key, item)) in entries.enumerate() {
+        if index > 0 {
+            out.write_all(b",")?;
+        }
+        write_str(key, out)?;
+        out.write_all(b":")?;
+        write_canonical(item, out)?;
+    }
+    out.write_all(b"}")
+}
+
 /// Writes a value's canonical JSON to `out` (strings and numbers as serde_json writes them).
 pub fn write_canonical(value: &Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
     match value {
+        // serde_json's map iterates in key order unless its `preserve_order` feature is on,
+        // which nothing here turns on: then the entries are written as they come, and sorted
+        // first otherwise.
+        Value::Object(map) if map.keys().is_sorted() => write_object(map.iter(), out),
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            if !entries.is_sorted_by(|a, b| a.0 <= b.0) {
-                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            }
-            out.write_all(b"{")?;
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.write_all(b",")?;
-                }
-                write_str(key, out)?;
-                out.write_all(b":")?;
-                write_canonical(item, out)?;
-            }
-            out.write_all(b"}")
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            write_object(entries.into_iter(), out)
         }
         Value::Array(items) => {
             out.write_all(b"[")?;

@@ -11,6 +11,7 @@ use super::deadline::caller_timeout;
 use super::discovery::accept_meta;
 use super::invoke_wire::{InvokeToolRequestWire, InvokeToolResponseWire, InvokeWire};
 use super::raw_message::{RawJsonError, RawMessage, struct_bytes_to_json};
+use super::record_wire::record_bytes;
 use crate::invoke::caller::WireForm;
 use crate::invoke::policy::RetryPolicy;
 use crate::invoke::records::{InvocationRecord, InvocationStatus, RecordFilter};
@@ -123,7 +124,7 @@ impl InvokeWire for InvokeApi {
             meta: Some(meta.response()),
             output: Some(output),
             warnings: invoked.warnings,
-            record: Some(record_to_pb(&invoked.record)),
+            record: Some(record_bytes(&invoked.record)),
         })
     }
 }
@@ -171,11 +172,16 @@ impl ToolInvokeService for InvokeApi {
             .map(|raw| raw.decode::<prost_types::Value>())
             .transpose()
             .map_err(|error| Status::internal(format!("tool output: {error}")))?;
+        let record = answer
+            .record
+            .map(|raw| raw.decode::<pb::InvocationRecord>())
+            .transpose()
+            .map_err(|error| Status::internal(format!("invocation record: {error}")))?;
         Ok(Response::new(pb::InvokeToolResponse {
             meta: answer.meta,
             output,
             warnings: answer.warnings,
-            record: answer.record,
+            record,
         }))
     }
 
@@ -309,8 +315,14 @@ pub(crate) fn status_to_pb(status: InvocationStatus) -> pb::InvocationStatus {
     }
 }
 
-fn timestamp(text: &str) -> Option<prost_types::Timestamp> {
+/// A record's RFC 3339 time as a protobuf `Timestamp`.
+pub(super) fn record_timestamp(text: &str) -> Option<prost_types::Timestamp> {
     humantime::parse_rfc3339(text).ok().map(Into::into)
+}
+
+/// A record's duration as a protobuf `Duration`.
+pub(super) fn record_duration(micros: u64) -> Option<prost_types::Duration> {
+    Duration::from_micros(micros).try_into().ok()
 }
 
 /// The wire form of a record.
@@ -325,9 +337,9 @@ pub fn record_to_pb(record: &InvocationRecord) -> pb::InvocationRecord {
         definition_sha256: record.definition_sha256.clone(),
         input_sha256: record.input_sha256.clone(),
         output_sha256: record.output_sha256.clone(),
-        started_at: timestamp(&record.started_at),
-        finished_at: timestamp(&record.finished_at),
-        duration: Duration::from_micros(record.duration_us).try_into().ok(),
+        started_at: record_timestamp(&record.started_at),
+        finished_at: record_timestamp(&record.finished_at),
+        duration: record_duration(record.duration_us),
         attempts: record.attempts,
         status: status_to_pb(record.status) as i32,
         error_reason: record.error_reason.clone(),

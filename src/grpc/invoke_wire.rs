@@ -59,9 +59,9 @@ pub struct InvokeToolResponseWire {
     /// `warnings`.
     #[prost(string, repeated, tag = "3")]
     pub warnings: Vec<String>,
-    /// `record`.
+    /// `record`: an encoded `toolplane.v1.InvocationRecord` (see [`super::record_wire`]).
     #[prost(message, optional, tag = "4")]
-    pub record: Option<pb::InvocationRecord>,
+    pub record: Option<RawMessage>,
 }
 
 /// `toolplane.v1.CallToolRequest` with its `input` kept encoded.

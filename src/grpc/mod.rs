@@ -12,6 +12,7 @@ pub mod invoke;
 pub mod invoke_wire;
 pub mod provider_client;
 pub mod raw_message;
+pub mod record_wire;
 pub mod server;
 pub mod serving;
 pub mod status;

@@ -52,6 +52,11 @@ impl RawMessage {
         }
     }
 
+    /// Bytes already encoded as a message, kept as they are.
+    pub fn from_encoded(bytes: BytesMut) -> Self {
+        Self { bytes }
+    }
+
     /// The encoded bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes

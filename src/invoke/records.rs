@@ -241,7 +241,12 @@ pub fn content_sha256(record: &InvocationRecord) -> String {
 }
 
 fn rfc3339(time: std::time::SystemTime) -> String {
-    humantime::format_rfc3339_nanos(time).to_string()
+    use std::fmt::Write;
+    // Room for the 30 characters written ("2026-11-23T10:51:47.022761783Z"), so that the
+    // string is allocated once rather than grown.
+    let mut text = String::with_capacity(30);
+    let _ = write!(text, "{}", humantime::format_rfc3339_nanos(time));
+    text
 }
 
 impl RecordLog {
