@@ -2,11 +2,12 @@
 //! `grpc-status` it ends with.
 //!
 //! An answer's message usually arrives in one DATA frame; [`AnswerBytes`] keeps that frame as
-//! it came and copies only when more follow. For the status tonic's `Status::from_header_map` does the parsing, with two things around it. An OK
-//! status, how nearly every call ends, is recognised from its one header, without building a
-//! `Status` (which copies the whole header map). And a `grpc-status-details-bin` that is not
-//! base64 is dropped before tonic reads the headers, because tonic panics on one (an `expect`
-//! in `from_header_map`), and nothing a provider sends may panic toolplane.
+//! it came and copies only when more follow. For the status, tonic's `Status::from_header_map`
+//! does the parsing, with two things around it. An OK status, how nearly every call ends, is
+//! recognised from its one header, without building a `Status` (which copies the whole header
+//! map). And a `grpc-status-details-bin` that is not base64 is dropped before tonic reads the
+//! headers, because tonic panics on one (an `expect` in `from_header_map`), and nothing a
+//! provider sends may panic toolplane.
 
 use base64::Engine;
 use base64::engine::DecodePaddingMode;
