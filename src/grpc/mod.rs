@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod health;
 pub mod invoke;
 pub mod invoke_wire;
+pub mod panics;
 pub mod provider_client;
 pub mod raw_message;
 pub mod record_wire;

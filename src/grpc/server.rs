@@ -167,6 +167,7 @@ pub async fn serve(
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
+        .layer(super::panics::catch_panics())
         .add_service(DiscoveryServiceServer::new(DiscoveryApi::new(
             registry.clone(),
             serving.clone(),
