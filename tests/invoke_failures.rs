@@ -1,7 +1,7 @@
 //! InvokeTool when things go wrong, through the real server against real provider servers on
 //! loopback: deadlines with cancellation at the provider, rate limits with retry info, retries
 //! under the caller's policy (and none without it), unreachable and unhealthy providers, and a
-//! provider whose error details do not decode.
+//! provider whose error details do not decode, and a tool whose handler panics.
 
 mod common;
 
@@ -18,6 +18,7 @@ use toolplane::grpc::ServerOptions;
 use toolplane::invoke::limits::{Bucket, RateLimitConfig};
 use toolplane::json::value_to_json;
 use toolplane::pb;
+use toolplane::provider::{ToolDescriptor, ToolInvocation, ToolOutput, ToolRegistry, handler};
 
 /// A call past the tool's timeout is DEADLINE_EXCEEDED (TOOL_TIMEOUT) and the provider sees
 /// the cancellation.
@@ -275,35 +276,50 @@ async fn failing_health_check_marks_unhealthy_and_fails_fast() {
         .expect("served again");
 }
 
-/// A provider on loopback, written on the h2 crate, that answers every call with status
-/// `code` and a `grpc-status-details-bin` that is not base64 (tonic's status reader panics on
-/// one), and the health check with `health_code`. Its tasks end with the test's runtime.
-async fn garbling_provider(code: &'static str, health_code: &'static str) -> String {
+/// A provider on loopback, written on the h2 crate, whose every stream `answer` answers
+/// (`true` for a health check). Its tasks end with the test's runtime.
+async fn h2_provider<F>(answer: F) -> String
+where
+    F: Fn(h2::server::SendResponse<bytes::Bytes>, bool) + Clone + Send + 'static,
+{
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
+            let answer = answer.clone();
             tokio::spawn(async move {
                 let Ok(mut connection) = h2::server::handshake(socket).await else {
                     return;
                 };
-                while let Some(Ok((request, mut respond))) = connection.accept().await {
-                    let health = request.uri().path() == "/grpc.health.v1.Health/Check";
-                    let answer = http::Response::builder()
-                        .header("content-type", "application/grpc")
-                        .header("grpc-status", if health { health_code } else { code })
-                        .header("grpc-message", "overloaded")
-                        .header("grpc-status-details-bin", "%%% not base64 %%%")
-                        .body(())
-                        .expect("an answer");
-                    let _ = respond.send_response(answer, true);
+                while let Some(Ok((request, respond))) = connection.accept().await {
+                    answer(
+                        respond,
+                        request.uri().path() == "/grpc.health.v1.Health/Check",
+                    );
                 }
             });
         }
     });
     endpoint
+}
+
+/// A provider that answers every call with status `code` and a `grpc-status-details-bin` that
+/// is not base64 (tonic's status reader panics on one), and the health check with
+/// `health_code`.
+async fn garbling_provider(code: &'static str, health_code: &'static str) -> String {
+    h2_provider(move |mut respond, health| {
+        let answer = http::Response::builder()
+            .header("content-type", "application/grpc")
+            .header("grpc-status", if health { health_code } else { code })
+            .header("grpc-message", "overloaded")
+            .header("grpc-status-details-bin", "%%% not base64 %%%")
+            .body(())
+            .expect("an answer");
+        let _ = respond.send_response(answer, true);
+    })
+    .await
 }
 
 /// Error details that do not decode are dropped and said so: the caller gets the provider's
@@ -354,4 +370,87 @@ async fn health_checks_survive_error_details_that_do_not_decode() {
     wait_for_health(&health, pb::HealthState::Unhealthy).await;
     setup.provider.health.set_serving(true).await;
     wait_for_health(&health, pb::HealthState::Healthy).await;
+}
+
+/// A tool whose handler panics (a bug in the tool) fails that call with INTERNAL, reason
+/// TOOL_FAILED and a FAILED record, without the panic's message; the provider serves the next
+/// call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_handler_that_panics_fails_its_call_not_the_provider() {
+    let server = TestServer::start().await;
+    let tools = ToolRegistry::new()
+        .register(
+            ToolDescriptor::new("fragile", "Panics on boom", json!({"type": "object"})),
+            handler(|call: ToolInvocation| async move {
+                assert!(call.input.get("boom").is_none(), "the tool's own bug");
+                Ok(ToolOutput::new(json!({"fine": true})))
+            }),
+        )
+        .expect("a valid tool")
+        .freeze();
+    let provider = common::provider::TestProvider::start(
+        tools,
+        &server.endpoint(),
+        "fragile-service",
+        Duration::from_secs(5),
+    )
+    .await;
+    wait_registered(&server, "fragile-service").await;
+    let mut client = invoker(&server).await;
+
+    let error = client
+        .invoke_tool(request("fragile", json!({"boom": true})))
+        .await
+        .expect_err("the handler panics");
+    assert_eq!(error.code(), Code::Internal, "{error:?}");
+    assert_eq!(reason(&error), "TOOL_FAILED");
+    assert!(error.message().contains("panicked"), "{error:?}");
+    assert!(
+        !error.message().contains("own bug"),
+        "the log has it: {error:?}"
+    );
+    let written = records(&mut client, "fragile").await;
+    assert_eq!(written[0].status, pb::InvocationStatus::Failed as i32);
+
+    client
+        .invoke_tool(request("fragile", json!({})))
+        .await
+        .expect("the next call is served");
+    provider.stop().await;
+}
+
+/// A provider that cuts a call's stream off (RST_STREAM CANCEL, what a tonic server does when
+/// its handler panics) long before the deadline: the provider's failure, CANCELLED and
+/// recorded FAILED, not a timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_that_cuts_the_call_off_is_not_a_timeout() {
+    let server = TestServer::start().await;
+    let mut discovery = server.discovery().await;
+    let mut cutting = registration("cutting", vec![simple_tool("c")]);
+    cutting.endpoint = h2_provider(|mut respond, health| {
+        if health {
+            // UNIMPLEMENTED: counts as healthy.
+            let answer = http::Response::builder()
+                .header("content-type", "application/grpc")
+                .header("grpc-status", "12")
+                .body(())
+                .expect("an answer");
+            let _ = respond.send_response(answer, true);
+        } else {
+            respond.send_reset(h2::Reason::CANCEL);
+        }
+    })
+    .await;
+    cutting.tools[0].timeout_ms = Some(30_000);
+    register_ok(&mut discovery, 0, cutting).await;
+    let mut client = invoker(&server).await;
+    let error = client
+        .invoke_tool(request("c", json!({})))
+        .await
+        .expect_err("the provider cuts the call off");
+    assert_eq!(error.code(), Code::Cancelled, "{error:?}");
+    assert_eq!(reason(&error), "TOOL_FAILED");
+    assert!(error.message().contains("provider cancelled"), "{error:?}");
+    let written = records(&mut client, "c").await;
+    assert_eq!(written[0].status, pb::InvocationStatus::Failed as i32);
 }

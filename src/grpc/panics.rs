@@ -22,12 +22,17 @@ pub fn catch_panics() -> CatchPanicLayer<PanicAnswer> {
     CatchPanicLayer::custom(answer_panic as PanicAnswer)
 }
 
-fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> http::Response<tonic::body::Body> {
-    let message = panic
+/// A panic's message: what `panic!` was given, when it was text.
+pub fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)");
+        .unwrap_or("(no message)")
+}
+
+fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> http::Response<tonic::body::Body> {
+    let message = panic_message(panic.as_ref());
     tracing::error!(
         panic = message,
         "a call's handler panicked; answered INTERNAL"

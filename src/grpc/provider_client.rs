@@ -54,10 +54,10 @@ fn failure(status: &tonic::Status) -> ProviderFailure {
     let kind = match status.code() {
         tonic::Code::Unavailable => FailureKind::Unavailable,
         tonic::Code::ResourceExhausted => FailureKind::ResourceExhausted,
-        // tonic servers answer CANCELLED ("Timeout expired") when the grpc-timeout we sent
-        // runs out, and the engine never cancels a call it is still waiting for: so a
-        // CANCELLED answer means the deadline passed.
-        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => FailureKind::DeadlineExceeded,
+        tonic::Code::DeadlineExceeded => FailureKind::DeadlineExceeded,
+        // CANCELLED is tonic's answer when the grpc-timeout we sent runs out, and a provider's
+        // when it cuts the call's stream off; the engine tells the two apart by its deadline
+        // (see `FailureKind::may_be_the_deadline`).
         other => FailureKind::Other(other as i32),
     };
     let reason = status

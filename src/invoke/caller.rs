@@ -79,6 +79,16 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Whether this is what a provider answers when the deadline it was sent runs out:
+    /// DEADLINE_EXCEEDED, or CANCELLED (tonic servers answer "Timeout expired" with it). The
+    /// engine counts it as the call's timeout only once its own deadline has passed; before
+    /// that it is the provider's own failure (a timeout of its own, a stream it cut off).
+    pub fn may_be_the_deadline(self) -> bool {
+        /// gRPC's CANCELLED.
+        const CANCELLED: i32 = 1;
+        matches!(self, Self::DeadlineExceeded | Self::Other(CANCELLED))
+    }
+
     /// Whether a caller's retry policy may retry after this failure.
     pub fn is_retryable(self) -> bool {
         matches!(self, Self::Unavailable | Self::ResourceExhausted)

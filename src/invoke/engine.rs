@@ -22,6 +22,9 @@ use crate::registry::{
 const MAX_REPORTED_VIOLATIONS: usize = 20;
 /// The most the engine answers ahead of the caller's deadline.
 const CALLER_DEADLINE_MARGIN: Duration = Duration::from_millis(50);
+/// How early a provider's deadline answer may come and still be the call's timeout: the
+/// `grpc-timeout` it was sent is rounded down to whole milliseconds.
+const DEADLINE_SLACK: Duration = Duration::from_millis(10);
 /// The default longest time any call may take.
 pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -403,7 +406,10 @@ impl Invoker {
             };
             match result {
                 Ok(reply) => break Ok(reply),
-                Err(failure) if failure.kind == FailureKind::DeadlineExceeded => {
+                Err(failure)
+                    if failure.kind.may_be_the_deadline()
+                        && deadline.saturating_duration_since(Instant::now()) <= DEADLINE_SLACK =>
+                {
                     break Err((
                         InvocationStatus::TimedOut,
                         InvokeError::Timeout {

@@ -4,8 +4,10 @@
 //! after a restart), and deregisters on shutdown.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -18,6 +20,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use super::tools::{RegisteredTools, ToolContext, ToolError, ToolInvocation};
 use crate::envelope::{RequestMeta, TenantId, request_meta};
 use crate::grpc::deadline::caller_timeout;
+use crate::grpc::panics::panic_message;
 use crate::json::{json_to_struct, json_to_value, struct_to_json};
 use crate::pb;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
@@ -291,12 +294,30 @@ async fn wait_or_stop(stop: &mut watch::Receiver<bool>, duration: Duration) -> b
 
 /// A tool error as a gRPC status with ErrorInfo.
 pub fn tool_error_status(tool: &str, error: &ToolError) -> Status {
+    status_with_info(error.grpc_code(), tool, error)
+}
+
+fn status_with_info(code: tonic::Code, tool: &str, error: &ToolError) -> Status {
     let metadata: std::collections::HashMap<String, String> =
         [("tool_name".to_owned(), tool.to_owned())]
             .into_iter()
             .collect();
     let details = ErrorDetails::with_error_info(&error.code, PROVIDER_ERROR_DOMAIN, metadata);
-    Status::with_error_details(error.grpc_code(), &error.message, details)
+    Status::with_error_details(code, &error.message, details)
+}
+
+/// The answer to a call whose handler panicked: INTERNAL, reason `TOOL_FAILED`. The panic's
+/// message goes to this process's log only; it may name what the caller should not see.
+fn handler_panicked(tool: &str, panic: &(dyn std::any::Any + Send)) -> Status {
+    tracing::error!(
+        tool,
+        panic = panic_message(panic),
+        "a tool's handler panicked; answered INTERNAL"
+    );
+    let error = ToolError::failed(format!(
+        "the handler of tool {tool} panicked (the provider's log has the details)"
+    ));
+    status_with_info(tonic::Code::Internal, tool, &error)
 }
 
 #[derive(Debug)]
@@ -353,9 +374,15 @@ impl ToolProviderService for ProviderApi {
             input,
             context,
         };
-        let output = (tool.handler)(invocation)
+        // A handler that panics (a bug in the tool) fails its call with INTERNAL instead of
+        // cutting the stream off.
+        let output = match AssertUnwindSafe(async { (tool.handler)(invocation).await })
+            .catch_unwind()
             .await
-            .map_err(|error| tool_error_status(&tool_name, &error))?;
+        {
+            Ok(result) => result.map_err(|error| tool_error_status(&tool_name, &error))?,
+            Err(panic) => return Err(handler_panicked(&tool_name, panic.as_ref())),
+        };
         Ok(Response::new(pb::CallToolResponse {
             meta: Some(meta.response()),
             output: Some(json_to_value(&output.output)),
