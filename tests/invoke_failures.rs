@@ -175,11 +175,7 @@ async fn no_retry_without_policy_or_capability() {
 async fn unreachable_provider_is_unavailable() {
     let server = TestServer::start().await;
     let port = toolplane::bench::procs::free_port().expect("a free port");
-    let mut discovery = server.discovery().await;
-    let mut gone = registration("gone", vec![simple_tool("t")]);
-    gone.endpoint = format!("http://127.0.0.1:{port}");
-    gone.tools[0].timeout_ms = Some(30_000);
-    register_ok(&mut discovery, 0, gone).await;
+    register_one_tool(&server, "gone", "t", format!("http://127.0.0.1:{port}")).await;
     let mut client = invoker(&server).await;
     let error = client
         .invoke_tool(request("t", json!({})))
@@ -305,14 +301,27 @@ where
     endpoint
 }
 
+/// Registers `service` at `endpoint` with one tool, `tool`, whose timeout (30 s) is far off.
+async fn register_one_tool(server: &TestServer, service: &str, tool: &str, endpoint: String) {
+    let mut registration = registration(service, vec![simple_tool(tool)]);
+    registration.endpoint = endpoint;
+    registration.tools[0].timeout_ms = Some(30_000);
+    register_ok(&mut server.discovery().await, 0, registration).await;
+}
+
+/// A trailers-only gRPC answer with `grpc-status` `code`, to add headers to.
+fn trailers_only(code: &str) -> http::response::Builder {
+    http::Response::builder()
+        .header("content-type", "application/grpc")
+        .header("grpc-status", code)
+}
+
 /// A provider that answers every call with status `code` and a `grpc-status-details-bin` that
 /// is not base64 (tonic's status reader panics on one), and the health check with
 /// `health_code`.
 async fn garbling_provider(code: &'static str, health_code: &'static str) -> String {
     h2_provider(move |mut respond, health| {
-        let answer = http::Response::builder()
-            .header("content-type", "application/grpc")
-            .header("grpc-status", if health { health_code } else { code })
+        let answer = trailers_only(if health { health_code } else { code })
             .header("grpc-message", "overloaded")
             .header("grpc-status-details-bin", "%%% not base64 %%%")
             .body(())
@@ -327,11 +336,9 @@ async fn garbling_provider(code: &'static str, health_code: &'static str) -> Str
 #[tokio::test(flavor = "multi_thread")]
 async fn provider_error_details_that_do_not_decode_are_reported() {
     let server = TestServer::start().await;
-    let mut discovery = server.discovery().await;
-    let mut garbled = registration("garbled", vec![simple_tool("g")]);
     // FAILED_PRECONDITION for calls; UNIMPLEMENTED (counts as healthy) for health checks.
-    garbled.endpoint = garbling_provider("9", "12").await;
-    register_ok(&mut discovery, 0, garbled).await;
+    let endpoint = garbling_provider("9", "12").await;
+    register_one_tool(&server, "garbled", "g", endpoint).await;
     let mut client = invoker(&server).await;
     let error = client
         .invoke_tool(request("g", json!({})))
@@ -352,10 +359,8 @@ async fn provider_error_details_that_do_not_decode_are_reported() {
 #[tokio::test(flavor = "multi_thread")]
 async fn health_checks_survive_error_details_that_do_not_decode() {
     let setup = setup().await;
-    let mut discovery = setup.server.discovery().await;
-    let mut garbled = registration("garbled", vec![simple_tool("g")]);
-    garbled.endpoint = garbling_provider("9", "14").await;
-    register_ok(&mut discovery, 0, garbled).await;
+    let endpoint = garbling_provider("9", "14").await;
+    register_one_tool(&setup.server, "garbled", "g", endpoint).await;
     let health = pb::health_service_client::HealthServiceClient::new(setup.server.channel().await);
     wait_for_health_of(&health, "garbled", pb::HealthState::Unhealthy).await;
     let error = invoker(&setup.server)
@@ -425,24 +430,17 @@ async fn a_tool_handler_that_panics_fails_its_call_not_the_provider() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_provider_that_cuts_the_call_off_is_not_a_timeout() {
     let server = TestServer::start().await;
-    let mut discovery = server.discovery().await;
-    let mut cutting = registration("cutting", vec![simple_tool("c")]);
-    cutting.endpoint = h2_provider(|mut respond, health| {
+    let endpoint = h2_provider(|mut respond, health| {
         if health {
             // UNIMPLEMENTED: counts as healthy.
-            let answer = http::Response::builder()
-                .header("content-type", "application/grpc")
-                .header("grpc-status", "12")
-                .body(())
-                .expect("an answer");
+            let answer = trailers_only("12").body(()).expect("an answer");
             let _ = respond.send_response(answer, true);
         } else {
             respond.send_reset(h2::Reason::CANCEL);
         }
     })
     .await;
-    cutting.tools[0].timeout_ms = Some(30_000);
-    register_ok(&mut discovery, 0, cutting).await;
+    register_one_tool(&server, "cutting", "c", endpoint).await;
     let mut client = invoker(&server).await;
     let error = client
         .invoke_tool(request("c", json!({})))
