@@ -275,4 +275,141 @@ mod tests {
         let twin = CallToolResponseWire::decode(bytes.as_slice()).expect("decodes");
         assert_eq!(twin.encode_to_vec(), bytes);
     }
+
+    /// Randomly damaged requests and answers, as a broken or hostile caller or provider sends
+    /// them: decoded through a twin and read into JSON, they are accepted exactly when prost's
+    /// decoder and `json::struct_to_json` accept them, with the same fields, or refused
+    /// (bytes that are valid only to prost's lenient map decoder are refused on purpose; see
+    /// `raw_message`).
+    #[test]
+    fn damaged_messages_read_through_twins_as_prost_reads_them() {
+        use super::super::raw_message::{RawJsonError, struct_bytes_to_json, value_bytes_to_json};
+        use super::super::strict_wire::{StrictAnswer, StrictRequest, strictly_valid};
+        use crate::json::{struct_to_json, value_to_json};
+
+        let mut seed = 0xD1B5_4A32_D192_ED03_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let request = pb::InvokeToolRequest {
+            meta: Some(pb::Meta {
+                tenant_id: 7,
+                correlation_id: "corr".into(),
+                ..Default::default()
+            }),
+            tool_name: "tool".into(),
+            service_name: "svc".into(),
+            input: crate::json::json_to_struct(
+                &serde_json::json!({"q": "x", "n": [1, 2.5, null], "o": {"b": true}}),
+            ),
+            idempotency_key: "key".into(),
+            retry_policy: Some(pb::RetryPolicy {
+                max_attempts: 3,
+                ..Default::default()
+            }),
+        }
+        .encode_to_vec();
+        let answer = pb::CallToolResponse {
+            meta: None,
+            output: Some(crate::json::json_to_value(
+                &serde_json::json!({"ok": [true, "yes", {"n": 1}]}),
+            )),
+            warnings: vec!["w".into()],
+        }
+        .encode_to_vec();
+        let (mut read, mut refused) = (0, 0);
+        for round in 0..4000 {
+            let is_request = round % 2 == 0;
+            let mut bytes = if is_request {
+                request.clone()
+            } else {
+                answer.clone()
+            };
+            for _ in 0..1 + next() % 3 {
+                let at = (next() % (bytes.len() as u64 + 1)) as usize;
+                match next() % 4 {
+                    0 if at < bytes.len() => bytes[at] ^= 1 << (next() % 8),
+                    1 => bytes.truncate(at),
+                    2 if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    _ => bytes.insert(at, next() as u8),
+                }
+            }
+            // Each side's reading as (the fields besides the JSON, the JSON), or its error.
+            let (theirs, mine, strict) = if is_request {
+                let theirs = pb::InvokeToolRequest::decode(bytes.as_slice())
+                    .map_err(drop)
+                    .map(|r| {
+                        let json = struct_to_json(&r.input.unwrap_or_default());
+                        let rest = format!(
+                            "{:?}",
+                            (
+                                r.meta,
+                                r.tool_name,
+                                r.service_name,
+                                r.idempotency_key,
+                                r.retry_policy
+                            )
+                        );
+                        (rest, json.map_err(drop))
+                    });
+                let mine = InvokeToolRequestWire::decode(bytes.as_slice())
+                    .map_err(drop)
+                    .map(|w| {
+                        let input = w.input.as_ref().map_or(&[][..], |i| i.as_bytes());
+                        let rest = format!(
+                            "{:?}",
+                            (
+                                w.meta,
+                                w.tool_name,
+                                w.service_name,
+                                w.idempotency_key,
+                                w.retry_policy
+                            )
+                        );
+                        (rest, struct_bytes_to_json(input))
+                    });
+                (theirs, mine, strictly_valid::<StrictRequest>(&bytes))
+            } else {
+                let theirs = pb::CallToolResponse::decode(bytes.as_slice())
+                    .map_err(drop)
+                    .map(|r| {
+                        let json = r
+                            .output
+                            .as_ref()
+                            .map_or(Ok(serde_json::Value::Null), value_to_json);
+                        (format!("{:?}", r.warnings), json.map_err(drop))
+                    });
+                let mine = CallToolResponseWire::decode(bytes.as_slice())
+                    .map_err(drop)
+                    .map(|w| {
+                        let json = w.output.as_ref().map_or(Ok(serde_json::Value::Null), |o| {
+                            value_bytes_to_json(o.as_bytes())
+                        });
+                        (format!("{:?}", w.warnings), json)
+                    });
+                (theirs, mine, strictly_valid::<StrictAnswer>(&bytes))
+            };
+            match (theirs, mine) {
+                (Ok((theirs_rest, Ok(theirs))), Ok((mine_rest, Ok(mine)))) => {
+                    assert_eq!((theirs_rest, theirs), (mine_rest, mine), "{bytes:?}");
+                    read += 1;
+                }
+                (Err(()), Err(()) | Ok((_, Err(_))))
+                | (Ok((_, Err(()))), Ok((_, Err(RawJsonError::NoJsonForm(_))))) => refused += 1,
+                (Ok(_), Err(()) | Ok((_, Err(RawJsonError::Malformed { .. })))) if !strict => {
+                    refused += 1
+                }
+                (theirs, mine) => panic!("{bytes:?}: prost {theirs:?}, twin {mine:?}"),
+            }
+        }
+        assert!(
+            read > 200 && refused > 200,
+            "read {read}, refused {refused}"
+        );
+    }
 }

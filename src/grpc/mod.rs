@@ -18,6 +18,9 @@ pub mod server;
 pub mod serving;
 pub mod status;
 pub mod std_health;
+#[cfg(test)]
+#[path = "strict_wire_tests.rs"]
+mod strict_wire;
 mod unary_calls;
 pub mod unary_client;
 

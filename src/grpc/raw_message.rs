@@ -11,7 +11,11 @@
 //! UTF-8, and at most 100 messages nest (prost's limit). So what toolplane validates is what
 //! the provider decodes. Bytes that are bad in more than one way (say, a NaN in one entry and
 //! a broken length in a later one) are refused either way, but the fault named may be another
-//! one than that path would name: this reader stops at the first it meets.
+//! one than that path would name: this reader stops at the first it meets. One difference is
+//! on purpose: prost's map decoder reads a `Struct` entry whatever its wire type says, where
+//! protobuf calls a wrong one malformed. Here such an entry is refused, or dropped when it is a
+//! group (a [`RawMessage`] drops every group), so the bytes read are the bytes sent on. Tests
+//! compare the two readings on randomly damaged bytes too.
 //!
 //! prost has no public way to keep a field undecoded or to walk encoded bytes, so this uses
 //! the wire primitives of `prost::encoding` that prost's own derived decoders use.

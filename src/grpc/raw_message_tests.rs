@@ -7,6 +7,7 @@ use prost_types::value::Kind as PbKind;
 use serde_json::json;
 
 use super::*;
+use crate::grpc::strict_wire::{StrictRequest, strictly_valid};
 use crate::json::{json_to_struct, json_to_value, struct_to_json, value_to_json};
 use crate::pb;
 
@@ -79,43 +80,129 @@ fn ordinary_inputs_read_as_prost_reads_them() {
     }
 }
 
-#[test]
-fn random_structs_read_as_prost_reads_them() {
-    let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
-    let mut next = move || {
+/// A small deterministic generator (xorshift), so a failing case can be run again.
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         seed
-    };
-    fn random_value(next: &mut impl FnMut() -> u64, depth: u32) -> Value {
-        match next() % if depth > 4 { 4 } else { 6 } {
-            0 => Value::Null,
-            1 => Value::Bool(next().is_multiple_of(2)),
-            2 => json!((next() % 2_000_000) as f64 / 8.0 - 100_000.0),
-            3 => Value::String(format!("s{}", next() % 1000)),
-            4 => Value::Array(
-                (0..next() % 4)
-                    .map(|_| random_value(next, depth + 1))
-                    .collect(),
-            ),
-            _ => Value::Object(
-                (0..next() % 4)
-                    .map(|_| (format!("k{}", next() % 10), random_value(next, depth + 1)))
-                    .collect(),
-            ),
+    }
+}
+
+/// A random JSON value of every kind, nesting a few levels.
+fn random_value(next: &mut impl FnMut() -> u64, depth: u32) -> Value {
+    match next() % if depth > 4 { 4 } else { 6 } {
+        0 => Value::Null,
+        1 => Value::Bool(next().is_multiple_of(2)),
+        2 => json!((next() % 2_000_000) as f64 / 8.0 - 100_000.0),
+        3 => Value::String(format!("s{}", next() % 1000)),
+        4 => Value::Array(
+            (0..next() % 4)
+                .map(|_| random_value(next, depth + 1))
+                .collect(),
+        ),
+        _ => Value::Object(
+            (0..next() % 4)
+                .map(|_| (format!("k{}", next() % 10), random_value(next, depth + 1)))
+                .collect(),
+        ),
+    }
+}
+
+/// A random JSON object, encoded as a `google.protobuf.Struct`.
+fn random_struct_bytes(next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let mut object = Map::new();
+    for _ in 0..next() % 6 {
+        object.insert(format!("f{}", next() % 10), random_value(next, 1));
+    }
+    json_to_struct(&Value::Object(object))
+        .expect("an object")
+        .encode_to_vec()
+}
+
+/// `bytes` changed in one random way: a bit flipped, a byte set, cut short, a byte dropped
+/// or added, or a stretch repeated.
+fn mutated(bytes: &[u8], next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    if out.is_empty() {
+        out.push(next() as u8);
+        return out;
+    }
+    let at = (next() % out.len() as u64) as usize;
+    match next() % 6 {
+        0 => out[at] ^= 1 << (next() % 8),
+        1 => out[at] = next() as u8,
+        2 => out.truncate(at),
+        3 => {
+            out.remove(at);
+        }
+        4 => out.insert(at, next() as u8),
+        _ => {
+            let end = (at + 1 + (next() % 8) as usize).min(out.len());
+            let stretch = out[at..end].to_vec();
+            out.splice(at..at, stretch);
         }
     }
+    out
+}
+
+#[test]
+fn random_structs_read_as_prost_reads_them() {
+    let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
     for _ in 0..300 {
-        let mut object = Map::new();
-        for _ in 0..next() % 6 {
-            object.insert(format!("f{}", next() % 10), random_value(&mut next, 1));
-        }
-        let input = Value::Object(object);
-        // (Integral doubles read back as integers, so the JSON need not equal `input`.)
-        let bytes = json_to_struct(&input).expect("an object").encode_to_vec();
-        agree(&bytes).expect("reads");
+        // (Integral doubles read back as integers, so the JSON need not equal the input.)
+        agree(&random_struct_bytes(&mut next)).expect("reads");
     }
+}
+
+/// Damaged bytes, as a broken or hostile caller or provider sends them: the reading never
+/// panics, accepts exactly what prost accepts and reads it as prost does, and refuses valid
+/// protobuf only for a value without a JSON form. (Which fault is named may differ when
+/// there are several; see the module docs.)
+#[test]
+fn damaged_bytes_are_read_as_prost_reads_them_or_refused() {
+    let mut next = xorshift(0x2545_F491_4F6C_DD1D);
+    let (mut read, mut refused) = (0, 0);
+    for _ in 0..5000 {
+        let mut bytes = random_struct_bytes(&mut next);
+        for _ in 0..1 + next() % 3 {
+            bytes = mutated(&bytes, &mut next);
+        }
+        match (through_prost(&bytes), struct_bytes_to_json(&bytes)) {
+            (Ok(Ok(theirs)), Ok(mine)) => {
+                assert_eq!(theirs, mine, "{bytes:?}");
+                read += 1;
+            }
+            (Err(()), Err(_)) | (Ok(Err(_)), Err(RawJsonError::NoJsonForm(_))) => refused += 1,
+            // prost's map decoder reads an entry whatever its wire type says; protobuf calls
+            // that malformed, and so does this reading.
+            (Ok(_), Err(RawJsonError::Malformed { .. }))
+                if !strictly_valid::<StrictRequest>(&delimited_field(4, &bytes)) =>
+            {
+                refused += 1;
+            }
+            (theirs, mine) => {
+                panic!("{bytes:?}: prost path gave {theirs:?}, raw reading gave {mine:?}")
+            }
+        }
+        let as_value = |bytes: &[u8]| {
+            prost_types::Value::decode(bytes)
+                .map(|value| value_to_json(&value))
+                .map_err(drop)
+        };
+        match (as_value(&bytes), value_bytes_to_json(&bytes)) {
+            (Ok(Ok(theirs)), Ok(mine)) => assert_eq!(theirs, mine, "{bytes:?}"),
+            (Err(()), Err(_)) | (Ok(Err(_)), Err(RawJsonError::NoJsonForm(_))) => {}
+            (theirs, mine) => {
+                panic!(
+                    "{bytes:?} as a Value: prost path gave {theirs:?}, raw reading gave {mine:?}"
+                )
+            }
+        }
+    }
+    // Both outcomes are exercised, so the comparison above is not vacuous.
+    assert!(read > 50 && refused > 50, "read {read}, refused {refused}");
 }
 
 #[test]
@@ -334,4 +421,35 @@ fn a_raw_message_is_sent_on_as_it_came_and_merges_when_repeated() {
         .input,
         Some(raw)
     );
+}
+
+/// Where prost's map decoder is lenient (see the module docs): an entry that is a group is
+/// dropped when the message is captured, one of any other wire type is refused when read.
+#[test]
+fn entries_of_the_wrong_wire_type_are_dropped_or_refused() {
+    let kept = entry("a", &delimited_field(3, b"x"));
+    let mut group = Vec::new();
+    encode_key(1, WireType::StartGroup, &mut group);
+    group.extend_from_slice(&delimited_field(1, b"b"));
+    encode_key(1, WireType::EndGroup, &mut group);
+    let bytes = delimited_field(4, &[kept.clone(), group].concat());
+    let twin =
+        crate::grpc::invoke_wire::InvokeToolRequestWire::decode(bytes.as_slice()).expect("decodes");
+    let input = twin.input.expect("an input");
+    assert_eq!(input.as_bytes(), kept.as_slice());
+    assert_eq!(
+        struct_bytes_to_json(input.as_bytes()).expect("reads"),
+        json!({"a": "x"})
+    );
+
+    for wrong in [
+        varint_field(1, 0),
+        number_field(1, 1.0),
+        [0x0d, 0, 0, 0, 0].to_vec(),
+    ] {
+        assert!(matches!(
+            struct_bytes_to_json(&[kept.clone(), wrong].concat()),
+            Err(RawJsonError::Malformed { .. })
+        ));
+    }
 }
