@@ -1,8 +1,8 @@
 //! InvokeTool through the real server against a real provider server on loopback: valid calls
 //! answered and recorded with their hashes, inputs and outputs of every size across both hops,
-//! schema rejection before the provider, validation after validator eviction, unknown tools
-//! and per-tenant records. Deadlines, limits, retries and provider failures are in
-//! `invoke_failures.rs`.
+//! schema rejection before the provider, runaway schema patterns, validation after validator
+//! eviction, unknown tools and per-tenant records. Deadlines, limits, retries and provider
+//! failures are in `invoke_failures.rs`.
 
 mod common;
 
@@ -137,6 +137,38 @@ async fn schema_rejection_never_reaches_the_provider() {
         digests, expected,
         "a rejected call's record holds its input's digest"
     );
+}
+
+/// A schema pattern that backtracks exponentially on an input is stopped at toolplane's
+/// limit: the call is refused at once, naming the field and why, and recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runaway_schema_pattern_refuses_the_input() {
+    let server = TestServer::start().await;
+    let mut registration = registration(
+        "patterns",
+        vec![tool(
+            "slug",
+            json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a|a)*(?=b)$"}}}),
+        )],
+    );
+    // Nothing listens there: an input that passed would fail UNAVAILABLE instead.
+    registration.endpoint = "http://127.0.0.1:9".into();
+    register_ok(&mut server.discovery().await, 0, registration).await;
+    let mut client = invoker(&server).await;
+    let error = client
+        .invoke_tool(request("slug", json!({"s": "a".repeat(40)})))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), Code::InvalidArgument);
+    assert_eq!(reason(&error), "VALIDATION_INPUT");
+    let found = violations(&error);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "input/s");
+    assert!(found[0].1.contains("backtracking steps"), "{found:?}");
+    let written = records(&mut client, "slug").await;
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0].status, pb::InvocationStatus::InvalidInput as i32);
+    server.stop().await;
 }
 
 /// With room for one compiled validator, tools take turns in the cache (or are compiled again

@@ -13,6 +13,7 @@ use super::policy::RetryPolicy;
 use super::records::{InvocationRecord, InvocationStatus, RecordDraft, RecordLog};
 use crate::envelope::TenantId;
 use crate::json::canonical_sha256;
+use crate::registry::validate::violation_message;
 use crate::registry::{
     Capability, FieldViolation, Registry, ServiceName, ToolName, ToolRef, ValidatorCache,
     ViolationKind,
@@ -185,7 +186,7 @@ pub fn check_input(
             FieldViolation::new(
                 format!("input{}", error.instance_path()),
                 ViolationKind::Field,
-                error.to_string(),
+                violation_message(&error),
             )
         })
         .collect();
@@ -213,12 +214,13 @@ fn output_warnings(validators: &ValidatorCache, found: &ToolRef, output: &Value)
         .take(MAX_REPORTED_VIOLATIONS)
         .map(|error| {
             format!(
-                "output does not match the output_schema at {}: {error}",
+                "output does not match the output_schema at {}: {}",
                 if error.instance_path().to_string().is_empty() {
                     "/".to_owned()
                 } else {
                     error.instance_path().to_string()
-                }
+                },
+                violation_message(&error)
             )
         })
         .collect()

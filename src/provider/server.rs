@@ -352,8 +352,9 @@ impl ToolProviderService for ProviderApi {
         };
         if let Some(error) = tool.validator.iter_errors(&input).next() {
             let message = format!(
-                "input does not match the schema at {}: {error}",
-                error.instance_path()
+                "input does not match the schema at {}: {}",
+                error.instance_path(),
+                crate::registry::validate::violation_message(&error)
             );
             return Err(tool_error_status(
                 &tool_name,

@@ -22,7 +22,7 @@ use super::tools::{
 };
 use crate::json::sha256_hex;
 use crate::registry::Capability;
-use crate::registry::validate::{RegistrationLimits, compile_schema};
+use crate::registry::validate::{RegistrationLimits, compile_schema, violation_message};
 
 /// Entity type codes and names (seed 004, `ai/schemas/formats.json`).
 pub const ENTITY_TYPES: &[(u64, &str)] = &[
@@ -178,7 +178,7 @@ fn validate_schema(input: &Value) -> Result<ToolOutput, ToolError> {
         .map_err(|problem| ToolError::invalid_input(format!("schema: {problem}")))?;
     let errors: Vec<Value> = validator
         .iter_errors(&input["data"])
-        .map(|error| json!({"instance_path": error.instance_path().to_string(), "schema_path": error.schema_path().to_string(), "message": error.to_string()}))
+        .map(|error| json!({"instance_path": error.instance_path().to_string(), "schema_path": error.schema_path().to_string(), "message": violation_message(&error)}))
         .collect();
     Ok(ToolOutput::new(
         json!({"valid": errors.is_empty(), "errors": errors}),

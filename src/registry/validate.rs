@@ -30,6 +30,12 @@ pub const DEFAULT_MAX_SCHEMA_BYTES: usize = 64 * 1024;
 pub const DEFAULT_MAX_SCHEMA_DEPTH: usize = 24;
 /// The longest endpoint URI accepted.
 const MAX_ENDPOINT_LEN: usize = 2048;
+/// The most backtracking steps one `pattern` (or `patternProperties`) match may take. Patterns
+/// with look-around or back-references run on a backtracking engine, where a careless pattern
+/// takes exponential time; at the engine's default (1,000,000 steps) one such string cost
+/// about 100 ms of a runtime thread, at this limit about 0.5 ms. Ordinary patterns run in
+/// linear time and never count against it; a value whose match needs more is refused.
+pub const PATTERN_BACKTRACK_LIMIT: usize = 10_000;
 
 /// The limits a registration must keep to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,7 +289,8 @@ pub fn definition_sha256(
 }
 
 /// Compiles a JSON Schema: Draft 7 unless it names another draft in `$schema`, no external
-/// references, within the size and depth limits. The error names the JSON pointer at fault.
+/// references, within the size and depth limits, patterns bounded by
+/// [`PATTERN_BACKTRACK_LIMIT`]. The error names the JSON pointer at fault.
 pub fn compile_schema(
     schema: &Value,
     limits: &RegistrationLimits,
@@ -307,7 +314,9 @@ pub fn compile_schema(
     if !schema.is_object() {
         return Err("schema must be a JSON object".to_owned());
     }
-    let mut options = jsonschema::options().offline();
+    let mut options = jsonschema::options().offline().with_pattern_options(
+        jsonschema::PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT),
+    );
     if schema.get("$schema").is_none() {
         options = options.with_draft(jsonschema::Draft::Draft7);
     }
@@ -321,6 +330,19 @@ pub fn compile_schema(
             format!("at {at}: {message}")
         }
     })
+}
+
+/// What a validation error says about a value: the validator's own words, except for a
+/// pattern stopped at [`PATTERN_BACKTRACK_LIMIT`], which it reports only as an engine error.
+pub fn violation_message(error: &jsonschema::ValidationError<'_>) -> String {
+    match error.kind() {
+        jsonschema::error::ValidationErrorKind::BacktrackLimitExceeded { .. } => format!(
+            "the schema's pattern needed more than {PATTERN_BACKTRACK_LIMIT} backtracking steps \
+             on this value, so it is refused (a pattern with look-around or back-references that \
+             backtracks this much should be rewritten)"
+        ),
+        _ => error.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -393,5 +415,33 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(a.len(), 64);
+    }
+
+    /// A pattern that backtracks exponentially is stopped at the limit and named as such;
+    /// look-around that does not backtrack much works as before.
+    #[test]
+    fn backtracking_patterns_are_bounded() {
+        let schema = json!({"type": "string", "pattern": "^(a|a)*(?=b)$"});
+        let validator = compile_schema(&schema, &limits()).expect("compiles");
+        // 14 characters take about 30,000 backtracking steps: within the engine's default
+        // limit ("does not match"), over toolplane's.
+        let value = json!("a".repeat(14));
+        let messages: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|error| violation_message(&error))
+            .collect();
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(
+            messages[0].contains("more than 10000 backtracking steps"),
+            "{messages:?}"
+        );
+        assert!(!validator.is_valid(&value));
+
+        let schema = json!({"type": "string", "pattern": "^(?=.*[0-9])(?=.*[a-z]).{8,}$"});
+        let validator = compile_schema(&schema, &limits()).expect("compiles");
+        assert!(validator.is_valid(&json!("passw0rd-passw0rd")));
+        let value = json!("password-password");
+        let error = validator.iter_errors(&value).next().expect("no digit");
+        assert!(violation_message(&error).contains("does not match"));
     }
 }
