@@ -1,5 +1,5 @@
-//! The invocation record log across restarts and `toolplane audit verify`, and a provider that
-//! registers again by itself when the control plane restarts.
+//! The invocation record log across restarts (a torn last line included) and `toolplane audit
+//! verify`, and a provider that registers again by itself when the control plane restarts.
 
 mod common;
 
@@ -112,6 +112,36 @@ async fn record_log_survives_restart_and_audit_catches_tampering() {
         stdout.contains("line 2") && stdout.contains("edited"),
         "edited line named: {stdout}"
     );
+}
+
+/// A server killed while writing a record leaves a torn last line; the next server removes
+/// it, goes on from the last whole record, and `audit verify` passes the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_torn_last_line_is_removed_on_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("records.jsonl");
+    let options = ServerOptions {
+        records_path: Some(log.clone()),
+        ..test_options()
+    };
+    let first = TestServer::start_with(options.clone()).await;
+    for _ in 0..2 {
+        invoke_power(&first, 1)
+            .await
+            .expect_err("no such tool: recorded");
+    }
+    first.stop().await;
+    let whole = std::fs::read_to_string(&log).expect("read log");
+    let last = whole.lines().last().expect("a line");
+    std::fs::write(&log, format!("{whole}{}", &last[..last.len() / 2])).expect("tear");
+
+    let second = TestServer::start_with(options).await;
+    invoke_power(&second, 1).await.expect_err("recorded");
+    second.stop().await;
+    let path = log.to_string_lossy().into_owned();
+    let (code, stdout, _) = toolplane_cli(&["audit", "verify", &path]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("3 records, chain intact"), "{stdout}");
 }
 
 /// When the control plane restarts (losing its in-memory registry) while the provider keeps

@@ -9,6 +9,7 @@ pub mod error;
 pub mod health;
 pub mod limits;
 pub mod policy;
+mod record_file;
 pub mod records;
 
 pub use engine::{

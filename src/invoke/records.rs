@@ -12,13 +12,12 @@
 //! memory that serves listing. A new process opening an existing file continues its chain.
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
+use super::record_file::LogFile;
 use crate::envelope::TenantId;
 use crate::json::Sha256Writer;
 
@@ -167,7 +166,7 @@ impl RecordFilter {
 struct LogState {
     ring: VecDeque<Arc<InvocationRecord>>,
     capacity: usize,
-    file: Option<(PathBuf, File)>,
+    file: Option<LogFile>,
     last_sha256: String,
     next_sequence: u64,
 }
@@ -264,38 +263,31 @@ impl RecordLog {
     }
 
     /// Opens (or creates) a JSON-lines log and continues its chain. The latest `capacity`
-    /// records are loaded for listing. A chain that does not verify is logged as a warning and
-    /// continued from its last line: `toolplane audit verify` still reports the break.
+    /// records are loaded for listing. A torn last line (a write cut short by a crash) is
+    /// removed. A chain that does not verify is logged as a warning and continued from its
+    /// last line: `toolplane audit verify` still reports the break.
     pub fn open(path: &Path, capacity: usize) -> Result<Self, RecordError> {
         let io = |source| RecordError::Io {
             path: path.to_owned(),
             source,
         };
         let log = Self::in_memory(capacity);
-        if path.exists() {
-            if let Err(problem) = super::audit::verify_file(path) {
-                tracing::warn!(path = %path.display(), %problem, "existing invocation record log does not verify; continuing its chain from the last line");
-            }
-            let reader = BufReader::new(File::open(path).map_err(io)?);
+        let file = {
             let mut state = log.lock();
-            for line in reader.lines() {
-                let line = line.map_err(io)?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                if let Ok(record) = serde_json::from_str::<InvocationRecord>(&line) {
+            LogFile::open(path, |line| {
+                if let Ok(record) = serde_json::from_slice::<InvocationRecord>(line) {
                     state.last_sha256 = record.record_sha256.clone();
                     state.next_sequence = record.sequence + 1;
                     push_ring(&mut state, Arc::new(record));
                 }
-            }
+            })
+            .map_err(io)?
+        };
+        // After a torn last line is gone: what is left is what the chain continues.
+        if let Err(problem) = super::audit::verify_file(path) {
+            tracing::warn!(path = %path.display(), %problem, "existing invocation record log does not verify; continuing its chain from the last line");
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(io)?;
-        log.lock().file = Some((path.to_owned(), file));
+        log.lock().file = Some(file);
         Ok(log)
     }
 
@@ -339,14 +331,14 @@ impl RecordLog {
         record.sequence = state.next_sequence;
         record.prev_record_sha256.clone_from(&state.last_sha256);
         record.record_sha256 = content_sha256(&record);
-        if let Some((path, file)) = state.file.as_mut() {
+        if let Some(file) = state.file.as_mut() {
             let mut line = record_line(&record);
             line.push('\n');
-            let written = file.write_all(line.as_bytes()).and_then(|()| file.flush());
-            written.map_err(|source| RecordError::Io {
-                path: path.clone(),
-                source,
-            })?;
+            file.append_line(line.as_bytes())
+                .map_err(|source| RecordError::Io {
+                    path: file.path().to_owned(),
+                    source,
+                })?;
         }
         state.last_sha256.clone_from(&record.record_sha256);
         state.next_sequence += 1;

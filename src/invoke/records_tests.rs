@@ -130,3 +130,45 @@ fn ring_is_bounded_and_filters_by_tenant() {
             .is_empty()
     );
 }
+
+/// A write cut short (a crash, a full disk) leaves a last line without its newline; reopening
+/// removes that torn tail, so the next record starts a line of its own and the chain goes on
+/// from the last whole record. A torn multi-byte character does not stop the log opening.
+#[test]
+fn a_torn_last_line_is_removed_when_the_log_reopens() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("records.jsonl");
+    let log = RecordLog::open(&path, 10).expect("open");
+    let mut unicode = draft("a");
+    unicode.correlation_id = "caf\u{e9} \u{1F600}".into();
+    log.append(unicode).expect("append");
+    let second = log.append(draft("b")).expect("append");
+    drop(log);
+    let whole = std::fs::read(&path).expect("read");
+    let third = record_line(&RecordLog::in_memory(1).append(draft("c")).expect("append"));
+    for cut in [1, 40, third.len() - 1] {
+        let mut torn = whole.clone();
+        torn.extend_from_slice(&third.as_bytes()[..cut]);
+        std::fs::write(&path, &torn).expect("write");
+        let reopened = RecordLog::open(&path, 10).expect("reopen");
+        let next = reopened.append(draft("d")).expect("append");
+        assert_eq!(next.sequence, 3);
+        assert_eq!(next.prev_record_sha256, second.record_sha256);
+        let verified = verify_file(&path).expect("chain intact");
+        assert_eq!(verified.records, 3);
+    }
+
+    // The first record's line cut inside its "é" (2 bytes) and "😀" (4 bytes).
+    let first_line_len = whole.iter().position(|&b| b == b'\n').expect("a line");
+    let cut_in_char = (0..first_line_len)
+        .filter(|&i| std::str::from_utf8(&whole[..i]).is_err())
+        .collect::<Vec<_>>();
+    assert!(!cut_in_char.is_empty());
+    for cut in cut_in_char {
+        std::fs::write(&path, &whole[..cut]).expect("write");
+        let reopened = RecordLog::open(&path, 10).expect("reopen");
+        let first = reopened.append(draft("e")).expect("append");
+        assert_eq!(first.sequence, 1);
+        assert_eq!(verify_file(&path).expect("chain intact").records, 1);
+    }
+}
