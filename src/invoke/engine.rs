@@ -94,8 +94,9 @@ pub struct Invoker {
     options: InvokerOptions,
 }
 
-/// Writes the record of an invocation exactly once: on completion, or as CANCELLED when the
-/// caller goes away and the invocation future is dropped midway.
+/// Writes the record of an invocation exactly once: on completion, as CANCELLED when the
+/// caller goes away and the invocation future is dropped midway, or as FAILED (reason
+/// `INTERNAL`) when toolplane itself panics midway (the server answers such a call INTERNAL).
 struct RecordGuard {
     records: Arc<RecordLog>,
     draft: Option<RecordDraft>,
@@ -138,8 +139,14 @@ impl Drop for RecordGuard {
             draft.correlation_id.clone(),
             draft.tool_name.clone(),
         );
-        if let Err(error) = self.finish(InvocationStatus::Cancelled, "CANCELLED", None) {
-            tracing::error!(tenant, %correlation_id, %tool, %error, "cannot record a cancelled invocation");
+        // Dropped while unwinding: the call's own work panicked, it was not called off.
+        let (status, reason) = if std::thread::panicking() {
+            (InvocationStatus::Failed, "INTERNAL")
+        } else {
+            (InvocationStatus::Cancelled, "CANCELLED")
+        };
+        if let Err(error) = self.finish(status, reason, None) {
+            tracing::error!(tenant, %correlation_id, %tool, %error, "cannot record an invocation that did not finish");
         }
     }
 }
@@ -485,3 +492,7 @@ impl Invoker {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;
