@@ -42,16 +42,22 @@ fn write_lines(path: &std::path::Path, lines: &[&str]) {
     .expect("write log");
 }
 
-/// Records of every outcome go to the log; a restarted server continues the chain; `audit
-/// verify` passes the intact log and names the first bad line of a deleted or edited one.
-#[tokio::test(flavor = "multi_thread")]
-async fn record_log_survives_restart_and_audit_catches_tampering() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// Where `dir`'s record log is, and server options that write it.
+fn logging_to(dir: &tempfile::TempDir) -> (std::path::PathBuf, ServerOptions) {
     let log = dir.path().join("records.jsonl");
     let options = ServerOptions {
         records_path: Some(log.clone()),
         ..test_options()
     };
+    (log, options)
+}
+
+/// Records of every outcome go to the log; a restarted server continues the chain; `audit
+/// verify` passes the intact log and names the first bad line of a deleted or edited one.
+#[tokio::test(flavor = "multi_thread")]
+async fn record_log_survives_restart_and_audit_catches_tampering() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (log, options) = logging_to(&dir);
 
     let first = TestServer::start_with(options.clone()).await;
     let provider = start_structs_provider(&first).await;
@@ -119,11 +125,7 @@ async fn record_log_survives_restart_and_audit_catches_tampering() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_torn_last_line_is_removed_on_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let log = dir.path().join("records.jsonl");
-    let options = ServerOptions {
-        records_path: Some(log.clone()),
-        ..test_options()
-    };
+    let (log, options) = logging_to(&dir);
     let first = TestServer::start_with(options.clone()).await;
     for _ in 0..2 {
         invoke_power(&first, 1)

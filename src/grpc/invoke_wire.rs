@@ -243,25 +243,29 @@ mod tests {
         }
     }
 
-    /// A full message survives the trip through its twin byte for byte.
-    #[test]
-    fn twins_carry_every_field() {
-        let input = crate::json::json_to_struct(&serde_json::json!({"q": "x", "n": [1, 2]}));
-        let request = pb::InvokeToolRequest {
+    /// An `InvokeToolRequest` with every field set.
+    fn full_request(input: serde_json::Value) -> pb::InvokeToolRequest {
+        pb::InvokeToolRequest {
             meta: Some(pb::Meta {
                 tenant_id: 7,
-                correlation_id: "c".into(),
+                correlation_id: "corr".into(),
                 ..Default::default()
             }),
-            tool_name: "t".into(),
-            service_name: "s".into(),
-            input,
-            idempotency_key: "k".into(),
+            tool_name: "tool".into(),
+            service_name: "svc".into(),
+            input: crate::json::json_to_struct(&input),
+            idempotency_key: "key".into(),
             retry_policy: Some(pb::RetryPolicy {
                 max_attempts: 3,
                 ..Default::default()
             }),
-        };
+        }
+    }
+
+    /// A full message survives the trip through its twin byte for byte.
+    #[test]
+    fn twins_carry_every_field() {
+        let request = full_request(serde_json::json!({"q": "x", "n": [1, 2]}));
         let bytes = request.encode_to_vec();
         let twin = InvokeToolRequestWire::decode(bytes.as_slice()).expect("decodes");
         assert_eq!(twin.encode_to_vec(), bytes);
@@ -294,24 +298,9 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        let request = pb::InvokeToolRequest {
-            meta: Some(pb::Meta {
-                tenant_id: 7,
-                correlation_id: "corr".into(),
-                ..Default::default()
-            }),
-            tool_name: "tool".into(),
-            service_name: "svc".into(),
-            input: crate::json::json_to_struct(
-                &serde_json::json!({"q": "x", "n": [1, 2.5, null], "o": {"b": true}}),
-            ),
-            idempotency_key: "key".into(),
-            retry_policy: Some(pb::RetryPolicy {
-                max_attempts: 3,
-                ..Default::default()
-            }),
-        }
-        .encode_to_vec();
+        let request =
+            full_request(serde_json::json!({"q": "x", "n": [1, 2.5, null], "o": {"b": true}}))
+                .encode_to_vec();
         let answer = pb::CallToolResponse {
             meta: None,
             output: Some(crate::json::json_to_value(
