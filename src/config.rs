@@ -15,7 +15,10 @@ use serde::{Deserialize, Serialize};
 use crate::agent::openai::OpenAiConfig;
 use crate::agent::store::DEFAULT_MAX_MESSAGES;
 use crate::grpc::ServerOptions;
-use crate::grpc::server::{DEFAULT_DRAIN_GRACE, DEFAULT_PROVIDER_HEALTH_INTERVAL};
+use crate::grpc::server::{
+    DEFAULT_DRAIN_GRACE, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_PROVIDER_HEALTH_INTERVAL,
+};
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
 use crate::invoke::records::DEFAULT_RING_CAPACITY;
@@ -90,6 +93,13 @@ pub struct ServerConfig {
     /// How often each provider endpoint's grpc.health.v1 is checked.
     #[serde(with = "humantime_serde")]
     pub provider_health_interval: Duration,
+    /// How long a caller's connection may be silent before it is sent an HTTP/2 PING; `0s`
+    /// sends none.
+    #[serde(with = "humantime_serde")]
+    pub keepalive_interval: Duration,
+    /// How long that PING may go unanswered before the connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub keepalive_timeout: Duration,
     /// Base URL of an OpenAI-compatible chat-completions API (e.g. `http://127.0.0.1:11434/v1`);
     /// empty uses the deterministic built-in model.
     pub model_base_url: String,
@@ -140,6 +150,8 @@ impl Default for ServerConfig {
             tool_rate_limits: std::collections::BTreeMap::new(),
             max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
+            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             model_base_url: String::new(),
             model_name: DEFAULT_MODEL_NAME.to_owned(),
             model_api_key: String::new(),
@@ -226,6 +238,13 @@ impl ServerConfig {
                 humantime::format_duration(self.max_ttl)
             ));
         }
+        if !self.keepalive_interval.is_zero() && self.keepalive_timeout.is_zero() {
+            return Err(
+                "keepalive_timeout must be above 0s while keepalive_interval is set (0s turns \
+                 keepalive off)"
+                    .to_owned(),
+            );
+        }
         Ok(())
     }
 
@@ -260,6 +279,8 @@ impl ServerConfig {
             },
             max_invoke_timeout: self.max_invoke_timeout,
             provider_health_interval: self.provider_health_interval,
+            keepalive_interval: self.keepalive_interval,
+            keepalive_timeout: self.keepalive_timeout,
             model: (!self.model_base_url.is_empty()).then(|| OpenAiConfig {
                 base_url: self.model_base_url.clone(),
                 model: self.model_name.clone(),
@@ -342,5 +363,17 @@ mod tests {
         assert!(matches!(error, ConfigError::Read { .. }));
         std::fs::write(&path, "min_ttl = \"10s\"\ndefault_ttl = \"5s\"\n").expect("write");
         assert!(ServerConfig::load(Some(&path), env(&[])).is_err());
+        let error = ServerConfig::load(None, env(&[("TOOLPLANE_KEEPALIVE_TIMEOUT", "0s")]))
+            .expect_err("a ping nobody may answer");
+        assert!(error.to_string().contains("keepalive_timeout"), "{error}");
+        let off = ServerConfig::load(
+            None,
+            env(&[
+                ("TOOLPLANE_KEEPALIVE_INTERVAL", "0s"),
+                ("TOOLPLANE_KEEPALIVE_TIMEOUT", "0s"),
+            ]),
+        )
+        .expect("keepalive off");
+        assert!(off.server_options().keepalive_interval.is_zero());
     }
 }

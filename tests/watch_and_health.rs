@@ -217,6 +217,54 @@ async fn watch_filters_by_service() {
     assert_eq!(event.r#type, Kind::Added as i32);
 }
 
+/// A caller that vanished without closing its connection (it answers nothing, PINGs
+/// included) is cut off after the keepalive interval and timeout; a live watcher that is
+/// merely idle answers the PINGs and keeps its stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn silent_dead_connections_are_closed_and_idle_watchers_kept() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server = TestServer::start_with(toolplane::grpc::ServerOptions {
+        keepalive_interval: Duration::from_millis(200),
+        keepalive_timeout: Duration::from_millis(200),
+        ..test_options()
+    })
+    .await;
+    let mut client = server.discovery().await;
+    let mut stream = watch(&mut client, 0, "later").await;
+    assert_eq!(next_event(&mut stream).await.r#type, Kind::Synced as i32);
+
+    // An HTTP/2 connection opened and then never read from or answered: the client preface
+    // and an empty SETTINGS frame, then silence.
+    let address = server.endpoint().trim_start_matches("http://").to_owned();
+    let mut dead = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    dead.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .expect("preface");
+    let mut received = Vec::new();
+    let closed = tokio::time::timeout(PATIENCE, dead.read_to_end(&mut received)).await;
+    assert!(
+        matches!(closed, Ok(Ok(_)) | Ok(Err(_))),
+        "the server closed the silent connection"
+    );
+
+    // Idle for several keepalive intervals, the watcher still gets its events.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    register_ok(
+        &mut client,
+        0,
+        registration("later", vec![simple_tool("t")]),
+    )
+    .await;
+    let event = next_event(&mut stream).await;
+    assert_eq!(
+        (event.service_name.as_str(), event.r#type),
+        ("later", Kind::Added as i32)
+    );
+}
+
 /// HealthService reports the control plane and each live service; unknown is NOT_FOUND.
 #[tokio::test(flavor = "multi_thread")]
 async fn toolplane_health_service() {

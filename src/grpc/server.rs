@@ -41,6 +41,10 @@ use crate::registry::{RegistrationLimits, Registry, RegistryStore};
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// The default interval of provider health checks.
 pub const DEFAULT_PROVIDER_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// The default time a caller's connection may be silent before it is pinged.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+/// The default time a ping may go unanswered before the connection is closed.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often idle rate-limit buckets are dropped.
 const RATE_LIMIT_SHRINK_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -65,6 +69,12 @@ pub struct ServerOptions {
     pub max_invoke_timeout: Duration,
     /// How often each provider endpoint's health is checked.
     pub provider_health_interval: Duration,
+    /// How long a caller's connection may be silent before the server sends it an HTTP/2
+    /// PING; zero sends none.
+    pub keepalive_interval: Duration,
+    /// How long that PING may go unanswered before the connection (and every stream on it,
+    /// watches included) is closed: a peer that vanished without closing its connection.
+    pub keepalive_timeout: Duration,
     /// The chat model agents use; `None` uses the deterministic built-in model.
     pub model: Option<OpenAiConfig>,
     /// The most messages one agent's conversation keeps.
@@ -83,6 +93,8 @@ impl Default for ServerOptions {
             rate_limits: RateLimitConfig::default(),
             max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
+            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             model: None,
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
         }
@@ -167,6 +179,10 @@ pub async fn serve(
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
+        .http2_keepalive_interval(
+            Some(options.keepalive_interval).filter(|interval| !interval.is_zero()),
+        )
+        .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .layer(super::panics::catch_panics())
         .add_service(DiscoveryServiceServer::new(DiscoveryApi::new(
             registry.clone(),
