@@ -287,17 +287,13 @@ mod tests {
     /// `raw_message`).
     #[test]
     fn damaged_messages_read_through_twins_as_prost_reads_them() {
+        use super::super::damage::{
+            StrictAnswer, StrictRequest, mutated, strictly_valid, xorshift,
+        };
         use super::super::raw_message::{RawJsonError, struct_bytes_to_json, value_bytes_to_json};
-        use super::super::strict_wire::{StrictAnswer, StrictRequest, strictly_valid};
         use crate::json::{struct_to_json, value_to_json};
 
-        let mut seed = 0xD1B5_4A32_D192_ED03_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0xD1B5_4A32_D192_ED03);
         let request =
             full_request(serde_json::json!({"q": "x", "n": [1, 2.5, null], "o": {"b": true}}))
                 .encode_to_vec();
@@ -318,15 +314,7 @@ mod tests {
                 answer.clone()
             };
             for _ in 0..1 + next() % 3 {
-                let at = (next() % (bytes.len() as u64 + 1)) as usize;
-                match next() % 4 {
-                    0 if at < bytes.len() => bytes[at] ^= 1 << (next() % 8),
-                    1 => bytes.truncate(at),
-                    2 if at < bytes.len() => {
-                        bytes.remove(at);
-                    }
-                    _ => bytes.insert(at, next() as u8),
-                }
+                bytes = mutated(&bytes, &mut next);
             }
             // Each side's reading as (the fields besides the JSON, the JSON), or its error.
             let (theirs, mine, strict) = if is_request {

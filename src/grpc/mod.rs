@@ -5,6 +5,9 @@ pub mod agent;
 mod answer;
 pub mod coalesce;
 pub mod convert;
+#[cfg(test)]
+#[path = "damage_tests.rs"]
+mod damage;
 pub mod deadline;
 pub mod discovery;
 pub mod health;
@@ -18,9 +21,6 @@ pub mod server;
 pub mod serving;
 pub mod status;
 pub mod std_health;
-#[cfg(test)]
-#[path = "strict_wire_tests.rs"]
-mod strict_wire;
 mod unary_calls;
 pub mod unary_client;
 

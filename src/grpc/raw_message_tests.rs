@@ -7,7 +7,7 @@ use prost_types::value::Kind as PbKind;
 use serde_json::json;
 
 use super::*;
-use crate::grpc::strict_wire::{StrictRequest, strictly_valid};
+use crate::grpc::damage::{StrictRequest, mutated, strictly_valid, xorshift};
 use crate::json::{json_to_struct, json_to_value, struct_to_json, value_to_json};
 use crate::pb;
 
@@ -80,16 +80,6 @@ fn ordinary_inputs_read_as_prost_reads_them() {
     }
 }
 
-/// A small deterministic generator (xorshift), so a failing case can be run again.
-fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
-    move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    }
-}
-
 /// A random JSON value of every kind, nesting a few levels.
 fn random_value(next: &mut impl FnMut() -> u64, depth: u32) -> Value {
     match next() % if depth > 4 { 4 } else { 6 } {
@@ -119,32 +109,6 @@ fn random_struct_bytes(next: &mut impl FnMut() -> u64) -> Vec<u8> {
     json_to_struct(&Value::Object(object))
         .expect("an object")
         .encode_to_vec()
-}
-
-/// `bytes` changed in one random way: a bit flipped, a byte set, cut short, a byte dropped
-/// or added, or a stretch repeated.
-fn mutated(bytes: &[u8], next: &mut impl FnMut() -> u64) -> Vec<u8> {
-    let mut out = bytes.to_vec();
-    if out.is_empty() {
-        out.push(next() as u8);
-        return out;
-    }
-    let at = (next() % out.len() as u64) as usize;
-    match next() % 6 {
-        0 => out[at] ^= 1 << (next() % 8),
-        1 => out[at] = next() as u8,
-        2 => out.truncate(at),
-        3 => {
-            out.remove(at);
-        }
-        4 => out.insert(at, next() as u8),
-        _ => {
-            let end = (at + 1 + (next() % 8) as usize).min(out.len());
-            let stretch = out[at..end].to_vec();
-            out.splice(at..at, stretch);
-        }
-    }
-    out
 }
 
 #[test]

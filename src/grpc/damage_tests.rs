@@ -1,7 +1,8 @@
-//! Test-only: the messages an `InvokeTool` input and output travel in, declared so that prost
-//! checks every field's wire type.
+//! Test-only support for the tests that feed toolplane's wire readers damaged bytes: a
+//! deterministic generator, random damage, and the messages an `InvokeTool` input and output
+//! travel in, declared so that prost checks every field's wire type.
 //!
-//! prost's map decoder reads a map entry whatever wire type its key says, so prost accepts
+//! prost's map decoder reads a map entry whatever wire type its field tag says, so it accepts
 //! some bytes protobuf calls malformed (a `Struct` entry sent as a varint, say); toolplane's
 //! readers refuse them. A map is on the wire a repeated entry message, and prost checks the
 //! wire type of a repeated message field, so these twins decode exactly the strictly valid
@@ -9,6 +10,42 @@
 //! tell that leniency from a real disagreement.
 
 use prost::Message;
+
+/// A small deterministic generator (xorshift), so a failing case can be run again.
+pub(super) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
+/// `bytes` changed in one random way: a bit flipped, a byte set, cut short, a byte dropped
+/// or added, or a stretch repeated.
+pub(super) fn mutated(bytes: &[u8], next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    if out.is_empty() {
+        out.push(next() as u8);
+        return out;
+    }
+    let at = (next() % out.len() as u64) as usize;
+    match next() % 6 {
+        0 => out[at] ^= 1 << (next() % 8),
+        1 => out[at] = next() as u8,
+        2 => out.truncate(at),
+        3 => {
+            out.remove(at);
+        }
+        4 => out.insert(at, next() as u8),
+        _ => {
+            let end = (at + 1 + (next() % 8) as usize).min(out.len());
+            let stretch = out[at..end].to_vec();
+            out.splice(at..at, stretch);
+        }
+    }
+    out
+}
 
 /// `google.protobuf.Struct` as its wire form: repeated entries.
 #[derive(Clone, PartialEq, Message)]
