@@ -121,9 +121,10 @@ fn random_structs_read_as_prost_reads_them() {
 }
 
 /// Damaged bytes, as a broken or hostile caller or provider sends them: the reading never
-/// panics, accepts exactly what prost accepts and reads it as prost does, and refuses valid
-/// protobuf only for a value without a JSON form. (Which fault is named may differ when
-/// there are several; see the module docs.)
+/// panics, accepts exactly what prost accepts (but for the entries only prost's lenient map
+/// decoder takes) and reads it as prost does, and refuses strictly valid protobuf only for a
+/// value without a JSON form. (Which fault is named may differ when there are several; see
+/// the module docs.)
 #[test]
 fn damaged_bytes_are_read_as_prost_reads_them_or_refused() {
     let mut next = xorshift(0x2545_F491_4F6C_DD1D);
