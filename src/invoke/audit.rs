@@ -43,44 +43,74 @@ pub fn verify_file(path: &Path) -> Result<VerifiedLog, ChainBroken> {
 pub fn verify_lines(
     lines: impl Iterator<Item = std::io::Result<String>>,
 ) -> Result<VerifiedLog, ChainBroken> {
-    let mut previous = GENESIS_SHA256.to_owned();
-    let mut expected_sequence = None;
-    let mut count = 0;
+    let mut chain = ChainCheck::default();
     for (index, line) in lines.enumerate() {
-        let number = index as u64 + 1;
         let broken = |problem: String| ChainBroken {
-            line: number,
+            line: index as u64 + 1,
             problem,
         };
         let line = line.map_err(|error| broken(format!("cannot read: {error}")))?;
         let record: InvocationRecord = serde_json::from_str(&line)
             .map_err(|error| broken(format!("not an invocation record: {error}")))?;
-        if record_line(&record) != line || content_sha256(&record) != record.record_sha256 {
-            return Err(broken(
+        chain.check(&line, &record).map_err(broken)?;
+    }
+    Ok(chain.verified())
+}
+
+/// The chain's rules applied one line at a time, for [`verify_lines`] and for a log being
+/// reopened (which reads each line once, for its ring and for this check).
+#[derive(Debug)]
+pub(crate) struct ChainCheck {
+    previous: String,
+    expected_sequence: Option<u64>,
+    count: u64,
+}
+
+impl Default for ChainCheck {
+    fn default() -> Self {
+        Self {
+            previous: GENESIS_SHA256.to_owned(),
+            expected_sequence: None,
+            count: 0,
+        }
+    }
+}
+
+impl ChainCheck {
+    /// Checks the next `record`, read from `line` (without its line ending): what is wrong
+    /// with it, if anything.
+    pub(crate) fn check(&mut self, line: &str, record: &InvocationRecord) -> Result<(), String> {
+        if record_line(record) != line || content_sha256(record) != record.record_sha256 {
+            return Err(
                 "the record does not match its record_sha256: the line was edited".to_owned(),
+            );
+        }
+        if record.prev_record_sha256 != self.previous {
+            return Err(format!(
+                "prev_record_sha256 is {} but the record before is {}: a record before it was removed or reordered",
+                record.prev_record_sha256, self.previous
             ));
         }
-        if record.prev_record_sha256 != previous {
-            return Err(broken(format!(
-                "prev_record_sha256 is {} but the record before is {previous}: a record before it was removed or reordered",
-                record.prev_record_sha256
-            )));
-        }
-        if let Some(expected) = expected_sequence
+        if let Some(expected) = self.expected_sequence
             && record.sequence != expected
         {
-            return Err(broken(format!(
+            return Err(format!(
                 "sequence {} follows {}: a record is missing",
                 record.sequence,
                 expected - 1
-            )));
+            ));
         }
-        expected_sequence = Some(record.sequence + 1);
-        previous = record.record_sha256;
-        count += 1;
+        self.expected_sequence = Some(record.sequence + 1);
+        self.previous.clone_from(&record.record_sha256);
+        self.count += 1;
+        Ok(())
     }
-    Ok(VerifiedLog {
-        records: count,
-        head_sha256: previous,
-    })
+
+    /// What the lines checked so far come to.
+    pub(crate) fn verified(self) -> VerifiedLog {
+        VerifiedLog {
+            records: self.count,
+            head_sha256: self.previous,
+        }
+    }
 }

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
+use super::audit::{ChainBroken, ChainCheck};
 use super::record_file::LogFile;
 use crate::envelope::TenantId;
 use crate::json::Sha256Writer;
@@ -272,19 +273,44 @@ impl RecordLog {
             source,
         };
         let log = Self::in_memory(capacity);
+        // Each whole line is read once: into the ring, and through the chain's check.
+        let mut chain = ChainCheck::default();
+        let mut broken: Option<ChainBroken> = None;
         let file = {
             let mut state = log.lock();
-            LogFile::open(path, |line| {
-                if let Ok(record) = serde_json::from_slice::<InvocationRecord>(line) {
-                    state.last_sha256 = record.record_sha256.clone();
-                    state.next_sequence = record.sequence + 1;
-                    push_ring(&mut state, Arc::new(record));
+            let mut number = 0;
+            LogFile::open(path, |bytes| {
+                number += 1;
+                let read = std::str::from_utf8(bytes)
+                    .map_err(|error| format!("cannot read: {error}"))
+                    .and_then(|text| {
+                        // As `BufRead::lines` ends a line, which `audit verify` reads with.
+                        let text = text.strip_suffix('\n').unwrap_or(text);
+                        let text = text.strip_suffix('\r').unwrap_or(text);
+                        let record = serde_json::from_str::<InvocationRecord>(text)
+                            .map_err(|error| format!("not an invocation record: {error}"))?;
+                        Ok((text, record))
+                    });
+                let fault = match read {
+                    Ok((text, record)) => {
+                        let fault = chain.check(text, &record).err();
+                        state.last_sha256 = record.record_sha256.clone();
+                        state.next_sequence = record.sequence + 1;
+                        push_ring(&mut state, Arc::new(record));
+                        fault
+                    }
+                    Err(problem) => Some(problem),
+                };
+                if let (Some(problem), None) = (fault, &broken) {
+                    broken = Some(ChainBroken {
+                        line: number,
+                        problem,
+                    });
                 }
             })
             .map_err(io)?
         };
-        // After a torn last line is gone: what is left is what the chain continues.
-        if let Err(problem) = super::audit::verify_file(path) {
+        if let Some(problem) = broken {
             tracing::warn!(path = %path.display(), %problem, "existing invocation record log does not verify; continuing its chain from the last line");
         }
         log.lock().file = Some(file);
