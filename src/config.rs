@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::openai::OpenAiConfig;
 use crate::agent::store::DEFAULT_MAX_MESSAGES;
 use crate::grpc::ServerOptions;
+use crate::grpc::call_scheduling::CallScheduling;
 use crate::grpc::server::{
     DEFAULT_DRAIN_GRACE, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_PROVIDER_HEALTH_INTERVAL,
@@ -100,6 +101,10 @@ pub struct ServerConfig {
     /// How long that PING may go unanswered before the connection is closed.
     #[serde(with = "humantime_serde")]
     pub keepalive_timeout: Duration,
+    /// Where a connection's calls run: `per-connection` (on the task serving the connection:
+    /// less CPU per call, and a connection's calls share one thread) or `per-call` (each on a
+    /// task of its own, which any thread may run).
+    pub call_scheduling: CallScheduling,
     /// Base URL of an OpenAI-compatible chat-completions API (e.g. `http://127.0.0.1:11434/v1`);
     /// empty uses the deterministic built-in model.
     pub model_base_url: String,
@@ -152,6 +157,7 @@ impl Default for ServerConfig {
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            call_scheduling: CallScheduling::default(),
             model_base_url: String::new(),
             model_name: DEFAULT_MODEL_NAME.to_owned(),
             model_api_key: String::new(),
@@ -281,6 +287,7 @@ impl ServerConfig {
             provider_health_interval: self.provider_health_interval,
             keepalive_interval: self.keepalive_interval,
             keepalive_timeout: self.keepalive_timeout,
+            call_scheduling: self.call_scheduling,
             model: (!self.model_base_url.is_empty()).then(|| OpenAiConfig {
                 base_url: self.model_base_url.clone(),
                 model: self.model_name.clone(),

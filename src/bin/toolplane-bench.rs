@@ -96,12 +96,13 @@ fn decode_answers(
     Ok(answers)
 }
 
-/// How a bench server accepts connections.
+/// How a bench server accepts and serves connections.
 #[derive(Debug, Clone, Copy)]
 enum Accept {
     /// As tonic does, with Nagle off.
     Plain,
-    /// As toolplane does: Nagle off and writes coalesced (`grpc::coalesce`).
+    /// As toolplane does: Nagle off, writes coalesced (`grpc::coalesce`) and each connection's
+    /// calls run on its own task (`grpc::connections`, with toolplane's default scheduling).
     LikeToolplane,
 }
 
@@ -118,19 +119,35 @@ async fn serve_routes(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| e.to_string())?;
-    let server = tonic::transport::Server::builder().add_routes(routes.add_service(health));
+    let routes = routes.add_service(health);
     let stop = toolplane::grpc::shutdown_signal();
     match accept {
         Accept::Plain => {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-            server.serve_with_incoming_shutdown(incoming, stop).await
+            tonic::transport::Server::builder()
+                .add_routes(routes)
+                .serve_with_incoming_shutdown(incoming, stop)
+                .await
+                .map_err(|e| e.to_string())
         }
         Accept::LikeToolplane => {
+            let defaults = toolplane::grpc::ServerOptions::default();
+            let settings = toolplane::grpc::connections::ConnectionSettings {
+                scheduling: defaults.call_scheduling,
+                keepalive_interval: Some(defaults.keepalive_interval),
+                keepalive_timeout: defaults.keepalive_timeout,
+            };
             let incoming = toolplane::grpc::coalesce::incoming(listener);
-            server.serve_with_incoming_shutdown(incoming, stop).await
+            toolplane::grpc::connections::serve_connections(
+                incoming,
+                routes.prepare(),
+                settings,
+                stop,
+            )
+            .await;
+            Ok(())
         }
     }
-    .map_err(|e| e.to_string())
 }
 
 async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<(), String> {

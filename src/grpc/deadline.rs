@@ -5,7 +5,12 @@ use std::time::Duration;
 
 /// Reads the caller's deadline from the `grpc-timeout` header (e.g. `1500m`, `2S`).
 pub fn caller_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
-    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
+    timeout_of(metadata.get("grpc-timeout")?.as_encoded_bytes())
+}
+
+/// Reads a `grpc-timeout` header's value; `None` when it is not one.
+pub fn timeout_of(value: &[u8]) -> Option<Duration> {
+    let text = std::str::from_utf8(value).ok()?;
     let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
     let amount: u64 = digits.parse().ok()?;
     Some(match unit {

@@ -3,7 +3,9 @@
 
 pub mod agent;
 mod answer;
+pub mod call_scheduling;
 pub mod coalesce;
+pub mod connections;
 pub mod convert;
 #[cfg(test)]
 #[path = "damage_tests.rs"]

@@ -11,9 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tonic::transport::Server;
+use tonic::service::Routes;
+use tower::Layer;
 
 use super::agent::AgentApi;
+use super::call_scheduling::CallScheduling;
+use super::connections::{ConnectionSettings, serve_connections};
 use super::discovery::DiscoveryApi;
 use super::health::HealthApi;
 use super::invoke::InvokeApi;
@@ -75,6 +78,8 @@ pub struct ServerOptions {
     /// How long that PING may go unanswered before the connection (and every stream on it,
     /// watches included) is closed: a peer that vanished without closing its connection.
     pub keepalive_timeout: Duration,
+    /// Where a connection's calls run (see `grpc::call_scheduling`).
+    pub call_scheduling: CallScheduling,
     /// The chat model agents use; `None` uses the deterministic built-in model.
     pub model: Option<OpenAiConfig>,
     /// The most messages one agent's conversation keeps.
@@ -95,6 +100,7 @@ impl Default for ServerOptions {
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            call_scheduling: CallScheduling::default(),
             model: None,
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
         }
@@ -177,44 +183,49 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
+    let routes = Routes::new(DiscoveryServiceServer::new(DiscoveryApi::new(
+        registry.clone(),
+        serving.clone(),
+        Arc::clone(&health),
+    )))
+    .add_service(HealthServiceServer::new(HealthApi::new(
+        registry.clone(),
+        serving.clone(),
+        Arc::clone(&health),
+    )))
+    .add_service(InvokeServer::new(InvokeApi::new(invoker)))
+    .add_service(AgentServiceServer::new(AgentApi::new(runner)))
+    .add_service(tonic_health::pb::health_server::HealthServer::new(
+        StandardHealth::new(registry, serving.clone(), health),
+    ))
+    .add_service(reflection_v1)
+    .add_service(reflection_v1alpha)
+    .prepare();
+    let settings = ConnectionSettings {
+        scheduling: options.call_scheduling,
+        keepalive_interval: Some(options.keepalive_interval).filter(|i| !i.is_zero()),
+        keepalive_timeout: options.keepalive_timeout,
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = Server::builder()
-        .http2_keepalive_interval(
-            Some(options.keepalive_interval).filter(|interval| !interval.is_zero()),
-        )
-        .http2_keepalive_timeout(Some(options.keepalive_timeout))
-        .layer(super::panics::catch_panics())
-        .add_service(DiscoveryServiceServer::new(DiscoveryApi::new(
-            registry.clone(),
-            serving.clone(),
-            Arc::clone(&health),
-        )))
-        .add_service(HealthServiceServer::new(HealthApi::new(
-            registry.clone(),
-            serving.clone(),
-            Arc::clone(&health),
-        )))
-        .add_service(InvokeServer::new(InvokeApi::new(invoker)))
-        .add_service(AgentServiceServer::new(AgentApi::new(runner)))
-        .add_service(tonic_health::pb::health_server::HealthServer::new(
-            StandardHealth::new(registry, serving.clone(), health),
-        ))
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(super::coalesce::incoming(listener), async {
+    let server = serve_connections(
+        super::coalesce::incoming(listener),
+        super::panics::catch_panics().layer(routes),
+        settings,
+        async {
             let _ = stopped.await;
-        });
+        },
+    );
     tokio::pin!(server);
 
     tokio::select! {
-        result = &mut server => return result.map_err(ServeError::from),
+        () = &mut server => return Ok(()),
         () = shutdown => {}
     }
     tracing::info!(grace = ?options.drain_grace, "shutting down: health is NOT_SERVING, draining in-flight calls");
     serving.shut_down();
     let _ = stop.send(());
     match tokio::time::timeout(options.drain_grace, server).await {
-        Ok(result) => result.map_err(ServeError::from),
+        Ok(()) => Ok(()),
         Err(_) => {
             tracing::warn!("grace period over; closing the connections still open");
             Ok(())

@@ -1,0 +1,165 @@
+//! Serving accepted connections: the accept loop, one hyper HTTP/2 server per connection, the
+//! caller's deadline, and a graceful stop.
+//!
+//! This does what tonic's `Server::serve_with_incoming_shutdown` does for toolplane's services
+//! (HTTP/2 only, keepalive, `grpc-timeout` enforced, GOAWAY and a drain on stop), so that each
+//! connection can be given the executor of [`super::call_scheduling`], which tonic's server does
+//! not allow.
+
+use std::convert::Infallible;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::{Stream, StreamExt};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tonic::Status;
+use tonic::body::Body;
+use tower::{Service, ServiceExt};
+
+use super::call_scheduling::{CallScheduling, ConnectionDriver};
+use super::deadline::timeout_of;
+
+/// How every connection is served.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionSettings {
+    /// Where a connection's calls run.
+    pub scheduling: CallScheduling,
+    /// How long a connection may be silent before it is pinged; `None` never pings.
+    pub keepalive_interval: Option<Duration>,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+}
+
+/// Serves every connection `incoming` yields with `service` until `stop` completes; then stops
+/// accepting, asks each connection to finish (HTTP/2 GOAWAY: calls in flight complete, new
+/// ones are refused) and returns when all have closed.
+pub async fn serve_connections<S, B, I, IO>(
+    incoming: I,
+    service: S,
+    settings: ConnectionSettings,
+    stop: impl Future<Output = ()>,
+) where
+    S: Service<http::Request<Body>, Response = http::Response<B>, Error = Infallible>,
+    S: Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError>,
+    I: Stream<Item = std::io::Result<IO>>,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (stopping, stop_seen) = tokio::sync::watch::channel(());
+    {
+        let mut incoming = pin!(incoming);
+        let mut stop = pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                accepted = incoming.next() => match accepted {
+                    Some(Ok(io)) => {
+                        let calls = Calls { service: service.clone() };
+                        tokio::spawn(serve_connection(io, calls, settings, stop_seen.clone()));
+                    }
+                    Some(Err(error)) => tracing::debug!(%error, "accepting a connection failed"),
+                    None => break,
+                },
+            }
+        }
+    }
+    let _ = stopping.send(());
+    drop(stop_seen);
+    stopping.closed().await;
+}
+
+async fn serve_connection<S, B, IO>(
+    io: IO,
+    calls: Calls<S>,
+    settings: ConnectionSettings,
+    mut stop_seen: tokio::sync::watch::Receiver<()>,
+) where
+    S: Service<http::Request<Body>, Response = http::Response<B>, Error = Infallible>,
+    S: Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError>,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut driver, executor) = ConnectionDriver::new(settings.scheduling);
+    let mut builder = hyper::server::conn::http2::Builder::new(executor);
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(settings.keepalive_interval)
+        .keep_alive_timeout(settings.keepalive_timeout)
+        // As tonic's server: no limit (hyper's own default is 200 streams per connection).
+        .max_concurrent_streams(None);
+    let mut connection = pin!(builder.serve_connection(TokioIo::new(io), calls));
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            outcome = poll_fn(|cx| driver.poll_connection(cx, connection.as_mut())) => {
+                if let Err(error) = outcome {
+                    tracing::debug!(%error, "a connection ended with an error");
+                }
+                break;
+            }
+            changed = stop_seen.changed(), if !stopping => {
+                stopping = true;
+                if changed.is_ok() {
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// The services as hyper calls them: the request body read as tonic's, and the call ended
+/// `DEADLINE_EXCEEDED` when the caller's `grpc-timeout` passes before its answer has begun.
+#[derive(Clone)]
+struct Calls<S> {
+    service: S,
+}
+
+impl<S, B> hyper::service::Service<http::Request<Incoming>> for Calls<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<B>, Error = Infallible>,
+    S: Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn call(&self, request: http::Request<Incoming>) -> Self::Future {
+        let deadline = request
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|value| timeout_of(value.as_bytes()));
+        let answer = self.service.clone().oneshot(request.map(Body::new));
+        Box::pin(async move {
+            let answer = match deadline {
+                None => answer.await,
+                Some(deadline) => match tokio::time::timeout(deadline, answer).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        return Ok(Status::deadline_exceeded(format!(
+                            "the call's deadline ({deadline:?}, its grpc-timeout) passed before \
+                             toolplane answered"
+                        ))
+                        .into_http());
+                    }
+                },
+            };
+            Ok(answer?.map(Body::new))
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "connections_tests.rs"]
+mod tests;
