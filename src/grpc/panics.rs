@@ -1,6 +1,7 @@
 //! A call whose handler panics is answered `INTERNAL`, not cut off.
 //!
-//! tonic runs each call in a task of its own, so a panic ends that call only; but its caller
+//! A panic ends that call only (`grpc::call_scheduling` keeps it from the connection's other
+//! calls, wherever they run); but its caller
 //! sees the HTTP/2 stream reset (tonic's client says `CANCELLED`, "h2 protocol error"), with
 //! nothing to act on, and the panic reaches only stderr. [`catch_panics`] wraps the server so
 //! that a panic while a call is answered is logged as an error and the caller gets `INTERNAL`
