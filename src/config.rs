@@ -383,4 +383,22 @@ mod tests {
         .expect("keepalive off");
         assert!(off.server_options().keepalive_interval.is_zero());
     }
+
+    #[test]
+    fn call_scheduling_is_per_connection_unless_set() {
+        let default = ServerConfig::load(None, env(&[])).expect("defaults");
+        assert_eq!(
+            default.server_options().call_scheduling,
+            CallScheduling::PerConnection
+        );
+        let per_call = ServerConfig::load(None, env(&[("TOOLPLANE_CALL_SCHEDULING", "per-call")]))
+            .expect("a known value");
+        assert_eq!(
+            per_call.server_options().call_scheduling,
+            CallScheduling::PerCall
+        );
+        let error = ServerConfig::load(None, env(&[("TOOLPLANE_CALL_SCHEDULING", "sometimes")]))
+            .expect_err("an unknown value");
+        assert!(error.to_string().contains("per-connection"), "{error}");
+    }
 }
