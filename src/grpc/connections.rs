@@ -35,6 +35,44 @@ pub struct ConnectionSettings {
     pub keepalive_timeout: Duration,
 }
 
+/// What [`serve_connections`] serves: tonic's routes, layered or not.
+pub trait Routes<B>:
+    Service<
+        http::Request<Body>,
+        Response = http::Response<B>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S, B> Routes<B> for S where
+    S: Service<
+            http::Request<Body>,
+            Response = http::Response<B>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The body of an answer [`Routes`] give.
+pub trait AnswerBody:
+    http_body::Body<Data = Bytes, Error: Into<tonic::codegen::StdError>> + Send + 'static
+{
+}
+
+impl<B> AnswerBody for B where
+    B: http_body::Body<Data = Bytes, Error: Into<tonic::codegen::StdError>> + Send + 'static
+{
+}
+
 /// Serves every connection `incoming` yields with `service` until `stop` completes; then stops
 /// accepting, asks each connection to finish (HTTP/2 GOAWAY: calls in flight complete, new
 /// ones are refused) and returns when all have closed.
@@ -44,11 +82,8 @@ pub async fn serve_connections<S, B, I, IO>(
     settings: ConnectionSettings,
     stop: impl Future<Output = ()>,
 ) where
-    S: Service<http::Request<Body>, Response = http::Response<B>, Error = Infallible>,
-    S: Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError>,
+    S: Routes<B>,
+    B: AnswerBody,
     I: Stream<Item = std::io::Result<IO>>,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -81,11 +116,8 @@ async fn serve_connection<S, B, IO>(
     settings: ConnectionSettings,
     mut stop_seen: tokio::sync::watch::Receiver<()>,
 ) where
-    S: Service<http::Request<Body>, Response = http::Response<B>, Error = Infallible>,
-    S: Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError>,
+    S: Routes<B>,
+    B: AnswerBody,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (mut driver, executor) = ConnectionDriver::new(settings.scheduling);
@@ -125,11 +157,9 @@ struct Calls<S> {
 
 impl<S, B> hyper::service::Service<http::Request<Incoming>> for Calls<S>
 where
-    S: Service<http::Request<Body>, Response = http::Response<B>, Error = Infallible>,
-    S: Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError>,
+    // The first bound names `B` for the compiler; `Routes` adds the rest.
+    S: Service<http::Request<Body>, Response = http::Response<B>> + Routes<B>,
+    B: AnswerBody,
 {
     type Response = http::Response<Body>;
     type Error = Infallible;
