@@ -110,9 +110,6 @@ impl Default for ServerOptions {
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// The gRPC transport failed.
-    #[error("grpc transport: {0}")]
-    Transport(#[from] tonic::transport::Error),
     /// The reflection descriptors could not be loaded.
     #[error("reflection descriptors: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
