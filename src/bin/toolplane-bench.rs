@@ -131,12 +131,7 @@ async fn serve_routes(
                 .map_err(|e| e.to_string())
         }
         Accept::LikeToolplane => {
-            let defaults = toolplane::grpc::ServerOptions::default();
-            let settings = toolplane::grpc::connections::ConnectionSettings {
-                scheduling: defaults.call_scheduling,
-                keepalive_interval: Some(defaults.keepalive_interval),
-                keepalive_timeout: defaults.keepalive_timeout,
-            };
+            let settings = toolplane::grpc::ServerOptions::default().connection_settings();
             let incoming = toolplane::grpc::coalesce::incoming(listener);
             toolplane::grpc::connections::serve_connections(
                 incoming,

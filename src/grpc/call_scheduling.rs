@@ -163,37 +163,42 @@ impl ConnectionDriver {
         cx: &mut Context<'_>,
         mut connection: Pin<&mut C>,
     ) -> Poll<C::Output> {
-        let Some(inbox) = self.inbox.clone() else {
+        let Self {
+            inbox,
+            calls,
+            state,
+            waker,
+        } = self;
+        let Some(inbox) = inbox else {
             return connection.poll(cx);
         };
-        self.state.task.register(cx.waker());
-        self.state.in_poll.store(true, SeqCst);
-        let mut inner = Context::from_waker(&self.waker);
+        state.task.register(cx.waker());
+        state.in_poll.store(true, SeqCst);
+        let mut inner = Context::from_waker(waker);
         for _ in 0..MAX_ROUNDS_PER_POLL {
-            self.state.woken.store(false, SeqCst);
+            state.woken.store(false, SeqCst);
             let polled = connection.as_mut().poll(&mut inner);
-            self.calls.extend(std::mem::take(
-                &mut *inbox.lock().unwrap_or_else(|e| e.into_inner()),
-            ));
+            // Drained, not taken: the inbox keeps its capacity for the next calls.
+            calls.extend(inbox.lock().unwrap_or_else(|e| e.into_inner()).drain(..));
             if let Poll::Ready(outcome) = polled {
-                self.state.in_poll.store(false, SeqCst);
-                for call in std::mem::take(&mut self.calls) {
+                state.in_poll.store(false, SeqCst);
+                for call in std::mem::take(calls) {
                     drop(tokio::spawn(call));
                 }
                 return Poll::Ready(outcome);
             }
-            while let Poll::Ready(Some(())) = self.calls.poll_next_unpin(&mut inner) {}
-            if self.state.woken.load(SeqCst) {
+            while let Poll::Ready(Some(())) = calls.poll_next_unpin(&mut inner) {}
+            if state.woken.load(SeqCst) {
                 continue;
             }
-            self.state.in_poll.store(false, SeqCst);
+            state.in_poll.store(false, SeqCst);
             // A wake-up between the check above and here found `in_poll` still set.
-            if !self.state.woken.swap(false, SeqCst) {
+            if !state.woken.swap(false, SeqCst) {
                 return Poll::Pending;
             }
-            self.state.in_poll.store(true, SeqCst);
+            state.in_poll.store(true, SeqCst);
         }
-        self.state.in_poll.store(false, SeqCst);
+        state.in_poll.store(false, SeqCst);
         cx.waker().wake_by_ref();
         Poll::Pending
     }

@@ -86,6 +86,17 @@ pub struct ServerOptions {
     pub max_conversation_messages: usize,
 }
 
+impl ServerOptions {
+    /// How the server's connections are served, by these options.
+    pub fn connection_settings(&self) -> ConnectionSettings {
+        ConnectionSettings {
+            scheduling: self.call_scheduling,
+            keepalive_interval: Some(self.keepalive_interval).filter(|i| !i.is_zero()),
+            keepalive_timeout: self.keepalive_timeout,
+        }
+    }
+}
+
 impl Default for ServerOptions {
     fn default() -> Self {
         Self {
@@ -198,11 +209,7 @@ pub async fn serve(
     .add_service(reflection_v1)
     .add_service(reflection_v1alpha)
     .prepare();
-    let settings = ConnectionSettings {
-        scheduling: options.call_scheduling,
-        keepalive_interval: Some(options.keepalive_interval).filter(|i| !i.is_zero()),
-        keepalive_timeout: options.keepalive_timeout,
-    };
+    let settings = options.connection_settings();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = serve_connections(
         super::coalesce::incoming(listener),
