@@ -64,6 +64,8 @@ pub struct ServerConfig {
     pub max_schema_bytes: usize,
     /// Deepest nesting of objects and arrays in a JSON Schema.
     pub max_schema_depth: usize,
+    /// Most services one tenant may have registered at once; 0 sets no limit.
+    pub max_services_per_tenant: usize,
     /// Threads serving requests; 0 starts one per available CPU (tokio's default, which
     /// honours cgroup CPU limits).
     pub worker_threads: usize,
@@ -143,6 +145,7 @@ impl Default for ServerConfig {
             max_description_bytes: validate::DEFAULT_MAX_DESCRIPTION_BYTES,
             max_schema_bytes: validate::DEFAULT_MAX_SCHEMA_BYTES,
             max_schema_depth: validate::DEFAULT_MAX_SCHEMA_DEPTH,
+            max_services_per_tenant: validate::DEFAULT_MAX_SERVICES_PER_TENANT,
             worker_threads: 0,
             validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             watch_event_buffer: DEFAULT_EVENT_BUFFER,
@@ -265,6 +268,7 @@ impl ServerConfig {
                 max_description_bytes: self.max_description_bytes,
                 max_schema_bytes: self.max_schema_bytes,
                 max_schema_depth: self.max_schema_depth,
+                max_services_per_tenant: self.max_services_per_tenant,
             },
             event_buffer: self.watch_event_buffer,
             validator_cache_size: self.validator_cache_size,
@@ -357,6 +361,18 @@ mod tests {
         assert_eq!(config.max_tools_per_service, 7);
         assert_eq!(config.listen.port(), 7000);
         assert_eq!(config.max_ttl, validate::DEFAULT_MAX_TTL);
+    }
+
+    #[test]
+    fn the_quota_of_services_per_tenant_defaults_and_can_be_turned_off() {
+        let default = ServerConfig::load(None, env(&[])).expect("valid");
+        assert_eq!(
+            default.server_options().limits.max_services_per_tenant,
+            validate::DEFAULT_MAX_SERVICES_PER_TENANT
+        );
+        let off = ServerConfig::load(None, env(&[("TOOLPLANE_MAX_SERVICES_PER_TENANT", "0")]))
+            .expect("valid");
+        assert_eq!(off.server_options().limits.max_services_per_tenant, 0);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Every kind of bad registration is rejected whole with INVALID_ARGUMENT, an ErrorInfo reason
+//! Every kind of bad registration is rejected whole with INVALID_ARGUMENT (RESOURCE_EXHAUSTED
+//! over a tenant's quota of services), an ErrorInfo reason
 //! and BadRequest violations naming the field (and tool and JSON pointer); nothing is stored.
 
 mod common;
@@ -250,4 +251,73 @@ async fn failed_reregistration_keeps_the_old_one() {
         })
         .await
         .expect("the old lease still holds");
+}
+
+/// A tenant at its quota of services cannot add another (RESOURCE_EXHAUSTED with ErrorInfo and
+/// QuotaFailure, nothing stored), but can re-register the ones it has; other tenants are not
+/// held to its count; deregistering one makes room.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_over_its_service_quota_is_refused() {
+    use tonic_types::StatusExt;
+    let mut options = test_options();
+    options.limits.max_services_per_tenant = 2;
+    let server = TestServer::start_with(options).await;
+    let mut client = server.discovery().await;
+    register_ok(&mut client, 0, registration("one", vec![simple_tool("a")])).await;
+    let two = register_ok(&mut client, 0, registration("two", vec![simple_tool("b")])).await;
+
+    let error = register(
+        &mut client,
+        0,
+        registration("three", vec![simple_tool("c")]),
+    )
+    .await
+    .expect_err("over the quota");
+    assert_eq!(error.code(), Code::ResourceExhausted, "{error:?}");
+    assert_eq!(reason(&error), "RESOURCE_QUOTA_EXCEEDED");
+    assert!(
+        error.message().contains("max_services_per_tenant") && error.message().contains("three"),
+        "the message names the limit and the service: {}",
+        error.message()
+    );
+    let quota = error
+        .get_error_details()
+        .quota_failure()
+        .cloned()
+        .expect("QuotaFailure details");
+    assert_eq!(quota.violations.len(), 1);
+    assert_eq!(quota.violations[0].subject, "tenants/0/services");
+    assert!(
+        get_service(&mut client, 0, "three").await.is_err(),
+        "nothing stored"
+    );
+    for kept in ["one", "two"] {
+        assert!(
+            get_service(&mut client, 0, kept).await.is_ok(),
+            "{kept} kept"
+        );
+    }
+
+    register_ok(&mut client, 0, registration("one", vec![simple_tool("a2")])).await;
+    register_ok(
+        &mut client,
+        7,
+        registration("three", vec![simple_tool("c")]),
+    )
+    .await;
+
+    client
+        .deregister_service(pb::DeregisterServiceRequest {
+            meta: meta(0),
+            service_name: "two".into(),
+            lease_id: two.lease_id,
+        })
+        .await
+        .expect("deregistered");
+    register_ok(
+        &mut client,
+        0,
+        registration("three", vec![simple_tool("c")]),
+    )
+    .await;
 }

@@ -177,12 +177,16 @@ impl Bench {
             .await
     }
 
-    /// Starts a toolplane server (rate limits off) and waits until it serves.
+    /// Starts a toolplane server (rate limits and the quota of services per tenant off: the
+    /// churn scenario registers fresh names as fast as it can) and waits until it serves.
     pub async fn start_toolplane(
         &self,
         extra_env: &[(&str, &str)],
     ) -> Result<ChildProcess, String> {
-        let mut env = vec![("TOOLPLANE_RATE_LIMIT_PER_SECOND", "0")];
+        let mut env = vec![
+            ("TOOLPLANE_RATE_LIMIT_PER_SECOND", "0"),
+            ("TOOLPLANE_MAX_SERVICES_PER_TENANT", "0"),
+        ];
         env.extend_from_slice(extra_env);
         self.start_serving(&self.binaries.toolplane, ("serve", &[]), &env)
             .await

@@ -1,12 +1,14 @@
 //! The one mapping from domain errors to `tonic::Status`, with google.rpc details: ErrorInfo
 //! on every error (reason in the seed 004 categories), BadRequest field violations where a
-//! field is at fault, PreconditionFailure listing the candidates of an ambiguous name.
+//! field is at fault, PreconditionFailure listing the candidates of an ambiguous name,
+//! QuotaFailure naming the quota a refused registration would break.
 
 use std::collections::HashMap;
 
 use tonic::{Code, Status};
 use tonic_types::{
-    ErrorDetails, FieldViolation as PbFieldViolation, PreconditionViolation, StatusExt,
+    ErrorDetails, FieldViolation as PbFieldViolation, PreconditionViolation, QuotaViolation,
+    StatusExt,
 };
 
 use std::time::Duration;
@@ -132,6 +134,26 @@ impl From<RegistryError> for Status {
                         })
                         .collect::<Vec<_>>(),
                 );
+                (code, message, details)
+            }
+            RegistryError::ServiceQuotaExceeded {
+                tenant,
+                service,
+                limit,
+            } => {
+                let (code, message, mut details) = status(
+                    Code::ResourceExhausted,
+                    message,
+                    "RESOURCE_QUOTA_EXCEEDED",
+                    vec![
+                        ("service_name", service.to_string()),
+                        ("max_services_per_tenant", limit.to_string()),
+                    ],
+                );
+                details.set_quota_failure(vec![QuotaViolation::new(
+                    format!("tenants/{tenant}/services"),
+                    format!("at most {limit} services registered at once"),
+                )]);
                 (code, message, details)
             }
             RegistryError::WatchLagged { missed } => status(

@@ -2,6 +2,7 @@
 //! details in one exhaustive match (`grpc::status`).
 
 use super::model::{ServiceName, ToolName};
+use crate::envelope::TenantId;
 
 /// What kind of rule a field violation broke; it picks the ErrorInfo reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +79,20 @@ pub enum RegistryError {
         tool: ToolName,
         /// Every service offering it, sorted.
         candidates: Vec<ServiceName>,
+    },
+    /// A new service would take the tenant over its quota of services; nothing was changed.
+    #[error(
+        "tenant {tenant} already has {limit} services registered, the most it may have \
+         (max_services_per_tenant); deregister a service it no longer needs before registering \
+         {service}, or ask the operator to raise the limit"
+    )]
+    ServiceQuotaExceeded {
+        /// The tenant.
+        tenant: TenantId,
+        /// The service that was not registered.
+        service: ServiceName,
+        /// The tenant's quota.
+        limit: usize,
     },
     /// A watcher fell too far behind the stream of changes and was ended.
     #[error("watch fell behind by {missed} events; start a new watch")]

@@ -188,7 +188,12 @@ fn tool_changes(old: &ServiceEntry, new: &ServiceEntry) -> Vec<ToolChange> {
 }
 
 impl RegistryStore for MemoryStore {
-    fn register(&self, tenant: TenantId, service: ValidatedService) -> Arc<ServiceEntry> {
+    fn register(
+        &self,
+        tenant: TenantId,
+        service: ValidatedService,
+        max_services: usize,
+    ) -> Result<Arc<ServiceEntry>, RegistryError> {
         let entry = Arc::new(ServiceEntry {
             tenant,
             name: service.name,
@@ -199,7 +204,22 @@ impl RegistryStore for MemoryStore {
             lease: Lease::new(service.ttl),
         });
         let _guard = self.lock();
-        let mut next = (*self.snapshot.load_full()).clone();
+        let current = self.snapshot.load_full();
+        // A lapsed lease not yet swept (the sweep runs within milliseconds) still counts.
+        let (present, count) = current.tenant(tenant).map_or((false, 0), |index| {
+            (
+                index.services.contains_key(&entry.name),
+                index.services.len(),
+            )
+        });
+        if !present && max_services != 0 && count >= max_services {
+            return Err(RegistryError::ServiceQuotaExceeded {
+                tenant,
+                service: entry.name.clone(),
+                limit: max_services,
+            });
+        }
+        let mut next = (*current).clone();
         let mut previous = remove_service(&mut next, tenant, &entry.name);
         if previous.as_ref().is_some_and(|old| !old.lease.is_live()) {
             // The old lease lapsed but was not swept yet: tell watchers before the new one.
@@ -243,7 +263,7 @@ impl RegistryStore for MemoryStore {
             lease: entry.lease.id,
             deadline: entry.lease.deadline(),
         });
-        entry
+        Ok(entry)
     }
 
     fn heartbeat(

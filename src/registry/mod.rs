@@ -77,14 +77,16 @@ impl Registry {
         &self.limits
     }
 
-    /// Validates and stores a registration under a new lease; nothing is stored when it fails.
+    /// Validates and stores a registration under a new lease, within the tenant's quota of
+    /// services; nothing is stored when it fails.
     pub fn register(
         &self,
         tenant: TenantId,
         spec: &ServiceSpec,
     ) -> Result<Arc<ServiceEntry>, RegistryError> {
         let validated = validate::validate_service(spec, &self.limits)?;
-        Ok(self.store.register(tenant, validated))
+        self.store
+            .register(tenant, validated, self.limits.max_services_per_tenant)
     }
 
     /// Renews a lease.

@@ -98,8 +98,15 @@ pub struct WatchStart {
 /// Storage for registered services. Reads only ever return live services.
 pub trait RegistryStore: Send + Sync + Debug {
     /// Stores a validated registration under a new lease, replacing any earlier registration
-    /// of the same service.
-    fn register(&self, tenant: TenantId, service: ValidatedService) -> Arc<ServiceEntry>;
+    /// of the same service. A service the tenant does not have yet is refused
+    /// ([`RegistryError::ServiceQuotaExceeded`]) when the tenant already has
+    /// `max_services` (`0`: no limit); the count and the insert happen under one lock.
+    fn register(
+        &self,
+        tenant: TenantId,
+        service: ValidatedService,
+        max_services: usize,
+    ) -> Result<Arc<ServiceEntry>, RegistryError>;
     /// Renews a lease; returns when it now runs out.
     fn heartbeat(
         &self,

@@ -28,6 +28,8 @@ pub const DEFAULT_MAX_DESCRIPTION_BYTES: usize = 4096;
 pub const DEFAULT_MAX_SCHEMA_BYTES: usize = 64 * 1024;
 /// The default deepest nesting of objects and arrays in a schema.
 pub const DEFAULT_MAX_SCHEMA_DEPTH: usize = 24;
+/// Default most services one tenant may have registered at once.
+pub const DEFAULT_MAX_SERVICES_PER_TENANT: usize = 10_000;
 /// The longest endpoint URI accepted.
 const MAX_ENDPOINT_LEN: usize = 2048;
 /// The most backtracking steps one `pattern` (or `patternProperties`) match may take. Patterns
@@ -54,6 +56,10 @@ pub struct RegistrationLimits {
     pub max_schema_bytes: usize,
     /// Deepest nesting of objects and arrays in a schema.
     pub max_schema_depth: usize,
+    /// Most services one tenant may have registered at once (re-registering one of them
+    /// always works); `0` sets no limit. Every tenant shares one process's memory, so this
+    /// keeps one tenant's runaway registrations from taking everyone's.
+    pub max_services_per_tenant: usize,
 }
 
 impl Default for RegistrationLimits {
@@ -66,6 +72,7 @@ impl Default for RegistrationLimits {
             max_description_bytes: DEFAULT_MAX_DESCRIPTION_BYTES,
             max_schema_bytes: DEFAULT_MAX_SCHEMA_BYTES,
             max_schema_depth: DEFAULT_MAX_SCHEMA_DEPTH,
+            max_services_per_tenant: DEFAULT_MAX_SERVICES_PER_TENANT,
         }
     }
 }
