@@ -306,12 +306,7 @@ async fn a_tenant_over_its_service_quota_is_refused() {
     )
     .await;
 
-    client
-        .deregister_service(pb::DeregisterServiceRequest {
-            meta: meta(0),
-            service_name: "two".into(),
-            lease_id: two.lease_id,
-        })
+    deregister(&mut client, 0, "two", two.lease_id)
         .await
         .expect("deregistered");
     register_ok(

@@ -205,12 +205,7 @@ async fn paging_is_stable_under_churn() {
         // Churn: remove one service, add two new ones (one sorting before, one after the cursor).
         if let Some(index) = removed.iter().nth(round) {
             let service = format!("svc-{index:02}");
-            client
-                .deregister_service(pb::DeregisterServiceRequest {
-                    meta: meta(0),
-                    service_name: service.clone(),
-                    lease_id: leases[&service].clone(),
-                })
+            deregister(&mut client, 0, &service, leases[&service].clone())
                 .await
                 .expect("deregister");
         }
@@ -428,13 +423,9 @@ async fn rust_client_preflight_fails_fast() {
     }
     // The discovery cache answers from memory until its TTL or an invalidation.
     let first = client.service("story-generator").await.expect("found");
-    raw.deregister_service(pb::DeregisterServiceRequest {
-        meta: meta(3),
-        service_name: "story-generator".into(),
-        lease_id: lease,
-    })
-    .await
-    .expect("deregistered");
+    deregister(&mut raw, 3, "story-generator", lease)
+        .await
+        .expect("deregistered");
     assert_eq!(
         client
             .service("story-generator")

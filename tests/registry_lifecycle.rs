@@ -170,12 +170,7 @@ async fn deregister_removes_service_and_tools() {
         registration("svc", vec![simple_tool("a"), simple_tool("b")]),
     )
     .await;
-    let wrong = client
-        .deregister_service(pb::DeregisterServiceRequest {
-            meta: meta(0),
-            service_name: "svc".into(),
-            lease_id: uuid::Uuid::new_v4().to_string(),
-        })
+    let wrong = deregister(&mut client, 0, "svc", uuid::Uuid::new_v4().to_string())
         .await
         .expect_err("wrong lease");
     assert_eq!(wrong.code(), Code::NotFound);
@@ -184,12 +179,7 @@ async fn deregister_removes_service_and_tools() {
         "a failed deregister changes nothing"
     );
 
-    client
-        .deregister_service(pb::DeregisterServiceRequest {
-            meta: meta(0),
-            service_name: "svc".into(),
-            lease_id: answer.lease_id,
-        })
+    deregister(&mut client, 0, "svc", answer.lease_id)
         .await
         .expect("deregistered");
     assert_eq!(

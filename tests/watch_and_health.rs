@@ -143,12 +143,7 @@ async fn watch_snapshot_then_synced_then_changes() {
         ]
     );
 
-    client
-        .deregister_service(pb::DeregisterServiceRequest {
-            meta: meta(0),
-            service_name: "gamma".into(),
-            lease_id: updated_answer.lease_id,
-        })
+    deregister(&mut client, 0, "gamma", updated_answer.lease_id)
         .await
         .expect("deregister");
     let removed = next_event(&mut stream).await;
@@ -366,12 +361,7 @@ async fn standard_health_check() {
             .code(),
         Code::NotFound
     );
-    client
-        .deregister_service(pb::DeregisterServiceRequest {
-            meta: meta(5),
-            service_name: "svc".into(),
-            lease_id: lease,
-        })
+    deregister(&mut client, 5, "svc", lease)
         .await
         .expect("deregister");
     assert_eq!(

@@ -181,6 +181,22 @@ pub async fn register_ok(
         .expect("registration accepted")
 }
 
+pub async fn deregister(
+    client: &mut DiscoveryServiceClient<Channel>,
+    tenant: u64,
+    service: &str,
+    lease_id: String,
+) -> Result<(), tonic::Status> {
+    client
+        .deregister_service(pb::DeregisterServiceRequest {
+            meta: meta(tenant),
+            service_name: service.to_owned(),
+            lease_id,
+        })
+        .await
+        .map(drop)
+}
+
 pub async fn get_service(
     client: &mut DiscoveryServiceClient<Channel>,
     tenant: u64,
