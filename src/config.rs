@@ -23,6 +23,7 @@ use crate::grpc::server::{
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
 use crate::invoke::records::DEFAULT_RING_CAPACITY;
+use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::DEFAULT_EVENT_BUFFER;
 use crate::registry::validate::{self, RegistrationLimits};
 
@@ -74,6 +75,10 @@ pub struct ServerConfig {
     pub validator_cache_size: u64,
     /// How many change events a watcher may fall behind before it is ended.
     pub watch_event_buffer: usize,
+    /// How many names of deregistered or expired services are remembered, across tenants, so
+    /// that grpc.health.v1 `Check` answers SERVICE_UNKNOWN for them rather than NOT_FOUND; the
+    /// name that went longest ago is forgotten first; 0 remembers none.
+    pub gone_services_remembered: usize,
     /// How long in-flight calls may take to finish after SIGTERM/SIGINT.
     #[serde(with = "humantime_serde")]
     pub drain_grace: Duration,
@@ -149,6 +154,7 @@ impl Default for ServerConfig {
             worker_threads: 0,
             validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             watch_event_buffer: DEFAULT_EVENT_BUFFER,
+            gone_services_remembered: DEFAULT_GONE_SERVICES_REMEMBERED,
             drain_grace: DEFAULT_DRAIN_GRACE,
             log_format: LogFormat::Text,
             records_path: String::new(),
@@ -271,6 +277,7 @@ impl ServerConfig {
                 max_services_per_tenant: self.max_services_per_tenant,
             },
             event_buffer: self.watch_event_buffer,
+            gone_services_remembered: self.gone_services_remembered,
             validator_cache_size: self.validator_cache_size,
             drain_grace: self.drain_grace,
             records_path: Some(PathBuf::from(&self.records_path))
@@ -373,6 +380,18 @@ mod tests {
         let off = ServerConfig::load(None, env(&[("TOOLPLANE_MAX_SERVICES_PER_TENANT", "0")]))
             .expect("valid");
         assert_eq!(off.server_options().limits.max_services_per_tenant, 0);
+    }
+
+    #[test]
+    fn the_number_of_gone_services_remembered_defaults_and_can_be_set() {
+        let default = ServerConfig::load(None, env(&[])).expect("valid");
+        assert_eq!(
+            default.server_options().gone_services_remembered,
+            DEFAULT_GONE_SERVICES_REMEMBERED
+        );
+        let set = ServerConfig::load(None, env(&[("TOOLPLANE_GONE_SERVICES_REMEMBERED", "5")]))
+            .expect("valid");
+        assert_eq!(set.server_options().gone_services_remembered, 5);
     }
 
     #[test]

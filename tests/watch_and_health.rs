@@ -383,6 +383,64 @@ async fn standard_health_check() {
     );
 }
 
+/// grpc.health.v1 Check remembers a bounded number of gone names (`gone_services_remembered`,
+/// across tenants): the one that went longest ago is forgotten first and reads NOT_FOUND again.
+#[tokio::test(flavor = "multi_thread")]
+async fn standard_health_forgets_the_oldest_gone_names_beyond_the_bound() {
+    let mut options = test_options();
+    options.gone_services_remembered = 2;
+    let server = TestServer::start_with(options).await;
+    let mut client = server.discovery().await;
+    let mut health = HealthClient::new(server.channel().await);
+    for (tenant, name) in [(1, "first"), (2, "second"), (1, "third")] {
+        let lease = register_ok(
+            &mut client,
+            tenant,
+            registration(name, vec![simple_tool("t")]),
+        )
+        .await
+        .lease_id;
+        deregister(&mut client, tenant, name, lease)
+            .await
+            .expect("deregister");
+    }
+    let check = |name: &'static str, tenant: u64| {
+        let mut health = health.clone();
+        async move { health.check(check_request(name, tenant)).await }
+    };
+    assert_eq!(
+        check("first", 1).await.expect_err("forgotten").code(),
+        Code::NotFound
+    );
+    for (name, tenant) in [("second", 2), ("third", 1)] {
+        assert_eq!(
+            check(name, tenant)
+                .await
+                .expect("remembered")
+                .into_inner()
+                .status,
+            ServingStatus::ServiceUnknown as i32,
+            "{name}"
+        );
+    }
+    // Registering a gone name again takes it out of the gone names: it is live.
+    register_ok(
+        &mut client,
+        2,
+        registration("second", vec![simple_tool("t")]),
+    )
+    .await;
+    assert_eq!(
+        health
+            .check(check_request("second", 2))
+            .await
+            .expect("live")
+            .into_inner()
+            .status,
+        ServingStatus::Serving as i32
+    );
+}
+
 /// grpc.health.v1 Watch: unknown names get SERVICE_UNKNOWN with the stream kept open, then
 /// every change; shutdown turns the server's own status NOT_SERVING.
 #[tokio::test(flavor = "multi_thread")]

@@ -37,6 +37,7 @@ use crate::pb;
 use crate::pb::agent_service_server::AgentServiceServer;
 use crate::pb::discovery_service_server::DiscoveryServiceServer;
 use crate::pb::health_service_server::HealthServiceServer;
+use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::{DEFAULT_EVENT_BUFFER, MemoryStore};
 use crate::registry::{RegistrationLimits, Registry, RegistryStore};
 
@@ -58,6 +59,9 @@ pub struct ServerOptions {
     pub limits: RegistrationLimits,
     /// How many events a watcher may fall behind before it is ended.
     pub event_buffer: usize,
+    /// How many gone services' names are remembered, across tenants, so that grpc.health.v1
+    /// answers SERVICE_UNKNOWN for them rather than NOT_FOUND (see `registry::gone`).
+    pub gone_services_remembered: usize,
     /// How many compiled validators the registry keeps (see `registry::validators`).
     pub validator_cache_size: u64,
     /// How long in-flight calls may take to finish after shutdown begins.
@@ -102,6 +106,7 @@ impl Default for ServerOptions {
         Self {
             limits: RegistrationLimits::default(),
             event_buffer: DEFAULT_EVENT_BUFFER,
+            gone_services_remembered: DEFAULT_GONE_SERVICES_REMEMBERED,
             validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             drain_grace: DEFAULT_DRAIN_GRACE,
             records_path: None,
@@ -150,7 +155,8 @@ pub async fn serve(
         Some(path) => RecordLog::open(path, options.records_in_memory)?,
         None => RecordLog::in_memory(options.records_in_memory),
     });
-    let store: Arc<dyn RegistryStore> = MemoryStore::start(options.event_buffer);
+    let store: Arc<dyn RegistryStore> =
+        MemoryStore::start(options.event_buffer, options.gone_services_remembered);
     let registry = Registry::new(
         Arc::clone(&store),
         options.limits.clone(),

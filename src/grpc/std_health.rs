@@ -4,8 +4,9 @@
 //! - `""` and each `toolplane.v1` service name report the server itself: SERVING, or
 //!   NOT_SERVING once shutdown has begun.
 //! - A registered service's name reports SERVING while its lease lives (NOT_SERVING while its
-//!   provider fails the control plane's health checks), and SERVICE_UNKNOWN once it is gone.
-//! - Check on a name never registered is NOT_FOUND. Watch on it sends SERVICE_UNKNOWN and
+//!   provider fails the control plane's health checks), and SERVICE_UNKNOWN once it is gone
+//!   (while the store remembers it: `gone_services_remembered`, see `registry::gone`).
+//! - Check on a name never registered, or gone and forgotten, is NOT_FOUND. Watch on it sends SERVICE_UNKNOWN and
 //!   keeps the stream open, sending again whenever the status changes.
 //!
 //! grpc.health.v1 requests carry no envelope, so the tenant comes from the
@@ -57,7 +58,7 @@ impl StandardHealth {
         }
     }
 
-    /// The status of `service`; `None` for a name never seen in the tenant.
+    /// The status of `service`; `None` for a name never seen in the tenant (or forgotten).
     fn status(&self, tenant: TenantId, service: &str) -> Option<ServingStatus> {
         if service.is_empty() || SERVER_SERVICES.contains(&service) {
             return Some(if self.serving.is_serving() {
@@ -66,16 +67,16 @@ impl StandardHealth {
                 ServingStatus::NotServing
             });
         }
-        let live = ServiceName::parse(service)
-            .ok()
-            .and_then(|name| self.registry.store().service(tenant, &name));
-        if let Some(entry) = live {
+        // A name that is not a valid service name was never registered.
+        let name = ServiceName::parse(service).ok()?;
+        let store = self.registry.store();
+        if let Some(entry) = store.service(tenant, &name) {
             Some(if self.health.failure(&entry.endpoint).is_some() {
                 ServingStatus::NotServing
             } else {
                 ServingStatus::Serving
             })
-        } else if self.registry.store().was_seen(tenant, service) {
+        } else if store.was_seen(tenant, &name) {
             Some(ServingStatus::ServiceUnknown)
         } else {
             None

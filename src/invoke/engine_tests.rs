@@ -32,7 +32,11 @@ impl ProviderCaller for StandIn {
 }
 
 fn engine(panics: bool) -> Invoker {
-    let registry = Registry::new(MemoryStore::start(16), RegistrationLimits::default(), 16);
+    let registry = Registry::new(
+        MemoryStore::start(16, 16),
+        RegistrationLimits::default(),
+        16,
+    );
     registry
         .register(
             TenantId(1),

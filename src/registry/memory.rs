@@ -15,11 +15,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use imbl::{OrdMap, OrdSet};
+use imbl::OrdMap;
 use tokio::sync::{broadcast, mpsc};
 
 use super::error::RegistryError;
 use super::expiry::{ExpiryTicket, spawn_expiry_task};
+use super::gone::GoneNames;
 use super::lease::{Lease, LeaseId, monotonic_now};
 use super::model::{ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService};
 use super::store::{
@@ -30,12 +31,12 @@ use crate::envelope::TenantId;
 /// How many events a watcher may fall behind before it is ended.
 pub const DEFAULT_EVENT_BUFFER: usize = 4096;
 
-/// One tenant's live services and the index of their tools.
+/// One tenant's live services and the index of their tools. A tenant with no services has
+/// no index.
 #[derive(Debug, Clone, Default)]
 struct TenantIndex {
     services: OrdMap<ServiceName, Arc<ServiceEntry>>,
     tools: OrdMap<ToolKey, ToolRef>,
-    seen: OrdSet<String>,
 }
 
 /// An immutable view of the whole registry at one revision.
@@ -43,6 +44,7 @@ struct TenantIndex {
 struct Snapshot {
     revision: u64,
     tenants: imbl::HashMap<TenantId, TenantIndex>,
+    gone: GoneNames,
 }
 
 impl Snapshot {
@@ -58,6 +60,7 @@ pub struct MemoryStore {
     writer: Mutex<()>,
     events: broadcast::Sender<Arc<RegistryEvent>>,
     expiry: mpsc::UnboundedSender<ExpiryTicket>,
+    gone_services_remembered: usize,
 }
 
 /// What the expiry task should do after asking the store to expire a lease.
@@ -70,8 +73,10 @@ pub(crate) enum ExpiryOutcome {
 }
 
 impl MemoryStore {
-    /// Creates the store and starts its expiry task on the current tokio runtime.
-    pub fn start(event_buffer: usize) -> Arc<Self> {
+    /// Creates the store and starts its expiry task on the current tokio runtime. Watchers may
+    /// fall `event_buffer` events behind; the names of the last `gone_services_remembered`
+    /// services to go are remembered (see `registry::gone`).
+    pub fn start(event_buffer: usize, gone_services_remembered: usize) -> Arc<Self> {
         let (expiry, tickets) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(event_buffer.max(1));
         let store = Arc::new(Self {
@@ -79,6 +84,7 @@ impl MemoryStore {
             writer: Mutex::new(()),
             events,
             expiry,
+            gone_services_remembered,
         });
         spawn_expiry_task(Arc::downgrade(&store), tickets);
         store
@@ -133,6 +139,11 @@ impl MemoryStore {
         }
         let mut next = (*current).clone();
         remove_service(&mut next, ticket.tenant, &ticket.service);
+        next.gone.remember(
+            ticket.tenant,
+            ticket.service.clone(),
+            self.gone_services_remembered,
+        );
         tracing::info!(tenant = %ticket.tenant, service = %ticket.service, "lease expired");
         self.publish(
             next,
@@ -145,6 +156,7 @@ impl MemoryStore {
     }
 }
 
+/// Removes the service and its tools, and the tenant's index when it was the last service.
 fn remove_service(
     snapshot: &mut Snapshot,
     tenant: TenantId,
@@ -156,6 +168,9 @@ fn remove_service(
         index
             .tools
             .remove(&(tool.name.as_str().to_owned(), name.as_str().to_owned()));
+    }
+    if index.services.is_empty() {
+        snapshot.tenants.remove(&tenant);
     }
     Some(removed)
 }
@@ -227,6 +242,7 @@ impl RegistryStore for MemoryStore {
             next = (*self.snapshot.load_full()).clone();
             previous = None;
         }
+        next.gone.forget(tenant, &entry.name);
         let index = next.tenants.entry(tenant).or_default();
         for tool in &entry.tools {
             let key = (
@@ -244,7 +260,6 @@ impl RegistryStore for MemoryStore {
         index
             .services
             .insert(entry.name.clone(), Arc::clone(&entry));
-        index.seen.insert(entry.name.as_str().to_owned());
         let kind = match previous {
             Some(old) => ChangeKind::Updated(tool_changes(&old, &entry)),
             None => ChangeKind::Added,
@@ -304,6 +319,8 @@ impl RegistryStore for MemoryStore {
         }
         let mut next = (*current).clone();
         remove_service(&mut next, tenant, service);
+        next.gone
+            .remember(tenant, service.clone(), self.gone_services_remembered);
         self.publish(next, tenant, service.clone(), ChangeKind::Removed, None);
         Ok(())
     }
@@ -398,11 +415,12 @@ impl RegistryStore for MemoryStore {
         })
     }
 
-    fn was_seen(&self, tenant: TenantId, name: &str) -> bool {
-        self.snapshot
-            .load()
+    fn was_seen(&self, tenant: TenantId, name: &ServiceName) -> bool {
+        let snapshot = self.snapshot.load();
+        snapshot
             .tenant(tenant)
-            .is_some_and(|index| index.seen.contains(name))
+            .is_some_and(|index| index.services.contains_key(name))
+            || snapshot.gone.contains(tenant, name)
     }
 
     fn watch(&self, tenant: TenantId) -> WatchStart {
@@ -441,3 +459,7 @@ impl RegistryStore for MemoryStore {
         self.events.subscribe()
     }
 }
+
+#[cfg(test)]
+#[path = "memory_tests.rs"]
+mod tests;

@@ -6,6 +6,7 @@
 
 pub mod error;
 mod expiry;
+pub mod gone;
 pub mod lease;
 pub mod memory;
 pub mod model;

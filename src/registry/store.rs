@@ -142,8 +142,9 @@ pub trait RegistryStore: Send + Sync + Debug {
     fn tools_named(&self, tenant: TenantId, name: &ToolName) -> Vec<ToolRef>;
     /// How many live tools the tenant has.
     fn tool_count(&self, tenant: TenantId) -> usize;
-    /// Whether a service of that name was ever registered in the tenant.
-    fn was_seen(&self, tenant: TenantId, name: &str) -> bool;
+    /// Whether a service of that name is registered in the tenant or is remembered as gone
+    /// (the store remembers a bounded number of gone names; see `registry::gone`).
+    fn was_seen(&self, tenant: TenantId, name: &ServiceName) -> bool;
     /// Starts a watch of the tenant's services.
     fn watch(&self, tenant: TenantId) -> WatchStart;
     /// Every distinct non-empty endpoint of a live service, in any tenant.
