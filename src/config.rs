@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::openai::OpenAiConfig;
-use crate::agent::store::DEFAULT_MAX_MESSAGES;
+use crate::agent::store::{DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_MESSAGES};
 use crate::grpc::ServerOptions;
 use crate::grpc::call_scheduling::CallScheduling;
 use crate::grpc::server::{
@@ -125,6 +125,8 @@ pub struct ServerConfig {
     pub model_timeout: Duration,
     /// The most messages one agent's conversation keeps (the oldest turns are dropped).
     pub max_conversation_messages: usize,
+    /// The most agents one tenant may have at once; 0 sets no limit.
+    pub max_agents_per_tenant: usize,
 }
 
 /// How logs are written.
@@ -172,6 +174,7 @@ impl Default for ServerConfig {
             model_api_key: String::new(),
             model_timeout: DEFAULT_MODEL_TIMEOUT,
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
+            max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
         }
     }
 }
@@ -306,6 +309,7 @@ impl ServerConfig {
                 timeout: self.model_timeout,
             }),
             max_conversation_messages: self.max_conversation_messages,
+            max_agents_per_tenant: self.max_agents_per_tenant,
         }
     }
 }
@@ -380,6 +384,18 @@ mod tests {
         let off = ServerConfig::load(None, env(&[("TOOLPLANE_MAX_SERVICES_PER_TENANT", "0")]))
             .expect("valid");
         assert_eq!(off.server_options().limits.max_services_per_tenant, 0);
+    }
+
+    #[test]
+    fn the_quota_of_agents_per_tenant_defaults_and_can_be_set() {
+        let default = ServerConfig::load(None, env(&[])).expect("valid");
+        assert_eq!(
+            default.server_options().max_agents_per_tenant,
+            DEFAULT_MAX_AGENTS_PER_TENANT
+        );
+        let set = ServerConfig::load(None, env(&[("TOOLPLANE_MAX_AGENTS_PER_TENANT", "3")]))
+            .expect("valid");
+        assert_eq!(set.server_options().max_agents_per_tenant, 3);
     }
 
     #[test]

@@ -292,3 +292,68 @@ async fn bad_agent_requests() {
     );
     assert!(agent.recent_transitions.is_empty());
 }
+
+/// A tenant at its `max_agents_per_tenant` is refused RESOURCE_EXHAUSTED with QuotaFailure,
+/// keeps the agents it has, and gets room back by deleting one; other tenants are not held
+/// to its count.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_over_its_agent_quota_is_refused() {
+    let mut options = test_options();
+    options.max_agents_per_tenant = 2;
+    let server = TestServer::start_with(options).await;
+    let mut client = agents(&server).await;
+    create(&mut client, "first", &[]).await;
+    create(&mut client, "second", &[]).await;
+    let create_in = |tenant: u64, name: &str| pb::CreateAgentRequest {
+        meta: meta(tenant),
+        name: name.into(),
+        ..Default::default()
+    };
+    let error = client
+        .create_agent(create_in(0, "third"))
+        .await
+        .expect_err("over the quota");
+    assert_eq!(error.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&error), "RESOURCE_QUOTA_EXCEEDED");
+    assert!(
+        error.message().contains("max_agents_per_tenant"),
+        "the message names the setting: {}",
+        error.message()
+    );
+    use tonic_types::StatusExt;
+    let details = error.get_error_details();
+    let quota = details.quota_failure().expect("QuotaFailure");
+    assert_eq!(quota.violations[0].subject, "tenants/0/agents");
+    assert_eq!(
+        details.error_info().expect("ErrorInfo").metadata["max_agents_per_tenant"],
+        "2"
+    );
+
+    let listed = client
+        .list_agents(pb::ListAgentsRequest {
+            meta: meta(0),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .agents;
+    let names: Vec<_> = listed.iter().map(|agent| agent.name.as_str()).collect();
+    assert_eq!(names, ["first", "second"], "nothing stored, nothing lost");
+
+    client
+        .create_agent(create_in(4, "third"))
+        .await
+        .expect("another tenant has its own count");
+    client
+        .delete_agent(pb::DeleteAgentRequest {
+            meta: meta(0),
+            agent_id: "first".into(),
+        })
+        .await
+        .expect("delete");
+    client
+        .create_agent(create_in(0, "third"))
+        .await
+        .expect("deleting made room");
+}

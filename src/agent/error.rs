@@ -2,6 +2,7 @@
 //! agent service can refuse or fail at. `grpc::status` maps [`AgentError`] to statuses.
 
 use super::types::{AgentId, AgentState};
+use crate::envelope::TenantId;
 use crate::invoke::InvokeError;
 
 /// The seed 002 domain error.
@@ -56,6 +57,17 @@ pub enum AgentError {
         id: AgentId,
         /// Its state now.
         state: AgentState,
+    },
+    /// The tenant has its most agents already.
+    #[error(
+        "tenant {tenant} has {limit} agents, the most one tenant may have \
+         (max_agents_per_tenant); delete an agent it no longer needs before creating another"
+    )]
+    QuotaExceeded {
+        /// The tenant.
+        tenant: TenantId,
+        /// The limit.
+        limit: usize,
     },
     /// The model provider failed.
     #[error("model provider failed: {0}")]

@@ -5,7 +5,8 @@
 //! fits, so a tool call is never separated from its result. The system prompt is agent
 //! configuration, not part of the conversation, and is never dropped.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -159,21 +160,37 @@ impl Agent {
     }
 }
 
-/// Every agent, by id.
+/// The default most agents one tenant may have at once.
+pub const DEFAULT_MAX_AGENTS_PER_TENANT: usize = 1_000;
+
+/// One tenant's agents, indexed for every lookup the API makes.
+#[derive(Debug, Default)]
+struct TenantAgents {
+    by_id: HashMap<AgentId, Arc<Agent>>,
+    /// Names are unique in a tenant.
+    by_name: HashMap<String, AgentId>,
+    /// Creation order, for listing.
+    by_order: BTreeMap<u64, AgentId>,
+}
+
+/// Every agent, by tenant. A tenant with no agents has no entry.
 #[derive(Debug)]
 pub struct AgentStore {
-    agents: RwLock<HashMap<AgentId, Arc<Agent>>>,
+    tenants: RwLock<HashMap<TenantId, TenantAgents>>,
     next_order: AtomicU64,
     max_messages: usize,
+    max_agents_per_tenant: usize,
 }
 
 impl AgentStore {
-    /// An empty store keeping at most `max_messages` per conversation.
-    pub fn new(max_messages: usize) -> Self {
+    /// An empty store keeping at most `max_messages` per conversation and at most
+    /// `max_agents_per_tenant` agents per tenant (0: no limit).
+    pub fn new(max_messages: usize, max_agents_per_tenant: usize) -> Self {
         Self {
-            agents: RwLock::new(HashMap::new()),
+            tenants: RwLock::new(HashMap::new()),
             next_order: AtomicU64::new(1),
             max_messages: max_messages.max(2),
+            max_agents_per_tenant,
         }
     }
 
@@ -182,14 +199,20 @@ impl AgentStore {
         self.max_messages
     }
 
-    /// Creates an agent, Idle, with an empty conversation.
+    /// Creates an agent, Idle, with an empty conversation. Refused when the tenant has an
+    /// agent of that name, or has its most agents already.
     pub fn create(&self, tenant: TenantId, config: AgentConfig) -> Result<Arc<Agent>, AgentError> {
-        let mut agents = self.agents.write().unwrap_or_else(|p| p.into_inner());
-        if agents
-            .values()
-            .any(|agent| agent.tenant == tenant && agent.config.name == config.name)
-        {
-            return Err(AgentError::NameTaken(config.name));
+        let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(agents) = tenants.get(&tenant) {
+            if agents.by_name.contains_key(&config.name) {
+                return Err(AgentError::NameTaken(config.name));
+            }
+            if self.max_agents_per_tenant != 0 && agents.by_id.len() >= self.max_agents_per_tenant {
+                return Err(AgentError::QuotaExceeded {
+                    tenant,
+                    limit: self.max_agents_per_tenant,
+                });
+            }
         }
         let id = AgentId::new();
         let now = Utc::now();
@@ -212,23 +235,27 @@ impl AgentStore {
                 next_sequence: 1,
             }),
         });
-        agents.insert(id, Arc::clone(&agent));
+        let agents = tenants.entry(tenant).or_default();
+        agents.by_name.insert(agent.config.name.clone(), id);
+        agents.by_order.insert(agent.order, id);
+        agents.by_id.insert(id, Arc::clone(&agent));
         Ok(agent)
     }
 
     /// One agent of the tenant, by id or, failing that, by name.
     pub fn get(&self, tenant: TenantId, id_or_name: &str) -> Result<Arc<Agent>, AgentError> {
-        let agents = self.agents.read().unwrap_or_else(|p| p.into_inner());
-        let by_id = uuid::Uuid::parse_str(id_or_name)
-            .ok()
-            .and_then(|uuid| agents.get(&AgentId(uuid)))
-            .filter(|a| a.tenant == tenant);
-        by_id
-            .or_else(|| {
-                agents
-                    .values()
-                    .find(|a| a.tenant == tenant && a.config.name == id_or_name)
-            })
+        let tenants = self.tenants.read().unwrap_or_else(|p| p.into_inner());
+        let agents = tenants.get(&tenant);
+        let by_id = || {
+            let id = AgentId(uuid::Uuid::parse_str(id_or_name).ok()?);
+            agents?.by_id.get(&id)
+        };
+        let by_name = || {
+            let agents = agents?;
+            agents.by_id.get(agents.by_name.get(id_or_name)?)
+        };
+        by_id()
+            .or_else(by_name)
             .cloned()
             .ok_or_else(|| AgentError::NotFound(id_or_name.to_owned()))
     }
@@ -240,15 +267,17 @@ impl AgentStore {
         after_order: Option<u64>,
         limit: usize,
     ) -> Vec<Arc<Agent>> {
-        let agents = self.agents.read().unwrap_or_else(|p| p.into_inner());
-        let mut found: Vec<Arc<Agent>> = agents
-            .values()
-            .filter(|a| a.tenant == tenant && after_order.is_none_or(|after| a.order > after))
-            .cloned()
-            .collect();
-        found.sort_by_key(|a| a.order);
-        found.truncate(limit);
-        found
+        let tenants = self.tenants.read().unwrap_or_else(|p| p.into_inner());
+        let Some(agents) = tenants.get(&tenant) else {
+            return Vec::new();
+        };
+        let from = after_order.map_or(Bound::Unbounded, Bound::Excluded);
+        agents
+            .by_order
+            .range((from, Bound::Unbounded))
+            .filter_map(|(_, id)| agents.by_id.get(id).cloned())
+            .take(limit)
+            .collect()
     }
 
     /// Deletes an agent; a busy one is refused.
@@ -262,94 +291,21 @@ impl AgentStore {
             });
         }
         drop(data);
-        self.agents
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&agent.id);
+        let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(agents) = tenants.get_mut(&tenant) {
+            // Another delete may have won the race: remove only what is still there.
+            if agents.by_id.remove(&agent.id).is_some() {
+                agents.by_name.remove(&agent.config.name);
+                agents.by_order.remove(&agent.order);
+            }
+            if agents.by_id.is_empty() {
+                tenants.remove(&tenant);
+            }
+        }
         Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(name: &str) -> AgentConfig {
-        AgentConfig {
-            name: name.to_owned(),
-            model: None,
-            system_prompt: None,
-            allowed_tools: None,
-        }
-    }
-
-    #[test]
-    fn names_are_unique_per_tenant_and_lookups_take_ids_or_names() {
-        let store = AgentStore::new(10);
-        let agent = store
-            .create(TenantId(1), config("helper"))
-            .expect("created");
-        assert!(matches!(
-            store.create(TenantId(1), config("helper")),
-            Err(AgentError::NameTaken(_))
-        ));
-        store
-            .create(TenantId(2), config("helper"))
-            .expect("another tenant may use the name");
-        assert_eq!(
-            store.get(TenantId(1), "helper").expect("by name").id,
-            agent.id
-        );
-        assert_eq!(
-            store
-                .get(TenantId(1), &agent.id.to_string())
-                .expect("by id")
-                .id,
-            agent.id
-        );
-        assert!(
-            matches!(
-                store.get(TenantId(2), &agent.id.to_string()),
-                Err(AgentError::NotFound(_))
-            ),
-            "ids do not cross tenants"
-        );
-    }
-
-    #[test]
-    fn the_bound_drops_whole_turns() {
-        let store = AgentStore::new(4);
-        let agent = store.create(TenantId(0), config("a")).expect("created");
-        let mut data = agent.data();
-        for turn in 0..3 {
-            data.push(CanonicalMessage::new(
-                Role::User,
-                format!("question {turn}"),
-            ));
-            data.push(CanonicalMessage::new(Role::Assistant, "calling".into()));
-            data.push(CanonicalMessage::new(Role::System, "result".into()));
-        }
-        data.enforce_bound(4);
-        let first = &data.conversation.front().expect("kept").message;
-        assert_eq!(
-            (first.role, first.content.as_str()),
-            (Role::User, "question 2")
-        );
-        assert_eq!(data.len(), 3);
-    }
-
-    #[test]
-    fn transitions_follow_the_machine_and_are_remembered() {
-        let store = AgentStore::new(10);
-        let agent = store.create(TenantId(0), config("a")).expect("created");
-        let mut data = agent.data();
-        data.transition(AgentState::Thinking, "")
-            .expect("idle -> thinking");
-        assert!(
-            data.transition(AgentState::Idle, "").is_err(),
-            "thinking -> idle is refused"
-        );
-        assert_eq!(data.status.state, AgentState::Thinking);
-        assert_eq!(data.transitions.len(), 1);
-    }
-}
+#[path = "store_tests.rs"]
+mod tests;

@@ -28,7 +28,7 @@ use crate::agent::builtin::BuiltinModel;
 use crate::agent::model::{LlmProvider, ModelError};
 use crate::agent::openai::{OpenAiClient, OpenAiConfig};
 use crate::agent::runner::AgentRunner;
-use crate::agent::store::{AgentStore, DEFAULT_MAX_MESSAGES};
+use crate::agent::store::{AgentStore, DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_MESSAGES};
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, RecordError, RecordLog};
@@ -88,6 +88,8 @@ pub struct ServerOptions {
     pub model: Option<OpenAiConfig>,
     /// The most messages one agent's conversation keeps.
     pub max_conversation_messages: usize,
+    /// The most agents one tenant may have at once; 0 sets no limit.
+    pub max_agents_per_tenant: usize,
 }
 
 impl ServerOptions {
@@ -119,6 +121,7 @@ impl Default for ServerOptions {
             call_scheduling: CallScheduling::default(),
             model: None,
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
+            max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
         }
     }
 }
@@ -177,7 +180,10 @@ pub async fn serve(
             max_timeout: options.max_invoke_timeout,
         },
     );
-    let agents = Arc::new(AgentStore::new(options.max_conversation_messages));
+    let agents = Arc::new(AgentStore::new(
+        options.max_conversation_messages,
+        options.max_agents_per_tenant,
+    ));
     let runner = AgentRunner::new(agents, registry.clone(), invoker.clone(), model);
     tokio::spawn(run_health_checks(
         store,

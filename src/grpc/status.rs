@@ -1,7 +1,7 @@
 //! The one mapping from domain errors to `tonic::Status`, with google.rpc details: ErrorInfo
 //! on every error (reason in the seed 004 categories), BadRequest field violations where a
 //! field is at fault, PreconditionFailure listing the candidates of an ambiguous name,
-//! QuotaFailure naming the quota a refused registration would break.
+//! QuotaFailure naming the quota a refused registration or agent would break.
 
 use std::collections::HashMap;
 
@@ -140,22 +140,17 @@ impl From<RegistryError> for Status {
                 tenant,
                 service,
                 limit,
-            } => {
-                let (code, message, mut details) = status(
-                    Code::ResourceExhausted,
-                    message,
-                    "RESOURCE_QUOTA_EXCEEDED",
-                    vec![
-                        ("service_name", service.to_string()),
-                        ("max_services_per_tenant", limit.to_string()),
-                    ],
-                );
-                details.set_quota_failure(vec![QuotaViolation::new(
+            } => quota_exceeded(
+                message,
+                vec![
+                    ("service_name", service.to_string()),
+                    ("max_services_per_tenant", limit.to_string()),
+                ],
+                QuotaViolation::new(
                     format!("tenants/{tenant}/services"),
                     format!("at most {limit} services registered at once"),
-                )]);
-                (code, message, details)
-            }
+                ),
+            ),
             RegistryError::WatchLagged { missed } => status(
                 Code::Aborted,
                 message,
@@ -165,6 +160,22 @@ impl From<RegistryError> for Status {
         };
         Status::with_error_details(code, message, details)
     }
+}
+
+/// RESOURCE_EXHAUSTED with reason RESOURCE_QUOTA_EXCEEDED and the QuotaFailure `violation`.
+fn quota_exceeded(
+    message: String,
+    metadata: Vec<(&str, String)>,
+    violation: QuotaViolation,
+) -> (Code, String, ErrorDetails) {
+    let (code, message, mut details) = status(
+        Code::ResourceExhausted,
+        message,
+        "RESOURCE_QUOTA_EXCEEDED",
+        metadata,
+    );
+    details.set_quota_failure(vec![violation]);
+    (code, message, details)
 }
 
 /// A NOT_FOUND status with ErrorInfo.
@@ -280,6 +291,17 @@ impl From<AgentError> for Status {
                 "AGENT_BUSY",
                 vec![("agent_id", id.to_string()), ("state", state.to_string())],
             ),
+            AgentError::QuotaExceeded { tenant, limit } => {
+                let (code, message, details) = quota_exceeded(
+                    message,
+                    vec![("max_agents_per_tenant", limit.to_string())],
+                    QuotaViolation::new(
+                        format!("tenants/{tenant}/agents"),
+                        format!("at most {limit} agents at once"),
+                    ),
+                );
+                return Status::with_error_details(code, message, details);
+            }
             AgentError::Model(_) => (Code::Unavailable, "MODEL_UNAVAILABLE", Vec::new()),
             AgentError::Invoke(inner) => return invoke_status(inner, None),
         };

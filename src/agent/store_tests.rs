@@ -1,0 +1,132 @@
+//! Unit tests of the agent store.
+
+use super::*;
+
+fn config(name: &str) -> AgentConfig {
+    AgentConfig {
+        name: name.to_owned(),
+        model: None,
+        system_prompt: None,
+        allowed_tools: None,
+    }
+}
+
+#[test]
+fn names_are_unique_per_tenant_and_lookups_take_ids_or_names() {
+    let store = AgentStore::new(10, 0);
+    let agent = store
+        .create(TenantId(1), config("helper"))
+        .expect("created");
+    assert!(matches!(
+        store.create(TenantId(1), config("helper")),
+        Err(AgentError::NameTaken(_))
+    ));
+    store
+        .create(TenantId(2), config("helper"))
+        .expect("another tenant may use the name");
+    assert_eq!(
+        store.get(TenantId(1), "helper").expect("by name").id,
+        agent.id
+    );
+    assert_eq!(
+        store
+            .get(TenantId(1), &agent.id.to_string())
+            .expect("by id")
+            .id,
+        agent.id
+    );
+    assert!(
+        matches!(
+            store.get(TenantId(2), &agent.id.to_string()),
+            Err(AgentError::NotFound(_))
+        ),
+        "ids do not cross tenants"
+    );
+}
+
+#[test]
+fn the_bound_drops_whole_turns() {
+    let store = AgentStore::new(4, 0);
+    let agent = store.create(TenantId(0), config("a")).expect("created");
+    let mut data = agent.data();
+    for turn in 0..3 {
+        data.push(CanonicalMessage::new(
+            Role::User,
+            format!("question {turn}"),
+        ));
+        data.push(CanonicalMessage::new(Role::Assistant, "calling".into()));
+        data.push(CanonicalMessage::new(Role::System, "result".into()));
+    }
+    data.enforce_bound(4);
+    let first = &data.conversation.front().expect("kept").message;
+    assert_eq!(
+        (first.role, first.content.as_str()),
+        (Role::User, "question 2")
+    );
+    assert_eq!(data.len(), 3);
+}
+
+#[test]
+fn transitions_follow_the_machine_and_are_remembered() {
+    let store = AgentStore::new(10, 0);
+    let agent = store.create(TenantId(0), config("a")).expect("created");
+    let mut data = agent.data();
+    data.transition(AgentState::Thinking, "")
+        .expect("idle -> thinking");
+    assert!(
+        data.transition(AgentState::Idle, "").is_err(),
+        "thinking -> idle is refused"
+    );
+    assert_eq!(data.status.state, AgentState::Thinking);
+    assert_eq!(data.transitions.len(), 1);
+}
+
+#[test]
+fn a_tenant_at_its_most_agents_is_refused_until_one_is_deleted() {
+    let store = AgentStore::new(10, 2);
+    store.create(TenantId(1), config("a")).expect("created");
+    store.create(TenantId(1), config("b")).expect("created");
+    assert!(matches!(
+        store.create(TenantId(1), config("c")),
+        Err(AgentError::QuotaExceeded { limit: 2, .. })
+    ));
+    assert!(
+        matches!(
+            store.create(TenantId(1), config("a")),
+            Err(AgentError::NameTaken(_))
+        ),
+        "a taken name says so, whatever the count"
+    );
+    store
+        .create(TenantId(2), config("c"))
+        .expect("tenants count apart");
+    store.delete(TenantId(1), "a").expect("deleted");
+    store.create(TenantId(1), config("c")).expect("room again");
+}
+
+#[test]
+fn listing_pages_in_creation_order_and_an_emptied_tenant_leaves_nothing() {
+    let store = AgentStore::new(10, 0);
+    let names = ["z", "a", "m"];
+    for name in names {
+        store.create(TenantId(1), config(name)).expect("created");
+    }
+    store.create(TenantId(2), config("other")).expect("created");
+    let first = store.list(TenantId(1), None, 2);
+    let first_names: Vec<_> = first.iter().map(|a| a.config.name.as_str()).collect();
+    assert_eq!(first_names, ["z", "a"]);
+    let rest = store.list(TenantId(1), Some(first[1].order), 2);
+    let rest_names: Vec<_> = rest.iter().map(|a| a.config.name.as_str()).collect();
+    assert_eq!(rest_names, ["m"]);
+
+    for name in names {
+        store.delete(TenantId(1), name).expect("deleted");
+    }
+    assert!(store.get(TenantId(1), "z").is_err());
+    let tenants = store.tenants.read().expect("not poisoned");
+    assert!(
+        !tenants.contains_key(&TenantId(1)),
+        "an emptied tenant keeps no entry"
+    );
+    assert!(tenants.contains_key(&TenantId(2)));
+}
