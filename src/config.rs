@@ -374,40 +374,39 @@ mod tests {
         assert_eq!(config.max_ttl, validate::DEFAULT_MAX_TTL);
     }
 
+    /// The bounds on what tenants may keep in memory: each has its default and its variable.
     #[test]
-    fn the_quota_of_services_per_tenant_defaults_and_can_be_turned_off() {
-        let default = ServerConfig::load(None, env(&[])).expect("valid");
-        assert_eq!(
-            default.server_options().limits.max_services_per_tenant,
-            validate::DEFAULT_MAX_SERVICES_PER_TENANT
-        );
-        let off = ServerConfig::load(None, env(&[("TOOLPLANE_MAX_SERVICES_PER_TENANT", "0")]))
-            .expect("valid");
-        assert_eq!(off.server_options().limits.max_services_per_tenant, 0);
-    }
-
-    #[test]
-    fn the_quota_of_agents_per_tenant_defaults_and_can_be_set() {
-        let default = ServerConfig::load(None, env(&[])).expect("valid");
-        assert_eq!(
-            default.server_options().max_agents_per_tenant,
-            DEFAULT_MAX_AGENTS_PER_TENANT
-        );
-        let set = ServerConfig::load(None, env(&[("TOOLPLANE_MAX_AGENTS_PER_TENANT", "3")]))
-            .expect("valid");
-        assert_eq!(set.server_options().max_agents_per_tenant, 3);
-    }
-
-    #[test]
-    fn the_number_of_gone_services_remembered_defaults_and_can_be_set() {
-        let default = ServerConfig::load(None, env(&[])).expect("valid");
-        assert_eq!(
-            default.server_options().gone_services_remembered,
-            DEFAULT_GONE_SERVICES_REMEMBERED
-        );
-        let set = ServerConfig::load(None, env(&[("TOOLPLANE_GONE_SERVICES_REMEMBERED", "5")]))
-            .expect("valid");
-        assert_eq!(set.server_options().gone_services_remembered, 5);
+    fn the_bounds_of_tenants_default_and_can_be_set() {
+        type Read = fn(&ServerOptions) -> usize;
+        let bounds: [(&str, usize, Read); 3] = [
+            (
+                "TOOLPLANE_MAX_SERVICES_PER_TENANT",
+                validate::DEFAULT_MAX_SERVICES_PER_TENANT,
+                |options| options.limits.max_services_per_tenant,
+            ),
+            (
+                "TOOLPLANE_MAX_AGENTS_PER_TENANT",
+                DEFAULT_MAX_AGENTS_PER_TENANT,
+                |options| options.max_agents_per_tenant,
+            ),
+            (
+                "TOOLPLANE_GONE_SERVICES_REMEMBERED",
+                DEFAULT_GONE_SERVICES_REMEMBERED,
+                |options| options.gone_services_remembered,
+            ),
+        ];
+        let defaults = ServerConfig::load(None, env(&[]))
+            .expect("valid")
+            .server_options();
+        for (variable, default, read) in bounds {
+            assert_eq!(read(&defaults), default, "{variable}");
+            for value in [0, 3] {
+                let set = ServerConfig::load(None, env(&[(variable, &value.to_string())]))
+                    .expect("valid")
+                    .server_options();
+                assert_eq!(read(&set), value, "{variable}={value}");
+            }
+        }
     }
 
     #[test]
