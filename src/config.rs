@@ -22,7 +22,7 @@ use crate::grpc::server::{
 };
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
-use crate::invoke::records::DEFAULT_RING_CAPACITY;
+use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::DEFAULT_EVENT_BUFFER;
 use crate::registry::validate::{self, RegistrationLimits};
@@ -88,6 +88,9 @@ pub struct ServerConfig {
     pub records_path: String,
     /// How many recent invocation records are kept in memory for listing.
     pub records_in_memory: usize,
+    /// The size in bytes at which the record log file is moved to `PATH.<first sequence>` and
+    /// the chain goes on in a new file; 0 never rotates it.
+    pub records_rotate_bytes: u64,
     /// Invocations per second allowed per (tenant, service); 0 turns the limit off.
     pub rate_limit_per_second: u32,
     /// Invocations per (tenant, service) allowed at once.
@@ -161,6 +164,7 @@ impl Default for ServerConfig {
             log_format: LogFormat::Text,
             records_path: String::new(),
             records_in_memory: DEFAULT_RING_CAPACITY,
+            records_rotate_bytes: DEFAULT_ROTATE_BYTES,
             rate_limit_per_second: DEFAULT_RATE_LIMIT_PER_SECOND,
             rate_limit_burst: DEFAULT_RATE_LIMIT_BURST,
             tool_rate_limits: std::collections::BTreeMap::new(),
@@ -286,6 +290,7 @@ impl ServerConfig {
             records_path: Some(PathBuf::from(&self.records_path))
                 .filter(|path| !path.as_os_str().is_empty()),
             records_in_memory: self.records_in_memory,
+            records_rotate_bytes: self.records_rotate_bytes,
             rate_limits: RateLimitConfig {
                 per_service: Some(Bucket {
                     per_second: self.rate_limit_per_second,

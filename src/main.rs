@@ -159,10 +159,13 @@ enum AgentCommand {
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
     /// Verify a JSON-lines invocation record log: exit 0 and print the record count and head
-    /// hash when the chain is intact, exit 1 naming the first bad line when not.
+    /// hash when the chain is intact, exit 1 naming the first bad line when not. A rotated log
+    /// is verified as one chain by naming its files oldest first, the current file last:
+    /// `toolplane audit verify records.jsonl.* records.jsonl`.
     Verify {
-        /// The log file.
-        file: PathBuf,
+        /// The log's files, in chain order.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
     },
 }
 
@@ -390,8 +393,8 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Audit {
-            command: AuditCommand::Verify { file },
-        } => match toolplane::invoke::audit::verify_file(&file) {
+            command: AuditCommand::Verify { files },
+        } => match toolplane::invoke::audit::verify_files(&files) {
             Ok(verified) => {
                 println!(
                     "ok: {} records, chain intact, head {}",
@@ -399,7 +402,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
                 );
                 Ok(ExitCode::SUCCESS)
             }
-            Err(broken) => {
+            Err((file, broken)) => {
                 println!("broken: {}: {broken}", file.display());
                 Ok(ExitCode::from(1))
             }

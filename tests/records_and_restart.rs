@@ -174,3 +174,58 @@ async fn provider_registers_again_after_control_plane_restart() {
     invoke_power(&second, 7).await.expect("tools usable again");
     provider.stop().await;
 }
+
+/// A log past `records_rotate_bytes` is moved to `PATH.<first sequence>` and goes on in a new
+/// file, across a restart too; `audit verify` checks the files, oldest first, as one chain
+/// and names the file a break is in.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_record_log_verifies_as_one_chain() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (log, mut options) = logging_to(&dir);
+    // A record line is several hundred bytes: each file holds one or two.
+    options.records_rotate_bytes = 1000;
+
+    let first = TestServer::start_with(options.clone()).await;
+    let provider = start_structs_provider(&first).await;
+    for grams in [1, 2, 3] {
+        invoke_power(&first, grams).await.expect("succeeds");
+    }
+    provider.stop().await;
+    first.stop().await;
+    let second = TestServer::start_with(options).await;
+    invoke_power(&second, 4).await.expect_err("no provider now");
+    second.stop().await;
+
+    let mut rotated: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("read dir")
+        .map(|entry| entry.expect("entry").path().to_string_lossy().into_owned())
+        .filter(|path| path.contains("records.jsonl."))
+        .collect();
+    rotated.sort();
+    assert!(rotated.len() >= 2, "rotated: {rotated:?}");
+    assert!(
+        rotated[0].ends_with("records.jsonl.00000000000000000001"),
+        "{rotated:?}"
+    );
+    let current = log.to_string_lossy().into_owned();
+    let mut files: Vec<&str> = rotated.iter().map(String::as_str).collect();
+    files.push(&current);
+
+    let mut args = vec!["audit", "verify"];
+    args.extend(&files);
+    let (code, stdout, _) = toolplane_cli(&args);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("4 records, chain intact"),
+        "the files are one chain, across the restart: {stdout}"
+    );
+
+    let mut missing = vec!["audit", "verify"];
+    missing.extend(files.iter().skip(1));
+    let (code, stdout, _) = toolplane_cli(&missing);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains(files[1]) && stdout.contains("line 1"),
+        "the break is named with its file: {stdout}"
+    );
+}

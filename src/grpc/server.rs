@@ -31,7 +31,7 @@ use crate::agent::runner::AgentRunner;
 use crate::agent::store::{AgentStore, DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_MESSAGES};
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::limits::{RateLimitConfig, RateLimits};
-use crate::invoke::records::{DEFAULT_RING_CAPACITY, RecordError, RecordLog};
+use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, RecordError, RecordLog};
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
 use crate::pb;
 use crate::pb::agent_service_server::AgentServiceServer;
@@ -70,6 +70,8 @@ pub struct ServerOptions {
     pub records_path: Option<PathBuf>,
     /// How many recent records are kept in memory for listing.
     pub records_in_memory: usize,
+    /// The size in bytes at which the record log file is rotated; 0 never rotates it.
+    pub records_rotate_bytes: u64,
     /// Rate limits of invocations.
     pub rate_limits: RateLimitConfig,
     /// The longest any tool call may take.
@@ -113,6 +115,7 @@ impl Default for ServerOptions {
             drain_grace: DEFAULT_DRAIN_GRACE,
             records_path: None,
             records_in_memory: DEFAULT_RING_CAPACITY,
+            records_rotate_bytes: DEFAULT_ROTATE_BYTES,
             rate_limits: RateLimitConfig::default(),
             max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
@@ -155,7 +158,11 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let records = Arc::new(match &options.records_path {
-        Some(path) => RecordLog::open(path, options.records_in_memory)?,
+        Some(path) => RecordLog::open(
+            path,
+            options.records_in_memory,
+            options.records_rotate_bytes,
+        )?,
         None => RecordLog::in_memory(options.records_in_memory),
     });
     let store: Arc<dyn RegistryStore> =

@@ -1,12 +1,13 @@
-//! Checking an invocation record log: `toolplane audit verify FILE`.
+//! Checking an invocation record log: `toolplane audit verify FILE...`.
 //!
 //! Every line must be a record in canonical form that matches its own `record_sha256`, with
 //! consecutive sequence numbers, each linked to the record before it by `prev_record_sha256`.
-//! The first line that breaks a rule is named.
+//! The first line that breaks a rule is named. The files of a rotated log are checked as one
+//! chain, in the order given.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::records::{GENESIS_SHA256, InvocationRecord, content_sha256, record_line};
 
@@ -32,11 +33,24 @@ pub struct ChainBroken {
 /// Verifies a JSON-lines record log: every line a record in canonical form matching its own
 /// hash, sequences consecutive, and each record linked to the one before it.
 pub fn verify_file(path: &Path) -> Result<VerifiedLog, ChainBroken> {
-    let file = File::open(path).map_err(|error| ChainBroken {
-        line: 0,
-        problem: format!("cannot open {}: {error}", path.display()),
-    })?;
-    verify_lines(BufReader::new(file).lines())
+    verify_files(&[path]).map_err(|(_, broken)| broken)
+}
+
+/// Verifies the files of a rotated record log as one chain, oldest first: the first file
+/// starts the chain and each file's first record links to the last record of the file before.
+/// A bad line is named with its file.
+pub fn verify_files<P: AsRef<Path>>(paths: &[P]) -> Result<VerifiedLog, (PathBuf, ChainBroken)> {
+    let mut chain = ChainCheck::default();
+    for path in paths {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|error| {
+            let problem = format!("cannot open {}: {error}", path.display());
+            (path.to_owned(), ChainBroken { line: 0, problem })
+        })?;
+        check_lines(&mut chain, BufReader::new(file).lines())
+            .map_err(|broken| (path.to_owned(), broken))?;
+    }
+    Ok(chain.verified())
 }
 
 /// Verifies the lines of a record log; see [`verify_file`].
@@ -44,6 +58,15 @@ pub fn verify_lines(
     lines: impl Iterator<Item = std::io::Result<String>>,
 ) -> Result<VerifiedLog, ChainBroken> {
     let mut chain = ChainCheck::default();
+    check_lines(&mut chain, lines)?;
+    Ok(chain.verified())
+}
+
+/// Puts each line through `chain`; the first bad one is named.
+fn check_lines(
+    chain: &mut ChainCheck,
+    lines: impl Iterator<Item = std::io::Result<String>>,
+) -> Result<(), ChainBroken> {
     for (index, line) in lines.enumerate() {
         let broken = |problem: String| ChainBroken {
             line: index as u64 + 1,
@@ -54,7 +77,7 @@ pub fn verify_lines(
             .map_err(|error| broken(format!("not an invocation record: {error}")))?;
         chain.check(&line, &record).map_err(broken)?;
     }
-    Ok(chain.verified())
+    Ok(())
 }
 
 /// The chain's rules applied one line at a time, for [`verify_lines`] and for a log being
@@ -77,6 +100,15 @@ impl Default for ChainCheck {
 }
 
 impl ChainCheck {
+    /// A check of lines that continue the chain after `record` (the last of a rotated file).
+    pub(crate) fn after(record: &InvocationRecord) -> Self {
+        Self {
+            previous: record.record_sha256.clone(),
+            expected_sequence: Some(record.sequence + 1),
+            count: 0,
+        }
+    }
+
     /// Checks the next `record`, read from `line` (without its line ending): what is wrong
     /// with it, if anything.
     pub(crate) fn check(&mut self, line: &str, record: &InvocationRecord) -> Result<(), String> {

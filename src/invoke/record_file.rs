@@ -68,6 +68,107 @@ impl LogFile {
     }
 }
 
+impl LogFile {
+    /// Moves the file to `to` and goes on in a new, empty file at the log's path. When the new
+    /// file cannot be opened, the old one is moved back and writing goes on there.
+    pub(super) fn rotate(&mut self, to: &Path) -> std::io::Result<()> {
+        // A rename would replace a file already there: never lose a rotated log that way.
+        if to.try_exists()? {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists already", to.display()),
+            ));
+        }
+        std::fs::rename(&self.path, to)?;
+        let opened = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&self.path);
+        match opened {
+            Ok(file) => {
+                self.sink = file;
+                self.len = 0;
+                self.damaged = false;
+                Ok(())
+            }
+            Err(error) => {
+                // The open handle still writes to the moved file; give it its name back.
+                std::fs::rename(to, &self.path)?;
+                Err(error)
+            }
+        }
+    }
+}
+
+/// How many digits a rotated file's first sequence number is written with: every `u64`, so
+/// that sorting the names sorts the files in chain order (what a shell glob does).
+const SEQUENCE_DIGITS: usize = 20;
+
+/// The name a log file at `path` is rotated to when its first record has `first_sequence`:
+/// `records.jsonl` becomes `records.jsonl.00000000000000000001`.
+pub(super) fn rotated_path(path: &Path, first_sequence: u64) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{first_sequence:0SEQUENCE_DIGITS$}"));
+    PathBuf::from(name)
+}
+
+/// The last whole line of the newest file rotated from the log at `path`, and that file: where
+/// a log reopened after a rotation goes on from.
+pub(super) fn last_rotated_line(path: &Path) -> std::io::Result<Option<(PathBuf, Vec<u8>)>> {
+    let Some(rotated) = newest_rotated(path)? else {
+        return Ok(None);
+    };
+    let line = last_line(&rotated).map_err(|error| {
+        std::io::Error::new(error.kind(), format!("{}: {error}", rotated.display()))
+    })?;
+    Ok(line.map(|line| (rotated, line)))
+}
+
+/// The newest file rotated from the log at `path` (the highest first sequence), if any.
+fn newest_rotated(path: &Path) -> std::io::Result<Option<PathBuf>> {
+    let Some(file_name) = path.file_name().and_then(|name| name.to_str()) else {
+        return Ok(None);
+    };
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let mut newest: Option<String> = None;
+    for entry in entries {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let is_rotated = name
+            .strip_prefix(file_name)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .is_some_and(|digits| {
+                digits.len() == SEQUENCE_DIGITS && digits.bytes().all(|b| b.is_ascii_digit())
+            });
+        if is_rotated && newest.as_deref().is_none_or(|newest| name > newest) {
+            newest = Some(name.to_owned());
+        }
+    }
+    Ok(newest.map(|name| dir.join(name)))
+}
+
+/// The last whole line of the file at `path` (with its newline), if it has one.
+fn last_line(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let mut reader = BufReader::new(File::open(path)?);
+    let (mut line, mut last) = (Vec::new(), None);
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 || line.last() != Some(&b'\n') {
+            return Ok(last);
+        }
+        last = Some(line.clone());
+    }
+}
+
 impl<S: Sink> LogFile<S> {
     fn new(path: PathBuf, sink: S, len: u64) -> Self {
         Self {
@@ -81,6 +182,11 @@ impl<S: Sink> LogFile<S> {
     /// The file's path.
     pub(super) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The length of the file's whole lines.
+    pub(super) fn len(&self) -> u64 {
+        self.len
     }
 
     /// Writes `line` (ending in a newline) whole, or leaves the file as it was and fails.

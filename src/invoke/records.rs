@@ -10,6 +10,7 @@
 //!
 //! Records go to a JSON-lines file when a path is configured, and always to a bounded ring in
 //! memory that serves listing. A new process opening an existing file continues its chain.
+//! A file past its size is rotated (see [`RecordLog::open`]); the chain runs on across files.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use super::audit::{ChainBroken, ChainCheck};
-use super::record_file::LogFile;
+use super::record_file::{LogFile, last_rotated_line, rotated_path};
 use crate::envelope::TenantId;
 use crate::json::Sha256Writer;
 
@@ -26,6 +27,9 @@ use crate::json::Sha256Writer;
 pub const GENESIS_SHA256: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 /// The default number of records kept in memory for listing.
 pub const DEFAULT_RING_CAPACITY: usize = 10_000;
+/// The default size at which the log file is rotated (256 MiB). A restart reads the current
+/// file back whole, so this also bounds that.
+pub const DEFAULT_ROTATE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// How an invocation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -168,6 +172,10 @@ struct LogState {
     ring: VecDeque<Arc<InvocationRecord>>,
     capacity: usize,
     file: Option<LogFile>,
+    /// The file is rotated before a line would take it past this many bytes; 0 never.
+    rotate_bytes: u64,
+    /// The sequence of the file's first record (of the next one, while it is empty).
+    file_first_sequence: u64,
     last_sha256: String,
     next_sequence: u64,
 }
@@ -257,6 +265,8 @@ impl RecordLog {
                 ring: VecDeque::new(),
                 capacity: capacity.max(1),
                 file: None,
+                rotate_bytes: 0,
+                file_first_sequence: 1,
                 last_sha256: GENESIS_SHA256.to_owned(),
                 next_sequence: 1,
             }),
@@ -264,36 +274,48 @@ impl RecordLog {
     }
 
     /// Opens (or creates) a JSON-lines log and continues its chain. The latest `capacity`
-    /// records are loaded for listing. A torn last line (a write cut short by a crash) is
-    /// removed. A chain that does not verify is logged as a warning and continued from its
-    /// last line: `toolplane audit verify` still reports the break.
-    pub fn open(path: &Path, capacity: usize) -> Result<Self, RecordError> {
-        let io = |source| RecordError::Io {
-            path: path.to_owned(),
-            source,
+    /// records of the file are loaded for listing. A torn last line (a write cut short by a
+    /// crash) is removed. A chain that does not verify is logged as a warning and continued
+    /// from its last line: `toolplane audit verify` still reports the break.
+    ///
+    /// With `rotate_bytes` above 0, the file is moved to `PATH.<first sequence, 20 digits>`
+    /// before a record would take it past that size, and the chain goes on in a new file at
+    /// `PATH`; a log opened after a rotation goes on from the newest rotated file's last record.
+    pub fn open(path: &Path, capacity: usize, rotate_bytes: u64) -> Result<Self, RecordError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| RecordError::Io { path, source }
         };
         let log = Self::in_memory(capacity);
-        // Each whole line is read once: into the ring, and through the chain's check.
         let mut chain = ChainCheck::default();
+        if let Some((rotated, line)) = last_rotated_line(path).map_err(io(path))? {
+            match parse_line(&line) {
+                Ok((_, record)) => {
+                    chain = ChainCheck::after(&record);
+                    let mut state = log.lock();
+                    state.last_sha256.clone_from(&record.record_sha256);
+                    state.next_sequence = record.sequence + 1;
+                }
+                Err(problem) => {
+                    tracing::warn!(path = %rotated.display(), %problem, "the newest rotated invocation record log does not end in a record; the chain starts again");
+                }
+            }
+        }
+        // Each whole line is read once: into the ring, and through the chain's check.
         let mut broken: Option<ChainBroken> = None;
         let file = {
             let mut state = log.lock();
+            state.rotate_bytes = rotate_bytes;
+            state.file_first_sequence = state.next_sequence;
             let mut number = 0;
             LogFile::open(path, |bytes| {
                 number += 1;
-                let read = std::str::from_utf8(bytes)
-                    .map_err(|error| format!("cannot read: {error}"))
-                    .and_then(|text| {
-                        // As `BufRead::lines` ends a line, which `audit verify` reads with.
-                        let text = text.strip_suffix('\n').unwrap_or(text);
-                        let text = text.strip_suffix('\r').unwrap_or(text);
-                        let record = serde_json::from_str::<InvocationRecord>(text)
-                            .map_err(|error| format!("not an invocation record: {error}"))?;
-                        Ok((text, record))
-                    });
-                let fault = match read {
+                let fault = match parse_line(bytes) {
                     Ok((text, record)) => {
                         let fault = chain.check(text, &record).err();
+                        if number == 1 {
+                            state.file_first_sequence = record.sequence;
+                        }
                         state.last_sha256 = record.record_sha256.clone();
                         state.next_sequence = record.sequence + 1;
                         push_ring(&mut state, Arc::new(record));
@@ -308,7 +330,7 @@ impl RecordLog {
                     });
                 }
             })
-            .map_err(io)?
+            .map_err(io(path))?
         };
         if let Some(problem) = broken {
             tracing::warn!(path = %path.display(), %problem, "existing invocation record log does not verify; continuing its chain from the last line");
@@ -353,13 +375,29 @@ impl RecordLog {
             prev_record_sha256: String::new(),
             record_sha256: String::new(),
         };
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         record.sequence = state.next_sequence;
         record.prev_record_sha256.clone_from(&state.last_sha256);
         record.record_sha256 = content_sha256(&record);
         if let Some(file) = state.file.as_mut() {
             let mut line = record_line(&record);
             line.push('\n');
+            let size = file.len() + line.len() as u64;
+            if state.rotate_bytes > 0 && file.len() > 0 && size > state.rotate_bytes {
+                let to = rotated_path(file.path(), state.file_first_sequence);
+                match file.rotate(&to) {
+                    Ok(()) => tracing::info!(to = %to.display(), "invocation record log rotated"),
+                    // The record still goes to the current file; rotation is tried again on
+                    // the next one.
+                    Err(error) => {
+                        tracing::warn!(to = %to.display(), %error, "cannot rotate the invocation record log")
+                    }
+                }
+            }
+            if file.len() == 0 {
+                state.file_first_sequence = record.sequence;
+            }
             file.append_line(line.as_bytes())
                 .map_err(|source| RecordError::Io {
                     path: file.path().to_owned(),
@@ -369,8 +407,8 @@ impl RecordLog {
         state.last_sha256.clone_from(&record.record_sha256);
         state.next_sequence += 1;
         let record = Arc::new(record);
-        let evicted = push_ring(&mut state, Arc::clone(&record));
-        drop(state);
+        let evicted = push_ring(state, Arc::clone(&record));
+        drop(guard);
         drop(evicted);
         Ok(record)
     }
@@ -409,6 +447,18 @@ impl RecordLog {
             .find(|r| r.tenant_id == tenant.0 && r.invocation_id == invocation_id)
             .cloned()
     }
+}
+
+/// A whole line of a log file (with its line ending) read as a record, and its text without
+/// the line ending.
+fn parse_line(bytes: &[u8]) -> Result<(&str, InvocationRecord), String> {
+    let text = std::str::from_utf8(bytes).map_err(|error| format!("cannot read: {error}"))?;
+    // As `BufRead::lines` ends a line, which `audit verify` reads with.
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    let record = serde_json::from_str::<InvocationRecord>(text)
+        .map_err(|error| format!("not an invocation record: {error}"))?;
+    Ok((text, record))
 }
 
 /// Keeps `record` in the ring; answers the record it pushed out, for the caller to drop once

@@ -1,7 +1,8 @@
 //! Unit tests of the record log: chaining, the canonical form, reopening, and listing.
 
+use super::super::record_file::rotated_path;
 use super::*;
-use crate::invoke::audit::verify_file;
+use crate::invoke::audit::{verify_file, verify_files};
 use std::time::SystemTime;
 
 fn draft(tool: &str) -> RecordDraft {
@@ -62,12 +63,12 @@ fn record_lines_and_hashes_are_the_canonical_json_of_the_record() {
 fn chain_verifies_and_survives_reopening() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("records.jsonl");
-    let log = RecordLog::open(&path, 10).expect("open");
+    let log = RecordLog::open(&path, 10, 0).expect("open");
     for tool in ["a", "b", "c"] {
         log.append(draft(tool)).expect("append");
     }
     drop(log);
-    let reopened = RecordLog::open(&path, 10).expect("reopen");
+    let reopened = RecordLog::open(&path, 10, 0).expect("reopen");
     let fourth = reopened.append(draft("d")).expect("append");
     assert_eq!(fourth.sequence, 4);
     assert_eq!(
@@ -84,7 +85,7 @@ fn chain_verifies_and_survives_reopening() {
 fn deleted_reordered_and_edited_lines_are_named() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("records.jsonl");
-    let log = RecordLog::open(&path, 10).expect("open");
+    let log = RecordLog::open(&path, 10, 0).expect("open");
     for tool in ["a", "b", "c", "d"] {
         log.append(draft(tool)).expect("append");
     }
@@ -138,7 +139,7 @@ fn ring_is_bounded_and_filters_by_tenant() {
 fn a_torn_last_line_is_removed_when_the_log_reopens() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("records.jsonl");
-    let log = RecordLog::open(&path, 10).expect("open");
+    let log = RecordLog::open(&path, 10, 0).expect("open");
     let mut unicode = draft("a");
     unicode.correlation_id = "caf\u{e9} \u{1F600}".into();
     log.append(unicode).expect("append");
@@ -150,7 +151,7 @@ fn a_torn_last_line_is_removed_when_the_log_reopens() {
         let mut torn = whole.clone();
         torn.extend_from_slice(&third.as_bytes()[..cut]);
         std::fs::write(&path, &torn).expect("write");
-        let reopened = RecordLog::open(&path, 10).expect("reopen");
+        let reopened = RecordLog::open(&path, 10, 0).expect("reopen");
         let next = reopened.append(draft("d")).expect("append");
         assert_eq!(next.sequence, 3);
         assert_eq!(next.prev_record_sha256, second.record_sha256);
@@ -166,9 +167,102 @@ fn a_torn_last_line_is_removed_when_the_log_reopens() {
     assert!(!cut_in_char.is_empty());
     for cut in cut_in_char {
         std::fs::write(&path, &whole[..cut]).expect("write");
-        let reopened = RecordLog::open(&path, 10).expect("reopen");
+        let reopened = RecordLog::open(&path, 10, 0).expect("reopen");
         let first = reopened.append(draft("e")).expect("append");
         assert_eq!(first.sequence, 1);
         assert_eq!(verify_file(&path).expect("chain intact").records, 1);
     }
+}
+
+/// The size of one record line as `draft` makes them, newline included.
+fn line_size() -> u64 {
+    let record = RecordLog::in_memory(1).append(draft("t")).expect("append");
+    record_line(&record).len() as u64 + 1
+}
+
+fn sequences(path: &Path) -> Vec<u64> {
+    lines(path)
+        .iter()
+        .map(|line| {
+            serde_json::from_str::<InvocationRecord>(line)
+                .expect("a record")
+                .sequence
+        })
+        .collect()
+}
+
+#[test]
+fn a_rotated_log_is_one_chain_across_its_files() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.jsonl");
+    // Two records fit in a file; a third would take it past the size.
+    let rotate = line_size() * 5 / 2;
+    let log = RecordLog::open(&path, 10, rotate).expect("open");
+    for _ in 0..5 {
+        log.append(draft("t")).expect("append");
+    }
+    let (first, second) = (rotated_path(&path, 1), rotated_path(&path, 3));
+    assert_eq!(
+        first.file_name().and_then(|n| n.to_str()),
+        Some("records.jsonl.00000000000000000001")
+    );
+    assert_eq!(sequences(&first), [1, 2]);
+    assert_eq!(sequences(&second), [3, 4]);
+    assert_eq!(sequences(&path), [5]);
+    for file in [&first, &second, &path] {
+        assert!(std::fs::metadata(file).expect("exists").len() <= rotate);
+    }
+    let verified = verify_files(&[&first, &second, &path]).expect("one chain");
+    assert_eq!(verified.records, 5);
+
+    let (file, broken) = verify_files(&[&first, &path]).expect_err("a file left out");
+    assert_eq!((file.as_path(), broken.line), (path.as_path(), 1));
+    let (file, _) = verify_files(&[&second, &path]).expect_err("the first file left out");
+    assert_eq!(file, second, "the chain starts at the first file");
+
+    drop(log);
+    let reopened = RecordLog::open(&path, 10, rotate).expect("reopen");
+    assert_eq!(reopened.append(draft("t")).expect("append").sequence, 6);
+    assert_eq!(
+        verify_files(&[&first, &second, &path])
+            .expect("the chain goes on")
+            .records,
+        6
+    );
+}
+
+#[test]
+fn a_log_reopened_right_after_a_rotation_goes_on_from_the_rotated_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.jsonl");
+    let log = RecordLog::open(&path, 10, 0).expect("open");
+    log.append(draft("t")).expect("append");
+    let last = log.append(draft("t")).expect("append");
+    drop(log);
+    // As a server stopped between moving the file and writing the next record leaves it.
+    let rotated = rotated_path(&path, 1);
+    std::fs::rename(&path, &rotated).expect("rename");
+
+    let reopened = RecordLog::open(&path, 10, 0).expect("reopen");
+    let next = reopened.append(draft("t")).expect("append");
+    assert_eq!(next.sequence, 3);
+    assert_eq!(next.prev_record_sha256, last.record_sha256);
+    verify_files(&[&rotated, &path]).expect("one chain");
+}
+
+#[test]
+fn a_rotation_never_replaces_a_file_already_there() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.jsonl");
+    let log = RecordLog::open(&path, 10, 1).expect("open");
+    let taken = rotated_path(&path, 1);
+    log.append(draft("t")).expect("append");
+    std::fs::write(&taken, "someone else's\n").expect("write");
+    log.append(draft("t"))
+        .expect("written to the current file when the rotation cannot be made");
+    assert_eq!(
+        std::fs::read_to_string(&taken).expect("read"),
+        "someone else's\n"
+    );
+    assert_eq!(sequences(&path), [1, 2]);
 }
