@@ -7,7 +7,7 @@
 //! file back to its last whole line before anything else is written to it.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// Where the log's lines go: a file, or a stand-in in unit tests.
@@ -156,16 +156,34 @@ fn newest_rotated(path: &Path) -> std::io::Result<Option<PathBuf>> {
     Ok(newest.map(|name| dir.join(name)))
 }
 
-/// The last whole line of the file at `path` (with its newline), if it has one.
+/// How much of a rotated file's end is read to find its last line; a longer line is found by
+/// reading the whole file.
+const TAIL_WINDOW: u64 = 64 * 1024;
+
+/// The last whole line of the file at `path` (with its newline), if it has one. Only the end of
+/// the file is read, so that a restart does not read a whole rotated file for one line.
 fn last_line(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
-    let mut reader = BufReader::new(File::open(path)?);
-    let (mut line, mut last) = (Vec::new(), None);
+    let mut file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut start = len.saturating_sub(TAIL_WINDOW);
     loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 || line.last() != Some(&b'\n') {
-            return Ok(last);
+        file.seek(SeekFrom::Start(start))?;
+        let mut tail = Vec::new();
+        file.read_to_end(&mut tail)?;
+        // Whole lines only: what follows the last newline is a torn line.
+        let Some(end) = tail.iter().rposition(|&b| b == b'\n') else {
+            if start == 0 {
+                return Ok(None);
+            }
+            start = 0;
+            continue;
+        };
+        match tail[..end].iter().rposition(|&b| b == b'\n') {
+            Some(before) => return Ok(Some(tail[before + 1..=end].to_vec())),
+            // The window began inside the line: it may be longer than the window.
+            None if start > 0 => start = 0,
+            None => return Ok(Some(tail[..=end].to_vec())),
         }
-        last = Some(line.clone());
     }
 }
 
@@ -244,6 +262,31 @@ mod tests {
             }
             self.bytes.truncate(len as usize);
             Ok(())
+        }
+    }
+
+    #[test]
+    fn the_last_whole_line_is_found_from_the_end_of_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("log");
+        let long = "x".repeat(TAIL_WINDOW as usize + 10);
+        let cases: [(String, Option<String>); 6] = [
+            (String::new(), None),
+            ("torn".into(), None),
+            ("a\nb\n".into(), Some("b\n".into())),
+            ("a\nb\ntorn".into(), Some("b\n".into())),
+            (format!("{long}\n"), Some(format!("{long}\n"))),
+            (format!("a\n{long}\n"), Some(format!("{long}\n"))),
+        ];
+        for (text, last) in cases {
+            std::fs::write(&path, &text).expect("write");
+            let found = last_line(&path).expect("read");
+            assert_eq!(
+                found.map(|line| String::from_utf8(line).expect("utf-8")),
+                last,
+                "{:?}",
+                &text[..text.len().min(20)]
+            );
         }
     }
 
