@@ -133,7 +133,7 @@ impl Health for StandardHealth {
         // The response stream itself waits for changes: no task or channel per watcher, and
         // nothing is left running once the caller goes away.
         let watch = Watch {
-            events: self.registry.store().subscribe(),
+            events: self.registry.store().subscribe(tenant),
             serving: self.serving.subscribe(),
             provider_health: self.health.subscribe(),
             this: self.clone(),

@@ -2,7 +2,8 @@
 //!
 //! Readers load an immutable `Snapshot` through `ArcSwap` and never wait on writers. Writers
 //! take one mutex, build the next snapshot from persistent (`imbl`) maps that share structure
-//! with the last one, publish it, and broadcast the change, so events leave in revision order.
+//! with the last one, publish it, and broadcast the change to the tenant's watchers
+//! (`registry::tenant_events`), so events leave in revision order.
 //!
 //! Leases are measured on the monotonic clock and checked exactly on every read, so a lapsed
 //! lease is never served. Removal of lapsed leases (the EXPIRED event, health flip) is driven
@@ -26,6 +27,7 @@ use super::model::{ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedServic
 use super::store::{
     ChangeKind, RegistryEvent, RegistryStore, ToolChange, ToolFilter, ToolKey, WatchStart,
 };
+use super::tenant_events::TenantEvents;
 use crate::envelope::TenantId;
 
 /// How many events a watcher may fall behind before it is ended.
@@ -58,7 +60,7 @@ impl Snapshot {
 pub struct MemoryStore {
     snapshot: ArcSwap<Snapshot>,
     writer: Mutex<()>,
-    events: broadcast::Sender<Arc<RegistryEvent>>,
+    events: TenantEvents,
     expiry: mpsc::UnboundedSender<ExpiryTicket>,
     gone_services_remembered: usize,
 }
@@ -78,11 +80,10 @@ impl MemoryStore {
     /// services to go are remembered (see `registry::gone`).
     pub fn start(event_buffer: usize, gone_services_remembered: usize) -> Arc<Self> {
         let (expiry, tickets) = mpsc::unbounded_channel();
-        let (events, _) = broadcast::channel(event_buffer.max(1));
         let store = Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             writer: Mutex::new(()),
-            events,
+            events: TenantEvents::new(event_buffer),
             expiry,
             gone_services_remembered,
         });
@@ -110,15 +111,14 @@ impl MemoryStore {
         next.revision += 1;
         let revision = next.revision;
         self.snapshot.store(Arc::new(next));
-        // No receivers is fine: nobody is watching.
-        let _ = self.events.send(Arc::new(RegistryEvent {
+        self.events.send(tenant, || RegistryEvent {
             revision,
             tenant,
             service,
             kind,
             entry,
             wire: Default::default(),
-        }));
+        });
     }
 
     /// Removes a lapsed lease, unless it was renewed or replaced meanwhile.
@@ -425,7 +425,7 @@ impl RegistryStore for MemoryStore {
 
     fn watch(&self, tenant: TenantId) -> WatchStart {
         // Subscribe before reading the snapshot, so no event falls between the two.
-        let events = self.events.subscribe();
+        let events = self.events.subscribe(tenant);
         let snapshot = self.snapshot.load_full();
         let now = monotonic_now();
         let services = snapshot.tenant(tenant).map_or_else(Vec::new, |index| {
@@ -455,8 +455,8 @@ impl RegistryStore for MemoryStore {
             .collect()
     }
 
-    fn subscribe(&self) -> broadcast::Receiver<Arc<RegistryEvent>> {
-        self.events.subscribe()
+    fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>> {
+        self.events.subscribe(tenant)
     }
 }
 

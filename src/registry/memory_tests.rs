@@ -69,3 +69,51 @@ async fn gone_names_are_remembered_up_to_the_bound_and_live_ones_always() {
         "a name registered again is no longer kept as gone"
     );
 }
+
+#[tokio::test]
+async fn a_tenant_watches_only_its_own_changes_and_is_not_lagged_by_another() {
+    // A buffer of 4 events: another tenant's burst of 10 would overrun a shared channel.
+    let store = MemoryStore::start(4, 16);
+    let mut watch = store.watch(TenantId(1));
+    for index in 0..10 {
+        store
+            .register(TenantId(2), service(&format!("burst-{index}")), 0)
+            .expect("registers");
+    }
+    store
+        .register(TenantId(1), service("mine"), 0)
+        .expect("registers");
+    let event = watch
+        .events
+        .try_recv()
+        .expect("the tenant's own change, not lagged");
+    assert_eq!(
+        (event.tenant, event.service.as_str()),
+        (TenantId(1), "mine")
+    );
+    assert!(watch.events.try_recv().is_err(), "nothing of tenant 2");
+}
+
+#[tokio::test]
+async fn a_tenant_nobody_watches_any_more_keeps_no_channel() {
+    let store = MemoryStore::start(16, 16);
+    let watch = store.watch(TenantId(1));
+    let health = store.subscribe(TenantId(2));
+    assert_eq!(store.events.channels(), 2);
+    drop(watch);
+    store
+        .register(TenantId(1), service("change"), 0)
+        .expect("registers");
+    assert_eq!(
+        store.events.channels(),
+        1,
+        "dropped at the tenant's next change"
+    );
+    drop(health);
+    drop(store.subscribe(TenantId(3)));
+    assert_eq!(
+        store.events.channels(),
+        1,
+        "dropped at the next subscription (only tenant 3's, just made, is left)"
+    );
+}

@@ -13,6 +13,7 @@ pub mod model;
 pub mod paging;
 pub mod preflight;
 pub mod store;
+mod tenant_events;
 pub mod validate;
 pub mod validators;
 

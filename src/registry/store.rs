@@ -149,6 +149,6 @@ pub trait RegistryStore: Send + Sync + Debug {
     fn watch(&self, tenant: TenantId) -> WatchStart;
     /// Every distinct non-empty endpoint of a live service, in any tenant.
     fn endpoints(&self) -> std::collections::HashSet<String>;
-    /// Subscribes to every event of every tenant, from now on.
-    fn subscribe(&self) -> broadcast::Receiver<Arc<RegistryEvent>>;
+    /// Subscribes to every event of the tenant, from now on.
+    fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>>;
 }
