@@ -281,8 +281,8 @@ impl DiscoveryService for DiscoveryApi {
 }
 
 /// One WatchServices stream: the snapshot, SYNCED, then live changes. The response stream
-/// polls the registry's broadcast receiver itself (no task or channel per watcher), so a change
-/// costs one wake-up per watcher.
+/// polls the registry's broadcast receiver of the tenant itself (no task or channel per
+/// watcher), so a change costs one wake-up per watcher of its tenant.
 struct Watch {
     meta: RequestMeta,
     only: Option<ServiceName>,
