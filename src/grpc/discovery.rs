@@ -338,8 +338,8 @@ impl Watch {
     }
 
     fn wants(&self, event: &RegistryEvent) -> bool {
+        // The receiver carries only the tenant's events (`RegistryStore::watch`).
         event.revision > self.revision
-            && event.tenant == self.meta.tenant
             && self.only.as_ref().is_none_or(|only| *only == event.service)
     }
 

@@ -2,7 +2,7 @@
 //! tell a service that went away (`SERVICE_UNKNOWN`) from a name never registered
 //! (`NOT_FOUND`).
 //!
-//! Memory is bounded: at most `capacity` names are remembered across all tenants, and the name
+//! Memory is bounded: at most the set's capacity of names is remembered across all tenants, and the name
 //! that went longest ago is forgotten first. Without the bound a cluster that names services
 //! per pod would grow the set with every restart, forever. Persistent (`imbl`) maps, so the set
 //! lives in the store's snapshot and is cloned with it cheaply.
@@ -25,18 +25,28 @@ pub(super) struct GoneNames {
     /// The same names by sequence number: the first is the one that went longest ago.
     by_age: OrdMap<u64, Key>,
     next: u64,
+    /// The most names remembered; 0 remembers none.
+    capacity: usize,
 }
 
 impl GoneNames {
+    /// An empty set remembering at most `capacity` names.
+    pub(super) fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            ..Self::default()
+        }
+    }
+
     /// Whether the name is remembered as gone.
     pub(super) fn contains(&self, tenant: TenantId, name: &ServiceName) -> bool {
         // A lookup builds the key; only grpc.health.v1 Check on a name not live asks.
         self.by_name.contains_key(&(tenant, name.clone()))
     }
 
-    /// Remembers that the service went, forgetting the oldest names beyond `capacity`.
-    pub(super) fn remember(&mut self, tenant: TenantId, name: ServiceName, capacity: usize) {
-        if capacity == 0 {
+    /// Remembers that the service went, forgetting the oldest names beyond the capacity.
+    pub(super) fn remember(&mut self, tenant: TenantId, name: ServiceName) {
+        if self.capacity == 0 {
             return;
         }
         let key = (tenant, name);
@@ -45,7 +55,7 @@ impl GoneNames {
         }
         self.by_age.insert(self.next, key);
         self.next += 1;
-        while self.by_age.len() > capacity {
+        while self.by_age.len() > self.capacity {
             let Some(oldest) = self.by_age.get_min().map(|(sequence, _)| *sequence) else {
                 break;
             };
@@ -82,9 +92,9 @@ mod tests {
 
     #[test]
     fn the_oldest_names_are_forgotten_beyond_the_capacity() {
-        let mut gone = GoneNames::default();
+        let mut gone = GoneNames::new(2);
         for text in ["a", "b", "c"] {
-            gone.remember(TenantId(1), name(text), 2);
+            gone.remember(TenantId(1), name(text));
         }
         assert!(
             !gone.contains(TenantId(1), &name("a")),
@@ -98,12 +108,12 @@ mod tests {
 
     #[test]
     fn going_again_makes_a_name_the_newest_and_registering_forgets_it() {
-        let mut gone = GoneNames::default();
-        gone.remember(TenantId(0), name("a"), 2);
-        gone.remember(TenantId(0), name("b"), 2);
-        gone.remember(TenantId(0), name("a"), 2);
+        let mut gone = GoneNames::new(2);
+        gone.remember(TenantId(0), name("a"));
+        gone.remember(TenantId(0), name("b"));
+        gone.remember(TenantId(0), name("a"));
         assert_eq!(gone.len(), 2, "a name is remembered once");
-        gone.remember(TenantId(0), name("c"), 2);
+        gone.remember(TenantId(0), name("c"));
         assert!(
             gone.contains(TenantId(0), &name("a")),
             "a went last but one"
@@ -112,7 +122,7 @@ mod tests {
 
         gone.forget(TenantId(0), &name("a"));
         assert!(!gone.contains(TenantId(0), &name("a")));
-        gone.remember(TenantId(0), name("d"), 2);
+        gone.remember(TenantId(0), name("d"));
         assert!(
             gone.contains(TenantId(0), &name("c")),
             "the forgotten name took no room"
@@ -121,8 +131,8 @@ mod tests {
 
     #[test]
     fn a_capacity_of_zero_remembers_nothing() {
-        let mut gone = GoneNames::default();
-        gone.remember(TenantId(0), name("a"), 0);
+        let mut gone = GoneNames::new(0);
+        gone.remember(TenantId(0), name("a"));
         assert_eq!(gone.len(), 0);
     }
 }

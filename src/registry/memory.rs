@@ -62,7 +62,6 @@ pub struct MemoryStore {
     writer: Mutex<()>,
     events: TenantEvents,
     expiry: mpsc::UnboundedSender<ExpiryTicket>,
-    gone_services_remembered: usize,
 }
 
 /// What the expiry task should do after asking the store to expire a lease.
@@ -81,11 +80,13 @@ impl MemoryStore {
     pub fn start(event_buffer: usize, gone_services_remembered: usize) -> Arc<Self> {
         let (expiry, tickets) = mpsc::unbounded_channel();
         let store = Arc::new(Self {
-            snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            snapshot: ArcSwap::from_pointee(Snapshot {
+                gone: GoneNames::new(gone_services_remembered),
+                ..Snapshot::default()
+            }),
             writer: Mutex::new(()),
             events: TenantEvents::new(event_buffer),
             expiry,
-            gone_services_remembered,
         });
         spawn_expiry_task(Arc::downgrade(&store), tickets);
         store
@@ -138,12 +139,7 @@ impl MemoryStore {
             return ExpiryOutcome::CheckAgainAt(entry.lease.deadline());
         }
         let mut next = (*current).clone();
-        remove_service(&mut next, ticket.tenant, &ticket.service);
-        next.gone.remember(
-            ticket.tenant,
-            ticket.service.clone(),
-            self.gone_services_remembered,
-        );
+        remove_gone_service(&mut next, ticket.tenant, &ticket.service);
         tracing::info!(tenant = %ticket.tenant, service = %ticket.service, "lease expired");
         self.publish(
             next,
@@ -153,6 +149,13 @@ impl MemoryStore {
             None,
         );
         ExpiryOutcome::Done
+    }
+}
+
+/// Removes a service that went (deregistered or expired) and remembers its name as gone.
+fn remove_gone_service(snapshot: &mut Snapshot, tenant: TenantId, name: &ServiceName) {
+    if remove_service(snapshot, tenant, name).is_some() {
+        snapshot.gone.remember(tenant, name.clone());
     }
 }
 
@@ -318,9 +321,7 @@ impl RegistryStore for MemoryStore {
             });
         }
         let mut next = (*current).clone();
-        remove_service(&mut next, tenant, service);
-        next.gone
-            .remember(tenant, service.clone(), self.gone_services_remembered);
+        remove_gone_service(&mut next, tenant, service);
         self.publish(next, tenant, service.clone(), ChangeKind::Removed, None);
         Ok(())
     }
