@@ -25,6 +25,7 @@ use crate::invoke::limits::{Bucket, RateLimitConfig};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::DEFAULT_EVENT_BUFFER;
+use crate::registry::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT};
 use crate::registry::validate::{self, RegistrationLimits};
 
 /// The default listen address.
@@ -67,6 +68,12 @@ pub struct ServerConfig {
     pub max_schema_depth: usize,
     /// Most services one tenant may have registered at once; 0 sets no limit.
     pub max_services_per_tenant: usize,
+    /// Most tools one tenant may have registered at once, across its services; 0 sets no
+    /// limit.
+    pub max_tools_per_tenant: u64,
+    /// Most bytes of tool definitions (names, descriptions and schema text) one tenant may
+    /// have registered at once; 0 sets no limit.
+    pub max_tool_bytes_per_tenant: u64,
     /// Threads serving requests; 0 starts one per available CPU (tokio's default, which
     /// honours cgroup CPU limits).
     pub worker_threads: usize,
@@ -156,6 +163,8 @@ impl Default for ServerConfig {
             max_schema_bytes: validate::DEFAULT_MAX_SCHEMA_BYTES,
             max_schema_depth: validate::DEFAULT_MAX_SCHEMA_DEPTH,
             max_services_per_tenant: validate::DEFAULT_MAX_SERVICES_PER_TENANT,
+            max_tools_per_tenant: DEFAULT_MAX_TOOLS_PER_TENANT,
+            max_tool_bytes_per_tenant: DEFAULT_MAX_TOOL_BYTES_PER_TENANT,
             worker_threads: 0,
             validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             watch_event_buffer: DEFAULT_EVENT_BUFFER,
@@ -282,6 +291,8 @@ impl ServerConfig {
                 max_schema_bytes: self.max_schema_bytes,
                 max_schema_depth: self.max_schema_depth,
                 max_services_per_tenant: self.max_services_per_tenant,
+                max_tools_per_tenant: self.max_tools_per_tenant,
+                max_tool_bytes_per_tenant: self.max_tool_bytes_per_tenant,
             },
             event_buffer: self.watch_event_buffer,
             gone_services_remembered: self.gone_services_remembered,
@@ -382,22 +393,32 @@ mod tests {
     /// The bounds on what tenants may keep in memory: each has its default and its variable.
     #[test]
     fn the_bounds_of_tenants_default_and_can_be_set() {
-        type Read = fn(&ServerOptions) -> usize;
-        let bounds: [(&str, usize, Read); 3] = [
+        type Read = fn(&ServerOptions) -> u64;
+        let bounds: [(&str, u64, Read); 5] = [
             (
                 "TOOLPLANE_MAX_SERVICES_PER_TENANT",
-                validate::DEFAULT_MAX_SERVICES_PER_TENANT,
-                |options| options.limits.max_services_per_tenant,
+                validate::DEFAULT_MAX_SERVICES_PER_TENANT as u64,
+                |options| options.limits.max_services_per_tenant as u64,
+            ),
+            (
+                "TOOLPLANE_MAX_TOOLS_PER_TENANT",
+                DEFAULT_MAX_TOOLS_PER_TENANT,
+                |options| options.limits.max_tools_per_tenant,
+            ),
+            (
+                "TOOLPLANE_MAX_TOOL_BYTES_PER_TENANT",
+                DEFAULT_MAX_TOOL_BYTES_PER_TENANT,
+                |options| options.limits.max_tool_bytes_per_tenant,
             ),
             (
                 "TOOLPLANE_MAX_AGENTS_PER_TENANT",
-                DEFAULT_MAX_AGENTS_PER_TENANT,
-                |options| options.max_agents_per_tenant,
+                DEFAULT_MAX_AGENTS_PER_TENANT as u64,
+                |options| options.max_agents_per_tenant as u64,
             ),
             (
                 "TOOLPLANE_GONE_SERVICES_REMEMBERED",
-                DEFAULT_GONE_SERVICES_REMEMBERED,
-                |options| options.gone_services_remembered,
+                DEFAULT_GONE_SERVICES_REMEMBERED as u64,
+                |options| options.gone_services_remembered as u64,
             ),
         ];
         let defaults = ServerConfig::load(None, env(&[]))

@@ -177,7 +177,7 @@ impl Bench {
             .await
     }
 
-    /// Starts a toolplane server (rate limits and the quota of services per tenant off: the
+    /// Starts a toolplane server (rate limits and the tenant quotas off: the
     /// churn scenario registers fresh names as fast as it can) and waits until it serves.
     pub async fn start_toolplane(
         &self,
@@ -186,6 +186,8 @@ impl Bench {
         let mut env = vec![
             ("TOOLPLANE_RATE_LIMIT_PER_SECOND", "0"),
             ("TOOLPLANE_MAX_SERVICES_PER_TENANT", "0"),
+            ("TOOLPLANE_MAX_TOOLS_PER_TENANT", "0"),
+            ("TOOLPLANE_MAX_TOOL_BYTES_PER_TENANT", "0"),
         ];
         env.extend_from_slice(extra_env);
         self.start_serving(&self.binaries.toolplane, ("serve", &[]), &env)

@@ -17,6 +17,7 @@ use crate::agent::{AgentError, SentinelError};
 use crate::envelope::EnvelopeError;
 use crate::invoke::caller::FailureKind;
 use crate::invoke::{self, InvokeError};
+use crate::registry::quota::QuotaBreach;
 use crate::registry::{FieldViolation, RegistryError, ViolationKind};
 
 /// The ErrorInfo domain of every toolplane error.
@@ -136,21 +137,29 @@ impl From<RegistryError> for Status {
                 );
                 (code, message, details)
             }
-            RegistryError::ServiceQuotaExceeded {
+            RegistryError::QuotaExceeded {
                 tenant,
                 service,
-                limit,
-            } => quota_exceeded(
-                message,
-                vec![
-                    ("service_name", service.to_string()),
-                    ("max_services_per_tenant", limit.to_string()),
-                ],
-                QuotaViolation::new(
-                    format!("tenants/{tenant}/services"),
-                    format!("at most {limit} services registered at once"),
-                ),
-            ),
+                breach,
+            } => {
+                let QuotaBreach {
+                    resource,
+                    limit,
+                    would_have,
+                } = breach;
+                quota_exceeded(
+                    message,
+                    vec![
+                        ("service_name", service.to_string()),
+                        (resource.setting(), limit.to_string()),
+                        ("would_have", would_have.to_string()),
+                    ],
+                    QuotaViolation::new(
+                        format!("tenants/{tenant}/{}", resource.subject()),
+                        format!("at most {limit} {} registered at once", resource.unit()),
+                    ),
+                )
+            }
             RegistryError::WatchLagged { missed } => status(
                 Code::Aborted,
                 message,

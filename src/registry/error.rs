@@ -2,6 +2,7 @@
 //! details in one exhaustive match (`grpc::status`).
 
 use super::model::{ServiceName, ToolName};
+use super::quota::{self, QuotaBreach};
 use crate::envelope::TenantId;
 
 /// What kind of rule a field violation broke; it picks the ErrorInfo reason.
@@ -80,19 +81,15 @@ pub enum RegistryError {
         /// Every service offering it, sorted.
         candidates: Vec<ServiceName>,
     },
-    /// A new service would take the tenant over its quota of services; nothing was changed.
-    #[error(
-        "tenant {tenant} already has {limit} services registered, the most it may have \
-         (max_services_per_tenant); deregister a service it no longer needs before registering \
-         {service}, or ask the operator to raise the limit"
-    )]
-    ServiceQuotaExceeded {
+    /// A registration would take the tenant over one of its quotas; nothing was changed.
+    #[error("{}", quota::breach_message(.tenant, .service.as_str(), .breach))]
+    QuotaExceeded {
         /// The tenant.
         tenant: TenantId,
         /// The service that was not registered.
         service: ServiceName,
-        /// The tenant's quota.
-        limit: usize,
+        /// The quota and what the tenant would have held.
+        breach: QuotaBreach,
     },
     /// A watcher fell too far behind the stream of changes and was ended.
     #[error("watch fell behind by {missed} events; start a new watch")]

@@ -24,6 +24,7 @@ use super::expiry::{ExpiryTicket, spawn_expiry_task};
 use super::gone::GoneNames;
 use super::lease::{Lease, LeaseId, monotonic_now};
 use super::model::{ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService};
+use super::quota::{TenantQuota, Usage};
 use super::store::{
     ChangeKind, RegistryEvent, RegistryStore, ToolChange, ToolFilter, ToolKey, WatchStart,
 };
@@ -39,6 +40,18 @@ pub const DEFAULT_EVENT_BUFFER: usize = 4096;
 struct TenantIndex {
     services: OrdMap<ServiceName, Arc<ServiceEntry>>,
     tools: OrdMap<ToolKey, ToolRef>,
+    /// The sum of the services' `usage().tool_bytes`.
+    tool_bytes: u64,
+}
+
+impl TenantIndex {
+    fn usage(&self) -> Usage {
+        Usage {
+            services: self.services.len() as u64,
+            tools: self.tools.len() as u64,
+            tool_bytes: self.tool_bytes,
+        }
+    }
 }
 
 /// An immutable view of the whole registry at one revision.
@@ -167,6 +180,7 @@ fn remove_service(
 ) -> Option<Arc<ServiceEntry>> {
     let index = snapshot.tenants.get_mut(&tenant)?;
     let removed = index.services.remove(name)?;
+    index.tool_bytes -= removed.usage().tool_bytes;
     for tool in &removed.tools {
         index
             .tools
@@ -210,7 +224,7 @@ impl RegistryStore for MemoryStore {
         &self,
         tenant: TenantId,
         service: ValidatedService,
-        max_services: usize,
+        quota: &TenantQuota,
     ) -> Result<Arc<ServiceEntry>, RegistryError> {
         let entry = Arc::new(ServiceEntry {
             tenant,
@@ -224,19 +238,19 @@ impl RegistryStore for MemoryStore {
         let _guard = self.lock();
         let current = self.snapshot.load_full();
         // A lapsed lease not yet swept (the sweep runs within milliseconds) still counts.
-        let (present, count) = current.tenant(tenant).map_or((false, 0), |index| {
-            (
-                index.services.contains_key(&entry.name),
-                index.services.len(),
-            )
-        });
-        if !present && max_services != 0 && count >= max_services {
-            return Err(RegistryError::ServiceQuotaExceeded {
+        let index = current.tenant(tenant);
+        let before = index.map_or_else(Usage::default, TenantIndex::usage);
+        let replaced = index
+            .and_then(|index| index.services.get(&entry.name))
+            .map_or_else(Usage::default, |old| old.usage());
+        let added = entry.usage();
+        quota
+            .check(before, before.replace(replaced, added))
+            .map_err(|breach| RegistryError::QuotaExceeded {
                 tenant,
                 service: entry.name.clone(),
-                limit: max_services,
-            });
-        }
+                breach,
+            })?;
         let mut next = (*current).clone();
         let mut previous = remove_service(&mut next, tenant, &entry.name);
         if previous.as_ref().is_some_and(|old| !old.lease.is_live()) {
@@ -247,6 +261,7 @@ impl RegistryStore for MemoryStore {
         }
         next.gone.forget(tenant, &entry.name);
         let index = next.tenants.entry(tenant).or_default();
+        index.tool_bytes += added.tool_bytes;
         for tool in &entry.tools {
             let key = (
                 tool.name.as_str().to_owned(),

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::registry::quota::QuotaResource;
 
 fn service(name: &str) -> ValidatedService {
     ValidatedService {
@@ -22,7 +23,7 @@ fn name(text: &str) -> ServiceName {
 async fn a_tenant_whose_last_service_went_keeps_no_index() {
     let store = MemoryStore::start(16, 16);
     let entry = store
-        .register(TenantId(7), service("only"), 0)
+        .register(TenantId(7), service("only"), &TenantQuota::UNLIMITED)
         .expect("registers");
     assert_eq!(store.snapshot.load().tenants.len(), 1);
 
@@ -45,14 +46,14 @@ async fn gone_names_are_remembered_up_to_the_bound_and_live_ones_always() {
     let store = MemoryStore::start(16, 2);
     for text in ["a", "b", "c"] {
         let entry = store
-            .register(TenantId(0), service(text), 0)
+            .register(TenantId(0), service(text), &TenantQuota::UNLIMITED)
             .expect("registers");
         store
             .deregister(TenantId(0), &name(text), entry.lease.id)
             .expect("deregisters");
     }
     store
-        .register(TenantId(0), service("live"), 0)
+        .register(TenantId(0), service("live"), &TenantQuota::UNLIMITED)
         .expect("registers");
     assert!(!store.was_seen(TenantId(0), &name("a")), "forgotten first");
     assert!(store.was_seen(TenantId(0), &name("b")));
@@ -61,7 +62,7 @@ async fn gone_names_are_remembered_up_to_the_bound_and_live_ones_always() {
     assert_eq!(store.snapshot.load().gone.len(), 2, "bounded");
 
     store
-        .register(TenantId(0), service("b"), 0)
+        .register(TenantId(0), service("b"), &TenantQuota::UNLIMITED)
         .expect("registers again");
     assert_eq!(
         store.snapshot.load().gone.len(),
@@ -77,11 +78,15 @@ async fn a_tenant_watches_only_its_own_changes_and_is_not_lagged_by_another() {
     let mut watch = store.watch(TenantId(1));
     for index in 0..10 {
         store
-            .register(TenantId(2), service(&format!("burst-{index}")), 0)
+            .register(
+                TenantId(2),
+                service(&format!("burst-{index}")),
+                &TenantQuota::UNLIMITED,
+            )
             .expect("registers");
     }
     store
-        .register(TenantId(1), service("mine"), 0)
+        .register(TenantId(1), service("mine"), &TenantQuota::UNLIMITED)
         .expect("registers");
     let event = watch
         .events
@@ -102,7 +107,7 @@ async fn a_tenant_nobody_watches_any_more_keeps_no_channel() {
     assert_eq!(store.events.channels(), 2);
     drop(watch);
     store
-        .register(TenantId(1), service("change"), 0)
+        .register(TenantId(1), service("change"), &TenantQuota::UNLIMITED)
         .expect("registers");
     assert_eq!(
         store.events.channels(),
@@ -116,4 +121,107 @@ async fn a_tenant_nobody_watches_any_more_keeps_no_channel() {
         1,
         "dropped at the next subscription (only tenant 3's, just made, is left)"
     );
+}
+
+fn service_with_tools(name: &str, tools: &[&str]) -> ValidatedService {
+    use super::super::model::{ServiceSpec, ToolSpec};
+    let spec = ServiceSpec {
+        name: name.to_owned(),
+        version: "1.0.0".to_owned(),
+        endpoint: String::new(),
+        tools: tools
+            .iter()
+            .map(|tool| ToolSpec {
+                name: (*tool).to_owned(),
+                description: "does a thing".to_owned(),
+                input_schema: Some(serde_json::json!({"type": "object"})),
+                output_schema: None,
+                capabilities: Vec::new(),
+                timeout_ms: None,
+            })
+            .collect(),
+        ttl: Some(Duration::from_secs(60)),
+    };
+    super::super::validate::validate_service(&spec, &Default::default()).expect("valid")
+}
+
+fn usage_of(store: &MemoryStore, tenant: u64) -> Usage {
+    store
+        .snapshot
+        .load()
+        .tenant(TenantId(tenant))
+        .map_or_else(Usage::default, TenantIndex::usage)
+}
+
+/// A re-registration counts its new tools in place of its old ones; a refused registration
+/// changes nothing; deregistering gives the tools and their bytes back.
+#[tokio::test]
+async fn the_quota_counts_what_a_registration_adds_and_what_it_replaces() {
+    let store = MemoryStore::start(16, 16);
+    let quota = TenantQuota {
+        services: 0,
+        tools: 4,
+        tool_bytes: 0,
+    };
+    let register = |service| store.register(TenantId(1), service, &quota);
+    // Another service of the tenant, so that its index outlives a's removal.
+    let z = register(service_with_tools("z", &["t"])).expect("1 tool");
+    register(service_with_tools("a", &["t0", "t1"])).expect("3 tools");
+    let a = register(service_with_tools("a", &["t0", "t1", "t2"])).expect("3 in place of 2");
+    let before = usage_of(&store, 1);
+    assert_eq!((before.services, before.tools), (2, 4));
+    assert_eq!(
+        before.tool_bytes,
+        z.usage().tool_bytes + a.usage().tool_bytes
+    );
+
+    match register(service_with_tools("b", &["t0"])) {
+        Err(RegistryError::QuotaExceeded { breach, .. }) => {
+            assert_eq!(breach.resource, QuotaResource::Tools);
+            assert_eq!((breach.limit, breach.would_have), (4, 5));
+        }
+        other => panic!("expected the tools quota, got {other:?}"),
+    }
+    assert_eq!(usage_of(&store, 1), before, "nothing changed");
+    store
+        .register(TenantId(2), service_with_tools("b", &["t0"]), &quota)
+        .expect("another tenant has its own count");
+
+    store
+        .deregister(TenantId(1), &name("a"), a.lease.id)
+        .expect("deregisters");
+    let b = register(service_with_tools("b", &["t0"])).expect("room again");
+    assert_eq!(
+        usage_of(&store, 1),
+        Usage {
+            services: 2,
+            tools: 2,
+            tool_bytes: z.usage().tool_bytes + b.usage().tool_bytes,
+        },
+        "a's tools and bytes given back"
+    );
+}
+
+#[tokio::test]
+async fn the_quota_of_tool_bytes_counts_definitions() {
+    let store = MemoryStore::start(16, 16);
+    let two = service_with_tools("a", &["t0", "t1"]);
+    let quota = TenantQuota {
+        services: 0,
+        tools: 0,
+        tool_bytes: two.tools.iter().map(|t| t.definition_bytes()).sum(),
+    };
+    store
+        .register(TenantId(1), two, &quota)
+        .expect("exactly at the quota");
+    match store.register(TenantId(1), service_with_tools("b", &["t"]), &quota) {
+        Err(RegistryError::QuotaExceeded { breach, .. }) => {
+            assert_eq!(breach.resource, QuotaResource::ToolBytes);
+            assert!(breach.would_have > breach.limit);
+        }
+        other => panic!("expected the tool bytes quota, got {other:?}"),
+    }
+    store
+        .register(TenantId(1), service_with_tools("a", &["t0"]), &quota)
+        .expect("shrinking fits");
 }

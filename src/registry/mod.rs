@@ -12,6 +12,7 @@ pub mod memory;
 pub mod model;
 pub mod paging;
 pub mod preflight;
+pub mod quota;
 pub mod store;
 mod tenant_events;
 pub mod validate;
@@ -80,15 +81,14 @@ impl Registry {
     }
 
     /// Validates and stores a registration under a new lease, within the tenant's quota of
-    /// services; nothing is stored when it fails.
+    /// services, tools and tool bytes; nothing is stored when it fails.
     pub fn register(
         &self,
         tenant: TenantId,
         spec: &ServiceSpec,
     ) -> Result<Arc<ServiceEntry>, RegistryError> {
         let validated = validate::validate_service(spec, &self.limits)?;
-        self.store
-            .register(tenant, validated, self.limits.max_services_per_tenant)
+        self.store.register(tenant, validated, &self.limits.quota())
     }
 
     /// Renews a lease.

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::lease::Lease;
+use super::quota::Usage;
 use crate::envelope::TenantId;
 
 /// A service name: a DNS label (RFC 1123), as a Kubernetes service name. Validated on creation.
@@ -189,6 +190,16 @@ impl RegisteredTool {
         serde_json::from_str(&self.input_schema).unwrap_or(Value::Null)
     }
 
+    /// The bytes of the definition counted against the tenant's `max_tool_bytes_per_tenant`:
+    /// name, description and the schemas' compact JSON text.
+    pub fn definition_bytes(&self) -> u64 {
+        let bytes = self.name.as_str().len()
+            + self.description.len()
+            + self.input_schema.len()
+            + self.output_schema.as_deref().map_or(0, str::len);
+        bytes as u64
+    }
+
     /// The output schema as JSON, when declared.
     pub fn output_schema_json(&self) -> Option<Value> {
         self.output_schema
@@ -238,6 +249,15 @@ impl ServiceEntry {
             .binary_search_by(|tool| tool.name.as_str().cmp(name))
             .ok()
             .map(|index| &self.tools[index])
+    }
+
+    /// What this registration counts against its tenant's quota.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            services: 1,
+            tools: self.tools.len() as u64,
+            tool_bytes: self.tools.iter().map(|tool| tool.definition_bytes()).sum(),
+        }
     }
 
     /// Whole seconds since this registration was made.

@@ -11,6 +11,7 @@ use tokio::sync::broadcast;
 use super::error::RegistryError;
 use super::lease::LeaseId;
 use super::model::{Capability, ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService};
+use super::quota::TenantQuota;
 use crate::envelope::TenantId;
 
 /// A tool's position in a listing: (tool name, service name).
@@ -98,14 +99,14 @@ pub struct WatchStart {
 /// Storage for registered services. Reads only ever return live services.
 pub trait RegistryStore: Send + Sync + Debug {
     /// Stores a validated registration under a new lease, replacing any earlier registration
-    /// of the same service. A service the tenant does not have yet is refused
-    /// ([`RegistryError::ServiceQuotaExceeded`]) when the tenant already has
-    /// `max_services` (`0`: no limit); the count and the insert happen under one lock.
+    /// of the same service. A registration that would take the tenant over `quota` is refused
+    /// ([`RegistryError::QuotaExceeded`]) and changes nothing; the check and the insert
+    /// happen under one lock.
     fn register(
         &self,
         tenant: TenantId,
         service: ValidatedService,
-        max_services: usize,
+        quota: &TenantQuota,
     ) -> Result<Arc<ServiceEntry>, RegistryError>;
     /// Renews a lease; returns when it now runs out.
     fn heartbeat(

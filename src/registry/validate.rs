@@ -12,6 +12,7 @@ use super::error::{FieldViolation, RegistryError, ViolationKind};
 use super::model::{
     RegisteredTool, ServiceName, ServiceSpec, ToolName, ToolSpec, ValidatedService,
 };
+use super::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT, TenantQuota};
 use crate::json::{canonical_sha256, nesting_depth};
 
 /// The default lease TTL.
@@ -60,6 +61,23 @@ pub struct RegistrationLimits {
     /// always works); `0` sets no limit. Every tenant shares one process's memory, so this
     /// keeps one tenant's runaway registrations from taking everyone's.
     pub max_services_per_tenant: usize,
+    /// Most tools one tenant may have registered at once, across its services; `0` sets no
+    /// limit.
+    pub max_tools_per_tenant: u64,
+    /// Most bytes of tool definitions (names, descriptions, schema text) one tenant may have
+    /// registered at once; `0` sets no limit.
+    pub max_tool_bytes_per_tenant: u64,
+}
+
+impl RegistrationLimits {
+    /// The per-tenant quota these limits set.
+    pub fn quota(&self) -> TenantQuota {
+        TenantQuota {
+            services: self.max_services_per_tenant as u64,
+            tools: self.max_tools_per_tenant,
+            tool_bytes: self.max_tool_bytes_per_tenant,
+        }
+    }
 }
 
 impl Default for RegistrationLimits {
@@ -73,6 +91,8 @@ impl Default for RegistrationLimits {
             max_schema_bytes: DEFAULT_MAX_SCHEMA_BYTES,
             max_schema_depth: DEFAULT_MAX_SCHEMA_DEPTH,
             max_services_per_tenant: DEFAULT_MAX_SERVICES_PER_TENANT,
+            max_tools_per_tenant: DEFAULT_MAX_TOOLS_PER_TENANT,
+            max_tool_bytes_per_tenant: DEFAULT_MAX_TOOL_BYTES_PER_TENANT,
         }
     }
 }
