@@ -148,9 +148,10 @@ pub fn breach_message(tenant: &TenantId, service: &str, breach: &QuotaBreach) ->
     let (unit, setting) = (resource.unit(), resource.setting());
     match resource {
         QuotaResource::Services => format!(
-            "tenant {tenant} already has {limit} services registered, the most it may have \
+            "tenant {tenant} already has {} services registered, and may have at most {limit} \
              ({setting}); deregister a service it no longer needs before registering {service}, \
-             or ask the operator to raise the limit"
+             or ask the operator to raise the limit",
+            would_have - 1
         ),
         QuotaResource::Tools | QuotaResource::ToolBytes => format!(
             "registering {service} would give tenant {tenant} {would_have} {unit}, more than \
