@@ -235,6 +235,23 @@ pub fn escape_pointer_token(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
+/// The length of a value's compact JSON text, counted as it is written, without keeping it.
+pub fn compact_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).expect("counting cannot fail");
+    count.0
+}
+
 /// How deeply objects and arrays nest in a value (a scalar is depth 0).
 pub fn nesting_depth(value: &Value) -> usize {
     match value {
@@ -248,6 +265,12 @@ pub fn nesting_depth(value: &Value) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn compact_len_is_the_length_of_the_compact_text() {
+        let value = json!({"a": [1, "two", null], "é": {"b": true}});
+        assert_eq!(compact_len(&value), value.to_string().len());
+    }
 
     #[test]
     fn digests_are_lowercase_hex_of_sha256() {

@@ -292,6 +292,7 @@ impl AgentRunner {
             service: Some(service.clone()),
             input: call.arguments.clone(),
             input_wire: None,
+            input_bytes: crate::json::compact_len(&call.arguments),
             idempotency_key: None,
             retry: None,
             caller_timeout: None,

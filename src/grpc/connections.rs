@@ -22,7 +22,7 @@ use tonic::body::Body;
 use tower::{Service, ServiceExt};
 
 use super::call_scheduling::{CallScheduling, ConnectionDriver};
-use super::deadline::timeout_of;
+use super::deadline::{CallDeadline, timeout_of};
 
 /// How every connection is served.
 #[derive(Debug, Clone, Copy)]
@@ -165,11 +165,16 @@ where
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
-    fn call(&self, request: http::Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: http::Request<Incoming>) -> Self::Future {
         let deadline = request
             .headers()
             .get("grpc-timeout")
             .and_then(|value| timeout_of(value.as_bytes()));
+        if let Some(at) =
+            deadline.and_then(|timeout| std::time::Instant::now().checked_add(timeout))
+        {
+            request.extensions_mut().insert(CallDeadline(at));
+        }
         let answer = self.service.clone().oneshot(request.map(Body::new));
         Box::pin(async move {
             let answer = match deadline {

@@ -1,11 +1,22 @@
 //! The `grpc-timeout` request header (gRPC over HTTP/2): reading a caller's deadline and
 //! writing one for a call.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Reads the caller's deadline from the `grpc-timeout` header (e.g. `1500m`, `2S`).
-pub fn caller_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
-    timeout_of(metadata.get("grpc-timeout")?.as_encoded_bytes())
+/// When a call's `grpc-timeout` runs out, measured from the arrival of its headers: put in
+/// the request's extensions by the connection serving it (`grpc::connections`), so that the
+/// time taken to receive a large request body counts against the deadline, as the caller
+/// counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallDeadline(pub Instant);
+
+/// What is left of the caller's deadline: until the [`CallDeadline`] the connection noted
+/// when the call arrived, or else the whole `grpc-timeout` header (e.g. `1500m`, `2S`).
+pub fn caller_timeout<T>(request: &tonic::Request<T>) -> Option<Duration> {
+    match request.extensions().get::<CallDeadline>() {
+        Some(CallDeadline(deadline)) => Some(deadline.saturating_duration_since(Instant::now())),
+        None => timeout_of(request.metadata().get("grpc-timeout")?.as_encoded_bytes()),
+    }
 }
 
 /// Reads a `grpc-timeout` header's value; `None` when it is not one.
@@ -46,16 +57,35 @@ mod tests {
             Duration::from_millis(1500),
             Duration::from_secs(3600),
         ] {
-            let mut metadata = tonic::metadata::MetadataMap::new();
-            metadata.insert(
+            let mut request = tonic::Request::new(());
+            request.metadata_mut().insert(
                 "grpc-timeout",
                 grpc_timeout(timeout).parse().expect("ascii"),
             );
-            assert_eq!(caller_timeout(&metadata), Some(timeout));
+            assert_eq!(caller_timeout(&request), Some(timeout));
         }
-        let mut odd = tonic::metadata::MetadataMap::new();
-        odd.insert("grpc-timeout", "5x".parse().expect("ascii"));
+        let mut odd = tonic::Request::new(());
+        odd.metadata_mut()
+            .insert("grpc-timeout", "5x".parse().expect("ascii"));
         assert_eq!(caller_timeout(&odd), None);
-        assert_eq!(caller_timeout(&tonic::metadata::MetadataMap::new()), None);
+        assert_eq!(caller_timeout(&tonic::Request::new(())), None);
+    }
+
+    /// The deadline noted at the call's arrival wins over the header, and time passes on it.
+    #[test]
+    fn the_deadline_noted_at_arrival_counts_down() {
+        let mut request = tonic::Request::new(());
+        request
+            .metadata_mut()
+            .insert("grpc-timeout", "10S".parse().expect("ascii"));
+        request
+            .extensions_mut()
+            .insert(CallDeadline(Instant::now() + Duration::from_secs(1)));
+        let left = caller_timeout(&request).expect("a deadline");
+        assert!(left <= Duration::from_secs(1), "{left:?}");
+        request
+            .extensions_mut()
+            .insert(CallDeadline(Instant::now() - Duration::from_secs(1)));
+        assert_eq!(caller_timeout(&request), Some(Duration::ZERO), "passed");
     }
 }

@@ -1,7 +1,7 @@
 //! The thin adapter for `toolplane.v1.ToolInvokeService`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
 use tracing::instrument;
@@ -12,14 +12,16 @@ use super::discovery::accept_meta;
 use super::invoke_wire::{InvokeToolRequestWire, InvokeToolResponseWire, InvokeWire};
 use super::raw_message::{RawJsonError, RawMessage, struct_bytes_to_json};
 use super::record_wire::record_bytes;
+use crate::envelope::TenantId;
 use crate::invoke::caller::WireForm;
+use crate::invoke::heavy;
 use crate::invoke::policy::RetryPolicy;
 use crate::invoke::records::{InvocationRecord, InvocationStatus, RecordFilter};
-use crate::invoke::{Failed, Invocation, Invoker};
+use crate::invoke::{Failed, Invocation, InvokeError, Invoker, answer_within};
 use crate::json::{json_to_value, struct_to_json};
 use crate::pb;
 use crate::pb::tool_invoke_service_server::ToolInvokeService;
-use crate::registry::{RegistryError, ViolationKind, paging};
+use crate::registry::{RegistryError, ServiceName, ToolName, ToolRef, ViolationKind, paging};
 
 /// Serves `toolplane.v1.ToolInvokeService`.
 #[derive(Debug, Clone)]
@@ -32,6 +34,20 @@ impl InvokeApi {
     pub fn new(invoker: Invoker) -> Self {
         Self { invoker }
     }
+}
+
+/// `ValidateToolInput`'s work: the input read into JSON and checked against the tool's schema.
+fn check_input(
+    invoker: &Invoker,
+    tenant: TenantId,
+    tool: &ToolName,
+    service: Option<&ServiceName>,
+    input: Option<prost_types::Struct>,
+) -> Result<ToolRef, Status> {
+    let input = input_json(input.as_ref())?;
+    invoker
+        .validate(tenant, tool, service, &input)
+        .map_err(|error| super::status::invoke_status(error, None))
 }
 
 fn input_json(input: Option<&prost_types::Struct>) -> Result<serde_json::Value, RegistryError> {
@@ -96,17 +112,42 @@ impl InvokeWire for InvokeApi {
         &self,
         request: Request<InvokeToolRequestWire>,
     ) -> Result<InvokeToolResponseWire, Status> {
-        let caller_timeout = caller_timeout(request.metadata());
+        let caller_timeout = caller_timeout(&request);
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
         tracing::Span::current().record("tool", request.tool_name.as_str());
+        let tool = convert::tool_name("tool_name", &request.tool_name)?;
+        let service = convert::optional_service_name("service_name", &request.service_name)?;
+        let input_bytes = request
+            .input
+            .as_ref()
+            .map_or(0, |input| input.as_bytes().len());
+        let raw_input = request.input.map(Arc::new);
+        let input = if heavy::is_large(input_bytes) {
+            // Read into JSON off the serving threads, as the engine checks it (`invoke::heavy`).
+            let raw = raw_input.clone();
+            let deadline = caller_timeout.map(|timeout| Instant::now() + answer_within(timeout));
+            let work = move || raw_input_json(raw.as_deref());
+            let Some(input) = self.invoker.heavy_work().run(deadline, work).await else {
+                let error = InvokeError::CheckTimeout {
+                    tool: tool.to_string(),
+                    bytes: input_bytes,
+                    after: caller_timeout.unwrap_or_default(),
+                };
+                return Err(super::status::invoke_status(error, None));
+            };
+            input
+        } else {
+            raw_input_json(raw_input.as_deref())
+        }?;
         let invocation = Invocation {
             tenant: meta.tenant,
             correlation_id: meta.correlation_id.clone(),
-            tool: convert::tool_name("tool_name", &request.tool_name)?,
-            service: convert::optional_service_name("service_name", &request.service_name)?,
-            input: raw_input_json(request.input.as_ref())?,
-            input_wire: request.input.map(|input| WireForm(Arc::new(input))),
+            tool,
+            service,
+            input,
+            input_wire: raw_input.map(|input| WireForm(input)),
+            input_bytes,
             idempotency_key: Some(request.idempotency_key).filter(|key| !key.is_empty()),
             retry: retry_policy(request.retry_policy)?,
             caller_timeout,
@@ -194,15 +235,40 @@ impl ToolInvokeService for InvokeApi {
         &self,
         request: Request<pb::ValidateToolInputRequest>,
     ) -> Result<Response<pb::ValidateToolInputResponse>, Status> {
+        let caller_timeout = caller_timeout(&request);
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
         let tool = convert::tool_name("tool_name", &request.tool_name)?;
         let service = convert::optional_service_name("service_name", &request.service_name)?;
-        let input = input_json(request.input.as_ref())?;
-        let found = self
-            .invoker
-            .validate(meta.tenant, &tool, service.as_ref(), &input)
-            .map_err(|error| super::status::invoke_status(error, None))?;
+        let input_bytes = request
+            .input
+            .as_ref()
+            .map_or(0, prost::Message::encoded_len);
+        let tenant = meta.tenant;
+        let found = if heavy::is_large(input_bytes) {
+            // Checked off the serving threads, as InvokeTool checks it (`invoke::heavy`).
+            let (invoker, for_work) = (self.invoker.clone(), tool.clone());
+            let work =
+                move || check_input(&invoker, tenant, &for_work, service.as_ref(), request.input);
+            let deadline = caller_timeout.map(|timeout| Instant::now() + answer_within(timeout));
+            let Some(found) = self.invoker.heavy_work().run(deadline, work).await else {
+                let error = InvokeError::CheckTimeout {
+                    tool: tool.to_string(),
+                    bytes: input_bytes,
+                    after: caller_timeout.unwrap_or_default(),
+                };
+                return Err(super::status::invoke_status(error, None));
+            };
+            found
+        } else {
+            check_input(
+                &self.invoker,
+                tenant,
+                &tool,
+                service.as_ref(),
+                request.input,
+            )
+        }?;
         Ok(Response::new(pb::ValidateToolInputResponse {
             meta: Some(meta.response()),
             service_name: found.service.name.to_string(),

@@ -30,6 +30,7 @@ use crate::agent::openai::{OpenAiClient, OpenAiConfig};
 use crate::agent::runner::AgentRunner;
 use crate::agent::store::{AgentStore, DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_MESSAGES};
 use crate::invoke::health::ProviderHealthBook;
+use crate::invoke::heavy;
 use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, RecordError, RecordLog};
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
@@ -185,6 +186,7 @@ pub async fn serve(
         records,
         InvokerOptions {
             max_timeout: options.max_invoke_timeout,
+            heavy_work_permits: heavy::default_permits(),
         },
     );
     let agents = Arc::new(AgentStore::new(

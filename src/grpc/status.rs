@@ -239,6 +239,11 @@ pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Statu
             };
             (code, None)
         }
+        InvokeError::CheckTimeout { tool, bytes, .. } => {
+            metadata.push(("tool_name", tool));
+            metadata.push(("input_bytes", bytes.to_string()));
+            (Code::DeadlineExceeded, None)
+        }
         InvokeError::Records(_) => (Code::Internal, None),
         InvokeError::SchemaUnavailable { tool, .. } => {
             metadata.push(("tool_name", tool));

@@ -6,21 +6,17 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use super::caller::{FailureKind, ProviderCall, ProviderCaller, WireForm};
+use super::checks::{check_input, inspect_input, output_warnings};
 use super::error::InvokeError;
 use super::health::ProviderHealthBook;
+use super::heavy::{self, HeavyWork};
 use super::limits::RateLimits;
 use super::policy::RetryPolicy;
 use super::records::{InvocationRecord, InvocationStatus, RecordDraft, RecordLog};
 use crate::envelope::TenantId;
 use crate::json::canonical_sha256;
-use crate::registry::validate::violation_message;
-use crate::registry::{
-    Capability, FieldViolation, Registry, ServiceName, ToolName, ToolRef, ValidatorCache,
-    ViolationKind,
-};
+use crate::registry::{Capability, Registry, ServiceName, ToolName, ToolRef};
 
-/// The most schema violations reported for one input.
-const MAX_REPORTED_VIOLATIONS: usize = 20;
 /// The most the engine answers ahead of the caller's deadline.
 const CALLER_DEADLINE_MARGIN: Duration = Duration::from_millis(50);
 /// How early a provider's deadline answer may come and still be the call's timeout: the
@@ -28,6 +24,13 @@ const CALLER_DEADLINE_MARGIN: Duration = Duration::from_millis(50);
 const DEADLINE_SLACK: Duration = Duration::from_millis(10);
 /// The default longest time any call may take.
 pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long the server takes at most to answer a caller with `caller_timeout` left: a little
+/// less (5%, at most 50 ms), so that a DEADLINE_EXCEEDED answer arrives before the caller's
+/// own timer ends the call.
+pub fn answer_within(caller_timeout: Duration) -> Duration {
+    caller_timeout.saturating_sub((caller_timeout / 20).min(CALLER_DEADLINE_MARGIN))
+}
 
 /// One request to invoke a tool.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +48,9 @@ pub struct Invocation {
     /// The input in the transport's own form, passed on to the provider caller (see
     /// [`WireForm`]); `None` makes the caller convert `input`.
     pub input_wire: Option<WireForm>,
+    /// The input's size as it arrived, in bytes (0 when not known): a large input is digested
+    /// and checked off the serving threads ([`super::heavy`]).
+    pub input_bytes: usize,
     /// Passed to the provider on every attempt.
     pub idempotency_key: Option<String>,
     /// The caller's retry policy.
@@ -81,6 +87,9 @@ pub struct Failed {
 pub struct InvokerOptions {
     /// The longest time any call may take, whatever the caller or tool say.
     pub max_timeout: Duration,
+    /// How many large inputs are read, digested and checked at once off the serving threads
+    /// ([`super::heavy`]).
+    pub heavy_work_permits: usize,
 }
 
 /// The invocation engine.
@@ -92,6 +101,7 @@ pub struct Invoker {
     health: Arc<ProviderHealthBook>,
     records: Arc<RecordLog>,
     options: InvokerOptions,
+    heavy: HeavyWork,
 }
 
 /// Writes the record of an invocation exactly once: on completion, as CANCELLED when the
@@ -163,74 +173,11 @@ pub fn reason_of(error: &InvokeError) -> String {
         InvokeError::NoEndpoint { .. } => "TOOL_NO_ENDPOINT".to_owned(),
         InvokeError::ProviderUnhealthy { .. } => "TOOL_UNHEALTHY".to_owned(),
         InvokeError::Timeout { .. } => "TOOL_TIMEOUT".to_owned(),
+        InvokeError::CheckTimeout { .. } => "VALIDATION_TIMEOUT".to_owned(),
         InvokeError::Provider { failure, .. } => failure.reason.clone(),
         InvokeError::Records(_) => "RECORDS_UNAVAILABLE".to_owned(),
         InvokeError::SchemaUnavailable { .. } => "SCHEMA_UNAVAILABLE".to_owned(),
     }
-}
-
-/// Checks `input` against the tool's input schema, with its validator from `validators`.
-pub fn check_input(
-    validators: &ValidatorCache,
-    found: &ToolRef,
-    input: &Value,
-) -> Result<(), InvokeError> {
-    let validator =
-        validators
-            .input(&found.tool)
-            .map_err(|problem| InvokeError::SchemaUnavailable {
-                tool: found.tool.name.to_string(),
-                problem,
-            })?;
-    // The common case first: `is_valid` stops at the first failure and tracks no locations.
-    if validator.is_valid(input) {
-        return Ok(());
-    }
-    let violations: Vec<FieldViolation> = validator
-        .iter_errors(input)
-        .take(MAX_REPORTED_VIOLATIONS)
-        .map(|error| {
-            FieldViolation::new(
-                format!("input{}", error.instance_path()),
-                ViolationKind::Field,
-                violation_message(&error),
-            )
-        })
-        .collect();
-    if violations.is_empty() {
-        Ok(())
-    } else {
-        Err(InvokeError::InvalidInput {
-            tool: found.tool.name.to_string(),
-            violations,
-        })
-    }
-}
-
-fn output_warnings(validators: &ValidatorCache, found: &ToolRef, output: &Value) -> Vec<String> {
-    let validator = match validators.output(&found.tool) {
-        None => return Vec::new(),
-        Some(Ok(validator)) => validator,
-        Some(Err(problem)) => return vec![format!("output not checked: {problem}")],
-    };
-    if validator.is_valid(output) {
-        return Vec::new();
-    }
-    validator
-        .iter_errors(output)
-        .take(MAX_REPORTED_VIOLATIONS)
-        .map(|error| {
-            format!(
-                "output does not match the output_schema at {}: {}",
-                if error.instance_path().to_string().is_empty() {
-                    "/".to_owned()
-                } else {
-                    error.instance_path().to_string()
-                },
-                violation_message(&error)
-            )
-        })
-        .collect()
 }
 
 impl Invoker {
@@ -243,6 +190,7 @@ impl Invoker {
         records: Arc<RecordLog>,
         options: InvokerOptions,
     ) -> Self {
+        let heavy = HeavyWork::new(options.heavy_work_permits);
         Self {
             registry,
             caller,
@@ -250,7 +198,13 @@ impl Invoker {
             health,
             records,
             options,
+            heavy,
         }
+    }
+
+    /// The pool that works on large inputs off the serving threads.
+    pub fn heavy_work(&self) -> &HeavyWork {
+        &self.heavy
     }
 
     /// The record log.
@@ -274,6 +228,21 @@ impl Invoker {
         Ok(found)
     }
 
+    /// The time a call may take: the least of what the caller has left (less a margin, so it
+    /// gets DEADLINE_EXCEEDED with a TIMED_OUT record rather than its own local timeout), the
+    /// tool's own limit and the server's.
+    fn budget(&self, caller_timeout: Option<Duration>, found: Option<&ToolRef>) -> Duration {
+        let caller_budget = caller_timeout.map(answer_within);
+        let tool_limit = found
+            .and_then(|found| found.tool.timeout_ms)
+            .map(|ms| Duration::from_millis(ms.into()));
+        [caller_budget, tool_limit, Some(self.options.max_timeout)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(self.options.max_timeout)
+    }
+
     /// Runs one invocation end to end and records it.
     pub async fn invoke(&self, mut invocation: Invocation) -> Result<Invoked, Failed> {
         let started = Instant::now();
@@ -288,7 +257,7 @@ impl Invoker {
                 tool_name: invocation.tool.to_string(),
                 service_name: String::new(),
                 definition_sha256: String::new(),
-                input_sha256: canonical_sha256(&input),
+                input_sha256: String::new(),
                 output_sha256: String::new(),
                 started_at: SystemTime::now(),
                 finished_at: SystemTime::now(),
@@ -302,11 +271,36 @@ impl Invoker {
             guard.fail(status, &reason, error)
         };
 
-        let found = match self.registry.get_tool(
+        let resolved = self.registry.get_tool(
             invocation.tenant,
             &invocation.tool,
             invocation.service.as_ref(),
-        ) {
+        );
+        let budget = self.budget(invocation.caller_timeout, resolved.as_ref().ok());
+        let deadline = started + budget;
+        let inspected = if heavy::is_large(invocation.input_bytes) {
+            let validators = self.registry.validators().clone();
+            let found = resolved.as_ref().ok().cloned();
+            let input = Arc::clone(&input);
+            let work = move || inspect_input(&validators, found.as_ref(), &input);
+            match self.heavy.run(Some(deadline), work).await {
+                Some(inspected) => inspected,
+                None => {
+                    let error = InvokeError::CheckTimeout {
+                        tool: invocation.tool.to_string(),
+                        bytes: invocation.input_bytes,
+                        after: budget,
+                    };
+                    return Err(fail(&mut guard, InvocationStatus::TimedOut, error));
+                }
+            }
+        } else {
+            inspect_input(self.registry.validators(), resolved.as_ref().ok(), &input)
+        };
+        if let Some(draft) = guard.draft.as_mut() {
+            draft.input_sha256 = inspected.input_sha256;
+        }
+        let found = match resolved {
             Ok(found) => found,
             Err(error) => {
                 return Err(fail(
@@ -320,7 +314,7 @@ impl Invoker {
             draft.service_name = found.service.name.to_string();
             draft.definition_sha256 = found.tool.definition_sha256.clone();
         }
-        if let Err(error) = check_input(self.registry.validators(), &found, &input) {
+        if let Err(error) = inspected.checked {
             return Err(fail(&mut guard, InvocationStatus::InvalidInput, error));
         }
         if let Err(over) = self.limits.check(
@@ -356,24 +350,6 @@ impl Invoker {
             return Err(fail(&mut guard, InvocationStatus::Unavailable, error));
         }
 
-        // Answer a little before the caller's own deadline, so it gets DEADLINE_EXCEEDED with
-        // a TIMED_OUT record rather than its own local timeout.
-        let caller_budget = invocation
-            .caller_timeout
-            .map(|t| t.saturating_sub((t / 20).min(CALLER_DEADLINE_MARGIN)));
-        let budget = [
-            caller_budget,
-            found
-                .tool
-                .timeout_ms
-                .map(|ms| Duration::from_millis(ms.into())),
-            Some(self.options.max_timeout),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(self.options.max_timeout);
-        let deadline = started + budget;
         let may_retry = found.tool.capabilities.contains(&Capability::Retry);
         let policy = invocation.retry.clone().filter(|_| may_retry);
         let max_attempts = policy.as_ref().map_or(1, |p| p.max_attempts);

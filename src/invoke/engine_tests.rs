@@ -1,5 +1,5 @@
 //! The engine with a stand-in provider caller: how an invocation that never finishes is
-//! recorded.
+//! recorded, and how a large input is checked.
 
 use std::future::pending;
 
@@ -47,7 +47,7 @@ fn engine(panics: bool) -> Invoker {
                 tools: vec![ToolSpec {
                     name: "tool".into(),
                     description: "does things".into(),
-                    input_schema: Some(json!({"type": "object"})),
+                    input_schema: Some(json!({"type": "object", "required": ["query"]})),
                     output_schema: None,
                     capabilities: Vec::new(),
                     timeout_ms: None,
@@ -64,6 +64,7 @@ fn engine(panics: bool) -> Invoker {
         Arc::new(RecordLog::in_memory(16)),
         InvokerOptions {
             max_timeout: DEFAULT_MAX_TIMEOUT,
+            heavy_work_permits: 1,
         },
     )
 }
@@ -74,8 +75,9 @@ fn invocation() -> Invocation {
         correlation_id: "c".into(),
         tool: ToolName::parse("tool").expect("a name"),
         service: None,
-        input: json!({}),
+        input: json!({"query": "q"}),
         input_wire: None,
+        input_bytes: 2,
         idempotency_key: None,
         retry: None,
         caller_timeout: None,
@@ -114,4 +116,72 @@ async fn a_call_whose_handling_panics_is_recorded_failed() {
     let record = only_record(&engine);
     assert_eq!(record.status, InvocationStatus::Failed);
     assert_eq!(record.error_reason, "INTERNAL");
+}
+
+/// A large input is digested and checked off the serving threads, with the same outcome and
+/// record as in place.
+#[tokio::test]
+async fn a_large_input_is_checked_as_a_small_one_is() {
+    let engine = engine(false);
+    let bad = Invocation {
+        input: json!({"other": 1}),
+        ..invocation()
+    };
+    for input_bytes in [2, heavy::OFF_THREAD_INPUT_BYTES] {
+        let failed = engine
+            .invoke(Invocation {
+                input_bytes,
+                ..bad.clone()
+            })
+            .await
+            .expect_err("the input lacks query");
+        assert!(
+            matches!(failed.error, InvokeError::InvalidInput { .. }),
+            "{input_bytes} bytes: {:?}",
+            failed.error
+        );
+        let record = failed.record.expect("recorded");
+        assert_eq!(record.status, InvocationStatus::InvalidInput);
+        assert_eq!(record.input_sha256, canonical_sha256(&bad.input));
+    }
+}
+
+/// When every permit of the pool is taken, a large input waits for one until its deadline,
+/// and the call is then answered and recorded TIMED_OUT (VALIDATION_TIMEOUT); a small input
+/// is checked in place all the while.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_input_not_checked_by_the_deadline_is_recorded_timed_out() {
+    let engine = engine(false);
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let holder = engine.heavy_work().clone();
+    let (started, holding) = tokio::sync::oneshot::channel();
+    let hold = move || {
+        started.send(()).expect("the test waits");
+        released.recv()
+    };
+    let held = tokio::spawn(async move { holder.run(None, hold).await });
+    holding.await.expect("the holder has the only permit");
+
+    let failed = engine
+        .invoke(Invocation {
+            input_bytes: heavy::OFF_THREAD_INPUT_BYTES,
+            caller_timeout: Some(Duration::from_millis(200)),
+            ..invocation()
+        })
+        .await
+        .expect_err("no permit before the deadline");
+    assert!(
+        matches!(failed.error, InvokeError::CheckTimeout { .. }),
+        "{:?}",
+        failed.error
+    );
+    let record = failed.record.expect("recorded");
+    assert_eq!(record.status, InvocationStatus::TimedOut);
+    assert_eq!(record.error_reason, "VALIDATION_TIMEOUT");
+
+    let small = engine.validate(TenantId(1), &invocation().tool, None, &invocation().input);
+    assert!(small.is_ok(), "small inputs are checked in place");
+    release.send(()).expect("the holder waits");
+    let received = held.await.expect("the holder ends").expect("it ran");
+    assert!(received.is_ok(), "the holder was released");
 }

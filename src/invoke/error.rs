@@ -67,6 +67,22 @@ pub enum InvokeError {
         /// Provider calls made.
         attempts: u32,
     },
+    /// The deadline passed before a large input was read, digested and checked against the
+    /// tool's schema (see [`super::heavy`]); the tool was not called.
+    #[error(
+        "the input ({bytes} bytes) could not be checked against the schema of tool {tool} \
+         within {} ms, so the tool was not called; send a smaller input or allow a longer \
+         deadline",
+        .after.as_millis()
+    )]
+    CheckTimeout {
+        /// The tool.
+        tool: String,
+        /// The input's size as it arrived.
+        bytes: usize,
+        /// The deadline that passed.
+        after: Duration,
+    },
     /// The tool's registered schema could not be compiled again for checking its input (it
     /// compiled at registration, so this is a bug); nothing was called.
     #[error("cannot check the input of tool {tool}: {problem}")]

@@ -4,16 +4,19 @@
 
 pub mod audit;
 pub mod caller;
+mod checks;
 mod engine;
 pub mod error;
 pub mod health;
+pub mod heavy;
 pub mod limits;
 pub mod policy;
 mod record_file;
 pub mod records;
 
+pub use checks::check_input;
 pub use engine::{
-    DEFAULT_MAX_TIMEOUT, Failed, Invocation, Invoked, Invoker, InvokerOptions, check_input,
+    DEFAULT_MAX_TIMEOUT, Failed, Invocation, Invoked, Invoker, InvokerOptions, answer_within,
     reason_of,
 };
 pub use error::InvokeError;

@@ -331,7 +331,7 @@ impl ToolProviderService for ProviderApi {
         &self,
         request: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
-        let deadline = caller_timeout(request.metadata()).map(|timeout| Instant::now() + timeout);
+        let deadline = caller_timeout(&request).map(|timeout| Instant::now() + timeout);
         let request = request.into_inner();
         let meta = RequestMeta::from_pb(request.meta.as_ref())?;
         let tool_name = request.tool_name;

@@ -1,0 +1,104 @@
+//! Checks of a call's input and output against the tool's registered schemas.
+
+use serde_json::Value;
+
+use super::error::InvokeError;
+use crate::json::canonical_sha256;
+use crate::registry::validate::violation_message;
+use crate::registry::{FieldViolation, ToolRef, ValidatorCache, ViolationKind};
+
+/// The most schema violations reported for one input.
+const MAX_REPORTED_VIOLATIONS: usize = 20;
+
+/// What is learnt from an input before the tool is called.
+#[derive(Debug)]
+pub(super) struct Inspected {
+    /// The sha256 of the input's canonical JSON, for the record.
+    pub(super) input_sha256: String,
+    /// The input checked against the tool's input schema (`Ok` when there was no tool).
+    pub(super) checked: Result<(), InvokeError>,
+}
+
+/// Digests `input` and checks it against the schema of `found`, when the tool was found. Both
+/// take time in proportion to the input, so the engine runs this off the serving threads for
+/// a large one ([`super::heavy`]).
+pub(super) fn inspect_input(
+    validators: &ValidatorCache,
+    found: Option<&ToolRef>,
+    input: &Value,
+) -> Inspected {
+    Inspected {
+        input_sha256: canonical_sha256(input),
+        checked: found.map_or(Ok(()), |found| check_input(validators, found, input)),
+    }
+}
+
+/// Checks `input` against the tool's input schema, with its validator from `validators`.
+pub fn check_input(
+    validators: &ValidatorCache,
+    found: &ToolRef,
+    input: &Value,
+) -> Result<(), InvokeError> {
+    let validator =
+        validators
+            .input(&found.tool)
+            .map_err(|problem| InvokeError::SchemaUnavailable {
+                tool: found.tool.name.to_string(),
+                problem,
+            })?;
+    // The common case first: `is_valid` stops at the first failure and tracks no locations.
+    if validator.is_valid(input) {
+        return Ok(());
+    }
+    let violations: Vec<FieldViolation> = validator
+        .iter_errors(input)
+        .take(MAX_REPORTED_VIOLATIONS)
+        .map(|error| {
+            FieldViolation::new(
+                format!("input{}", error.instance_path()),
+                ViolationKind::Field,
+                violation_message(&error),
+            )
+        })
+        .collect();
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(InvokeError::InvalidInput {
+            tool: found.tool.name.to_string(),
+            violations,
+        })
+    }
+}
+
+/// The output's mismatches with the tool's output schema, as warnings (the output is passed
+/// on all the same).
+pub(super) fn output_warnings(
+    validators: &ValidatorCache,
+    found: &ToolRef,
+    output: &Value,
+) -> Vec<String> {
+    let validator = match validators.output(&found.tool) {
+        None => return Vec::new(),
+        Some(Ok(validator)) => validator,
+        Some(Err(problem)) => return vec![format!("output not checked: {problem}")],
+    };
+    if validator.is_valid(output) {
+        return Vec::new();
+    }
+    validator
+        .iter_errors(output)
+        .take(MAX_REPORTED_VIOLATIONS)
+        .map(|error| {
+            format!(
+                "output does not match the output_schema at {}: {}",
+                if error.instance_path().to_string().is_empty() {
+                    "/".to_owned()
+                } else {
+                    error.instance_path().to_string()
+                },
+                violation_message(&error)
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,122 @@
+//! Work that takes time in proportion to a call's input, moved off the threads that serve
+//! calls when the input is large.
+//!
+//! Reading an `InvokeTool` input into JSON, its canonical digest for the record, and its
+//! validation against the tool's schema each take time in proportion to the input: about a
+//! millisecond for 16 KiB, tens of milliseconds for the 4 MiB a message may hold, and much
+//! more when the schema has a `pattern` that runs on the backtracking engine (up to about half
+//! a millisecond per string, `registry::validate::PATTERN_BACKTRACK_LIMIT`: minutes for 4 MiB
+//! of short strings). The runtime has one thread per core, and a connection's calls run on the
+//! task serving the connection (`grpc::call_scheduling`), so done in place that work would stop
+//! the connection's other calls, and the thread's other connections, until it ended.
+//!
+//! So an input of [`OFF_THREAD_INPUT_BYTES`] or more is worked on in tokio's blocking pool, at
+//! most `permits` inputs at once (the rest wait their turn), while the serving threads go on.
+//! The call waits at most until its deadline: the work cannot be stopped midway, so when the
+//! deadline passes first it runs on, holding its permit, and its result is dropped; the call
+//! is answered at its deadline. Smaller inputs are worked on in place, where a hand-off would
+//! cost more than the work.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::Semaphore;
+
+/// Inputs of at least this many bytes (of their encoded form) are worked on off the serving
+/// threads.
+pub const OFF_THREAD_INPUT_BYTES: usize = 16 * 1024;
+
+/// The number of large inputs worked on at once by default: half the CPUs, at least one, so
+/// that large inputs can never take every core from the calls being served.
+pub fn default_permits() -> usize {
+    std::thread::available_parallelism().map_or(1, |cpus| (cpus.get() / 2).max(1))
+}
+
+/// Whether an input of `bytes` is worked on off the serving threads.
+pub fn is_large(bytes: usize) -> bool {
+    bytes >= OFF_THREAD_INPUT_BYTES
+}
+
+/// The pool's permits: how many large inputs are worked on at once.
+#[derive(Debug, Clone)]
+pub struct HeavyWork {
+    permits: Arc<Semaphore>,
+}
+
+impl HeavyWork {
+    /// At most `permits` (at least 1) pieces of work at once.
+    pub fn new(permits: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(permits.max(1))),
+        }
+    }
+
+    /// Runs `work` on the blocking pool once a permit is free, and returns its result, or
+    /// `None` when `deadline` passed first (waiting for a permit or for the work). A panic in
+    /// `work` is resumed here, as if it had run in place.
+    pub async fn run<T, F>(&self, deadline: Option<Instant>, work: F) -> Option<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let permits = Arc::clone(&self.permits);
+        let run = async move {
+            let permit = permits
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let task = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                work()
+            });
+            match task.await {
+                Ok(result) => result,
+                Err(error) => std::panic::resume_unwind(error.into_panic()),
+            }
+        };
+        match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), run).await.ok(),
+            None => Some(run.await),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn work_runs_and_answers() {
+        let pool = HeavyWork::new(1);
+        assert_eq!(pool.run(None, || 6 * 7).await, Some(42));
+        assert!(!is_large(OFF_THREAD_INPUT_BYTES - 1));
+        assert!(is_large(OFF_THREAD_INPUT_BYTES));
+    }
+
+    /// Work past its deadline is given up on at the deadline and keeps its permit until it
+    /// ends, so the next piece waits for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_deadline_ends_the_wait_not_the_work() {
+        let pool = HeavyWork::new(1);
+        let (release, released) = mpsc::channel::<()>();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let first = pool.run(Some(deadline), move || released.recv().is_ok());
+        assert_eq!(first.await, None, "given up at the deadline");
+
+        let second = pool.run(Some(Instant::now() + Duration::from_millis(50)), || 2);
+        assert_eq!(second.await, None, "the first still holds the only permit");
+        release.send(()).expect("the first work still waits");
+        assert_eq!(pool.run(None, || 3).await, Some(3), "the permit came back");
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "the work's own panic")]
+    async fn a_panic_in_the_work_is_resumed() {
+        HeavyWork::new(1)
+            .run(None, || panic!("the work's own panic"))
+            .await;
+    }
+}

@@ -1,0 +1,134 @@
+//! Large InvokeTool inputs through the real server on loopback: they are read, digested and
+//! checked against the tool's schema off the threads that serve calls, so the caller's other
+//! calls on the same connection go on meanwhile, and a check that outlasts the caller's
+//! deadline is answered at the deadline and recorded.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::invoke_fixture::{records, request};
+use common::*;
+use serde_json::{Value, json};
+use tonic::Code;
+use toolplane::pb;
+use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
+
+/// A tool whose schema checks every string against a pattern with look-ahead, which runs on
+/// the backtracking engine: its first branch takes thousands of steps on a string of 11 `a`s
+/// before the second matches it (within the engine's limit of 10,000), as careless provider
+/// schemas can.
+async fn register_slow_tool(server: &TestServer) {
+    let schema = json!({
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {
+            "type": "string",
+            "pattern": "^(?:(a|a)*(?=b)|a*)$",
+        }}},
+    });
+    let mut discovery = server.discovery().await;
+    // No provider listens there: the calls below never get as far as calling it.
+    let mut registration = registration("checker", vec![tool("check", schema)]);
+    registration.endpoint = "http://127.0.0.1:9".into();
+    register_ok(&mut discovery, 0, registration).await;
+}
+
+/// Large enough to be checked off the serving threads (about 45 KB encoded), and slow to
+/// check: several seconds in a debug build, about half a second in a release build.
+fn large_input() -> Value {
+    json!({"items": vec!["aaaaaaaaaaa"; 3_000]})
+}
+
+fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+/// While a large input is being checked, a small call on the same connection is answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_input_does_not_hold_up_the_connections_other_calls() {
+    let server = TestServer::start().await;
+    register_slow_tool(&server).await;
+    let channel = server.channel().await;
+    let mut invoke = ToolInvokeServiceClient::new(channel.clone());
+    let mut small = ToolInvokeServiceClient::new(channel);
+
+    let big_request = request("check", large_input());
+    let started = Instant::now();
+    let big = tokio::spawn(async move { invoke.invoke_tool(big_request).await });
+    // Small calls on the same connection, until the large one is answered.
+    let mut answered_meanwhile = 0;
+    let mut slowest = Duration::ZERO;
+    while !big.is_finished() {
+        let sent = Instant::now();
+        let error = small
+            .invoke_tool(request("check", json!({"items": ["x"]})))
+            .await
+            .expect_err("the small input does not match");
+        assert_eq!(error.code(), Code::InvalidArgument, "{error:?}");
+        slowest = slowest.max(sent.elapsed());
+        if !big.is_finished() {
+            answered_meanwhile += 1;
+        }
+    }
+    let big_took = started.elapsed();
+    let outcome = big.await.expect("the large call ends");
+    eprintln!(
+        "large input answered after {big_took:?}: {outcome:?}; {answered_meanwhile} small calls meanwhile, the slowest {slowest:?}"
+    );
+    assert_eq!(
+        outcome.expect_err("no provider").code(),
+        Code::Unavailable,
+        "checked, then the provider is called"
+    );
+    assert!(
+        answered_meanwhile > 10,
+        "small calls answered while the large input was checked: {answered_meanwhile}"
+    );
+    assert!(
+        slowest < big_took / 2,
+        "no small call waited for the large one: the slowest took {slowest:?} of {big_took:?}"
+    );
+}
+
+/// A check that outlasts the caller's deadline is answered DEADLINE_EXCEEDED
+/// (VALIDATION_TIMEOUT) at the deadline, and an InvokeTool recorded TIMED_OUT.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_that_outlasts_the_deadline_is_answered_at_the_deadline() {
+    let server = TestServer::start().await;
+    register_slow_tool(&server).await;
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+
+    let error = client
+        .invoke_tool(with_timeout(
+            request("check", large_input()),
+            Duration::from_millis(300),
+        ))
+        .await
+        .expect_err("not checked in time");
+    assert_eq!(error.code(), Code::DeadlineExceeded, "{error:?}");
+    assert_eq!(reason(&error), "VALIDATION_TIMEOUT", "{error:?}");
+    assert!(error.message().contains("check"), "{}", error.message());
+
+    // ValidateToolInput checks as InvokeTool does.
+    let error = client
+        .validate_tool_input(with_timeout(
+            pb::ValidateToolInputRequest {
+                meta: meta(0),
+                tool_name: "check".into(),
+                input: toolplane::json::json_to_struct(&large_input()),
+                ..Default::default()
+            },
+            Duration::from_millis(300),
+        ))
+        .await
+        .expect_err("not checked in time");
+    assert_eq!(error.code(), Code::DeadlineExceeded, "{error:?}");
+    assert_eq!(reason(&error), "VALIDATION_TIMEOUT", "{error:?}");
+
+    let recorded = records(&mut client, "check").await;
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].status, pb::InvocationStatus::TimedOut as i32);
+    assert_eq!(recorded[0].error_reason, "VALIDATION_TIMEOUT");
+}
