@@ -100,6 +100,36 @@ fn failed_status(failed: Failed) -> Status {
     super::status::invoke_status(failed.error, invocation_id)
 }
 
+impl InvokeApi {
+    /// Runs `work`, which takes time in proportion to the input: in place for a small input,
+    /// off the serving threads for a large one (`invoke::heavy`), answering DEADLINE_EXCEEDED
+    /// (VALIDATION_TIMEOUT) when the caller's deadline passes first.
+    async fn work_on_input<T: Send + 'static>(
+        &self,
+        tool: &ToolName,
+        input_bytes: usize,
+        caller_timeout: Option<Duration>,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Status> {
+        if !heavy::is_large(input_bytes) {
+            return Ok(work());
+        }
+        let deadline = caller_timeout.map(|timeout| Instant::now() + answer_within(timeout));
+        self.invoker
+            .heavy_work()
+            .run(deadline, work)
+            .await
+            .ok_or_else(|| {
+                let error = InvokeError::CheckTimeout {
+                    tool: tool.to_string(),
+                    bytes: input_bytes,
+                    after: caller_timeout.unwrap_or_default(),
+                };
+                super::status::invoke_status(error, None)
+            })
+    }
+}
+
 impl InvokeWire for InvokeApi {
     /// `InvokeTool` as served, over its wire twins (see [`super::invoke_wire`]); the
     /// `ToolInvokeService` method below converts to and from them.
@@ -123,23 +153,12 @@ impl InvokeWire for InvokeApi {
             .as_ref()
             .map_or(0, |input| input.as_bytes().len());
         let raw_input = request.input.map(Arc::new);
-        let input = if heavy::is_large(input_bytes) {
-            // Read into JSON off the serving threads, as the engine checks it (`invoke::heavy`).
-            let raw = raw_input.clone();
-            let deadline = caller_timeout.map(|timeout| Instant::now() + answer_within(timeout));
-            let work = move || raw_input_json(raw.as_deref());
-            let Some(input) = self.invoker.heavy_work().run(deadline, work).await else {
-                let error = InvokeError::CheckTimeout {
-                    tool: tool.to_string(),
-                    bytes: input_bytes,
-                    after: caller_timeout.unwrap_or_default(),
-                };
-                return Err(super::status::invoke_status(error, None));
-            };
-            input
-        } else {
-            raw_input_json(raw_input.as_deref())
-        }?;
+        let raw = raw_input.clone();
+        let input = self
+            .work_on_input(&tool, input_bytes, caller_timeout, move || {
+                raw_input_json(raw.as_deref())
+            })
+            .await??;
         let invocation = Invocation {
             tenant: meta.tenant,
             correlation_id: meta.correlation_id.clone(),
@@ -245,30 +264,12 @@ impl ToolInvokeService for InvokeApi {
             .as_ref()
             .map_or(0, prost::Message::encoded_len);
         let tenant = meta.tenant;
-        let found = if heavy::is_large(input_bytes) {
-            // Checked off the serving threads, as InvokeTool checks it (`invoke::heavy`).
-            let (invoker, for_work) = (self.invoker.clone(), tool.clone());
-            let work =
-                move || check_input(&invoker, tenant, &for_work, service.as_ref(), request.input);
-            let deadline = caller_timeout.map(|timeout| Instant::now() + answer_within(timeout));
-            let Some(found) = self.invoker.heavy_work().run(deadline, work).await else {
-                let error = InvokeError::CheckTimeout {
-                    tool: tool.to_string(),
-                    bytes: input_bytes,
-                    after: caller_timeout.unwrap_or_default(),
-                };
-                return Err(super::status::invoke_status(error, None));
-            };
-            found
-        } else {
-            check_input(
-                &self.invoker,
-                tenant,
-                &tool,
-                service.as_ref(),
-                request.input,
-            )
-        }?;
+        let (invoker, for_work) = (self.invoker.clone(), tool.clone());
+        let found = self
+            .work_on_input(&tool, input_bytes, caller_timeout, move || {
+                check_input(&invoker, tenant, &for_work, service.as_ref(), request.input)
+            })
+            .await??;
         Ok(Response::new(pb::ValidateToolInputResponse {
             meta: Some(meta.response()),
             service_name: found.service.name.to_string(),
