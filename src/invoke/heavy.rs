@@ -59,6 +59,9 @@ impl HeavyWork {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
+        if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
+            return None;
+        }
         let permits = Arc::clone(&self.permits);
         let run = async move {
             let permit = permits
@@ -110,6 +113,15 @@ mod tests {
         assert_eq!(second.await, None, "the first still holds the only permit");
         release.send(()).expect("the first work still waits");
         assert_eq!(pool.run(None, || 3).await, Some(3), "the permit came back");
+    }
+
+    #[tokio::test]
+    async fn work_past_its_deadline_is_not_started() {
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&started);
+        let work = move || flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(HeavyWork::new(1).run(Some(Instant::now()), work).await, None);
+        assert!(!started.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[tokio::test]
