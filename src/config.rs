@@ -13,7 +13,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::openai::OpenAiConfig;
-use crate::agent::store::{DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_MESSAGES};
+use crate::agent::store::{
+    DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
+};
 use crate::grpc::ServerOptions;
 use crate::grpc::call_scheduling::CallScheduling;
 use crate::grpc::server::{
@@ -135,6 +137,9 @@ pub struct ServerConfig {
     pub model_timeout: Duration,
     /// The most messages one agent's conversation keeps (the oldest turns are dropped).
     pub max_conversation_messages: usize,
+    /// Most bytes of messages (content and metadata) an agent's conversation keeps; 0 sets no
+    /// bound.
+    pub max_conversation_bytes: usize,
     /// The most agents one tenant may have at once; 0 sets no limit.
     pub max_agents_per_tenant: usize,
 }
@@ -187,6 +192,7 @@ impl Default for ServerConfig {
             model_api_key: String::new(),
             model_timeout: DEFAULT_MODEL_TIMEOUT,
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
+            max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
         }
     }
@@ -325,6 +331,7 @@ impl ServerConfig {
                 timeout: self.model_timeout,
             }),
             max_conversation_messages: self.max_conversation_messages,
+            max_conversation_bytes: self.max_conversation_bytes,
             max_agents_per_tenant: self.max_agents_per_tenant,
         }
     }
@@ -394,7 +401,12 @@ mod tests {
     #[test]
     fn the_bounds_of_tenants_default_and_can_be_set() {
         type Read = fn(&ServerOptions) -> u64;
-        let bounds: [(&str, u64, Read); 5] = [
+        let bounds: [(&str, u64, Read); 6] = [
+            (
+                "TOOLPLANE_MAX_CONVERSATION_BYTES",
+                DEFAULT_MAX_CONVERSATION_BYTES as u64,
+                |options| options.max_conversation_bytes as u64,
+            ),
             (
                 "TOOLPLANE_MAX_SERVICES_PER_TENANT",
                 validate::DEFAULT_MAX_SERVICES_PER_TENANT as u64,

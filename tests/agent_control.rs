@@ -357,3 +357,54 @@ async fn a_tenant_over_its_agent_quota_is_refused() {
         .await
         .expect("deleting made room");
 }
+
+/// A conversation keeps at most `max_conversation_bytes` of messages: older whole turns go
+/// first, and a request whose own messages are larger is refused INVALID_ARGUMENT with the
+/// conversation left as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conversation_keeps_its_newest_turns_within_its_bytes() {
+    let mut options = test_options();
+    options.max_conversation_bytes = 600;
+    let server = TestServer::start_with(options).await;
+    let mut client = agents(&server).await;
+    create(&mut client, "talker", &[]).await;
+    for turn in 0..8 {
+        let text = format!("turn {turn}: {}", "x".repeat(60));
+        client
+            .complete(complete_request("talker", &text, &format!("c{turn}")))
+            .await
+            .expect("a turn");
+    }
+    let kept = messages(&mut client, "talker").await;
+    let bytes: usize = kept.iter().map(|message| message.content.len()).sum();
+    assert!(bytes <= 600, "{bytes} bytes kept");
+    assert_eq!(kept[0].role, pb::Role::User as i32, "whole turns: {kept:?}");
+    assert!(kept[0].content.starts_with("turn "), "{kept:?}");
+    assert!(
+        !kept
+            .iter()
+            .any(|message| message.content.starts_with("turn 0:")),
+        "the oldest turn went: {kept:?}"
+    );
+    assert!(
+        kept.iter()
+            .any(|message| message.content.starts_with("turn 7:")),
+        "the newest turn stays: {kept:?}"
+    );
+
+    let error = client
+        .complete(complete_request("talker", &"y".repeat(601), "too-big"))
+        .await
+        .expect_err("larger than a conversation keeps");
+    assert_eq!(error.code(), Code::InvalidArgument, "{error:?}");
+    assert!(
+        error.message().contains("max_conversation_bytes"),
+        "{}",
+        error.message()
+    );
+    assert_eq!(
+        messages(&mut client, "talker").await,
+        kept,
+        "nothing changed"
+    );
+}

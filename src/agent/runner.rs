@@ -22,7 +22,7 @@ use super::model::{
     LlmProvider, ModelReply, ModelRequest, OfferedTool, StreamEvent, ToolCallRequest,
     tool_call_message, tool_result_message,
 };
-use super::store::{Agent, AgentStore, Transition};
+use super::store::{Agent, AgentStore, Transition, message_bytes};
 use super::types::{
     AgentState, CanonicalMessage, ChatCompletionRequest, ChatCompletionResponse, Role,
 };
@@ -347,6 +347,18 @@ impl AgentRunner {
         events: Option<UnboundedSender<TurnEvent>>,
     ) -> Result<TurnOutcome, AgentError> {
         request.validate()?;
+        let max_bytes = self.store.max_conversation_bytes();
+        let bytes: usize = request.messages.iter().map(message_bytes).sum();
+        if max_bytes != 0 && bytes > max_bytes {
+            return Err(AgentError::InvalidField {
+                field: "messages".to_owned(),
+                problem: format!(
+                    "the messages hold {bytes} bytes, more than a conversation keeps \
+                     ({max_bytes}, max_conversation_bytes); send less, or ask the operator to \
+                     raise the limit"
+                ),
+            });
+        }
         let agent = self.store.get(tenant, agent)?;
         let events = events.as_ref();
         let mut guard = {
@@ -426,8 +438,10 @@ impl AgentRunner {
                 Self::emit(events, TurnEvent::Transition(last.clone()));
             }
             data.busy = false;
-            let max = self.store.max_messages();
-            data.enforce_bound(max);
+            data.enforce_bound(
+                self.store.max_messages(),
+                self.store.max_conversation_bytes(),
+            );
             guard.finished = true;
         }
         Ok(TurnOutcome {

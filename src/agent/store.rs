@@ -1,8 +1,9 @@
 //! Agents and their conversations, in memory, scoped by tenant.
 //!
-//! Each conversation holds at most `max_messages` messages. When a turn leaves more, the oldest
-//! whole turns (a user message and everything up to the next user message) are dropped until it
-//! fits, so a tool call is never separated from its result. The system prompt is agent
+//! Each conversation holds at most `max_messages` messages and `max_bytes` bytes of messages
+//! (content and metadata). When a turn leaves more, the oldest whole turns (a user message and
+//! everything up to the next user message) are dropped until it fits, so a tool call is never
+//! separated from its result. The system prompt is agent
 //! configuration, not part of the conversation, and is never dropped.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -18,6 +19,19 @@ use crate::envelope::TenantId;
 
 /// The default most messages kept per conversation.
 pub const DEFAULT_MAX_MESSAGES: usize = 200;
+/// The default most bytes of messages (content and metadata) kept per conversation.
+pub const DEFAULT_MAX_CONVERSATION_BYTES: usize = 1024 * 1024;
+
+/// The bytes a conversation counts for a message: its content and its metadata's keys and
+/// values.
+pub fn message_bytes(message: &CanonicalMessage) -> usize {
+    message.content.len()
+        + message
+            .metadata
+            .iter()
+            .map(|(key, value)| key.len() + value.len())
+            .sum::<usize>()
+}
 /// How many recent state transitions an agent remembers.
 pub const TRANSITION_HISTORY: usize = 32;
 
@@ -68,6 +82,8 @@ pub struct AgentData {
     /// Whether a completion is running.
     pub busy: bool,
     next_sequence: u64,
+    /// The sum of [`message_bytes`] over the conversation.
+    conversation_bytes: usize,
 }
 
 impl AgentData {
@@ -97,6 +113,7 @@ impl AgentData {
 
     /// Appends a message.
     pub fn push(&mut self, message: CanonicalMessage) {
+        self.conversation_bytes += message_bytes(&message);
         self.conversation.push_back(StoredMessage {
             sequence: self.next_sequence,
             message,
@@ -114,22 +131,40 @@ impl AgentData {
         self.conversation.is_empty()
     }
 
-    /// Drops messages appended after the conversation had `length` messages.
-    pub fn truncate(&mut self, length: usize) {
-        self.conversation.truncate(length);
+    /// The bytes of the conversation's messages ([`message_bytes`]).
+    pub fn bytes(&self) -> usize {
+        self.conversation_bytes
     }
 
-    /// Drops the oldest whole turns until at most `max` messages remain.
-    pub fn enforce_bound(&mut self, max: usize) {
-        while self.conversation.len() > max {
-            self.conversation.pop_front();
+    /// Drops messages appended after the conversation had `length` messages.
+    pub fn truncate(&mut self, length: usize) {
+        while self.conversation.len() > length {
+            self.pop(VecDeque::pop_back);
+        }
+    }
+
+    /// Drops the oldest whole turns until at most `max_messages` messages of at most
+    /// `max_bytes` bytes remain (`max_bytes` 0: no bound on bytes).
+    pub fn enforce_bound(&mut self, max_messages: usize, max_bytes: usize) {
+        let over = |data: &Self| {
+            data.conversation.len() > max_messages
+                || (max_bytes != 0 && data.conversation_bytes > max_bytes)
+        };
+        while over(self) {
+            self.pop(VecDeque::pop_front);
             while self
                 .conversation
                 .front()
                 .is_some_and(|stored| stored.message.role != Role::User)
             {
-                self.conversation.pop_front();
+                self.pop(VecDeque::pop_front);
             }
+        }
+    }
+
+    fn pop(&mut self, end: fn(&mut VecDeque<StoredMessage>) -> Option<StoredMessage>) {
+        if let Some(stored) = end(&mut self.conversation) {
+            self.conversation_bytes -= message_bytes(&stored.message);
         }
     }
 }
@@ -179,24 +214,36 @@ pub struct AgentStore {
     tenants: RwLock<HashMap<TenantId, TenantAgents>>,
     next_order: AtomicU64,
     max_messages: usize,
+    max_conversation_bytes: usize,
     max_agents_per_tenant: usize,
 }
 
 impl AgentStore {
-    /// An empty store keeping at most `max_messages` per conversation and at most
+    /// An empty store keeping at most `max_messages` messages of at most
+    /// `max_conversation_bytes` bytes per conversation (0: no bound on bytes) and at most
     /// `max_agents_per_tenant` agents per tenant (0: no limit).
-    pub fn new(max_messages: usize, max_agents_per_tenant: usize) -> Self {
+    pub fn new(
+        max_messages: usize,
+        max_conversation_bytes: usize,
+        max_agents_per_tenant: usize,
+    ) -> Self {
         Self {
             tenants: RwLock::new(HashMap::new()),
             next_order: AtomicU64::new(1),
             max_messages: max_messages.max(2),
+            max_conversation_bytes,
             max_agents_per_tenant,
         }
     }
 
-    /// The bound of every conversation.
+    /// The bound of every conversation, in messages.
     pub fn max_messages(&self) -> usize {
         self.max_messages
+    }
+
+    /// The bound of every conversation, in bytes of messages (0: none).
+    pub fn max_conversation_bytes(&self) -> usize {
+        self.max_conversation_bytes
     }
 
     /// Creates an agent, Idle, with an empty conversation. Refused when the tenant has an
@@ -233,6 +280,7 @@ impl AgentStore {
                 transitions: VecDeque::new(),
                 busy: false,
                 next_sequence: 1,
+                conversation_bytes: 0,
             }),
         });
         let agents = tenants.entry(tenant).or_default();

@@ -13,7 +13,7 @@ fn config(name: &str) -> AgentConfig {
 
 #[test]
 fn names_are_unique_per_tenant_and_lookups_take_ids_or_names() {
-    let store = AgentStore::new(10, 0);
+    let store = AgentStore::new(10, 0, 0);
     let agent = store
         .create(TenantId(1), config("helper"))
         .expect("created");
@@ -46,7 +46,7 @@ fn names_are_unique_per_tenant_and_lookups_take_ids_or_names() {
 
 #[test]
 fn the_bound_drops_whole_turns() {
-    let store = AgentStore::new(4, 0);
+    let store = AgentStore::new(4, 0, 0);
     let agent = store.create(TenantId(0), config("a")).expect("created");
     let mut data = agent.data();
     for turn in 0..3 {
@@ -57,7 +57,7 @@ fn the_bound_drops_whole_turns() {
         data.push(CanonicalMessage::new(Role::Assistant, "calling".into()));
         data.push(CanonicalMessage::new(Role::System, "result".into()));
     }
-    data.enforce_bound(4);
+    data.enforce_bound(4, 0);
     let first = &data.conversation.front().expect("kept").message;
     assert_eq!(
         (first.role, first.content.as_str()),
@@ -66,9 +66,43 @@ fn the_bound_drops_whole_turns() {
     assert_eq!(data.len(), 3);
 }
 
+/// The bound in bytes drops whole turns too, and the count of bytes follows every push,
+/// drop and truncation.
+#[test]
+fn the_byte_bound_drops_whole_turns_and_the_count_follows() {
+    let store = AgentStore::new(100, 0, 0);
+    let agent = store.create(TenantId(0), config("a")).expect("created");
+    let mut data = agent.data();
+    let mut metadata = std::collections::HashMap::new();
+    metadata.insert("k".to_owned(), "vv".to_owned());
+    for turn in 0..3 {
+        data.push(CanonicalMessage::new(
+            Role::User,
+            format!("question {turn}"),
+        ));
+        data.push(CanonicalMessage::with_metadata(
+            Role::Assistant,
+            "answer".into(),
+            metadata.clone(),
+        ));
+    }
+    // Each turn: "question N" (10) + "answer" (6) + "k" + "vv" (3) = 19 bytes.
+    assert_eq!(data.bytes(), 57);
+    data.enforce_bound(100, 40);
+    assert_eq!(data.len(), 4, "the oldest turn went whole");
+    assert_eq!(data.bytes(), 38);
+    let first = &data.conversation.front().expect("kept").message;
+    assert_eq!(first.content, "question 1");
+
+    data.truncate(3);
+    assert_eq!(data.bytes(), 29);
+    data.enforce_bound(100, 0);
+    assert_eq!(data.len(), 3, "0 bounds nothing");
+}
+
 #[test]
 fn transitions_follow_the_machine_and_are_remembered() {
-    let store = AgentStore::new(10, 0);
+    let store = AgentStore::new(10, 0, 0);
     let agent = store.create(TenantId(0), config("a")).expect("created");
     let mut data = agent.data();
     data.transition(AgentState::Thinking, "")
@@ -83,7 +117,7 @@ fn transitions_follow_the_machine_and_are_remembered() {
 
 #[test]
 fn a_tenant_at_its_most_agents_is_refused_until_one_is_deleted() {
-    let store = AgentStore::new(10, 2);
+    let store = AgentStore::new(10, 0, 2);
     store.create(TenantId(1), config("a")).expect("created");
     store.create(TenantId(1), config("b")).expect("created");
     assert!(matches!(
@@ -106,7 +140,7 @@ fn a_tenant_at_its_most_agents_is_refused_until_one_is_deleted() {
 
 #[test]
 fn listing_pages_in_creation_order_and_an_emptied_tenant_leaves_nothing() {
-    let store = AgentStore::new(10, 0);
+    let store = AgentStore::new(10, 0, 0);
     let names = ["z", "a", "m"];
     for name in names {
         store.create(TenantId(1), config(name)).expect("created");

@@ -28,7 +28,9 @@ use crate::agent::builtin::BuiltinModel;
 use crate::agent::model::{LlmProvider, ModelError};
 use crate::agent::openai::{OpenAiClient, OpenAiConfig};
 use crate::agent::runner::AgentRunner;
-use crate::agent::store::{AgentStore, DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_MESSAGES};
+use crate::agent::store::{
+    AgentStore, DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
+};
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::heavy;
 use crate::invoke::limits::{RateLimitConfig, RateLimits};
@@ -91,6 +93,9 @@ pub struct ServerOptions {
     pub model: Option<OpenAiConfig>,
     /// The most messages one agent's conversation keeps.
     pub max_conversation_messages: usize,
+    /// Most bytes of messages (content and metadata) an agent's conversation keeps; the oldest
+    /// turns go first; 0 sets no bound.
+    pub max_conversation_bytes: usize,
     /// The most agents one tenant may have at once; 0 sets no limit.
     pub max_agents_per_tenant: usize,
 }
@@ -125,6 +130,7 @@ impl Default for ServerOptions {
             call_scheduling: CallScheduling::default(),
             model: None,
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
+            max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
         }
     }
@@ -191,6 +197,7 @@ pub async fn serve(
     );
     let agents = Arc::new(AgentStore::new(
         options.max_conversation_messages,
+        options.max_conversation_bytes,
         options.max_agents_per_tenant,
     ));
     let runner = AgentRunner::new(agents, registry.clone(), invoker.clone(), model);

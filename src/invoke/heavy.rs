@@ -120,7 +120,10 @@ mod tests {
         let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = Arc::clone(&started);
         let work = move || flag.store(true, std::sync::atomic::Ordering::SeqCst);
-        assert_eq!(HeavyWork::new(1).run(Some(Instant::now()), work).await, None);
+        assert_eq!(
+            HeavyWork::new(1).run(Some(Instant::now()), work).await,
+            None
+        );
         assert!(!started.load(std::sync::atomic::Ordering::SeqCst));
     }
 
