@@ -1,18 +1,20 @@
-//! Large InvokeTool inputs through the real server on loopback: they are read, digested and
-//! checked against the tool's schema off the threads that serve calls, so the caller's other
-//! calls on the same connection go on meanwhile, and a check that outlasts the caller's
-//! deadline is answered at the deadline and recorded.
+//! Large InvokeTool inputs and outputs through the real server on loopback: they are read,
+//! digested and checked against the tool's schemas off the threads that serve calls, so the
+//! caller's other calls on the same connection go on meanwhile, and an input check that
+//! outlasts the caller's deadline is answered at the deadline and recorded.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::invoke_fixture::{records, request};
+use common::provider::TestProvider;
 use common::*;
 use serde_json::{Value, json};
 use tonic::Code;
 use toolplane::pb;
 use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
+use toolplane::provider::{ToolDescriptor, ToolInvocation, ToolOutput, ToolRegistry, handler};
 
 /// A tool whose schema checks every string against a pattern with look-ahead, which runs on
 /// the backtracking engine: its first branch takes thousands of steps on a string of 11 `a`s
@@ -45,21 +47,14 @@ fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     request
 }
 
-/// While a large input is being checked, a small call on the same connection is answered.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_large_input_does_not_hold_up_the_connections_other_calls() {
-    let server = TestServer::start().await;
-    register_slow_tool(&server).await;
-    let channel = server.channel().await;
-    let mut invoke = ToolInvokeServiceClient::new(channel.clone());
+/// Small calls on `channel`, each refused for its input, until `big` is answered: how many
+/// were answered before it, and how long the slowest took.
+async fn small_calls_until<T>(
+    big: &tokio::task::JoinHandle<T>,
+    channel: tonic::transport::Channel,
+) -> (usize, Duration) {
     let mut small = ToolInvokeServiceClient::new(channel);
-
-    let big_request = request("check", large_input());
-    let started = Instant::now();
-    let big = tokio::spawn(async move { invoke.invoke_tool(big_request).await });
-    // Small calls on the same connection, until the large one is answered.
-    let mut answered_meanwhile = 0;
-    let mut slowest = Duration::ZERO;
+    let (mut answered_meanwhile, mut slowest) = (0, Duration::ZERO);
     while !big.is_finished() {
         let sent = Instant::now();
         let error = small
@@ -72,24 +67,93 @@ async fn a_large_input_does_not_hold_up_the_connections_other_calls() {
             answered_meanwhile += 1;
         }
     }
-    let big_took = started.elapsed();
-    let outcome = big.await.expect("the large call ends");
-    eprintln!(
-        "large input answered after {big_took:?}: {outcome:?}; {answered_meanwhile} small calls meanwhile, the slowest {slowest:?}"
-    );
-    assert_eq!(
-        outcome.expect_err("no provider").code(),
-        Code::Unavailable,
-        "checked, then the provider is called"
-    );
+    (answered_meanwhile, slowest)
+}
+
+fn assert_not_held_up(answered_meanwhile: usize, slowest: Duration, big_took: Duration) {
     assert!(
         answered_meanwhile > 10,
-        "small calls answered while the large input was checked: {answered_meanwhile}"
+        "small calls answered meanwhile: {answered_meanwhile}"
     );
     assert!(
         slowest < big_took / 2,
         "no small call waited for the large one: the slowest took {slowest:?} of {big_took:?}"
     );
+}
+
+/// While a large input is being checked, a small call on the same connection is answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_input_does_not_hold_up_the_connections_other_calls() {
+    let server = TestServer::start().await;
+    register_slow_tool(&server).await;
+    let channel = server.channel().await;
+    let mut invoke = ToolInvokeServiceClient::new(channel.clone());
+
+    let big_request = request("check", large_input());
+    let started = Instant::now();
+    let big = tokio::spawn(async move { invoke.invoke_tool(big_request).await });
+    let (answered_meanwhile, slowest) = small_calls_until(&big, channel).await;
+    let big_took = started.elapsed();
+    let outcome = big.await.expect("the large call ends");
+    assert_eq!(
+        outcome.expect_err("no provider").code(),
+        Code::Unavailable,
+        "checked, then the provider is called"
+    );
+    assert_not_held_up(answered_meanwhile, slowest, big_took);
+}
+
+/// While a large output is being read and checked against the tool's output schema, a small
+/// call on the same connection is answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_output_does_not_hold_up_the_connections_other_calls() {
+    let server = TestServer::start().await;
+    register_slow_tool(&server).await;
+    let output_schema = json!({
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {
+            "type": "string", "pattern": "^(?:(a|a)*(?=b)|a*)$",
+        }}},
+    });
+    let tool = ToolDescriptor::new(
+        "answer_at_length",
+        "Answers with many strings",
+        json!({"type": "object"}),
+    )
+    .returns(output_schema);
+    let tools = ToolRegistry::new()
+        .register(
+            tool,
+            handler(|_call: ToolInvocation| async { Ok(ToolOutput::new(large_input())) }),
+        )
+        .expect("a valid tool")
+        .freeze();
+    let provider =
+        TestProvider::start(tools, &server.endpoint(), "talker", Duration::from_secs(30)).await;
+    wait_registered(&server, "talker").await;
+    let channel = server.channel().await;
+    let mut invoke = ToolInvokeServiceClient::new(channel.clone());
+
+    let started = Instant::now();
+    let big = tokio::spawn(async move {
+        invoke
+            .invoke_tool(request("answer_at_length", json!({})))
+            .await
+    });
+    let (answered_meanwhile, slowest) = small_calls_until(&big, channel).await;
+    let big_took = started.elapsed();
+    let answer = big
+        .await
+        .expect("the large call ends")
+        .expect("answered")
+        .into_inner();
+    assert!(answer.warnings.is_empty(), "{:?}", answer.warnings);
+    assert_eq!(
+        answer.record.expect("record").status,
+        pb::InvocationStatus::Succeeded as i32
+    );
+    assert_not_held_up(answered_meanwhile, slowest, big_took);
+    provider.stop().await;
 }
 
 /// A check that outlasts the caller's deadline is answered DEADLINE_EXCEEDED

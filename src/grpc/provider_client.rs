@@ -18,6 +18,7 @@ use crate::invoke::caller::{
     FailureKind, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply, WireForm,
 };
 use crate::invoke::health::ProviderHealthBook;
+use crate::invoke::heavy::{HeavyWork, is_large};
 use crate::json::json_to_struct;
 use crate::registry::RegistryStore;
 
@@ -37,6 +38,8 @@ const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 #[derive(Debug, Clone)]
 pub struct GrpcProviderCaller {
     channels: moka::sync::Cache<String, Arc<UnaryChannel>>,
+    /// Where a large output is read into JSON; `None` reads every output in place.
+    heavy: Option<HeavyWork>,
 }
 
 impl Default for GrpcProviderCaller {
@@ -46,6 +49,17 @@ impl Default for GrpcProviderCaller {
                 .time_to_idle(CHANNEL_IDLE)
                 .max_capacity(10_000)
                 .build(),
+            heavy: None,
+        }
+    }
+}
+
+impl GrpcProviderCaller {
+    /// A caller that reads large outputs into JSON in `heavy`, off the serving threads.
+    pub fn with_heavy_work(heavy: HeavyWork) -> Self {
+        Self {
+            heavy: Some(heavy),
+            ..Self::default()
         }
     }
 }
@@ -132,6 +146,7 @@ impl ProviderCaller for GrpcProviderCaller {
         call: ProviderCall,
     ) -> BoxFuture<'static, Result<ProviderReply, ProviderFailure>> {
         let channel = self.channel(&call.endpoint);
+        let heavy = self.heavy.clone();
         Box::pin(async move {
             let channel = channel?;
             let meta = RequestMeta::new(call.tenant, Some(&call.correlation_id)).response();
@@ -152,19 +167,26 @@ impl ProviderCaller for GrpcProviderCaller {
                 .await
                 .map_err(|status| failure(&status))?;
             // The output is read as JSON (to check and hash it) and passed on as it came.
-            let output = match &response.output {
-                Some(raw) => {
-                    value_bytes_to_json(raw.as_bytes()).map_err(|error| ProviderFailure {
-                        kind: FailureKind::Other(tonic::Code::Internal as i32),
-                        reason: "TOOL_BAD_OUTPUT".to_owned(),
-                        message: format!("provider output has no JSON form: {error}"),
-                    })?
-                }
-                None => serde_json::Value::Null,
+            let raw = response.output.map(Arc::new);
+            let output_bytes = raw.as_ref().map_or(0, |raw| raw.as_bytes().len());
+            let to_read = raw.clone();
+            let read = move || match to_read {
+                Some(raw) => value_bytes_to_json(raw.as_bytes()).map_err(|error| ProviderFailure {
+                    kind: FailureKind::Other(tonic::Code::Internal as i32),
+                    reason: "TOOL_BAD_OUTPUT".to_owned(),
+                    message: format!("provider output has no JSON form: {error}"),
+                }),
+                None => Ok(serde_json::Value::Null),
             };
+            let output = match heavy.filter(|_| is_large(output_bytes)) {
+                // Bounded by the engine's timer around the whole call.
+                Some(heavy) => heavy.run(None, read).await.expect("no deadline"),
+                None => read(),
+            }?;
             Ok(ProviderReply {
                 output,
-                output_wire: response.output.map(|raw| WireForm(Arc::new(raw))),
+                output_wire: raw.map(|raw| WireForm(raw)),
+                output_bytes,
                 warnings: response.warnings,
             })
         })

@@ -32,7 +32,7 @@ use crate::agent::store::{
     AgentStore, DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
 };
 use crate::invoke::health::ProviderHealthBook;
-use crate::invoke::heavy;
+use crate::invoke::heavy::{self, HeavyWork};
 use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, RecordError, RecordLog};
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
@@ -181,7 +181,8 @@ pub async fn serve(
     );
     let serving = ServingState::new();
     let health = Arc::new(ProviderHealthBook::default());
-    let caller = GrpcProviderCaller::default();
+    let heavy_work = HeavyWork::new(heavy::default_permits());
+    let caller = GrpcProviderCaller::with_heavy_work(heavy_work.clone());
     let limits = Arc::new(RateLimits::new(&options.rate_limits));
     let model = model_provider(options.model.as_ref())?;
     let invoker = Invoker::new(
@@ -192,7 +193,7 @@ pub async fn serve(
         records,
         InvokerOptions {
             max_timeout: options.max_invoke_timeout,
-            heavy_work_permits: heavy::default_permits(),
+            heavy_work,
         },
     );
     let agents = Arc::new(AgentStore::new(

@@ -61,6 +61,9 @@ pub struct ProviderReply {
     /// The same output in the transport's form, when the transport supplied one; the engine
     /// hands it to the caller's side unchanged.
     pub output_wire: Option<WireForm>,
+    /// The output's size as it arrived, in bytes (0 when not known): a large output is
+    /// digested and checked off the serving threads (`invoke::heavy`).
+    pub output_bytes: usize,
     /// The provider's warnings.
     pub warnings: Vec<String>,
 }

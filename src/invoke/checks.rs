@@ -71,13 +71,34 @@ pub fn check_input(
     }
 }
 
-/// The output's mismatches with the tool's output schema, as warnings (the output is passed
-/// on all the same).
-pub(super) fn output_warnings(
+/// What is learnt from a provider's output before it is passed on.
+#[derive(Debug)]
+pub(super) struct InspectedOutput {
+    /// The output itself, handed back.
+    pub(super) output: Value,
+    /// The sha256 of the output's canonical JSON, for the record.
+    pub(super) output_sha256: String,
+    /// Its mismatches with the tool's output schema.
+    pub(super) warnings: Vec<String>,
+}
+
+/// Digests `output` and checks it against the tool's output schema; like
+/// [`inspect_input`], off the serving threads for a large one.
+pub(super) fn inspect_output(
     validators: &ValidatorCache,
     found: &ToolRef,
-    output: &Value,
-) -> Vec<String> {
+    output: Value,
+) -> InspectedOutput {
+    InspectedOutput {
+        output_sha256: canonical_sha256(&output),
+        warnings: output_warnings(validators, found, &output),
+        output,
+    }
+}
+
+/// The output's mismatches with the tool's output schema, as warnings (the output is passed
+/// on all the same).
+fn output_warnings(validators: &ValidatorCache, found: &ToolRef, output: &Value) -> Vec<String> {
     let validator = match validators.output(&found.tool) {
         None => return Vec::new(),
         Some(Ok(validator)) => validator,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use super::caller::{FailureKind, ProviderCall, ProviderCaller, WireForm};
-use super::checks::{check_input, inspect_input, output_warnings};
+use super::checks::{InspectedOutput, check_input, inspect_input, inspect_output};
 use super::error::InvokeError;
 use super::health::ProviderHealthBook;
 use super::heavy::{self, HeavyWork};
@@ -14,7 +14,6 @@ use super::limits::RateLimits;
 use super::policy::RetryPolicy;
 use super::records::{InvocationRecord, InvocationStatus, RecordDraft, RecordLog};
 use crate::envelope::TenantId;
-use crate::json::canonical_sha256;
 use crate::registry::{Capability, Registry, ServiceName, ToolName, ToolRef};
 
 /// The most the engine answers ahead of the caller's deadline.
@@ -87,9 +86,9 @@ pub struct Failed {
 pub struct InvokerOptions {
     /// The longest time any call may take, whatever the caller or tool say.
     pub max_timeout: Duration,
-    /// How many large inputs are read, digested and checked at once off the serving threads
-    /// ([`super::heavy`]).
-    pub heavy_work_permits: usize,
+    /// Where large inputs and outputs are read, digested and checked, off the serving threads
+    /// ([`super::heavy`]); share it with the provider caller.
+    pub heavy_work: HeavyWork,
 }
 
 /// The invocation engine.
@@ -101,7 +100,6 @@ pub struct Invoker {
     health: Arc<ProviderHealthBook>,
     records: Arc<RecordLog>,
     options: InvokerOptions,
-    heavy: HeavyWork,
 }
 
 /// Writes the record of an invocation exactly once: on completion, as CANCELLED when the
@@ -117,18 +115,18 @@ impl RecordGuard {
         &mut self,
         status: InvocationStatus,
         reason: &str,
-        output: Option<&Value>,
+        output_sha256: String,
     ) -> Result<Arc<InvocationRecord>, InvokeError> {
         let mut draft = self.draft.take().expect("a record is finished once");
         draft.status = status;
         draft.error_reason = reason.to_owned();
-        draft.output_sha256 = output.map(canonical_sha256).unwrap_or_default();
+        draft.output_sha256 = output_sha256;
         draft.finished_at = SystemTime::now();
         Ok(self.records.append(draft)?)
     }
 
     fn fail(&mut self, status: InvocationStatus, reason: &str, error: InvokeError) -> Failed {
-        match self.finish(status, reason, None) {
+        match self.finish(status, reason, String::new()) {
             Ok(record) => Failed {
                 error,
                 record: Some(record),
@@ -155,7 +153,7 @@ impl Drop for RecordGuard {
         } else {
             (InvocationStatus::Cancelled, "CANCELLED")
         };
-        if let Err(error) = self.finish(status, reason, None) {
+        if let Err(error) = self.finish(status, reason, String::new()) {
             tracing::error!(tenant, %correlation_id, %tool, %error, "cannot record an invocation that did not finish");
         }
     }
@@ -190,7 +188,6 @@ impl Invoker {
         records: Arc<RecordLog>,
         options: InvokerOptions,
     ) -> Self {
-        let heavy = HeavyWork::new(options.heavy_work_permits);
         Self {
             registry,
             caller,
@@ -198,13 +195,12 @@ impl Invoker {
             health,
             records,
             options,
-            heavy,
         }
     }
 
     /// The pool that works on large inputs off the serving threads.
     pub fn heavy_work(&self) -> &HeavyWork {
-        &self.heavy
+        &self.options.heavy_work
     }
 
     /// The record log.
@@ -283,7 +279,7 @@ impl Invoker {
             let found = resolved.as_ref().ok().cloned();
             let input = Arc::clone(&input);
             let work = move || inspect_input(&validators, found.as_ref(), &input);
-            match self.heavy.run(Some(deadline), work).await {
+            match self.options.heavy_work.run(Some(deadline), work).await {
                 Some(inspected) => inspected,
                 None => {
                     let error = InvokeError::CheckTimeout {
@@ -445,15 +441,29 @@ impl Invoker {
         };
         match outcome {
             Ok(reply) => {
+                let validators = self.registry.validators();
+                let inspected = if heavy::is_large(reply.output_bytes) {
+                    let (validators, found) = (validators.clone(), found.clone());
+                    let work = move || inspect_output(&validators, &found, reply.output);
+                    // The tool has answered: its output is checked to the end, not given up on.
+                    self.options
+                        .heavy_work
+                        .run(None, work)
+                        .await
+                        .expect("work with no deadline answers")
+                } else {
+                    inspect_output(validators, &found, reply.output)
+                };
+                let InspectedOutput {
+                    output,
+                    output_sha256,
+                    warnings: mismatches,
+                } = inspected;
                 let mut warnings = reply.warnings;
-                warnings.extend(output_warnings(
-                    self.registry.validators(),
-                    &found,
-                    &reply.output,
-                ));
-                match guard.finish(InvocationStatus::Succeeded, "", Some(&reply.output)) {
+                warnings.extend(mismatches);
+                match guard.finish(InvocationStatus::Succeeded, "", output_sha256) {
                     Ok(record) => Ok(Invoked {
-                        output: reply.output,
+                        output,
                         output_wire: reply.output_wire,
                         warnings,
                         record,

@@ -11,6 +11,7 @@ use super::*;
 use crate::invoke::caller::{ProviderFailure, ProviderReply};
 use crate::invoke::limits::RateLimitConfig;
 use crate::invoke::records::RecordFilter;
+use crate::json::canonical_sha256;
 use crate::registry::memory::MemoryStore;
 use crate::registry::{RegistrationLimits, ServiceSpec, ToolSpec};
 
@@ -64,7 +65,7 @@ fn engine(panics: bool) -> Invoker {
         Arc::new(RecordLog::in_memory(16)),
         InvokerOptions {
             max_timeout: DEFAULT_MAX_TIMEOUT,
-            heavy_work_permits: 1,
+            heavy_work: heavy::HeavyWork::new(1),
         },
     )
 }
