@@ -20,7 +20,7 @@ use crate::grpc::ServerOptions;
 use crate::grpc::call_scheduling::CallScheduling;
 use crate::grpc::server::{
     DEFAULT_DRAIN_GRACE, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
-    DEFAULT_PROVIDER_HEALTH_INTERVAL,
+    DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PROVIDER_HEALTH_INTERVAL,
 };
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
@@ -120,6 +120,9 @@ pub struct ServerConfig {
     /// How long that PING may go unanswered before the connection is closed.
     #[serde(with = "humantime_serde")]
     pub keepalive_timeout: Duration,
+    /// The most streams (calls and watches) one caller connection may have open at once; 0
+    /// sets no limit.
+    pub max_concurrent_streams: u32,
     /// Where a connection's calls run: `per-connection` (on the task serving the connection:
     /// less CPU per call, and a connection's calls share one thread) or `per-call` (each on a
     /// task of its own, which any thread may run).
@@ -185,6 +188,7 @@ impl Default for ServerConfig {
             max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             call_scheduling: CallScheduling::default(),
             model_base_url: String::new(),
@@ -322,6 +326,7 @@ impl ServerConfig {
             max_invoke_timeout: self.max_invoke_timeout,
             provider_health_interval: self.provider_health_interval,
             keepalive_interval: self.keepalive_interval,
+            max_concurrent_streams: self.max_concurrent_streams,
             keepalive_timeout: self.keepalive_timeout,
             call_scheduling: self.call_scheduling,
             model: (!self.model_base_url.is_empty()).then(|| OpenAiConfig {
@@ -401,7 +406,12 @@ mod tests {
     #[test]
     fn the_bounds_of_tenants_default_and_can_be_set() {
         type Read = fn(&ServerOptions) -> u64;
-        let bounds: [(&str, u64, Read); 6] = [
+        let bounds: [(&str, u64, Read); 7] = [
+            (
+                "TOOLPLANE_MAX_CONCURRENT_STREAMS",
+                DEFAULT_MAX_CONCURRENT_STREAMS.into(),
+                |options| options.max_concurrent_streams.into(),
+            ),
             (
                 "TOOLPLANE_MAX_CONVERSATION_BYTES",
                 DEFAULT_MAX_CONVERSATION_BYTES as u64,

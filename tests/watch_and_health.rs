@@ -483,3 +483,38 @@ async fn standard_health_watch() {
         .await
         .expect("server stops within its grace period");
 }
+
+/// A connection may have at most `max_concurrent_streams` streams open: with two watches open
+/// on it, a third call waits (gRPC clients queue it) until a watch ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_holds_at_most_its_streams() {
+    let server = TestServer::start_with(toolplane::grpc::ServerOptions {
+        max_concurrent_streams: 2,
+        ..test_options()
+    })
+    .await;
+    let mut client = server.discovery().await;
+    let first = watch(&mut client, 0, "").await;
+    let _second = watch(&mut client, 0, "").await;
+
+    let mut third = client.clone();
+    let waiting = tokio::spawn(async move {
+        third
+            .list_services(pb::ListServicesRequest {
+                meta: meta(0),
+                ..Default::default()
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a third stream on the connection waits while two are open"
+    );
+    drop(first);
+    let answered = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .expect("answered once a watch ended")
+        .expect("the task ends");
+    answered.expect("listed");
+}

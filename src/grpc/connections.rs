@@ -33,6 +33,9 @@ pub struct ConnectionSettings {
     pub keepalive_interval: Option<Duration>,
     /// How long a ping may go unanswered before the connection is closed.
     pub keepalive_timeout: Duration,
+    /// The most streams (calls and watches) one connection may have open at once, announced
+    /// to the peer in HTTP/2 SETTINGS; `None` sets no limit.
+    pub max_concurrent_streams: Option<u32>,
 }
 
 /// What [`serve_connections`] serves: tonic's routes, layered or not.
@@ -126,8 +129,7 @@ async fn serve_connection<S, B, IO>(
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.keepalive_interval)
         .keep_alive_timeout(settings.keepalive_timeout)
-        // As tonic's server: no limit (hyper's own default is 200 streams per connection).
-        .max_concurrent_streams(None);
+        .max_concurrent_streams(settings.max_concurrent_streams);
     let mut connection = pin!(builder.serve_connection(TokioIo::new(io), calls));
     let mut stopping = false;
     loop {

@@ -72,6 +72,7 @@ async fn serve_probe(scheduling: CallScheduling) -> UnaryChannel {
         scheduling,
         keepalive_interval: None,
         keepalive_timeout: Duration::from_secs(20),
+        max_concurrent_streams: None,
     };
     tokio::spawn(serve_connections(
         super::super::coalesce::incoming(listener),

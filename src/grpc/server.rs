@@ -48,6 +48,10 @@ use crate::registry::{RegistrationLimits, Registry, RegistryStore};
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// The default interval of provider health checks.
 pub const DEFAULT_PROVIDER_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// Default most streams one caller connection may have open at once: above what gRPC clients
+/// open on one connection in practice (the benchmark opens 100 watches per connection), while
+/// one connection can no longer open streams without end.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
 /// The default time a caller's connection may be silent before it is pinged.
 pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 /// The default time a ping may go unanswered before the connection is closed.
@@ -87,6 +91,9 @@ pub struct ServerOptions {
     /// How long that PING may go unanswered before the connection (and every stream on it,
     /// watches included) is closed: a peer that vanished without closing its connection.
     pub keepalive_timeout: Duration,
+    /// The most streams (calls and watches) one caller connection may have open at once; a
+    /// gRPC client queues its further calls until one ends; 0 sets no limit.
+    pub max_concurrent_streams: u32,
     /// Where a connection's calls run (see `grpc::call_scheduling`).
     pub call_scheduling: CallScheduling,
     /// The chat model agents use; `None` uses the deterministic built-in model.
@@ -107,6 +114,7 @@ impl ServerOptions {
             scheduling: self.call_scheduling,
             keepalive_interval: Some(self.keepalive_interval).filter(|i| !i.is_zero()),
             keepalive_timeout: self.keepalive_timeout,
+            max_concurrent_streams: Some(self.max_concurrent_streams).filter(|max| *max != 0),
         }
     }
 }
@@ -126,6 +134,7 @@ impl Default for ServerOptions {
             max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             call_scheduling: CallScheduling::default(),
             model: None,
