@@ -3,8 +3,8 @@
 //! Each conversation holds at most `max_messages` messages and `max_bytes` bytes of messages
 //! (content and metadata). When a turn leaves more, the oldest whole turns (a user message and
 //! everything up to the next user message) are dropped until it fits, so a tool call is never
-//! separated from its result. The system prompt is agent
-//! configuration, not part of the conversation, and is never dropped.
+//! separated from its result. The system prompt is agent configuration, not part of the
+//! conversation, and is never dropped.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
@@ -22,6 +22,9 @@ pub const DEFAULT_MAX_MESSAGES: usize = 200;
 /// The default most bytes of messages (content and metadata) kept per conversation.
 pub const DEFAULT_MAX_CONVERSATION_BYTES: usize = 1024 * 1024;
 
+/// How many recent state transitions an agent remembers.
+pub const TRANSITION_HISTORY: usize = 32;
+
 /// The bytes a conversation counts for a message: its content and its metadata's keys and
 /// values.
 pub fn message_bytes(message: &CanonicalMessage) -> usize {
@@ -32,8 +35,6 @@ pub fn message_bytes(message: &CanonicalMessage) -> usize {
             .map(|(key, value)| key.len() + value.len())
             .sum::<usize>()
 }
-/// How many recent state transitions an agent remembers.
-pub const TRANSITION_HISTORY: usize = 32;
 
 /// What an agent is created with.
 #[derive(Debug, Clone, PartialEq, Eq)]

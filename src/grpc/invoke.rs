@@ -34,10 +34,38 @@ impl InvokeApi {
     pub fn new(invoker: Invoker) -> Self {
         Self { invoker }
     }
+
+    /// Runs `work`, which takes time in proportion to the input: in place for a small input,
+    /// off the serving threads for a large one (`invoke::heavy`), answering DEADLINE_EXCEEDED
+    /// (VALIDATION_TIMEOUT) when the caller's deadline passes first.
+    async fn work_on_input<T: Send + 'static>(
+        &self,
+        tool: &ToolName,
+        input_bytes: usize,
+        caller_timeout: Option<Duration>,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Status> {
+        if !heavy::is_large(input_bytes) {
+            return Ok(work());
+        }
+        let deadline = caller_timeout.map(|timeout| Instant::now() + answer_within(timeout));
+        self.invoker
+            .heavy_work()
+            .run(deadline, work)
+            .await
+            .ok_or_else(|| {
+                let error = InvokeError::CheckTimeout {
+                    tool: tool.to_string(),
+                    bytes: input_bytes,
+                    after: caller_timeout.unwrap_or_default(),
+                };
+                super::status::invoke_status(error, None)
+            })
+    }
 }
 
 /// `ValidateToolInput`'s work: the input read into JSON and checked against the tool's schema.
-fn check_input(
+fn validate_input(
     invoker: &Invoker,
     tenant: TenantId,
     tool: &ToolName,
@@ -98,36 +126,6 @@ fn retry_policy(policy: Option<pb::RetryPolicy>) -> Result<Option<RetryPolicy>, 
 fn failed_status(failed: Failed) -> Status {
     let invocation_id = failed.record.map(|record| record.invocation_id.clone());
     super::status::invoke_status(failed.error, invocation_id)
-}
-
-impl InvokeApi {
-    /// Runs `work`, which takes time in proportion to the input: in place for a small input,
-    /// off the serving threads for a large one (`invoke::heavy`), answering DEADLINE_EXCEEDED
-    /// (VALIDATION_TIMEOUT) when the caller's deadline passes first.
-    async fn work_on_input<T: Send + 'static>(
-        &self,
-        tool: &ToolName,
-        input_bytes: usize,
-        caller_timeout: Option<Duration>,
-        work: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, Status> {
-        if !heavy::is_large(input_bytes) {
-            return Ok(work());
-        }
-        let deadline = caller_timeout.map(|timeout| Instant::now() + answer_within(timeout));
-        self.invoker
-            .heavy_work()
-            .run(deadline, work)
-            .await
-            .ok_or_else(|| {
-                let error = InvokeError::CheckTimeout {
-                    tool: tool.to_string(),
-                    bytes: input_bytes,
-                    after: caller_timeout.unwrap_or_default(),
-                };
-                super::status::invoke_status(error, None)
-            })
-    }
 }
 
 impl InvokeWire for InvokeApi {
@@ -267,7 +265,7 @@ impl ToolInvokeService for InvokeApi {
         let (invoker, for_work) = (self.invoker.clone(), tool.clone());
         let found = self
             .work_on_input(&tool, input_bytes, caller_timeout, move || {
-                check_input(&invoker, tenant, &for_work, service.as_ref(), request.input)
+                validate_input(&invoker, tenant, &for_work, service.as_ref(), request.input)
             })
             .await??;
         Ok(Response::new(pb::ValidateToolInputResponse {
