@@ -176,8 +176,9 @@ async fn provider_registers_again_after_control_plane_restart() {
 }
 
 /// A log past `records_rotate_bytes` is moved to `PATH.<first sequence>` and goes on in a new
-/// file, across a restart too; `audit verify` checks the files, oldest first, as one chain
-/// and names the file a break is in.
+/// file, across a restart too, whose server still lists the records of the rotated files;
+/// `audit verify` checks the files, oldest first, as one chain and names the file a break is
+/// in.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rotated_record_log_verifies_as_one_chain() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -193,6 +194,21 @@ async fn a_rotated_record_log_verifies_as_one_chain() {
     provider.stop().await;
     first.stop().await;
     let second = TestServer::start_with(options).await;
+    let mut client = ToolInvokeServiceClient::new(second.channel().await);
+    let listed = client
+        .list_invocation_records(pb::ListInvocationRecordsRequest {
+            meta: meta(0),
+            ..Default::default()
+        })
+        .await
+        .expect("listed")
+        .into_inner();
+    let sequences: Vec<u64> = listed.records.iter().map(|r| r.sequence).collect();
+    assert_eq!(
+        sequences,
+        [3, 2, 1],
+        "the restarted server lists the records of the rotated files too"
+    );
     invoke_power(&second, 4).await.expect_err("no provider now");
     second.stop().await;
 

@@ -11,6 +11,7 @@ pub mod health;
 pub mod heavy;
 pub mod limits;
 pub mod policy;
+mod record_canonical;
 mod record_file;
 pub mod records;
 

@@ -113,22 +113,11 @@ pub(super) fn rotated_path(path: &Path, first_sequence: u64) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The last whole line of the newest file rotated from the log at `path`, and that file: where
-/// a log reopened after a rotation goes on from.
-pub(super) fn last_rotated_line(path: &Path) -> std::io::Result<Option<(PathBuf, Vec<u8>)>> {
-    let Some(rotated) = newest_rotated(path)? else {
-        return Ok(None);
-    };
-    let line = last_line(&rotated).map_err(|error| {
-        std::io::Error::new(error.kind(), format!("{}: {error}", rotated.display()))
-    })?;
-    Ok(line.map(|line| (rotated, line)))
-}
-
-/// The newest file rotated from the log at `path` (the highest first sequence), if any.
-fn newest_rotated(path: &Path) -> std::io::Result<Option<PathBuf>> {
+/// The files rotated from the log at `path`, oldest first (by the first sequence in their
+/// names, which sort in chain order).
+pub(super) fn rotated_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
     let Some(file_name) = path.file_name().and_then(|name| name.to_str()) else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let dir = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
@@ -136,10 +125,10 @@ fn newest_rotated(path: &Path) -> std::io::Result<Option<PathBuf>> {
     };
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(error) => return Err(error),
     };
-    let mut newest: Option<String> = None;
+    let mut names = Vec::new();
     for entry in entries {
         let name = entry?.file_name();
         let Some(name) = name.to_str() else { continue };
@@ -149,42 +138,53 @@ fn newest_rotated(path: &Path) -> std::io::Result<Option<PathBuf>> {
             .is_some_and(|digits| {
                 digits.len() == SEQUENCE_DIGITS && digits.bytes().all(|b| b.is_ascii_digit())
             });
-        if is_rotated && newest.as_deref().is_none_or(|newest| name > newest) {
-            newest = Some(name.to_owned());
+        if is_rotated {
+            names.push(name.to_owned());
         }
     }
-    Ok(newest.map(|name| dir.join(name)))
+    names.sort_unstable();
+    Ok(names.into_iter().map(|name| dir.join(name)).collect())
 }
 
-/// How much of a rotated file's end is read to find its last line; a longer line is found by
-/// reading the whole file.
-const TAIL_WINDOW: u64 = 64 * 1024;
+/// How much of a file is read at a time, from its end, when looking for its last lines.
+const TAIL_CHUNK: u64 = 64 * 1024;
 
-/// The last whole line of the file at `path` (with its newline), if it has one. Only the end of
-/// the file is read, so that a restart does not read a whole rotated file for one line.
-fn last_line(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
-    let mut file = File::open(path)?;
-    let len = file.metadata()?.len();
-    let mut start = len.saturating_sub(TAIL_WINDOW);
-    loop {
-        file.seek(SeekFrom::Start(start))?;
-        let mut tail = Vec::new();
-        file.read_to_end(&mut tail)?;
-        // Whole lines only: what follows the last newline is a torn line.
-        let Some(end) = tail.iter().rposition(|&b| b == b'\n') else {
-            if start == 0 {
-                return Ok(None);
-            }
-            start = 0;
-            continue;
-        };
-        match tail[..end].iter().rposition(|&b| b == b'\n') {
-            Some(before) => return Ok(Some(tail[before + 1..=end].to_vec())),
-            // The window began inside the line: it may be longer than the window.
-            None if start > 0 => start = 0,
-            None => return Ok(Some(tail[..=end].to_vec())),
-        }
+/// The last `count` whole lines of the file at `path` (each with its newline), oldest first;
+/// fewer when the file has fewer. The file is read from its end, a chunk at a time, only as
+/// far back as those lines reach, so that a restart does not read whole rotated files.
+pub(super) fn last_lines(path: &Path, count: usize) -> std::io::Result<Vec<Vec<u8>>> {
+    if count == 0 {
+        return Ok(Vec::new());
     }
+    let mut file = File::open(path)?;
+    let mut start = file.metadata()?.len();
+    // Newest first.
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    let mut newlines = 0;
+    // `count` lines are whole once the newline ending the line before them is read too.
+    while start > 0 && newlines <= count {
+        let from = start.saturating_sub(TAIL_CHUNK);
+        let mut chunk = vec![0; usize::try_from(start - from).expect("a chunk fits in memory")];
+        file.seek(SeekFrom::Start(from))?;
+        file.read_exact(&mut chunk)?;
+        newlines += chunk.iter().filter(|&&b| b == b'\n').count();
+        chunks.push(chunk);
+        start = from;
+    }
+    let tail: Vec<u8> = chunks.into_iter().rev().flatten().collect();
+    // Whole lines only: what follows the last newline is a torn line, and what comes before
+    // the first one (unless the file's start was read) ends a line that began before it.
+    let Some(end) = tail.iter().rposition(|&b| b == b'\n') else {
+        return Ok(Vec::new());
+    };
+    let mut whole = &tail[..=end];
+    if start > 0 {
+        let first = whole.iter().position(|&b| b == b'\n').unwrap_or(end);
+        whole = &whole[first + 1..];
+    }
+    let lines: Vec<&[u8]> = whole.split_inclusive(|&b| b == b'\n').collect();
+    let skip = lines.len().saturating_sub(count);
+    Ok(lines[skip..].iter().map(|line| line.to_vec()).collect())
 }
 
 impl<S: Sink> LogFile<S> {
@@ -266,28 +266,64 @@ mod tests {
     }
 
     #[test]
-    fn the_last_whole_line_is_found_from_the_end_of_the_file() {
+    fn the_last_whole_lines_are_found_from_the_end_of_the_file() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("log");
-        let long = "x".repeat(TAIL_WINDOW as usize + 10);
-        let cases: [(String, Option<String>); 6] = [
-            (String::new(), None),
-            ("torn".into(), None),
-            ("a\nb\n".into(), Some("b\n".into())),
-            ("a\nb\ntorn".into(), Some("b\n".into())),
-            (format!("{long}\n"), Some(format!("{long}\n"))),
-            (format!("a\n{long}\n"), Some(format!("{long}\n"))),
+        let long = "x".repeat(TAIL_CHUNK as usize + 10);
+        let many: String = (0..20_000).map(|n| format!("{n}\n")).collect();
+        let cases: [(String, usize, Vec<String>); 9] = [
+            (String::new(), 1, vec![]),
+            ("torn".into(), 1, vec![]),
+            ("a\nb\n".into(), 1, vec!["b\n".into()]),
+            ("a\nb\n".into(), 0, vec![]),
+            ("a\nb\ntorn".into(), 1, vec!["b\n".into()]),
+            ("a\nb\ntorn".into(), 5, vec!["a\n".into(), "b\n".into()]),
+            (format!("{long}\n"), 1, vec![format!("{long}\n")]),
+            (
+                format!("a\n{long}\nb\n"),
+                2,
+                vec![format!("{long}\n"), "b\n".into()],
+            ),
+            // Many chunks back, and a chunk boundary inside a line.
+            (
+                many.clone(),
+                15_000,
+                many.lines().skip(5_000).map(|l| format!("{l}\n")).collect(),
+            ),
         ];
-        for (text, last) in cases {
+        for (text, count, last) in cases {
             std::fs::write(&path, &text).expect("write");
-            let found = last_line(&path).expect("read");
-            assert_eq!(
-                found.map(|line| String::from_utf8(line).expect("utf-8")),
-                last,
-                "{:?}",
-                &text[..text.len().min(20)]
-            );
+            let found = last_lines(&path, count).expect("read");
+            let found: Vec<String> = found
+                .into_iter()
+                .map(|line| String::from_utf8(line).expect("utf-8"))
+                .collect();
+            assert!(found == last, "{:?}, {count}", &text[..text.len().min(20)]);
         }
+    }
+
+    #[test]
+    fn rotated_files_are_listed_in_chain_order() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("records.jsonl");
+        for name in [
+            rotated_path(&path, 12),
+            rotated_path(&path, 3),
+            dir.path().join("records.jsonl.7"),
+            dir.path().join("other.jsonl.00000000000000000001"),
+            path.clone(),
+        ] {
+            std::fs::write(name, "").expect("write");
+        }
+        assert_eq!(
+            rotated_files(&path).expect("listed"),
+            [rotated_path(&path, 3), rotated_path(&path, 12)]
+        );
+        assert!(
+            rotated_files(&dir.path().join("none/records.jsonl"))
+                .expect("a missing directory has none")
+                .is_empty()
+        );
     }
 
     #[test]

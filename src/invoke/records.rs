@@ -9,7 +9,8 @@
 //! hash `verify` prints with one kept elsewhere to catch that.
 //!
 //! Records go to a JSON-lines file when a path is configured, and always to a bounded ring in
-//! memory that serves listing. A new process opening an existing file continues its chain.
+//! memory that serves listing. A new process opening an existing file continues its chain and
+//! loads the latest records back for listing, from the rotated files too when needed.
 //! A file past its size is rotated (see [`RecordLog::open`]); the chain runs on across files.
 
 use std::collections::VecDeque;
@@ -19,9 +20,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use super::audit::{ChainBroken, ChainCheck};
-use super::record_file::{LogFile, last_rotated_line, rotated_path};
+pub use super::record_canonical::{content_sha256, record_line};
+use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
 use crate::envelope::TenantId;
-use crate::json::Sha256Writer;
 
 /// The previous-record hash of the first record.
 pub const GENESIS_SHA256: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -186,68 +187,6 @@ pub struct RecordLog {
     state: Mutex<LogState>,
 }
 
-/// A record's fields in canonical (sorted) order, so serde_json writes its canonical JSON
-/// directly: no intermediate `serde_json::Value`, and for the hash no intermediate string. A
-/// test checks it against `json::canonical_json` of the record's JSON value.
-#[derive(Serialize)]
-struct CanonicalRecord<'a> {
-    attempts: u32,
-    correlation_id: &'a str,
-    definition_sha256: &'a str,
-    duration_us: u64,
-    error_reason: &'a str,
-    finished_at: &'a str,
-    input_sha256: &'a str,
-    invocation_id: &'a str,
-    output_sha256: &'a str,
-    prev_record_sha256: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    record_sha256: Option<&'a str>,
-    sequence: u64,
-    service_name: &'a str,
-    started_at: &'a str,
-    status: InvocationStatus,
-    tenant_id: u64,
-    tool_name: &'a str,
-}
-
-impl<'a> CanonicalRecord<'a> {
-    fn of(record: &'a InvocationRecord, with_hash: bool) -> Self {
-        Self {
-            attempts: record.attempts,
-            correlation_id: &record.correlation_id,
-            definition_sha256: &record.definition_sha256,
-            duration_us: record.duration_us,
-            error_reason: &record.error_reason,
-            finished_at: &record.finished_at,
-            input_sha256: &record.input_sha256,
-            invocation_id: &record.invocation_id,
-            output_sha256: &record.output_sha256,
-            prev_record_sha256: &record.prev_record_sha256,
-            record_sha256: with_hash.then_some(record.record_sha256.as_str()),
-            sequence: record.sequence,
-            service_name: &record.service_name,
-            started_at: &record.started_at,
-            status: record.status,
-            tenant_id: record.tenant_id,
-            tool_name: &record.tool_name,
-        }
-    }
-}
-
-/// The canonical JSON line of a record (without the newline).
-pub fn record_line(record: &InvocationRecord) -> String {
-    serde_json::to_string(&CanonicalRecord::of(record, true)).expect("a record always serializes")
-}
-
-/// sha256 of a record's canonical JSON without its `record_sha256` field.
-pub fn content_sha256(record: &InvocationRecord) -> String {
-    let mut hasher = Sha256Writer::default();
-    serde_json::to_writer(&mut hasher, &CanonicalRecord::of(record, false))
-        .expect("a record always serializes");
-    hasher.finish_hex()
-}
-
 fn rfc3339(time: std::time::SystemTime) -> String {
     use std::fmt::Write;
     // Room for the 30 characters written ("2026-11-23T10:51:47.022761783Z"), so that the
@@ -274,7 +213,8 @@ impl RecordLog {
     }
 
     /// Opens (or creates) a JSON-lines log and continues its chain. The latest `capacity`
-    /// records of the file are loaded for listing. A torn last line (a write cut short by a
+    /// records are loaded for listing: the file's, then, while there is room, the latest of the
+    /// files rotated from it (read from their ends, newest file first). A torn last line (a write cut short by a
     /// crash) is removed. A chain that does not verify is logged as a warning and continued
     /// from its last line: `toolplane audit verify` still reports the break.
     ///
@@ -288,7 +228,10 @@ impl RecordLog {
         };
         let log = Self::in_memory(capacity);
         let mut chain = ChainCheck::default();
-        if let Some((rotated, line)) = last_rotated_line(path).map_err(io(path))? {
+        let rotated = rotated_files(path).map_err(io(path))?;
+        if let Some(newest) = rotated.last()
+            && let Some(line) = last_lines(newest, 1).map_err(io(newest))?.pop()
+        {
             match parse_line(&line) {
                 Ok((_, record)) => {
                     chain = ChainCheck::after(&record);
@@ -297,7 +240,7 @@ impl RecordLog {
                     state.next_sequence = record.sequence + 1;
                 }
                 Err(problem) => {
-                    tracing::warn!(path = %rotated.display(), %problem, "the newest rotated invocation record log does not end in a record; the chain starts again");
+                    tracing::warn!(path = %newest.display(), %problem, "the newest rotated invocation record log does not end in a record; the chain starts again");
                 }
             }
         }
@@ -335,7 +278,10 @@ impl RecordLog {
         if let Some(problem) = broken {
             tracing::warn!(path = %path.display(), %problem, "existing invocation record log does not verify; continuing its chain from the last line");
         }
-        log.lock().file = Some(file);
+        let mut state = log.lock();
+        state.file = Some(file);
+        fill_ring_from_rotated(&mut state, &rotated);
+        drop(state);
         Ok(log)
     }
 
@@ -459,6 +405,46 @@ fn parse_line(bytes: &[u8]) -> Result<(&str, InvocationRecord), String> {
     let record = serde_json::from_str::<InvocationRecord>(text)
         .map_err(|error| format!("not an invocation record: {error}"))?;
     Ok((text, record))
+}
+
+/// Fills the room the current file left in the ring with the latest records of the rotated
+/// files, newest file first, so that a restart lists the latest records whichever file holds
+/// them. Only the ends of the files are read. A record is kept only when it is older than
+/// every record already held, so the ring stays in sequence order; a file that cannot be read
+/// is skipped with a warning (listing is all it serves).
+fn fill_ring_from_rotated(state: &mut LogState, rotated: &[PathBuf]) {
+    for file in rotated.iter().rev() {
+        let room = state.capacity - state.ring.len();
+        if room == 0 {
+            break;
+        }
+        let lines = match last_lines(file, room) {
+            Ok(lines) => lines,
+            Err(error) => {
+                tracing::warn!(path = %file.display(), %error, "cannot read a rotated invocation record log; its records are not listed");
+                continue;
+            }
+        };
+        let mut unread = 0;
+        for line in lines.iter().rev() {
+            let Ok((_, record)) = parse_line(line) else {
+                unread += 1;
+                continue;
+            };
+            let older = state
+                .ring
+                .front()
+                .map_or(state.next_sequence, |first| first.sequence);
+            if record.sequence < older {
+                state.ring.push_front(Arc::new(record));
+            } else {
+                unread += 1;
+            }
+        }
+        if unread > 0 {
+            tracing::warn!(path = %file.display(), lines = unread, "lines of a rotated invocation record log that are not records in chain order are not listed");
+        }
+    }
 }
 
 /// Keeps `record` in the ring; answers the record it pushed out, for the caller to drop once
