@@ -1,7 +1,7 @@
 //! Large InvokeTool inputs and outputs through the real server on loopback: they are read,
 //! digested and checked against the tool's schemas off the threads that serve calls, so the
-//! caller's other calls on the same connection go on meanwhile, and an input check that
-//! outlasts the caller's deadline is answered at the deadline and recorded.
+//! caller's other calls on the same connection go on meanwhile, and a check that outlasts the
+//! caller's deadline is answered at the deadline and recorded.
 
 mod common;
 
@@ -103,12 +103,9 @@ async fn a_large_input_does_not_hold_up_the_connections_other_calls() {
     assert_not_held_up(answered_meanwhile, slowest, big_took);
 }
 
-/// While a large output is being read and checked against the tool's output schema, a small
-/// call on the same connection is answered.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_large_output_does_not_hold_up_the_connections_other_calls() {
-    let server = TestServer::start().await;
-    register_slow_tool(&server).await;
+/// A provider of `answer_at_length`, which answers with [`large_input`], checked against an
+/// output schema as slow as [`register_slow_tool`]'s, within `timeout_ms` when given.
+async fn start_talker(server: &TestServer, timeout_ms: Option<u32>) -> TestProvider {
     let output_schema = json!({
         "type": "object",
         "properties": {"items": {"type": "array", "items": {
@@ -121,6 +118,10 @@ async fn a_large_output_does_not_hold_up_the_connections_other_calls() {
         json!({"type": "object"}),
     )
     .returns(output_schema);
+    let tool = match timeout_ms {
+        Some(timeout_ms) => tool.timeout_ms(timeout_ms),
+        None => tool,
+    };
     let tools = ToolRegistry::new()
         .register(
             tool,
@@ -130,7 +131,17 @@ async fn a_large_output_does_not_hold_up_the_connections_other_calls() {
         .freeze();
     let provider =
         TestProvider::start(tools, &server.endpoint(), "talker", Duration::from_secs(30)).await;
-    wait_registered(&server, "talker").await;
+    wait_registered(server, "talker").await;
+    provider
+}
+
+/// While a large output is being read and checked against the tool's output schema, a small
+/// call on the same connection is answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_output_does_not_hold_up_the_connections_other_calls() {
+    let server = TestServer::start().await;
+    register_slow_tool(&server).await;
+    let provider = start_talker(&server, None).await;
     let channel = server.channel().await;
     let mut invoke = ToolInvokeServiceClient::new(channel.clone());
 
@@ -153,6 +164,37 @@ async fn a_large_output_does_not_hold_up_the_connections_other_calls() {
         pb::InvocationStatus::Succeeded as i32
     );
     assert_not_held_up(answered_meanwhile, slowest, big_took);
+    provider.stop().await;
+}
+
+/// An output check that outlasts the call's deadline (here the tool's own `timeout_ms`; a
+/// caller's deadline counts the same) is answered DEADLINE_EXCEEDED (VALIDATION_TIMEOUT,
+/// naming the output's size) and recorded TIMED_OUT, rather than run on to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_output_check_that_outlasts_the_deadline_is_answered_and_recorded() {
+    let server = TestServer::start().await;
+    // The check takes several seconds in a debug build.
+    let provider = start_talker(&server, Some(1_000)).await;
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+
+    let error = client
+        .invoke_tool(request("answer_at_length", json!({})))
+        .await
+        .expect_err("not checked in time");
+    assert_eq!(error.code(), Code::DeadlineExceeded, "{error:?}");
+    assert_eq!(reason(&error), "VALIDATION_TIMEOUT", "{error:?}");
+    let details = tonic_types::StatusExt::get_details_error_info(&error).expect("ErrorInfo");
+    let bytes: usize = details.metadata["output_bytes"].parse().expect("a size");
+    assert!(bytes > 16 * 1024, "{details:?}");
+    assert_eq!(details.metadata["attempts"], "1", "{details:?}");
+    assert!(error.message().contains("answered"), "{}", error.message());
+
+    let recorded = records(&mut client, "answer_at_length").await;
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].status, pb::InvocationStatus::TimedOut as i32);
+    assert_eq!(recorded[0].error_reason, "VALIDATION_TIMEOUT");
+    assert_eq!(recorded[0].attempts, 1);
+    assert!(recorded[0].output_sha256.is_empty(), "{:?}", recorded[0]);
     provider.stop().await;
 }
 

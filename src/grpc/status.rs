@@ -244,6 +244,17 @@ pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Statu
             metadata.push(("input_bytes", bytes.to_string()));
             (Code::DeadlineExceeded, None)
         }
+        InvokeError::OutputCheckTimeout {
+            tool,
+            bytes,
+            attempts,
+            ..
+        } => {
+            metadata.push(("tool_name", tool));
+            metadata.push(("output_bytes", bytes.to_string()));
+            metadata.push(("attempts", attempts.to_string()));
+            (Code::DeadlineExceeded, None)
+        }
         InvokeError::Records(_) => (Code::Internal, None),
         InvokeError::SchemaUnavailable { tool, .. } => {
             metadata.push(("tool_name", tool));

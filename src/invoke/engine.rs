@@ -171,7 +171,9 @@ pub fn reason_of(error: &InvokeError) -> String {
         InvokeError::NoEndpoint { .. } => "TOOL_NO_ENDPOINT".to_owned(),
         InvokeError::ProviderUnhealthy { .. } => "TOOL_UNHEALTHY".to_owned(),
         InvokeError::Timeout { .. } => "TOOL_TIMEOUT".to_owned(),
-        InvokeError::CheckTimeout { .. } => "VALIDATION_TIMEOUT".to_owned(),
+        InvokeError::CheckTimeout { .. } | InvokeError::OutputCheckTimeout { .. } => {
+            "VALIDATION_TIMEOUT".to_owned()
+        }
         InvokeError::Provider { failure, .. } => failure.reason.clone(),
         InvokeError::Records(_) => "RECORDS_UNAVAILABLE".to_owned(),
         InvokeError::SchemaUnavailable { .. } => "SCHEMA_UNAVAILABLE".to_owned(),
@@ -443,14 +445,22 @@ impl Invoker {
             Ok(reply) => {
                 let validators = self.registry.validators();
                 let inspected = if heavy::is_large(reply.output_bytes) {
-                    let (validators, found) = (validators.clone(), found.clone());
-                    let work = move || inspect_output(&validators, &found, reply.output);
-                    // The tool has answered: its output is checked to the end, not given up on.
-                    self.options
-                        .heavy_work
-                        .run(None, work)
-                        .await
-                        .expect("work with no deadline answers")
+                    let (validators, tool) = (validators.clone(), found.clone());
+                    let work = move || inspect_output(&validators, &tool, reply.output);
+                    // Bounded by the call's deadline too: past it, the caller is answered at
+                    // the deadline (and the check runs to its end in the pool, unread).
+                    match self.options.heavy_work.run(Some(deadline), work).await {
+                        Some(inspected) => inspected,
+                        None => {
+                            let error = InvokeError::OutputCheckTimeout {
+                                tool: found.tool.name.to_string(),
+                                bytes: reply.output_bytes,
+                                after: budget,
+                                attempts: attempt,
+                            };
+                            return Err(fail(&mut guard, InvocationStatus::TimedOut, error));
+                        }
+                    }
                 } else {
                     inspect_output(validators, &found, reply.output)
                 };

@@ -83,6 +83,25 @@ pub enum InvokeError {
         /// The deadline that passed.
         after: Duration,
     },
+    /// The tool answered, but the deadline passed before its large output was read, digested
+    /// and checked against the tool's output schema (see [`super::heavy`]); the output is not
+    /// returned.
+    #[error(
+        "tool {tool} answered, but its output ({bytes} bytes) could not be checked against its \
+         output schema within {} ms, so it is not returned; allow a longer deadline, or have \
+         the tool answer with less",
+        .after.as_millis()
+    )]
+    OutputCheckTimeout {
+        /// The tool.
+        tool: String,
+        /// The output's size as it arrived.
+        bytes: usize,
+        /// The deadline that passed.
+        after: Duration,
+        /// Provider calls made.
+        attempts: u32,
+    },
     /// The tool's registered schema could not be compiled again for checking its input (it
     /// compiled at registration, so this is a bug); nothing was called.
     #[error("cannot check the input of tool {tool}: {problem}")]

@@ -44,7 +44,8 @@ pub enum InvocationStatus {
     Rejected,
     /// Over the rate limit; nothing was called.
     RateLimited,
-    /// The deadline passed; the provider's call was cancelled.
+    /// The deadline passed: before the provider answered (its call was cancelled), or while
+    /// a large input or output was checked against the tool's schema.
     TimedOut,
     /// The provider could not be reached or is unhealthy.
     Unavailable,
