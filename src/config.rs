@@ -38,6 +38,8 @@ pub const DEFAULT_CONFIG_FILE: &str = "toolplane.toml";
 pub const DEFAULT_RATE_LIMIT_PER_SECOND: u32 = 1000;
 /// The default burst per (tenant, service).
 pub const DEFAULT_RATE_LIMIT_BURST: u32 = 2000;
+/// The default bound on calls in flight at once per (tenant, service).
+pub const DEFAULT_MAX_IN_FLIGHT_PER_SERVICE: usize = 1000;
 /// The default model name asked of an OpenAI-compatible server.
 pub const DEFAULT_MODEL_NAME: &str = "gpt-4o-mini";
 /// The default time one model call may take.
@@ -107,6 +109,9 @@ pub struct ServerConfig {
     /// Limits of single tools, keyed `service/tool` (file only), e.g.
     /// `[tool_rate_limits."structs/structs_calculate_proof_of_work"]` with `per_second` and `burst`.
     pub tool_rate_limits: std::collections::BTreeMap<String, Bucket>,
+    /// The most invocations in flight at once per (tenant, service); past it a call is refused
+    /// at once. 0 sets no bound.
+    pub max_in_flight_per_service: usize,
     /// The longest any tool call may take.
     #[serde(with = "humantime_serde")]
     pub max_invoke_timeout: Duration,
@@ -185,6 +190,7 @@ impl Default for ServerConfig {
             rate_limit_per_second: DEFAULT_RATE_LIMIT_PER_SECOND,
             rate_limit_burst: DEFAULT_RATE_LIMIT_BURST,
             tool_rate_limits: std::collections::BTreeMap::new(),
+            max_in_flight_per_service: DEFAULT_MAX_IN_FLIGHT_PER_SERVICE,
             max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
@@ -322,6 +328,7 @@ impl ServerConfig {
                     .iter()
                     .map(|(key, bucket)| (key.clone(), *bucket))
                     .collect(),
+                max_in_flight_per_service: self.max_in_flight_per_service,
             },
             max_invoke_timeout: self.max_invoke_timeout,
             provider_health_interval: self.provider_health_interval,
@@ -366,137 +373,5 @@ fn env_value(value: &str, like: &toml::Value) -> toml::Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Iterator<Item = (String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect::<Vec<_>>()
-            .into_iter()
-    }
-
-    #[test]
-    fn environment_overrides_file_overrides_defaults() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("toolplane.toml");
-        std::fs::write(
-            &path,
-            "default_ttl = \"20s\"\nmax_schema_depth = 10\nlisten = \"127.0.0.1:7000\"\n",
-        )
-        .expect("write");
-        let config = ServerConfig::load(
-            Some(&path),
-            env(&[
-                ("TOOLPLANE_DEFAULT_TTL", "45s"),
-                ("TOOLPLANE_MAX_TOOLS_PER_SERVICE", "7"),
-                ("OTHER", "x"),
-            ]),
-        )
-        .expect("valid");
-        assert_eq!(config.default_ttl, Duration::from_secs(45));
-        assert_eq!(config.max_schema_depth, 10);
-        assert_eq!(config.max_tools_per_service, 7);
-        assert_eq!(config.listen.port(), 7000);
-        assert_eq!(config.max_ttl, validate::DEFAULT_MAX_TTL);
-    }
-
-    /// The bounds on what tenants may keep in memory: each has its default and its variable.
-    #[test]
-    fn the_bounds_of_tenants_default_and_can_be_set() {
-        type Read = fn(&ServerOptions) -> u64;
-        let bounds: [(&str, u64, Read); 7] = [
-            (
-                "TOOLPLANE_MAX_CONCURRENT_STREAMS",
-                DEFAULT_MAX_CONCURRENT_STREAMS.into(),
-                |options| options.max_concurrent_streams.into(),
-            ),
-            (
-                "TOOLPLANE_MAX_CONVERSATION_BYTES",
-                DEFAULT_MAX_CONVERSATION_BYTES as u64,
-                |options| options.max_conversation_bytes as u64,
-            ),
-            (
-                "TOOLPLANE_MAX_SERVICES_PER_TENANT",
-                validate::DEFAULT_MAX_SERVICES_PER_TENANT as u64,
-                |options| options.limits.max_services_per_tenant as u64,
-            ),
-            (
-                "TOOLPLANE_MAX_TOOLS_PER_TENANT",
-                DEFAULT_MAX_TOOLS_PER_TENANT,
-                |options| options.limits.max_tools_per_tenant,
-            ),
-            (
-                "TOOLPLANE_MAX_TOOL_BYTES_PER_TENANT",
-                DEFAULT_MAX_TOOL_BYTES_PER_TENANT,
-                |options| options.limits.max_tool_bytes_per_tenant,
-            ),
-            (
-                "TOOLPLANE_MAX_AGENTS_PER_TENANT",
-                DEFAULT_MAX_AGENTS_PER_TENANT as u64,
-                |options| options.max_agents_per_tenant as u64,
-            ),
-            (
-                "TOOLPLANE_GONE_SERVICES_REMEMBERED",
-                DEFAULT_GONE_SERVICES_REMEMBERED as u64,
-                |options| options.gone_services_remembered as u64,
-            ),
-        ];
-        let defaults = ServerConfig::load(None, env(&[]))
-            .expect("valid")
-            .server_options();
-        for (variable, default, read) in bounds {
-            assert_eq!(read(&defaults), default, "{variable}");
-            for value in [0, 3] {
-                let set = ServerConfig::load(None, env(&[(variable, &value.to_string())]))
-                    .expect("valid")
-                    .server_options();
-                assert_eq!(read(&set), value, "{variable}={value}");
-            }
-        }
-    }
-
-    #[test]
-    fn unknown_file_keys_and_bad_values_are_rejected() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("bad.toml");
-        std::fs::write(&path, "no_such_key = 1\n").expect("write");
-        assert!(ServerConfig::load(Some(&path), env(&[])).is_err());
-        let error = ServerConfig::load(Some(&path.with_file_name("missing.toml")), env(&[]))
-            .expect_err("missing file");
-        assert!(matches!(error, ConfigError::Read { .. }));
-        std::fs::write(&path, "min_ttl = \"10s\"\ndefault_ttl = \"5s\"\n").expect("write");
-        assert!(ServerConfig::load(Some(&path), env(&[])).is_err());
-        let error = ServerConfig::load(None, env(&[("TOOLPLANE_KEEPALIVE_TIMEOUT", "0s")]))
-            .expect_err("a ping nobody may answer");
-        assert!(error.to_string().contains("keepalive_timeout"), "{error}");
-        let off = ServerConfig::load(
-            None,
-            env(&[
-                ("TOOLPLANE_KEEPALIVE_INTERVAL", "0s"),
-                ("TOOLPLANE_KEEPALIVE_TIMEOUT", "0s"),
-            ]),
-        )
-        .expect("keepalive off");
-        assert!(off.server_options().keepalive_interval.is_zero());
-    }
-
-    #[test]
-    fn call_scheduling_is_per_connection_unless_set() {
-        let default = ServerConfig::load(None, env(&[])).expect("defaults");
-        assert_eq!(
-            default.server_options().call_scheduling,
-            CallScheduling::PerConnection
-        );
-        let per_call = ServerConfig::load(None, env(&[("TOOLPLANE_CALL_SCHEDULING", "per-call")]))
-            .expect("a known value");
-        assert_eq!(
-            per_call.server_options().call_scheduling,
-            CallScheduling::PerCall
-        );
-        let error = ServerConfig::load(None, env(&[("TOOLPLANE_CALL_SCHEDULING", "sometimes")]))
-            .expect_err("an unknown value");
-        assert!(error.to_string().contains("per-connection"), "{error}");
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

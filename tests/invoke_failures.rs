@@ -63,7 +63,7 @@ async fn rate_limit_answers_with_retry_info() {
             per_second: 1,
             burst: 2,
         }),
-        per_tool: Default::default(),
+        ..Default::default()
     };
     let setup = setup_with(ServerOptions {
         rate_limits: limits,

@@ -208,6 +208,12 @@ pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Statu
             metadata.push(("scope", scope));
             (Code::ResourceExhausted, Some(retry_after))
         }
+        InvokeError::TooManyInFlight { service, limit } => {
+            metadata.push(("service_name", service));
+            metadata.push(("setting", "max_in_flight_per_service".to_owned()));
+            metadata.push(("limit", limit.to_string()));
+            (Code::ResourceExhausted, None)
+        }
         InvokeError::NoEndpoint { service } => {
             metadata.push(("service_name", service));
             (Code::FailedPrecondition, None)

@@ -168,6 +168,7 @@ pub fn reason_of(error: &InvokeError) -> String {
         }
         InvokeError::Resolve(_) => "RESOURCE_NOT_FOUND".to_owned(),
         InvokeError::RateLimited { .. } => "RATE_LIMIT_EXCEEDED".to_owned(),
+        InvokeError::TooManyInFlight { .. } => "RATE_LIMIT_CONCURRENCY".to_owned(),
         InvokeError::NoEndpoint { .. } => "TOOL_NO_ENDPOINT".to_owned(),
         InvokeError::ProviderUnhealthy { .. } => "TOOL_UNHEALTHY".to_owned(),
         InvokeError::Timeout { .. } => "TOOL_TIMEOUT".to_owned(),
@@ -315,6 +316,20 @@ impl Invoker {
         if let Err(error) = inspected.checked {
             return Err(fail(&mut guard, InvocationStatus::InvalidInput, error));
         }
+        // Taken before a rate-limit token, so that a call refused here spends none.
+        let in_flight = match self
+            .limits
+            .begin_call(invocation.tenant, found.service.name.as_str())
+        {
+            Ok(in_flight) => in_flight,
+            Err(limit) => {
+                let error = InvokeError::TooManyInFlight {
+                    service: found.service.name.to_string(),
+                    limit,
+                };
+                return Err(fail(&mut guard, InvocationStatus::RateLimited, error));
+            }
+        };
         if let Err(over) = self.limits.check(
             invocation.tenant,
             found.service.name.as_str(),
@@ -441,6 +456,8 @@ impl Invoker {
                 }
             }
         };
+        // The provider is done with the call; checking its output is toolplane's work.
+        drop(in_flight);
         match outcome {
             Ok(reply) => {
                 let validators = self.registry.validators();

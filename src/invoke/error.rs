@@ -31,6 +31,19 @@ pub enum InvokeError {
         /// When to come back.
         retry_after: Duration,
     },
+    /// As many calls to the service as the server allows are in flight already; the provider
+    /// was not called.
+    #[error(
+        "{limit} calls of this tenant to service {service} are in flight already, the most \
+         allowed (max_in_flight_per_service); retry once some have finished, or raise the \
+         setting if the provider can take more"
+    )]
+    TooManyInFlight {
+        /// The service.
+        service: String,
+        /// The bound.
+        limit: usize,
+    },
     /// The service registered no endpoint to call.
     #[error("service {service} registered no endpoint, so its tools cannot be invoked")]
     NoEndpoint {

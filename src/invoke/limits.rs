@@ -1,5 +1,6 @@
-//! Rate limits: a token bucket per (tenant, service), and optionally per (tenant, tool) for
-//! tools named in the configuration. Built on governor's GCRA limiters.
+//! Call limits: a token bucket per (tenant, service), and optionally per (tenant, tool) for
+//! tools named in the configuration, built on governor's GCRA limiters; and a bound on the
+//! calls in flight per (tenant, service) (`invoke::in_flight`).
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
+use super::in_flight::{InFlightCall, InFlightCalls};
 use crate::envelope::TenantId;
 
 /// A token bucket: a steady rate and a burst.
@@ -27,13 +29,15 @@ impl Bucket {
     }
 }
 
-/// The rate limit configuration.
+/// The call limit configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RateLimitConfig {
     /// The bucket of every service; `None` means no service limit.
     pub per_service: Option<Bucket>,
     /// Buckets of single tools, keyed `service/tool`.
     pub per_tool: HashMap<String, Bucket>,
+    /// The most calls in flight at once per (tenant, service); 0 sets no bound.
+    pub max_in_flight_per_service: usize,
 }
 
 /// Which bucket ran dry.
@@ -51,6 +55,7 @@ pub struct RateLimits {
     per_service: Option<DefaultKeyedRateLimiter<(TenantId, String)>>,
     per_tool: HashMap<String, DefaultKeyedRateLimiter<TenantId>>,
     clock: DefaultClock,
+    in_flight: InFlightCalls,
 }
 
 impl RateLimits {
@@ -71,7 +76,18 @@ impl RateLimits {
                 })
                 .collect(),
             clock: DefaultClock::default(),
+            in_flight: InFlightCalls::new(config.max_in_flight_per_service),
         }
+    }
+
+    /// Takes a slot among the calls in flight to `service`, held until the slot is dropped, or
+    /// answers the bound when every slot is taken.
+    pub(super) fn begin_call(
+        &self,
+        tenant: TenantId,
+        service: &str,
+    ) -> Result<InFlightCall<'_>, usize> {
+        self.in_flight.begin(tenant, service)
     }
 
     /// Takes one token from the tool's and the service's bucket, or says when to come back.
@@ -120,6 +136,7 @@ mod tests {
                 burst: 2,
             }),
             per_tool: HashMap::new(),
+            max_in_flight_per_service: 0,
         });
         assert!(limits.check(TenantId(1), "svc", "t").is_ok());
         assert!(limits.check(TenantId(1), "svc", "t").is_ok());
@@ -146,6 +163,7 @@ mod tests {
         let limits = RateLimits::new(&RateLimitConfig {
             per_service: None,
             per_tool,
+            max_in_flight_per_service: 0,
         });
         assert!(limits.check(TenantId(0), "svc", "slow").is_ok());
         assert_eq!(

@@ -9,6 +9,7 @@ mod engine;
 pub mod error;
 pub mod health;
 pub mod heavy;
+mod in_flight;
 pub mod limits;
 pub mod policy;
 mod record_canonical;

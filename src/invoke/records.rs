@@ -42,7 +42,7 @@ pub enum InvocationStatus {
     InvalidInput,
     /// The tool could not be resolved; nothing was called.
     Rejected,
-    /// Over the rate limit; nothing was called.
+    /// Over a rate limit, or over the bound on calls in flight; nothing was called.
     RateLimited,
     /// The deadline passed: before the provider answered (its call was cancelled), or while
     /// a large input or output was checked against the tool's schema.
