@@ -53,6 +53,9 @@ pub const ENV_PREFIX: &str = "TOOLPLANE_";
 pub struct ServerConfig {
     /// The address to listen on.
     pub listen: SocketAddr,
+    /// The address Prometheus metrics are served on (`GET /metrics`, HTTP/1.1); empty serves
+    /// none.
+    pub metrics_listen: String,
     /// Lease TTL granted when a registration asks for none.
     #[serde(with = "humantime_serde")]
     pub default_ttl: Duration,
@@ -168,6 +171,7 @@ impl Default for ServerConfig {
             listen: DEFAULT_LISTEN
                 .parse()
                 .expect("the default listen address is valid"),
+            metrics_listen: String::new(),
             default_ttl: validate::DEFAULT_TTL,
             min_ttl: validate::DEFAULT_MIN_TTL,
             max_ttl: validate::DEFAULT_MAX_TTL,
@@ -268,6 +272,7 @@ impl ServerConfig {
     }
 
     fn check(&self) -> Result<(), String> {
+        self.metrics_address()?;
         if let Some((key, _)) = self.tool_rate_limits.iter().find(|(key, _)| {
             key.split_once('/')
                 .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
@@ -293,6 +298,19 @@ impl ServerConfig {
             );
         }
         Ok(())
+    }
+
+    /// The address to serve metrics on, if any.
+    pub fn metrics_address(&self) -> Result<Option<SocketAddr>, String> {
+        if self.metrics_listen.is_empty() {
+            return Ok(None);
+        }
+        self.metrics_listen.parse().map(Some).map_err(|error| {
+            format!(
+                "metrics_listen {:?} is not an address such as 0.0.0.0:9090 ({error}); leave it empty to serve no metrics",
+                self.metrics_listen
+            )
+        })
     }
 
     /// The server options this configuration describes.

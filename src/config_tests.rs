@@ -137,3 +137,18 @@ fn call_scheduling_is_per_connection_unless_set() {
         .expect_err("an unknown value");
     assert!(error.to_string().contains("per-connection"), "{error}");
 }
+
+#[test]
+fn metrics_are_served_only_where_asked() {
+    let none = ServerConfig::load(None, env(&[])).expect("valid");
+    assert_eq!(none.metrics_address(), Ok(None));
+    let set = ServerConfig::load(None, env(&[("TOOLPLANE_METRICS_LISTEN", "127.0.0.1:9090")]))
+        .expect("valid");
+    assert_eq!(
+        set.metrics_address(),
+        Ok(Some("127.0.0.1:9090".parse().expect("address")))
+    );
+    let error = ServerConfig::load(None, env(&[("TOOLPLANE_METRICS_LISTEN", "port 9090")]))
+        .expect_err("not an address");
+    assert!(error.to_string().contains("metrics_listen"), "{error}");
+}

@@ -9,9 +9,11 @@
 //! - [`envelope`]: the seed 000 envelope meta on every request and response.
 //! - [`json`]: `Struct`/`Value` <-> JSON, canonical JSON, sha256.
 //! - [`registry`]: the domain core: leases, validation, schema compilation and the bounded validator cache, the store, watch.
-//! - [`invoke`]: the invocation engine: rate limits, deadlines, retries, provider health, records.
+//! - [`invoke`]: the invocation engine: rate limits, calls in flight, deadlines, retries,
+//!   provider health, records.
 //! - [`provider`]: the provider SDK (seed 001) and the example Structs tools (seed 004).
 //! - [`grpc`]: thin adapters per gRPC service, the provider client, error mapping, assembly.
+//! - [`metrics`]: the Prometheus metrics endpoint, read from the server's state when scraped.
 //! - [`cli`]: how the client commands print tables and JSON.
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
@@ -25,6 +27,7 @@ pub mod envelope;
 pub mod grpc;
 pub mod invoke;
 pub mod json;
+pub mod metrics;
 pub mod pb;
 pub mod provider;
 pub mod registry;

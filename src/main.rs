@@ -45,6 +45,9 @@ enum Command {
         /// Address to listen on [default: 127.0.0.1:50051, or `listen` from the config file or TOOLPLANE_LISTEN].
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
+        /// Address to serve Prometheus metrics on, as GET /metrics over HTTP/1.1 [default: none, or `metrics_listen` from the config file or TOOLPLANE_METRICS_LISTEN].
+        #[arg(long)]
+        metrics_listen: Option<std::net::SocketAddr>,
         /// Config file [default: ./toolplane.toml when it exists].
         #[arg(long, env = "TOOLPLANE_CONFIG")]
         config: Option<PathBuf>,
@@ -202,6 +205,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve {
                 listen,
+                metrics_listen,
                 config,
                 log_format,
             } => {
@@ -214,7 +218,11 @@ fn main() -> ExitCode {
                     }
                 };
                 let threads = config.worker_threads;
-                (threads, Box::pin(serve(listen, config, log_format)))
+                let addresses = Addresses {
+                    listen,
+                    metrics_listen,
+                };
+                (threads, Box::pin(serve(addresses, config, log_format)))
             }
             command => (
                 0,
@@ -239,26 +247,57 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(
+/// The addresses given on the command line, over the configuration's.
+struct Addresses {
     listen: Option<std::net::SocketAddr>,
+    metrics_listen: Option<std::net::SocketAddr>,
+}
+
+/// Binds `address`; answers the listener and the address it is bound to.
+async fn bind(address: std::net::SocketAddr) -> Option<(tokio::net::TcpListener, String)> {
+    match tokio::net::TcpListener::bind(address).await {
+        Ok(listener) => {
+            let bound = listener
+                .local_addr()
+                .map_or_else(|_| address.to_string(), |a| a.to_string());
+            Some((listener, bound))
+        }
+        Err(error) => {
+            tracing::error!(%address, %error, "cannot listen");
+            None
+        }
+    }
+}
+
+async fn serve(
+    addresses: Addresses,
     config: ServerConfig,
     log_format: Option<LogFormat>,
 ) -> ExitCode {
     init_tracing(log_format.unwrap_or(config.log_format));
-    let address = listen.unwrap_or(config.listen);
-    let listener = match tokio::net::TcpListener::bind(address).await {
-        Ok(listener) => listener,
-        Err(error) => {
-            tracing::error!(%address, %error, "cannot listen");
-            return ExitCode::from(2);
-        }
+    let metrics_address = match addresses.metrics_listen {
+        Some(address) => Some(address),
+        // Checked when the configuration was loaded.
+        None => config.metrics_address().unwrap_or_default(),
     };
-    let bound = listener
-        .local_addr()
-        .map_or_else(|_| address.to_string(), |a| a.to_string());
+    let Some((listener, bound)) = bind(addresses.listen.unwrap_or(config.listen)).await else {
+        return ExitCode::from(2);
+    };
+    let metrics_listener = match metrics_address {
+        Some(address) => match bind(address).await {
+            Some((listener, bound)) => {
+                tracing::info!(address = %bound, "metrics served at /metrics");
+                Some(listener)
+            }
+            None => return ExitCode::from(2),
+        },
+        None => None,
+    };
+    // Tests and scripts read the address from this line.
     tracing::info!(address = %bound, "toolplane serving");
-    match toolplane::grpc::serve(
+    match toolplane::grpc::serve_with_metrics(
         listener,
+        metrics_listener,
         config.server_options(),
         toolplane::grpc::shutdown_signal(),
     )

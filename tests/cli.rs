@@ -309,3 +309,28 @@ fn bench_repeats_each_measurement_as_asked() {
     assert_eq!(code, 2);
     assert!(stderr.contains("--repetitions"));
 }
+
+/// `toolplane serve` serves Prometheus metrics where `metrics_listen` says, and logs where.
+#[test]
+fn serve_answers_metrics_scrapes_where_configured() {
+    use std::io::{Read, Write};
+    let server = ServerProcess::start(&[("TOOLPLANE_METRICS_LISTEN", "127.0.0.1:0")]);
+    let lines = server.log_lines_with("metrics served at /metrics");
+    let address = lines
+        .first()
+        .and_then(|line| line.split("address=").nth(1))
+        .map(|address| address.trim().to_owned())
+        .unwrap_or_else(|| panic!("the metrics address is logged: {lines:?}"));
+    let mut stream = std::net::TcpStream::connect(&address).expect("connect to the metrics port");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: toolplane\r\n\r\n")
+        .expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    assert!(answer.contains("\ntoolplane_serving 1\n"), "{answer}");
+    assert!(
+        answer.contains("\ntoolplane_registered_services 0\n"),
+        "{answer}"
+    );
+}

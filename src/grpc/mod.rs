@@ -26,4 +26,4 @@ pub mod std_health;
 mod unary_calls;
 pub mod unary_client;
 
-pub use server::{ServeError, ServerOptions, serve, shutdown_signal};
+pub use server::{ServeError, ServerOptions, serve, serve_with_metrics, shutdown_signal};

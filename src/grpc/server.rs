@@ -36,6 +36,7 @@ use crate::invoke::heavy::{self, HeavyWork};
 use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, RecordError, RecordLog};
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
+use crate::metrics::MetricsSources;
 use crate::pb;
 use crate::pb::agent_service_server::AgentServiceServer;
 use crate::pb::discovery_service_server::DiscoveryServiceServer;
@@ -173,6 +174,17 @@ pub async fn serve(
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    serve_with_metrics(listener, None, options, shutdown).await
+}
+
+/// As [`serve`], and answers Prometheus scrapes (`GET /metrics`, see [`crate::metrics`]) on
+/// `metrics_listener` when given, until the server has drained.
+pub async fn serve_with_metrics(
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
     let records = Arc::new(match &options.records_path {
         Some(path) => RecordLog::open(
             path,
@@ -211,6 +223,16 @@ pub async fn serve(
         options.max_agents_per_tenant,
     ));
     let runner = AgentRunner::new(agents, registry.clone(), invoker.clone(), model);
+    // Aborted, with its connections, when this function returns.
+    let _metrics = metrics_listener.map(|listener| {
+        let sources = MetricsSources {
+            records: Arc::clone(invoker.records()),
+            store: Arc::clone(&store),
+            health: Arc::clone(&health),
+            serving: serving.clone(),
+        };
+        AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
+    });
     tokio::spawn(run_health_checks(
         store,
         caller,
@@ -272,6 +294,15 @@ pub async fn serve(
             tracing::warn!("grace period over; closing the connections still open");
             Ok(())
         }
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

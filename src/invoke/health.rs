@@ -65,6 +65,14 @@ impl ProviderHealthBook {
             .cloned()
     }
 
+    /// How many endpoints failed their last check.
+    pub fn unhealthy_count(&self) -> usize {
+        self.unhealthy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
     /// Forgets endpoints no longer registered.
     pub fn retain(&self, live: &std::collections::HashSet<String>) {
         self.unhealthy

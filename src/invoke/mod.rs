@@ -14,6 +14,7 @@ pub mod limits;
 pub mod policy;
 mod record_canonical;
 mod record_file;
+pub mod record_stats;
 pub mod records;
 
 pub use checks::check_input;

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::audit::{ChainBroken, ChainCheck};
 pub use super::record_canonical::{content_sha256, record_line};
 use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
+use super::record_stats::InvocationStats;
 use crate::envelope::TenantId;
 
 /// The previous-record hash of the first record.
@@ -180,6 +181,8 @@ struct LogState {
     file_first_sequence: u64,
     last_sha256: String,
     next_sequence: u64,
+    /// The invocations appended since the log was opened.
+    stats: InvocationStats,
 }
 
 /// The append-only, hash-chained log of invocation records.
@@ -209,6 +212,7 @@ impl RecordLog {
                 file_first_sequence: 1,
                 last_sha256: GENESIS_SHA256.to_owned(),
                 next_sequence: 1,
+                stats: InvocationStats::default(),
             }),
         }
     }
@@ -345,12 +349,15 @@ impl RecordLog {
             if file.len() == 0 {
                 state.file_first_sequence = record.sequence;
             }
-            file.append_line(line.as_bytes())
-                .map_err(|source| RecordError::Io {
+            if let Err(source) = file.append_line(line.as_bytes()) {
+                state.stats.write_failures += 1;
+                return Err(RecordError::Io {
                     path: file.path().to_owned(),
                     source,
-                })?;
+                });
+            }
         }
+        state.stats.observe(record.status, record.duration_us);
         state.last_sha256.clone_from(&record.record_sha256);
         state.next_sequence += 1;
         let record = Arc::new(record);
@@ -382,6 +389,12 @@ impl RecordLog {
             .take(limit)
             .cloned()
             .collect()
+    }
+
+    /// The invocations appended since the log was opened (records read back from an existing
+    /// file are not counted).
+    pub fn stats(&self) -> InvocationStats {
+        self.lock().stats.clone()
     }
 
     /// One record of `tenant` still held in memory.

@@ -471,6 +471,22 @@ impl RegistryStore for MemoryStore {
             .collect()
     }
 
+    fn totals(&self) -> (u64, Usage) {
+        let snapshot = self.snapshot.load();
+        let mut total = Usage::default();
+        let mut tenants = 0;
+        for index in snapshot.tenants.values() {
+            let usage = index.usage();
+            if usage.services > 0 {
+                tenants += 1;
+            }
+            total.services += usage.services;
+            total.tools += usage.tools;
+            total.tool_bytes += usage.tool_bytes;
+        }
+        (tenants, total)
+    }
+
     fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>> {
         self.events.subscribe(tenant)
     }

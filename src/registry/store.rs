@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use super::error::RegistryError;
 use super::lease::LeaseId;
 use super::model::{Capability, ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService};
-use super::quota::TenantQuota;
+use super::quota::{TenantQuota, Usage};
 use crate::envelope::TenantId;
 
 /// A tool's position in a listing: (tool name, service name).
@@ -152,4 +152,6 @@ pub trait RegistryStore: Send + Sync + Debug {
     fn endpoints(&self) -> std::collections::HashSet<String>;
     /// Subscribes to every event of the tenant, from now on.
     fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>>;
+    /// What every tenant's registrations hold together, and how many tenants have any.
+    fn totals(&self) -> (u64, Usage);
 }

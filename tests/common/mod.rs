@@ -46,13 +46,32 @@ impl TestServer {
 
     /// Starts a server on a given address (used to restart one on the same port).
     pub async fn start_at(addr: SocketAddr, options: ServerOptions) -> Self {
+        Self::start_serving(addr, None, options).await
+    }
+
+    /// Starts a server that serves metrics too; answers it and the metrics address.
+    pub async fn start_with_metrics(options: ServerOptions) -> (Self, SocketAddr) {
+        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let metrics_addr = metrics.local_addr().expect("bound address");
+        let loopback = "127.0.0.1:0".parse().expect("loopback");
+        let server = Self::start_serving(loopback, Some(metrics), options).await;
+        (server, metrics_addr)
+    }
+
+    async fn start_serving(
+        addr: SocketAddr,
+        metrics: Option<tokio::net::TcpListener>,
+        options: ServerOptions,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("bound address");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            toolplane::grpc::serve(listener, options, async {
+            toolplane::grpc::serve_with_metrics(listener, metrics, options, async {
                 let _ = stopped.await;
             })
             .await

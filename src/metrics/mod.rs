@@ -1,0 +1,234 @@
+//! Prometheus metrics: what the server is doing, read from the state it keeps anyway when a
+//! scraper asks (`GET /metrics` on the `metrics_listen` address, [`http`]), so serving calls
+//! costs nothing more. Invocations are counted by the record log, which sees each one once;
+//! the registry's sizes, the providers' health and whether the server is serving are read
+//! from the store, the health book and the serving state.
+//!
+//! Label values are bounded sets (invocation statuses), never tenants, services or tools,
+//! whose numbers are the operator's to bound, not the metrics backend's.
+
+pub mod http;
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::grpc::serving::ServingState;
+use crate::invoke::health::ProviderHealthBook;
+use crate::invoke::record_stats::{DURATION_BUCKETS, STATUSES, StatusStats};
+use crate::invoke::records::{InvocationStatus, RecordLog};
+use crate::registry::store::RegistryStore;
+
+/// Where the metrics are read from.
+#[derive(Debug, Clone)]
+pub struct MetricsSources {
+    /// The invocation record log (invocation counts and durations).
+    pub records: Arc<RecordLog>,
+    /// The registry's store (services, tools, tenants).
+    pub store: Arc<dyn RegistryStore>,
+    /// The providers' health.
+    pub health: Arc<ProviderHealthBook>,
+    /// Whether the server is serving or draining.
+    pub serving: ServingState,
+}
+
+/// The text a scrape is answered with (OpenMetrics text format).
+pub fn render(sources: &MetricsSources) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(sources.clone()));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)
+        .expect("writing to a String cannot fail");
+    text
+}
+
+/// The content type of [`render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+fn status_label(status: InvocationStatus) -> &'static str {
+    match status {
+        InvocationStatus::Succeeded => "succeeded",
+        InvocationStatus::InvalidInput => "invalid_input",
+        InvocationStatus::Rejected => "rejected",
+        InvocationStatus::RateLimited => "rate_limited",
+        InvocationStatus::TimedOut => "timed_out",
+        InvocationStatus::Unavailable => "unavailable",
+        InvocationStatus::Failed => "failed",
+        InvocationStatus::Cancelled => "cancelled",
+    }
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let value = i64::try_from(value).unwrap_or(i64::MAX);
+    encoder
+        .encode_descriptor(name, help, None, MetricType::Gauge)?
+        .encode_gauge(&value)
+}
+
+fn histogram(encoder: &mut MetricEncoder, stats: &StatusStats) -> Result<(), std::fmt::Error> {
+    let buckets: Vec<(f64, u64)> = DURATION_BUCKETS
+        .iter()
+        .copied()
+        .chain([f64::INFINITY])
+        .zip(stats.buckets.iter().copied())
+        .collect();
+    encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+        stats.duration_sum_seconds,
+        stats.count,
+        &buckets,
+        None,
+    )
+}
+
+impl Collector for MetricsSources {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = self.records.stats();
+        let mut counts = encoder.encode_descriptor(
+            "toolplane_invocations",
+            "Invocations recorded since the server started, by how they ended.",
+            None,
+            MetricType::Counter,
+        )?;
+        for status in STATUSES {
+            let labels = [("status", status_label(status))];
+            counts
+                .encode_family(&labels)?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                    &stats.of(status).count,
+                    None,
+                )?;
+        }
+        let mut durations = encoder.encode_descriptor(
+            "toolplane_invocation_duration_seconds",
+            "How long invocations took, from arrival to answer, by how they ended.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for status in STATUSES {
+            let labels = [("status", status_label(status))];
+            histogram(&mut durations.encode_family(&labels)?, stats.of(status))?;
+        }
+        encoder
+            .encode_descriptor(
+                "toolplane_invocation_record_write_failures",
+                "Invocation records that could not be written to the record file (each failed its call INTERNAL).",
+                None,
+                MetricType::Counter,
+            )?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                &stats.write_failures,
+                None,
+            )?;
+
+        let (tenants, usage) = self.store.totals();
+        gauge(
+            &mut encoder,
+            "toolplane_registered_services",
+            "Services registered under a live lease, across tenants.",
+            usage.services,
+        )?;
+        gauge(
+            &mut encoder,
+            "toolplane_registered_tools",
+            "Tools of the registered services, across tenants.",
+            usage.tools,
+        )?;
+        gauge(
+            &mut encoder,
+            "toolplane_registered_tool_definition_bytes",
+            "Bytes of the registered tools' names, descriptions and schema text, across tenants.",
+            usage.tool_bytes,
+        )?;
+        gauge(
+            &mut encoder,
+            "toolplane_tenants",
+            "Tenants with at least one registered service.",
+            tenants,
+        )?;
+        gauge(
+            &mut encoder,
+            "toolplane_unhealthy_provider_endpoints",
+            "Provider endpoints whose last grpc.health.v1 check failed.",
+            self.health.unhealthy_count() as u64,
+        )?;
+        gauge(
+            &mut encoder,
+            "toolplane_serving",
+            "1 while the server is serving, 0 once it has begun to shut down.",
+            u64::from(self.serving.is_serving()),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::invoke::records::RecordDraft;
+    use crate::registry::memory::MemoryStore;
+
+    fn draft(status: InvocationStatus) -> RecordDraft {
+        let now = std::time::SystemTime::now();
+        RecordDraft {
+            invocation_id: "id".into(),
+            tenant: crate::envelope::TenantId(1),
+            correlation_id: String::new(),
+            tool_name: "t".into(),
+            service_name: "s".into(),
+            definition_sha256: String::new(),
+            input_sha256: String::new(),
+            output_sha256: String::new(),
+            started_at: now,
+            finished_at: now + std::time::Duration::from_millis(3),
+            attempts: 1,
+            status,
+            error_reason: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_scrape_reports_invocations_by_status_and_the_registry() {
+        let records = Arc::new(RecordLog::in_memory(10));
+        for status in [
+            InvocationStatus::Succeeded,
+            InvocationStatus::Succeeded,
+            InvocationStatus::TimedOut,
+        ] {
+            records.append(draft(status)).expect("appended");
+        }
+        let sources = MetricsSources {
+            records,
+            store: MemoryStore::start(16, 16),
+            health: Arc::new(ProviderHealthBook::default()),
+            serving: ServingState::new(),
+        };
+        let text = render(&sources);
+        for line in [
+            "# TYPE toolplane_invocations counter",
+            "toolplane_invocations_total{status=\"succeeded\"} 2",
+            "toolplane_invocations_total{status=\"timed_out\"} 1",
+            "toolplane_invocations_total{status=\"cancelled\"} 0",
+            "# TYPE toolplane_invocation_duration_seconds histogram",
+            "toolplane_invocation_duration_seconds_count{status=\"succeeded\"} 2",
+            "toolplane_invocation_duration_seconds_bucket{le=\"0.0025\",status=\"succeeded\"} 0",
+            "toolplane_invocation_duration_seconds_bucket{le=\"0.005\",status=\"succeeded\"} 2",
+            "toolplane_invocation_duration_seconds_bucket{le=\"+Inf\",status=\"succeeded\"} 2",
+            "toolplane_invocation_record_write_failures_total 0",
+            "toolplane_registered_services 0",
+            "toolplane_serving 1",
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
+        }
+        sources.serving.shut_down();
+        assert!(render(&sources).lines().any(|l| l == "toolplane_serving 0"));
+    }
+}
