@@ -275,11 +275,10 @@ async fn serve(
     log_format: Option<LogFormat>,
 ) -> ExitCode {
     init_tracing(log_format.unwrap_or(config.log_format));
-    let metrics_address = match addresses.metrics_listen {
-        Some(address) => Some(address),
-        // Checked when the configuration was loaded.
-        None => config.metrics_address().unwrap_or_default(),
-    };
+    // The configuration's address was checked when it was loaded.
+    let metrics_address = addresses
+        .metrics_listen
+        .or_else(|| config.metrics_address().unwrap_or_default());
     let Some((listener, bound)) = bind(addresses.listen.unwrap_or(config.listen)).await else {
         return ExitCode::from(2);
     };
