@@ -14,6 +14,7 @@ pub mod limits;
 pub mod policy;
 mod record_canonical;
 mod record_file;
+mod record_filter;
 pub mod record_stats;
 pub mod records;
 

@@ -4,18 +4,6 @@
 
 use super::records::InvocationStatus;
 
-/// Every invocation status, in the order [`InvocationStats`] keeps them.
-pub const STATUSES: [InvocationStatus; 8] = [
-    InvocationStatus::Succeeded,
-    InvocationStatus::InvalidInput,
-    InvocationStatus::Rejected,
-    InvocationStatus::RateLimited,
-    InvocationStatus::TimedOut,
-    InvocationStatus::Unavailable,
-    InvocationStatus::Failed,
-    InvocationStatus::Cancelled,
-];
-
 /// The upper bounds, in seconds, of the duration buckets (a last, unbounded bucket follows):
 /// from half a millisecond, a relayed call's least, to the 60 s of `max_invoke_timeout`.
 pub const DURATION_BUCKETS: [f64; 16] = [
@@ -38,8 +26,8 @@ pub struct StatusStats {
 /// The invocations recorded since the process started.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InvocationStats {
-    /// One entry per status, in the order of [`STATUSES`].
-    pub by_status: [StatusStats; STATUSES.len()],
+    /// One entry per status, in the order of [`InvocationStatus::ALL`].
+    pub by_status: [StatusStats; InvocationStatus::ALL.len()],
     /// Records that could not be written to the log file (each failed its call).
     pub write_failures: u64,
 }
@@ -47,7 +35,7 @@ pub struct InvocationStats {
 impl InvocationStats {
     /// Counts one invocation.
     pub(super) fn observe(&mut self, status: InvocationStatus, duration_us: u64) {
-        let stats = &mut self.by_status[status_index(status)];
+        let stats = &mut self.by_status[status as usize];
         let seconds = duration_us as f64 / 1e6;
         stats.count += 1;
         stats.duration_sum_seconds += seconds;
@@ -60,20 +48,7 @@ impl InvocationStats {
 
     /// The invocations of `status`.
     pub fn of(&self, status: InvocationStatus) -> &StatusStats {
-        &self.by_status[status_index(status)]
-    }
-}
-
-fn status_index(status: InvocationStatus) -> usize {
-    match status {
-        InvocationStatus::Succeeded => 0,
-        InvocationStatus::InvalidInput => 1,
-        InvocationStatus::Rejected => 2,
-        InvocationStatus::RateLimited => 3,
-        InvocationStatus::TimedOut => 4,
-        InvocationStatus::Unavailable => 5,
-        InvocationStatus::Failed => 6,
-        InvocationStatus::Cancelled => 7,
+        &self.by_status[status as usize]
     }
 }
 
@@ -83,8 +58,8 @@ mod tests {
 
     #[test]
     fn statuses_are_kept_in_their_own_places() {
-        for (index, status) in STATUSES.into_iter().enumerate() {
-            assert_eq!(status_index(status), index, "{status:?}");
+        for (index, status) in InvocationStatus::ALL.into_iter().enumerate() {
+            assert_eq!(status as usize, index, "{status:?}");
         }
     }
 

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::audit::{ChainBroken, ChainCheck};
 pub use super::record_canonical::{content_sha256, record_line};
 use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
+pub use super::record_filter::RecordFilter;
 use super::record_stats::InvocationStats;
 use crate::envelope::TenantId;
 
@@ -54,6 +55,34 @@ pub enum InvocationStatus {
     Failed,
     /// The caller went away; the provider's call was cancelled.
     Cancelled,
+}
+
+impl InvocationStatus {
+    /// Every status, in declaration order (so `status as usize` indexes it).
+    pub const ALL: [Self; 8] = [
+        Self::Succeeded,
+        Self::InvalidInput,
+        Self::Rejected,
+        Self::RateLimited,
+        Self::TimedOut,
+        Self::Unavailable,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// The status as a record's JSON writes it (`invalid_input`); a test holds it to serde's.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::InvalidInput => "invalid_input",
+            Self::Rejected => "rejected",
+            Self::RateLimited => "rate_limited",
+            Self::TimedOut => "timed_out",
+            Self::Unavailable => "unavailable",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// One invocation, as written to the log.
@@ -138,36 +167,6 @@ pub enum RecordError {
         /// Why.
         source: std::io::Error,
     },
-}
-
-/// Filters of a record listing; they combine with AND.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RecordFilter {
-    /// Only this tool.
-    pub tool_name: Option<String>,
-    /// Only this service.
-    pub service_name: Option<String>,
-    /// Only this correlation id.
-    pub correlation_id: Option<String>,
-    /// Only this status.
-    pub status: Option<InvocationStatus>,
-}
-
-impl RecordFilter {
-    fn matches(&self, record: &InvocationRecord) -> bool {
-        self.tool_name
-            .as_ref()
-            .is_none_or(|t| *t == record.tool_name)
-            && self
-                .service_name
-                .as_ref()
-                .is_none_or(|s| *s == record.service_name)
-            && self
-                .correlation_id
-                .as_ref()
-                .is_none_or(|c| *c == record.correlation_id)
-            && self.status.is_none_or(|s| s == record.status)
-    }
 }
 
 #[derive(Debug)]

@@ -311,3 +311,13 @@ fn a_reopened_log_lists_its_latest_records_across_rotated_files() {
     let odd = RecordLog::open(&path, 100, rotate).expect("reopen");
     assert_eq!(listed(&odd), [8, 7, 6, 5, 4, 3, 2, 1]);
 }
+
+#[test]
+fn a_status_is_named_as_the_record_writes_it() {
+    for status in InvocationStatus::ALL {
+        assert_eq!(
+            serde_json::to_value(status).expect("serializes"),
+            serde_json::Value::from(status.name())
+        );
+    }
+}

@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 
 use crate::grpc::serving::ServingState;
 use crate::invoke::health::ProviderHealthBook;
-use crate::invoke::record_stats::{DURATION_BUCKETS, STATUSES, StatusStats};
+use crate::invoke::record_stats::{DURATION_BUCKETS, StatusStats};
 use crate::invoke::records::{InvocationStatus, RecordLog};
 use crate::registry::store::RegistryStore;
 
@@ -47,19 +47,6 @@ pub fn render(sources: &MetricsSources) -> String {
 
 /// The content type of [`render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-fn status_label(status: InvocationStatus) -> &'static str {
-    match status {
-        InvocationStatus::Succeeded => "succeeded",
-        InvocationStatus::InvalidInput => "invalid_input",
-        InvocationStatus::Rejected => "rejected",
-        InvocationStatus::RateLimited => "rate_limited",
-        InvocationStatus::TimedOut => "timed_out",
-        InvocationStatus::Unavailable => "unavailable",
-        InvocationStatus::Failed => "failed",
-        InvocationStatus::Cancelled => "cancelled",
-    }
-}
 
 fn gauge(
     encoder: &mut DescriptorEncoder,
@@ -97,8 +84,8 @@ impl Collector for MetricsSources {
             None,
             MetricType::Counter,
         )?;
-        for status in STATUSES {
-            let labels = [("status", status_label(status))];
+        for status in InvocationStatus::ALL {
+            let labels = [("status", status.name())];
             counts
                 .encode_family(&labels)?
                 .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
@@ -112,8 +99,8 @@ impl Collector for MetricsSources {
             None,
             MetricType::Histogram,
         )?;
-        for status in STATUSES {
-            let labels = [("status", status_label(status))];
+        for status in InvocationStatus::ALL {
+            let labels = [("status", status.name())];
             histogram(&mut durations.encode_family(&labels)?, stats.of(status))?;
         }
         encoder
