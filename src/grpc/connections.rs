@@ -22,7 +22,7 @@ use tonic::body::Body;
 use tower::{Service, ServiceExt};
 
 use super::call_scheduling::{CallScheduling, ConnectionDriver};
-use super::deadline::{CallDeadline, timeout_of};
+use super::deadline::{CallDeadline, DeadlineBody, timeout_of};
 
 /// How every connection is served.
 #[derive(Debug, Clone, Copy)]
@@ -151,7 +151,8 @@ async fn serve_connection<S, B, IO>(
 }
 
 /// The services as hyper calls them: the request body read as tonic's, and the call ended
-/// `DEADLINE_EXCEEDED` when the caller's `grpc-timeout` passes before its answer has begun.
+/// `DEADLINE_EXCEEDED` when the caller's `grpc-timeout` passes before its answer has begun, or
+/// before a streamed answer has ended ([`DeadlineBody`]).
 #[derive(Clone)]
 struct Calls<S> {
     service: S,
@@ -179,20 +180,19 @@ where
         }
         let answer = self.service.clone().oneshot(request.map(Body::new));
         Box::pin(async move {
-            let answer = match deadline {
-                None => answer.await,
-                Some(deadline) => match tokio::time::timeout(deadline, answer).await {
-                    Ok(answer) => answer,
-                    Err(_) => {
-                        return Ok(Status::deadline_exceeded(format!(
-                            "the call's deadline ({deadline:?}, its grpc-timeout) passed before \
-                             toolplane answered"
-                        ))
-                        .into_http());
-                    }
-                },
+            let Some(timeout) = deadline else {
+                return Ok(answer.await?.map(Body::new));
             };
-            Ok(answer?.map(Body::new))
+            let mut deadline = Box::pin(tokio::time::sleep(timeout));
+            tokio::select! {
+                biased;
+                answer = answer => Ok(answer?.map(|body| Body::new(DeadlineBody::new(body, deadline)))),
+                () = &mut deadline => Ok(Status::deadline_exceeded(format!(
+                    "the call's deadline ({timeout:?}, its grpc-timeout) passed before \
+                     toolplane answered"
+                ))
+                .into_http()),
+            }
         })
     }
 }

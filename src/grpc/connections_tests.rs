@@ -12,7 +12,8 @@ use crate::grpc::unary_client::UnaryChannel;
 
 /// Answers by path: `TaskId` with the id of the task it ran on (as a FAILED_PRECONDITION
 /// message, so no message type is needed), `Slow` after 10 s, `Late` with its task id after
-/// 300 ms, `PanicInBody` with headers and then a body that panics.
+/// 300 ms, `PanicInBody` with headers and then a body that panics, `SilentStream` with headers
+/// and then nothing.
 #[derive(Clone)]
 struct Probe;
 
@@ -34,6 +35,21 @@ impl http_body::Body for PanickingBody {
     }
 }
 
+/// A streamed answer with nothing to send yet, ever.
+struct Silent;
+
+impl http_body::Body for Silent {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Status>>> {
+        Poll::Pending
+    }
+}
+
 impl Service<http::Request<Body>> for Probe {
     type Response = http::Response<Body>;
     type Error = Infallible;
@@ -46,6 +62,12 @@ impl Service<http::Request<Body>> for Probe {
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let path = request.uri().path().to_owned();
         Box::pin(async move {
+            if path.ends_with("SilentStream") {
+                return Ok(http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .body(Body::new(Silent))
+                    .expect("a valid answer"));
+            }
             if path.ends_with("PanicInBody") {
                 return Ok(http::Response::builder()
                     .header("content-type", "application/grpc")
@@ -137,6 +159,29 @@ async fn a_call_past_its_grpc_timeout_is_ended_deadline_exceeded() {
             Code::FailedPrecondition,
             "{scheduling}: a call within its deadline is answered"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_stream_still_open_at_its_grpc_timeout_is_ended_deadline_exceeded() {
+    for scheduling in [CallScheduling::PerConnection, CallScheduling::PerCall] {
+        let channel = serve_probe(scheduling).await;
+        let ended = tokio::time::timeout(
+            Duration::from_secs(5),
+            call(
+                &channel,
+                "/test.Probe/SilentStream",
+                Some(Duration::from_millis(200)),
+            ),
+        )
+        .await
+        .expect("ended by the server, not left open");
+        assert_eq!(
+            ended.code(),
+            Code::DeadlineExceeded,
+            "{scheduling}: {ended:?}"
+        );
+        assert!(ended.message().contains("stream ends"), "{ended:?}");
     }
 }
 

@@ -1,7 +1,13 @@
-//! The `grpc-timeout` request header (gRPC over HTTP/2): reading a caller's deadline and
-//! writing one for a call.
+//! The `grpc-timeout` request header (gRPC over HTTP/2): reading a caller's deadline, writing
+//! one for a call, and ending a streamed answer when the deadline passes.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body::Frame;
 
 /// When a call's `grpc-timeout` runs out, measured from the arrival of its headers: put in
 /// the request's extensions by the connection serving it (`grpc::connections`), so that the
@@ -43,6 +49,75 @@ pub fn grpc_timeout(timeout: Duration) -> String {
         format!("{}m", millis.max(1))
     } else {
         format!("{}S", timeout.as_secs().min(MAX as u64))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An answer's body that ends `DEADLINE_EXCEEDED` when the call's deadline passes before
+    /// the body has ended, as gRPC servers elsewhere end a stream at its deadline (grpc-go
+    /// cancels the call's context): a `WatchServices` or `StreamComplete` stream opened with a
+    /// `grpc-timeout` lasts that long, not until the caller goes. The answer's own frames come
+    /// first; the deadline is looked at only while the answer has nothing to send, so a unary
+    /// answer, sent whole, is never held to it.
+    #[derive(Debug)]
+    pub struct DeadlineBody<B> {
+        #[pin]
+        answer: B,
+        deadline: Pin<Box<tokio::time::Sleep>>,
+        ended: bool,
+    }
+}
+
+impl<B> DeadlineBody<B> {
+    /// `answer`, ended at `deadline` (the timer the call has been waiting on).
+    pub fn new(answer: B, deadline: Pin<Box<tokio::time::Sleep>>) -> Self {
+        Self {
+            answer,
+            deadline,
+            ended: false,
+        }
+    }
+}
+
+impl<B: http_body::Body<Data = Bytes>> http_body::Body for DeadlineBody<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        if *this.ended {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(frame) = this.answer.poll_frame(cx) {
+            *this.ended = frame.is_none();
+            return Poll::Ready(frame);
+        }
+        if this.deadline.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        *this.ended = true;
+        let mut trailers = http::HeaderMap::with_capacity(2);
+        let code = tonic::Code::DeadlineExceeded as i32;
+        trailers.insert("grpc-status", code.into());
+        // Printable ASCII without '%' needs no percent-encoding in grpc-message.
+        trailers.insert(
+            "grpc-message",
+            http::HeaderValue::from_static(
+                "the call's deadline (its grpc-timeout) passed; the stream ends here",
+            ),
+        );
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.answer.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.answer.size_hint()
     }
 }
 
