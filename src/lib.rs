@@ -12,8 +12,10 @@
 //! - [`invoke`]: the invocation engine: rate limits, calls in flight, deadlines, retries,
 //!   provider health, records.
 //! - [`provider`]: the provider SDK (seed 001) and the example Structs tools (seed 004).
-//! - [`grpc`]: thin adapters per gRPC service, the provider client, error mapping, assembly.
-//! - [`metrics`]: the Prometheus metrics endpoint, read from the server's state when scraped.
+//! - [`grpc`]: thin adapters per gRPC service, the provider client, error mapping, assembly,
+//!   and the per-RPC call counts.
+//! - [`metrics`]: the Prometheus metrics endpoint: the server's state, calls by gRPC method
+//!   and code, the process's own numbers.
 //! - [`cli`]: how the client commands print tables and JSON.
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.

@@ -27,8 +27,9 @@ fn sample(text: &str, sample: &str) -> Option<f64> {
 }
 
 /// A scrape reports the invocations by how they ended, with their durations, the registry's
-/// size and whether the server is serving; other paths and methods are refused; the endpoint
-/// closes with the server.
+/// size, whether the server is serving, the calls by gRPC method and code, and the process's
+/// CPU, memory, files and threads; other paths and methods are refused; the endpoint closes
+/// with the server.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scrape_reports_invocations_and_the_registry() {
     let (server, metrics) = TestServer::start_with_metrics(test_options()).await;
@@ -85,6 +86,14 @@ async fn a_scrape_reports_invocations_and_the_registry() {
     for (name, value) in expected {
         assert_eq!(sample(&text, name), Some(value), "{name} in\n{text}");
     }
+    // The same calls as gRPC saw them, on the wire path InvokeTool is served by.
+    let invoke_tool = "grpc_method=\"InvokeTool\",grpc_service=\"toolplane.v1.ToolInvokeService\",grpc_type=\"unary\"";
+    for (code, count) in [("OK", 2.0), ("InvalidArgument", 1.0), ("NotFound", 1.0)] {
+        let name = format!("grpc_server_handled_total{{grpc_code=\"{code}\",{invoke_tool}}}");
+        assert_eq!(sample(&text, &name), Some(count), "{name} in\n{text}");
+    }
+    let started = format!("grpc_server_started_total{{{invoke_tool}}}");
+    assert_eq!(sample(&text, &started), Some(4.0), "{started} in\n{text}");
     let tools = sample(&text, "toolplane_registered_tools").expect("tools");
     let structs_tools = toolplane::provider::structs::structs_tools()
         .expect("valid")
@@ -97,6 +106,17 @@ async fn a_scrape_reports_invocations_and_the_registry() {
     )
     .expect("sum");
     assert!(duration > 0.0, "{duration}");
+    // The server's own process, as every Prometheus client library reports it.
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_threads",
+        "process_start_time_seconds",
+    ] {
+        let value = sample(&text, name).unwrap_or_else(|| panic!("{name} in\n{text}"));
+        assert!(value > 0.0, "{name} {value}");
+    }
     assert!(text.ends_with("# EOF\n"), "{text}");
 
     let elsewhere = scrape(&http, metrics, "/").await;
@@ -127,4 +147,124 @@ async fn a_scrape_reports_invocations_and_the_registry() {
         }
     })
     .await;
+}
+
+/// A scrape reports every call by method and gRPC code, as grpc-go's Prometheus interceptors
+/// do: methods not yet called at 0, a call to a path no service has under `unknown`, a watch
+/// the caller closes as `Canceled` and one the server ends at its deadline as
+/// `DeadlineExceeded`, with handling times for each method called.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scrape_reports_calls_by_method_and_code() {
+    let (server, metrics) = TestServer::start_with_metrics(test_options()).await;
+    let mut discovery = server.discovery().await;
+    register_ok(&mut discovery, 0, story_generator()).await;
+    let missing = discovery
+        .get_tool(toolplane::pb::GetToolRequest {
+            meta: meta(0),
+            tool_name: "no_such_tool".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("not registered");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+
+    let mut grpc = tonic::client::Grpc::new(server.channel().await);
+    grpc.ready().await.expect("ready");
+    let unknown = grpc
+        .unary(
+            tonic::Request::new(()),
+            http::uri::PathAndQuery::from_static("/toolplane.v1.DiscoveryService/Nope"),
+            tonic_prost::ProstCodec::<(), ()>::default(),
+        )
+        .await
+        .expect_err("no such method");
+    assert_eq!(unknown.code(), tonic::Code::Unimplemented);
+
+    let watch = |timeout: Option<std::time::Duration>| {
+        let mut discovery = discovery.clone();
+        async move {
+            let mut request = tonic::Request::new(toolplane::pb::WatchServicesRequest {
+                meta: meta(0),
+                service_name: String::new(),
+            });
+            if let Some(timeout) = timeout {
+                request.set_timeout(timeout);
+            }
+            let mut stream = discovery
+                .watch_services(request)
+                .await
+                .expect("watch starts")
+                .into_inner();
+            stream.message().await.expect("an event").expect("open");
+            stream
+        }
+    };
+    drop(watch(None).await);
+    // The server ends a watch at the caller's deadline (tonic's client would leave it open).
+    let mut late = watch(Some(std::time::Duration::from_millis(300))).await;
+    let ended = loop {
+        match late.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("a watch does not end OK"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(ended.code(), tonic::Code::DeadlineExceeded, "{ended:?}");
+    assert!(ended.message().contains("stream ends here"), "{ended:?}");
+
+    let http = reqwest::Client::new();
+    let watch_services = "grpc_method=\"WatchServices\",grpc_service=\"toolplane.v1.DiscoveryService\",grpc_type=\"server_stream\"";
+    let get_tool = "grpc_method=\"GetTool\",grpc_service=\"toolplane.v1.DiscoveryService\",grpc_type=\"unary\"";
+    let expected = [
+        format!("grpc_server_handled_total{{grpc_code=\"Canceled\",{watch_services}}}"),
+        format!("grpc_server_handled_total{{grpc_code=\"DeadlineExceeded\",{watch_services}}}"),
+        format!("grpc_server_handled_total{{grpc_code=\"NotFound\",{get_tool}}}"),
+        "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"RegisterService\",grpc_service=\"toolplane.v1.DiscoveryService\",grpc_type=\"unary\"}".to_owned(),
+        "grpc_server_handled_total{grpc_code=\"Unimplemented\",grpc_method=\"unknown\",grpc_service=\"unknown\",grpc_type=\"unknown\"}".to_owned(),
+        format!("grpc_server_handling_seconds_count{{{get_tool}}}"),
+        format!("grpc_server_handling_seconds_bucket{{le=\"+Inf\",{get_tool}}}"),
+    ];
+    // The watches are counted as the server sees their streams end, soon after the caller.
+    eventually("every call is counted", || {
+        let http = http.clone();
+        let expected = expected.clone();
+        async move {
+            let text = scrape(&http, metrics, "/metrics")
+                .await
+                .text()
+                .await
+                .expect("body");
+            expected.iter().all(|name| sample(&text, name) == Some(1.0))
+        }
+    })
+    .await;
+    let text = scrape(&http, metrics, "/metrics")
+        .await
+        .text()
+        .await
+        .expect("body");
+    for (name, value) in [
+        (format!("grpc_server_started_total{{{watch_services}}}"), 2.0),
+        (format!("grpc_server_started_total{{{get_tool}}}"), 1.0),
+        (
+            "grpc_server_started_total{grpc_method=\"ListAgents\",grpc_service=\"toolplane.v1.AgentService\",grpc_type=\"unary\"}".to_owned(),
+            0.0,
+        ),
+        (
+            "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Check\",grpc_service=\"grpc.health.v1.Health\",grpc_type=\"unary\"}".to_owned(),
+            0.0,
+        ),
+        (format!("grpc_server_handled_total{{grpc_code=\"OK\",{get_tool}}}"), 0.0),
+    ] {
+        assert_eq!(sample(&text, &name), Some(value), "{name} in\n{text}");
+    }
+    assert!(
+        !text.contains("grpc_server_handling_seconds_count{grpc_method=\"ListAgents\""),
+        "a method's times appear once it is called:\n{text}"
+    );
+    assert!(
+        !text.contains("ToolProviderService"),
+        "only served services are listed:\n{text}"
+    );
+    server.stop().await;
 }

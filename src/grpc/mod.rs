@@ -19,6 +19,8 @@ pub mod panics;
 pub mod provider_client;
 pub mod raw_message;
 pub mod record_wire;
+pub mod rpc_metering;
+pub mod rpc_stats;
 pub mod server;
 pub mod serving;
 pub mod status;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tonic::server::NamedService;
 use tonic::service::Routes;
 use tower::Layer;
 
@@ -22,6 +23,8 @@ use super::health::HealthApi;
 use super::invoke::InvokeApi;
 use super::invoke_wire::InvokeServer;
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
+use super::rpc_metering::RpcMeteringLayer;
+use super::rpc_stats::{DescriptorError, RpcStats};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
 use crate::agent::builtin::BuiltinModel;
@@ -158,6 +161,9 @@ pub enum ServeError {
     /// The model client could not be built.
     #[error("model client: {0}")]
     Model(#[from] ModelError),
+    /// The served methods could not be read from their descriptors.
+    #[error("served methods: {0}")]
+    Methods(#[from] DescriptorError),
 }
 
 /// The chat model agents use: the OpenAI-compatible client when configured, else the built-in.
@@ -223,16 +229,25 @@ pub async fn serve_with_metrics(
         options.max_agents_per_tenant,
     ));
     let runner = AgentRunner::new(agents, registry.clone(), invoker.clone(), model);
+    // Calls are counted per RPC only when there is an endpoint to report them.
+    let rpc_stats = if metrics_listener.is_some() {
+        Some(Arc::new(served_rpc_stats()?))
+    } else {
+        None
+    };
     // Aborted, with its connections, when this function returns.
-    let _metrics = metrics_listener.map(|listener| {
-        let sources = MetricsSources {
-            records: Arc::clone(invoker.records()),
-            store: Arc::clone(&store),
-            health: Arc::clone(&health),
-            serving: serving.clone(),
-        };
-        AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
-    });
+    let _metrics = metrics_listener
+        .zip(rpc_stats.clone())
+        .map(|(listener, rpcs)| {
+            let sources = MetricsSources {
+                records: Arc::clone(invoker.records()),
+                store: Arc::clone(&store),
+                health: Arc::clone(&health),
+                serving: serving.clone(),
+                rpcs,
+            };
+            AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
+        });
     tokio::spawn(run_health_checks(
         store,
         caller,
@@ -273,7 +288,7 @@ pub async fn serve_with_metrics(
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = serve_connections(
         super::coalesce::incoming(listener),
-        super::panics::catch_panics().layer(routes),
+        RpcMeteringLayer::new(rpc_stats).layer(super::panics::catch_panics().layer(routes)),
         settings,
         async {
             let _ = stopped.await;
@@ -295,6 +310,28 @@ pub async fn serve_with_metrics(
             Ok(())
         }
     }
+}
+
+/// The methods of every service [`serve`] serves, to count calls to (see
+/// [`super::rpc_stats`]).
+pub fn served_rpc_stats() -> Result<RpcStats, DescriptorError> {
+    RpcStats::for_services(
+        &[
+            pb::FILE_DESCRIPTOR_SET,
+            tonic_health::pb::FILE_DESCRIPTOR_SET,
+            tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+            tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+        ],
+        &[
+            <DiscoveryServiceServer<DiscoveryApi> as NamedService>::NAME,
+            <HealthServiceServer<HealthApi> as NamedService>::NAME,
+            <InvokeServer<InvokeApi> as NamedService>::NAME,
+            <AgentServiceServer<AgentApi> as NamedService>::NAME,
+            <tonic_health::pb::health_server::HealthServer<StandardHealth> as NamedService>::NAME,
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+        ],
+    )
 }
 
 /// Aborts its task when dropped.

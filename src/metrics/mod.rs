@@ -1,13 +1,18 @@
-//! Prometheus metrics: what the server is doing, read from the state it keeps anyway when a
-//! scraper asks (`GET /metrics` on the `metrics_listen` address, [`http`]), so serving calls
-//! costs nothing more. Invocations are counted by the record log, which sees each one once;
-//! the registry's sizes, the providers' health and whether the server is serving are read
-//! from the store, the health book and the serving state.
+//! Prometheus metrics: what the server is doing, mostly read from the state it keeps anyway
+//! when a scraper asks (`GET /metrics` on the `metrics_listen` address, [`http`]).
+//! Invocations are counted by the record log, which sees each one once; the registry's sizes,
+//! the providers' health and whether the server is serving are read from the store, the
+//! health book and the serving state; gRPC calls are counted per method and code as they are
+//! answered ([`crate::grpc::rpc_stats`], only when metrics are served); the process's own
+//! numbers come from `/proc/self`.
 //!
-//! Label values are bounded sets (invocation statuses), never tenants, services or tools,
-//! whose numbers are the operator's to bound, not the metrics backend's.
+//! Label values are bounded sets (invocation statuses, served gRPC methods, gRPC codes), never
+//! tenants, services or tools, whose numbers are the operator's to bound, not the metrics
+//! backend's.
 
 pub mod http;
+mod process;
+mod rpc;
 
 use std::sync::Arc;
 
@@ -16,9 +21,10 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::grpc::rpc_stats::RpcStats;
 use crate::grpc::serving::ServingState;
 use crate::invoke::health::ProviderHealthBook;
-use crate::invoke::record_stats::{DURATION_BUCKETS, StatusStats};
+use crate::invoke::record_stats::DURATION_BUCKETS;
 use crate::invoke::records::{InvocationStatus, RecordLog};
 use crate::registry::store::RegistryStore;
 
@@ -33,6 +39,8 @@ pub struct MetricsSources {
     pub health: Arc<ProviderHealthBook>,
     /// Whether the server is serving or draining.
     pub serving: ServingState,
+    /// Calls per RPC.
+    pub rpcs: Arc<RpcStats>,
 }
 
 /// The text a scrape is answered with (OpenMetrics text format).
@@ -60,19 +68,22 @@ fn gauge(
         .encode_gauge(&value)
 }
 
-fn histogram(encoder: &mut MetricEncoder, stats: &StatusStats) -> Result<(), std::fmt::Error> {
-    let buckets: Vec<(f64, u64)> = DURATION_BUCKETS
+/// Writes a histogram of `buckets` (not cumulative; one more than `bounds`, the last holding
+/// what is past every bound) whose values add up to `sum`.
+fn histogram(
+    encoder: &mut MetricEncoder,
+    bounds: &[f64],
+    buckets: &[u64],
+    sum: f64,
+) -> Result<(), std::fmt::Error> {
+    let buckets: Vec<(f64, u64)> = bounds
         .iter()
         .copied()
         .chain([f64::INFINITY])
-        .zip(stats.buckets.iter().copied())
+        .zip(buckets.iter().copied())
         .collect();
-    encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-        stats.duration_sum_seconds,
-        stats.count,
-        &buckets,
-        None,
-    )
+    let count = buckets.iter().map(|(_, count)| count).sum();
+    encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
 }
 
 impl Collector for MetricsSources {
@@ -101,7 +112,13 @@ impl Collector for MetricsSources {
         )?;
         for status in InvocationStatus::ALL {
             let labels = [("status", status.name())];
-            histogram(&mut durations.encode_family(&labels)?, stats.of(status))?;
+            let of_status = stats.of(status);
+            histogram(
+                &mut durations.encode_family(&labels)?,
+                &DURATION_BUCKETS,
+                &of_status.buckets,
+                of_status.duration_sum_seconds,
+            )?;
         }
         encoder
             .encode_descriptor(
@@ -152,7 +169,8 @@ impl Collector for MetricsSources {
             "1 while the server is serving, 0 once it has begun to shut down.",
             u64::from(self.serving.is_serving()),
         )?;
-        Ok(())
+        rpc::encode(&mut encoder, &self.rpcs)?;
+        process::encode(&mut encoder)
     }
 }
 
@@ -196,6 +214,7 @@ mod tests {
             store: MemoryStore::start(16, 16),
             health: Arc::new(ProviderHealthBook::default()),
             serving: ServingState::new(),
+            rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
         };
         let text = render(&sources);
         for line in [
