@@ -44,9 +44,22 @@ impl TestServer {
         Self::start_at("127.0.0.1:0".parse().expect("loopback"), options).await
     }
 
-    /// Starts a server on a given address (used to restart one on the same port).
+    /// Starts a server on a given address (used to restart one on the same port). Between the
+    /// first server's stop and this bind, a concurrent test's connection may briefly hold that
+    /// port as its own local port (ports for port-0 listeners and outgoing connections come
+    /// from the same range), so the bind is retried for a while.
     pub async fn start_at(addr: SocketAddr, options: ServerOptions) -> Self {
-        Self::start_serving(addr, None, options).await
+        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(listener) => return Self::serve_on(listener, None, options),
+                Err(error) if std::time::Instant::now() < give_up => {
+                    eprintln!("binding {addr} again: {error}; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(error) => panic!("cannot bind {addr} again: {error}"),
+            }
+        }
     }
 
     /// Starts a server that serves metrics too; answers it and the metrics address.
@@ -68,6 +81,14 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .expect("bind loopback");
+        Self::serve_on(listener, metrics, options)
+    }
+
+    fn serve_on(
+        listener: tokio::net::TcpListener,
+        metrics: Option<tokio::net::TcpListener>,
+        options: ServerOptions,
+    ) -> Self {
         let addr = listener.local_addr().expect("bound address");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
