@@ -73,6 +73,26 @@ fn request(path: &str, deadline: Option<Instant>) -> http::Request<()> {
     request
 }
 
+/// One message, then trailers saying OK.
+fn message_then_ok() -> Vec<Frame<Bytes>> {
+    vec![
+        Frame::data(Bytes::from_static(b"message")),
+        trailers(Code::Ok),
+    ]
+}
+
+/// The answer to a call to `path` (its body not yet read).
+async fn answer_of(
+    metering: &RpcMetering<Answering>,
+    path: &str,
+) -> http::Response<MeteredBody<Frames>> {
+    metering
+        .clone()
+        .oneshot(request(path, None))
+        .await
+        .expect("answered")
+}
+
 fn snapshot<S>(metering: &RpcMetering<S>, path: &str) -> MethodSnapshot {
     let stats = metering.stats.as_ref().expect("counting");
     stats.methods()[stats.method_of(path)].snapshot()
@@ -87,18 +107,8 @@ async fn read_to_end<B: http_body::Body + Unpin>(mut body: B) {
 
 #[tokio::test]
 async fn a_call_is_counted_by_the_status_its_trailers_carry() {
-    let frames = || {
-        vec![
-            Frame::data(Bytes::from_static(b"answer")),
-            trailers(Code::Ok),
-        ]
-    };
-    let metering = answering(None, frames, Duration::ZERO);
-    let answer = metering
-        .clone()
-        .oneshot(request(GET_TOOL, None))
-        .await
-        .expect("answered");
+    let metering = answering(None, message_then_ok, Duration::ZERO);
+    let answer = answer_of(&metering, GET_TOOL).await;
     let before_trailers = snapshot(&metering, GET_TOOL);
     assert_eq!(before_trailers.started, 1);
     assert_eq!(before_trailers.handled.iter().sum::<u64>(), 0, "not yet");
@@ -111,11 +121,7 @@ async fn a_call_is_counted_by_the_status_its_trailers_carry() {
 #[tokio::test]
 async fn a_trailers_only_answer_is_counted_by_its_header() {
     let metering = answering(Some(Code::NotFound), Vec::new, Duration::ZERO);
-    let answer = metering
-        .clone()
-        .oneshot(request(GET_TOOL, None))
-        .await
-        .expect("answered");
+    let answer = answer_of(&metering, GET_TOOL).await;
     assert_eq!(
         snapshot(&metering, GET_TOOL).handled[Code::NotFound as usize],
         1
@@ -153,18 +159,8 @@ async fn a_call_dropped_before_its_answer_counts_as_its_caller_saw_it() {
 
 #[tokio::test]
 async fn an_answer_dropped_before_its_trailers_counts_as_canceled_and_others_as_unknown() {
-    let frames = || {
-        vec![
-            Frame::data(Bytes::from_static(b"event")),
-            trailers(Code::Ok),
-        ]
-    };
-    let metering = answering(None, frames, Duration::ZERO);
-    let answer = metering
-        .clone()
-        .oneshot(request(GET_TOOL, None))
-        .await
-        .expect("answered");
+    let metering = answering(None, message_then_ok, Duration::ZERO);
+    let answer = answer_of(&metering, GET_TOOL).await;
     drop(answer);
     assert_eq!(
         snapshot(&metering, GET_TOOL).handled[Code::Cancelled as usize],
@@ -173,11 +169,7 @@ async fn an_answer_dropped_before_its_trailers_counts_as_canceled_and_others_as_
 
     let path = "/not.a.Service/Method";
     let no_trailers = answering(None, Vec::new, Duration::ZERO);
-    let answer = no_trailers
-        .clone()
-        .oneshot(request(path, None))
-        .await
-        .expect("answered");
+    let answer = answer_of(&no_trailers, path).await;
     read_to_end(answer.into_body()).await;
     let unknown = snapshot(&no_trailers, path);
     assert_eq!(
