@@ -19,6 +19,7 @@
 //! - [`cli`]: how the client commands print tables and JSON.
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
+//! - [`trace_context`]: the caller's W3C trace context, passed on to providers.
 
 pub mod agent;
 pub mod bench;
@@ -33,3 +34,4 @@ pub mod metrics;
 pub mod pb;
 pub mod provider;
 pub mod registry;
+pub mod trace_context;

@@ -1,6 +1,7 @@
 //! AgentService through the real server, with real provider servers: the tool-calling loop and
-//! its state sequence, tool errors and the allowed tools, and streaming. Live state, a busy
-//! agent, cancellation, manual transitions and bad input are in `agent_control.rs`.
+//! its state sequence, tool errors and the allowed tools, streaming, and the caller's trace
+//! context on the tool calls. Live state, a busy agent, cancellation, manual transitions and
+//! bad input are in `agent_control.rs`.
 
 mod common;
 
@@ -230,4 +231,27 @@ async fn stream_complete_streams_the_turn() {
         "the deltas add up to the answer"
     );
     assert!(completion.usage.is_some());
+}
+
+/// The tools an agent calls get the trace context of the Complete that ran the turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agents_tool_calls_carry_the_callers_trace_context() {
+    let setup = common::invoke_fixture::setup().await;
+    let mut client = agents(&setup.server).await;
+    let agent = create(&mut client, "traced", &[]).await;
+    let id = agent.status.expect("status").id;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut request = tonic::Request::new(complete_request(&id, r#"call echo {"n": 1}"#, "t"));
+    request
+        .metadata_mut()
+        .insert("traceparent", traceparent.parse().expect("ascii"));
+    let answer = client.complete(request).await.expect("turn").into_inner();
+    assert_eq!(
+        answer.tool_calls[0].status,
+        pb::InvocationStatus::Succeeded as i32
+    );
+    assert_eq!(
+        *setup.probes.traces.lock().expect("lock"),
+        [Some((traceparent.to_owned(), None))]
+    );
 }

@@ -1,8 +1,8 @@
 //! InvokeTool through the real server against a real provider server on loopback: valid calls
 //! answered and recorded with their hashes, inputs and outputs of every size across both hops,
 //! schema rejection before the provider, runaway schema patterns, validation after validator
-//! eviction, unknown tools and per-tenant records. Deadlines, limits, retries and provider
-//! failures are in `invoke_failures.rs`.
+//! eviction, unknown tools and per-tenant records, the caller's trace context passed on.
+//! Deadlines, limits, retries and provider failures are in `invoke_failures.rs`.
 
 mod common;
 
@@ -233,4 +233,35 @@ async fn unknown_tool_is_recorded_and_records_are_per_tenant() {
         .await
         .expect_err("not visible to tenant 5");
     assert_eq!(other_tenant.code(), Code::NotFound);
+}
+
+/// The caller's W3C trace context reaches the provider with the call, `tracestate` with it; a
+/// `traceparent` that is not one is not passed on, nor the `tracestate` beside it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_callers_trace_context_reaches_the_provider() {
+    let setup = setup().await;
+    let mut client = invoker(&setup.server).await;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for (parent, state) in [
+        (Some(traceparent), Some("congo=t61rcWkgMzE")),
+        (Some("00-not-a-trace-01"), Some("congo=t61rcWkgMzE")),
+        (None, None),
+    ] {
+        let mut call = tonic::Request::new(request("echo", json!({"n": 1})));
+        for (name, value) in [("traceparent", parent), ("tracestate", state)] {
+            if let Some(value) = value {
+                call.metadata_mut()
+                    .insert(name, value.parse().expect("ascii"));
+            }
+        }
+        client.invoke_tool(call).await.expect("echoed");
+    }
+    assert_eq!(
+        *setup.probes.traces.lock().expect("lock"),
+        [
+            Some((traceparent.to_owned(), Some("congo=t61rcWkgMzE".to_owned()))),
+            None,
+            None
+        ]
+    );
 }

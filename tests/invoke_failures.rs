@@ -102,7 +102,8 @@ async fn rate_limit_answers_with_retry_info() {
     );
 }
 
-/// With a policy and the RETRY capability, UNAVAILABLE is retried with the same idempotency key.
+/// With a policy and the RETRY capability, UNAVAILABLE is retried with the same idempotency key
+/// and the caller's trace context.
 #[tokio::test(flavor = "multi_thread")]
 async fn retries_follow_the_callers_policy() {
     let setup = setup().await;
@@ -111,6 +112,9 @@ async fn retries_follow_the_callers_policy() {
     let mut call = request("flaky", input.clone());
     call.retry_policy = retry_policy(3);
     call.idempotency_key = "key-1".into();
+    let mut call = tonic::Request::new(call);
+    call.metadata_mut()
+        .insert("traceparent", TRACEPARENT.parse().expect("ascii"));
     let answer = client
         .invoke_tool(call)
         .await
@@ -130,7 +134,16 @@ async fn retries_follow_the_callers_policy() {
         [input.clone(), input.clone(), input],
         "every attempt carries the caller's input"
     );
+    let trace = Some((TRACEPARENT.to_owned(), None));
+    assert_eq!(
+        *setup.probes.traces.lock().expect("lock"),
+        [trace.clone(), trace.clone(), trace],
+        "every attempt carries the caller's trace context"
+    );
 }
+
+/// A W3C `traceparent` (version 00).
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 /// Without a policy there is exactly one attempt; without RETRY the policy does not apply.
 #[tokio::test(flavor = "multi_thread")]

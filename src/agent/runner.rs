@@ -10,6 +10,7 @@
 //! result. If the turn fails or its caller goes away, the conversation is put back as it was
 //! before the turn and the agent is reset to Idle.
 
+use crate::trace_context::TraceContext;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -257,6 +258,7 @@ impl AgentRunner {
         &self,
         agent: &Agent,
         correlation_id: &str,
+        trace: Option<&TraceContext>,
         catalog: &Catalog,
         call: &ToolCallRequest,
     ) -> Result<(Value, ToolCallSummary), AgentError> {
@@ -296,6 +298,7 @@ impl AgentRunner {
             idempotency_key: None,
             retry: None,
             caller_timeout: None,
+            trace: trace.cloned(),
         };
         let summary = |invocation_id: String, status, error_reason: String| ToolCallSummary {
             tool_name: tool.to_string(),
@@ -337,11 +340,13 @@ impl AgentRunner {
     }
 
     /// Runs one turn of `agent` for `request`. With `events`, model answers are streamed and
-    /// every transition and tool call is reported as it happens.
+    /// every transition and tool call is reported as it happens. The tools it calls get the
+    /// caller's `trace` context.
     pub async fn complete(
         &self,
         tenant: TenantId,
         correlation_id: &str,
+        trace: Option<&TraceContext>,
         agent: &str,
         request: ChatCompletionRequest,
         events: Option<UnboundedSender<TurnEvent>>,
@@ -408,7 +413,7 @@ impl AgentRunner {
             Self::step(&agent, AgentState::ToolCall, "", events)?;
             for call in &first.tool_calls {
                 let (result, summary) = self
-                    .call_tool(&agent, correlation_id, &catalog, call)
+                    .call_tool(&agent, correlation_id, trace, &catalog, call)
                     .await?;
                 agent.data().push(tool_result_message(call, &result));
                 Self::emit(events, TurnEvent::ToolCall(summary.clone()));

@@ -12,6 +12,7 @@ use tracing::instrument;
 
 use super::discovery::accept_meta;
 use super::invoke::status_to_pb;
+use super::trace_headers::trace_context;
 use crate::agent::AgentError;
 use crate::agent::runner::{AgentRunner, ToolCallSummary, TurnEvent, TurnOutcome};
 use crate::agent::store::{Agent, AgentConfig, Transition};
@@ -347,6 +348,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
+        let trace = trace_context(request.metadata());
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
         let chat = request_from_pb(request.request)?;
@@ -362,6 +364,7 @@ impl AgentService for AgentApi {
             .complete(
                 meta.tenant,
                 &meta.correlation_id,
+                trace.as_ref(),
                 &request.agent_id,
                 chat,
                 None,
@@ -377,6 +380,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::StreamCompleteRequest>,
     ) -> Result<Response<Self::StreamCompleteStream>, Status> {
+        let trace = trace_context(request.metadata());
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
         let chat = request_from_pb(request.request)?;
@@ -393,6 +397,7 @@ impl AgentService for AgentApi {
             let turn = runner.complete(
                 meta.tenant,
                 &meta.correlation_id,
+                trace.as_ref(),
                 &request.agent_id,
                 chat,
                 Some(events),

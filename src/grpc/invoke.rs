@@ -12,6 +12,7 @@ use super::discovery::accept_meta;
 use super::invoke_wire::{InvokeToolRequestWire, InvokeToolResponseWire, InvokeWire};
 use super::raw_message::{RawJsonError, RawMessage, struct_bytes_to_json};
 use super::record_wire::record_bytes;
+use super::trace_headers::trace_context;
 use crate::envelope::TenantId;
 use crate::invoke::caller::WireForm;
 use crate::invoke::heavy;
@@ -141,6 +142,7 @@ impl InvokeWire for InvokeApi {
         request: Request<InvokeToolRequestWire>,
     ) -> Result<InvokeToolResponseWire, Status> {
         let caller_timeout = caller_timeout(&request);
+        let trace = trace_context(request.metadata());
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
         tracing::Span::current().record("tool", request.tool_name.as_str());
@@ -168,6 +170,7 @@ impl InvokeWire for InvokeApi {
             idempotency_key: Some(request.idempotency_key).filter(|key| !key.is_empty()),
             retry: retry_policy(request.retry_policy)?,
             caller_timeout,
+            trace,
         };
         let invoked = self
             .invoker

@@ -25,6 +25,7 @@ pub mod server;
 pub mod serving;
 pub mod status;
 pub mod std_health;
+pub mod trace_headers;
 mod unary_calls;
 pub mod unary_client;
 

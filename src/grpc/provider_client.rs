@@ -12,6 +12,7 @@ use tonic_types::StatusExt;
 
 use super::invoke_wire::{CallToolRequestWire, CallToolResponseWire};
 use super::raw_message::{RawMessage, value_bytes_to_json};
+use super::trace_headers::trace_headers;
 use super::unary_client::UnaryChannel;
 use crate::envelope::RequestMeta;
 use crate::invoke::caller::{
@@ -162,8 +163,9 @@ impl ProviderCaller for GrpcProviderCaller {
                 attempt: call.attempt,
             };
             // The provider is told its deadline; enforcing it is the engine's own timer.
+            let headers = call.trace.as_ref().map(trace_headers).unwrap_or_default();
             let response: CallToolResponseWire = channel
-                .call(CALL_TOOL, &request, Some(call.timeout))
+                .call_with_headers(CALL_TOOL, &request, Some(call.timeout), headers)
                 .await
                 .map_err(|status| failure(&status))?;
             // The output is read as JSON (to check and hash it) and passed on as it came.

@@ -95,6 +95,18 @@ impl UnaryChannel {
         request: &Req,
         timeout: Option<Duration>,
     ) -> Result<Resp, Status> {
+        self.call_with_headers(path, request, timeout, Vec::new())
+            .await
+    }
+
+    /// As [`Self::call`], sending `headers` too.
+    pub async fn call_with_headers<Req: Message, Resp: Message + Default>(
+        &self,
+        path: &'static str,
+        request: &Req,
+        timeout: Option<Duration>,
+        headers: Vec<(http::HeaderName, HeaderValue)>,
+    ) -> Result<Resp, Status> {
         let (mut sender, calls) = self.ready().await?;
         let _in_flight = calls.begin();
         let mut head = Request::builder()
@@ -118,6 +130,9 @@ impl UnaryChannel {
             HeaderValue::from_maybe_shared(Bytes::from(grpc_timeout(t))).ok()
         }) {
             head.headers_mut().insert(GRPC_TIMEOUT, value);
+        }
+        for (name, value) in headers {
+            head.headers_mut().insert(name, value);
         }
         let (answer, mut request_body) = sender.send_request(head, false).map_err(transport)?;
         request_body

@@ -51,6 +51,8 @@ pub struct ProviderCall {
     pub attempt: u32,
     /// How long the provider has; sent as the gRPC deadline.
     pub timeout: Duration,
+    /// The caller's W3C trace context, sent as `traceparent` and `tracestate`.
+    pub trace: Option<crate::trace_context::TraceContext>,
 }
 
 /// A provider's answer.

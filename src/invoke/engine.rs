@@ -1,5 +1,6 @@
 //! The invocation path, step by step (see the module docs of [`super`]).
 
+use crate::trace_context::TraceContext;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -56,6 +57,8 @@ pub struct Invocation {
     pub retry: Option<RetryPolicy>,
     /// What is left of the caller's own deadline.
     pub caller_timeout: Option<Duration>,
+    /// The caller's W3C trace context, passed to the provider on every attempt.
+    pub trace: Option<TraceContext>,
 }
 
 /// A successful invocation.
@@ -388,6 +391,7 @@ impl Invoker {
                 idempotency_key: invocation.idempotency_key.clone(),
                 attempt,
                 timeout: remaining,
+                trace: invocation.trace.clone(),
             };
             let result = match tokio::time::timeout(remaining, self.caller.call(call)).await {
                 Ok(result) => result,

@@ -82,6 +82,7 @@ fn invocation() -> Invocation {
         idempotency_key: None,
         retry: None,
         caller_timeout: None,
+        trace: None,
     }
 }
 

@@ -3,6 +3,7 @@
 //! registers again by itself when the control plane says the lease is unknown (for example
 //! after a restart), and deregisters on shutdown.
 
+use crate::grpc::trace_headers::trace_context;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
@@ -332,6 +333,7 @@ impl ToolProviderService for ProviderApi {
         request: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
         let deadline = caller_timeout(&request).map(|timeout| Instant::now() + timeout);
+        let trace = trace_context(request.metadata());
         let request = request.into_inner();
         let meta = RequestMeta::from_pb(request.meta.as_ref())?;
         let tool_name = request.tool_name;
@@ -369,6 +371,7 @@ impl ToolProviderService for ProviderApi {
                 Some(request.idempotency_key).filter(|key| !key.is_empty()),
                 request.attempt.max(1),
                 deadline,
+                trace,
             );
         let invocation = ToolInvocation {
             tool_name: tool_name.clone(),

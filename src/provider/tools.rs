@@ -1,6 +1,7 @@
 //! The seed 001 tool registry, Rust side: descriptors, handlers and the builder that checks
 //! them at registration.
 
+use crate::trace_context::TraceContext;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
@@ -77,6 +78,9 @@ pub struct ToolContext {
     pub attempt: u32,
     /// When the caller stops waiting, if it said.
     pub deadline: Option<Instant>,
+    /// The W3C trace context the call came with (toolplane passes on its caller's), for the
+    /// tool's own spans to join the caller's trace.
+    pub trace: Option<TraceContext>,
     cancellation: CancellationToken,
 }
 
@@ -89,6 +93,7 @@ impl ToolContext {
             idempotency_key: None,
             attempt: 1,
             deadline: None,
+            trace: None,
             cancellation,
         }
     }
@@ -113,10 +118,12 @@ impl ToolContext {
         idempotency_key: Option<String>,
         attempt: u32,
         deadline: Option<Instant>,
+        trace: Option<TraceContext>,
     ) -> Self {
         self.idempotency_key = idempotency_key;
         self.attempt = attempt;
         self.deadline = deadline;
+        self.trace = trace;
         self
     }
 }

@@ -27,6 +27,23 @@ pub struct Probes {
     pub sleepy_cancelled: AtomicBool,
     pub idempotency_keys: Mutex<Vec<String>>,
     pub flaky_inputs: Mutex<Vec<Value>>,
+    /// The trace context of each call of `echo` and `flaky`.
+    pub traces: Mutex<Vec<SeenTrace>>,
+}
+
+/// The `traceparent` and `tracestate` a tool saw, if any.
+pub type SeenTrace = Option<(String, Option<String>)>;
+
+impl Probes {
+    fn saw_trace(&self, call: &ToolInvocation) {
+        let trace = call.context.trace.as_ref().map(|trace| {
+            (
+                trace.traceparent().to_owned(),
+                trace.tracestate().map(str::to_owned),
+            )
+        });
+        self.traces.lock().expect("lock").push(trace);
+    }
 }
 
 pub fn test_tools(probes: &Arc<Probes>) -> RegisteredTools {
@@ -44,6 +61,7 @@ pub fn test_tools(probes: &Arc<Probes>) -> RegisteredTools {
                 let probes = Arc::clone(&echo);
                 async move {
                     probes.echo_calls.fetch_add(1, Ordering::SeqCst);
+                    probes.saw_trace(&call);
                     Ok(ToolOutput::new(call.input))
                 }
             }),
@@ -56,6 +74,7 @@ pub fn test_tools(probes: &Arc<Probes>) -> RegisteredTools {
                     async move {
                         probes.idempotency_keys.lock().expect("lock").push(call.context.idempotency_key.clone().unwrap_or_default());
                         probes.flaky_inputs.lock().expect("lock").push(call.input.clone());
+                        probes.saw_trace(&call);
                         let n = probes.flaky_calls.fetch_add(1, Ordering::SeqCst) + 1;
                         if n <= 2 { Err(ToolError::unavailable(format!("warming up ({n})"))) } else { Ok(ToolOutput::new(json!({"attempt": call.context.attempt}))) }
                     }
