@@ -235,17 +235,22 @@ async fn unknown_tool_is_recorded_and_records_are_per_tenant() {
     assert_eq!(other_tenant.code(), Code::NotFound);
 }
 
-/// The caller's W3C trace context reaches the provider with the call, `tracestate` with it; a
-/// `traceparent` that is not one is not passed on, nor the `tracestate` beside it.
+/// The caller's W3C trace context reaches the provider with the call, `tracestate` with it, and
+/// its trace id is recorded; a `traceparent` that is not one is not passed on, nor the
+/// `tracestate` beside it, and no trace id is recorded.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_callers_trace_context_reaches_the_provider() {
     let setup = setup().await;
     let mut client = invoker(&setup.server).await;
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    for (parent, state) in [
-        (Some(traceparent), Some("congo=t61rcWkgMzE")),
-        (Some("00-not-a-trace-01"), Some("congo=t61rcWkgMzE")),
-        (None, None),
+    for (parent, state, trace_id) in [
+        (
+            Some(traceparent),
+            Some("congo=t61rcWkgMzE"),
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+        ),
+        (Some("00-not-a-trace-01"), Some("congo=t61rcWkgMzE"), ""),
+        (None, None, ""),
     ] {
         let mut call = tonic::Request::new(request("echo", json!({"n": 1})));
         for (name, value) in [("traceparent", parent), ("tracestate", state)] {
@@ -254,8 +259,24 @@ async fn the_callers_trace_context_reaches_the_provider() {
                     .insert(name, value.parse().expect("ascii"));
             }
         }
-        client.invoke_tool(call).await.expect("echoed");
+        let answer = client.invoke_tool(call).await.expect("echoed").into_inner();
+        assert_eq!(answer.record.expect("record").trace_id, trace_id);
     }
+    let listed = client
+        .list_invocation_records(pb::ListInvocationRecordsRequest {
+            meta: meta(0),
+            ..Default::default()
+        })
+        .await
+        .expect("listed")
+        .into_inner()
+        .records;
+    let trace_ids: Vec<&str> = listed.iter().map(|r| r.trace_id.as_str()).collect();
+    assert_eq!(
+        trace_ids,
+        ["", "", "4bf92f3577b34da6a3ce929d0e0e4736"],
+        "newest first"
+    );
     assert_eq!(
         *setup.probes.traces.lock().expect("lock"),
         [

@@ -179,6 +179,7 @@ pub fn record_json(record: &pb::InvocationRecord) -> Value {
         "input_sha256": record.input_sha256,
         "output_sha256": record.output_sha256,
         "record_sha256": record.record_sha256,
+        "trace_id": record.trace_id,
     })
 }
 

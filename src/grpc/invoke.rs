@@ -413,5 +413,6 @@ pub fn record_to_pb(record: &InvocationRecord) -> pb::InvocationRecord {
         error_reason: record.error_reason.clone(),
         prev_record_sha256: record.prev_record_sha256.clone(),
         record_sha256: record.record_sha256.clone(),
+        trace_id: record.trace_id.clone(),
     }
 }

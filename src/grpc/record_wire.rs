@@ -77,6 +77,7 @@ pub fn record_bytes(record: &InvocationRecord) -> RawMessage {
         Field::Text(15, &record.error_reason),
         Field::Text(16, &record.prev_record_sha256),
         Field::Text(17, &record.record_sha256),
+        Field::Text(18, &record.trace_id),
     ];
     let mut out = BytesMut::with_capacity(fields.iter().map(Field::len).sum());
     for field in &fields {
@@ -112,6 +113,7 @@ mod tests {
             error_reason: "TOOL_TIMEOUT".into(),
             prev_record_sha256: "d".repeat(64),
             record_sha256: "e".repeat(64),
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
         }
     }
 
@@ -135,6 +137,7 @@ mod tests {
             status: InvocationStatus::Succeeded,
             error_reason: String::new(),
             prev_record_sha256: String::new(),
+            trace_id: String::new(),
             record_sha256: String::new(),
         };
         for record in [full, defaults] {

@@ -266,6 +266,11 @@ impl Invoker {
                 attempts: 0,
                 status: InvocationStatus::Cancelled,
                 error_reason: String::new(),
+                trace_id: invocation
+                    .trace
+                    .as_ref()
+                    .map(|trace| trace.trace_id().to_owned())
+                    .unwrap_or_default(),
             }),
         };
         let fail = |guard: &mut RecordGuard, status, error: InvokeError| {

@@ -28,6 +28,9 @@ struct CanonicalRecord<'a> {
     status: InvocationStatus,
     tenant_id: u64,
     tool_name: &'a str,
+    // Left out when empty, so records written before the field existed hash as they did.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    trace_id: &'a str,
 }
 
 impl<'a> CanonicalRecord<'a> {
@@ -50,6 +53,7 @@ impl<'a> CanonicalRecord<'a> {
             status: record.status,
             tenant_id: record.tenant_id,
             tool_name: &record.tool_name,
+            trace_id: &record.trace_id,
         }
     }
 }

@@ -123,6 +123,10 @@ pub struct InvocationRecord {
     pub prev_record_sha256: String,
     /// sha256 of this record's canonical JSON without this field.
     pub record_sha256: String,
+    /// The W3C trace id of the caller's `traceparent`; empty without one, and then not in the
+    /// line at all, as in lines written before the field existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub trace_id: String,
 }
 
 /// A record before the log gives it its sequence and chain hash.
@@ -154,6 +158,8 @@ pub struct RecordDraft {
     pub status: InvocationStatus,
     /// The failure reason.
     pub error_reason: String,
+    /// The W3C trace id of the caller's trace context; empty without one.
+    pub trace_id: String,
 }
 
 /// The record log cannot be used.
@@ -324,6 +330,7 @@ impl RecordLog {
             error_reason: draft.error_reason,
             prev_record_sha256: String::new(),
             record_sha256: String::new(),
+            trace_id: draft.trace_id,
         };
         let mut guard = self.lock();
         let state = &mut *guard;

@@ -20,6 +20,7 @@ fn draft(tool: &str) -> RecordDraft {
         attempts: 1,
         status: InvocationStatus::Succeeded,
         error_reason: String::new(),
+        trace_id: String::new(),
     }
 }
 
@@ -45,6 +46,7 @@ fn record_lines_and_hashes_are_the_canonical_json_of_the_record() {
     let mut odd = draft("t\u{e9}ol.\"quoted\"/\\");
     odd.correlation_id = "line\nbreak \u{1F600} \u{7f} <&>".into();
     odd.error_reason = "\u{0}".into();
+    odd.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736".into();
     let record = log.append(odd).expect("append");
     let mut value = serde_json::to_value(&*record).expect("serializes");
     assert_eq!(record_line(&record), crate::json::canonical_json(&value));
@@ -57,6 +59,19 @@ fn record_lines_and_hashes_are_the_canonical_json_of_the_record() {
         crate::json::canonical_sha256(&value),
         "record_sha256 is the sha256 of the canonical JSON without that field"
     );
+    assert!(record_line(&record).contains("\"trace_id\":\"4bf92f3577b34da6a3ce929d0e0e4736\""));
+}
+
+/// A record without a trace id is written as records were before the field existed (no
+/// `trace_id` key), so older logs verify and hash as they did.
+#[test]
+fn a_record_without_a_trace_id_is_written_as_before_the_field() {
+    let record = RecordLog::in_memory(1).append(draft("t")).expect("append");
+    let line = record_line(&record);
+    assert!(!line.contains("trace_id"), "{line}");
+    let read: InvocationRecord = serde_json::from_str(&line).expect("reads back");
+    assert_eq!(read, *record);
+    assert_eq!(content_sha256(&read), record.record_sha256);
 }
 
 #[test]

@@ -196,6 +196,7 @@ mod tests {
             attempts: 1,
             status,
             error_reason: String::new(),
+            trace_id: String::new(),
         }
     }
 
