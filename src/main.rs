@@ -169,7 +169,25 @@ enum AuditCommand {
         /// The log's files, in chain order.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// The head hash an earlier verification printed for the records before the first
+        /// file, when their files are gone (archived or removed): the first file must continue
+        /// from it [default: the first file starts the chain].
+        #[arg(long, value_name = "SHA256", value_parser = head_hash)]
+        after: Option<String>,
     },
+}
+
+/// A record hash as `audit verify` prints it: 64 lowercase hex digits.
+fn head_hash(value: &str) -> Result<String, String> {
+    let is_hash = value.len() == 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if is_hash {
+        Ok(value.to_owned())
+    } else {
+        Err("a head hash is 64 lowercase hex digits, as `audit verify` prints it".to_owned())
+    }
 }
 
 fn init_tracing(format: LogFormat) {
@@ -431,8 +449,8 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Audit {
-            command: AuditCommand::Verify { files },
-        } => match toolplane::invoke::audit::verify_files(&files) {
+            command: AuditCommand::Verify { files, after },
+        } => match toolplane::invoke::audit::verify_files_after(&files, after.as_deref()) {
             Ok(verified) => {
                 println!(
                     "ok: {} records, chain intact, head {}",

@@ -177,8 +177,8 @@ async fn provider_registers_again_after_control_plane_restart() {
 
 /// A log past `records_rotate_bytes` is moved to `PATH.<first sequence>` and goes on in a new
 /// file, across a restart too, whose server still lists the records of the rotated files;
-/// `audit verify` checks the files, oldest first, as one chain and names the file a break is
-/// in.
+/// `audit verify` checks the files, oldest first, as one chain, names the file a break is in,
+/// and checks what is left after the oldest file is archived away against its head hash.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rotated_record_log_verifies_as_one_chain() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -241,7 +241,24 @@ async fn a_rotated_record_log_verifies_as_one_chain() {
     let (code, stdout, _) = toolplane_cli(&missing);
     assert_eq!(code, 1, "{stdout}");
     assert!(
-        stdout.contains(files[1]) && stdout.contains("line 1"),
-        "the break is named with its file: {stdout}"
+        stdout.contains(files[1]) && stdout.contains("line 1") && stdout.contains("--after"),
+        "the break is named with its file, and what to do: {stdout}"
     );
+
+    // The oldest file archived away: the rest verifies from the head hash it verified to.
+    let (code, stdout, _) = toolplane_cli(&["audit", "verify", files[0]]);
+    assert_eq!(code, 0, "{stdout}");
+    let head = stdout
+        .trim()
+        .rsplit(' ')
+        .next()
+        .expect("the head hash ends the line")
+        .to_owned();
+    let mut after = vec!["audit", "verify", "--after", &head];
+    after.extend(files.iter().skip(1));
+    let (code, stdout, _) = toolplane_cli(&after);
+    assert_eq!(code, 0, "{stdout}");
+    let (code, _, stderr) = toolplane_cli(&["audit", "verify", "--after", "abc", files[0]]);
+    assert_eq!(code, 2, "a head hash that is not one: {stderr}");
+    assert!(stderr.contains("64 lowercase hex digits"), "{stderr}");
 }

@@ -40,7 +40,18 @@ pub fn verify_file(path: &Path) -> Result<VerifiedLog, ChainBroken> {
 /// starts the chain and each file's first record links to the last record of the file before.
 /// A bad line is named with its file.
 pub fn verify_files<P: AsRef<Path>>(paths: &[P]) -> Result<VerifiedLog, (PathBuf, ChainBroken)> {
-    let mut chain = ChainCheck::default();
+    verify_files_after(paths, None)
+}
+
+/// As [`verify_files`], the first file continuing the chain whose last record's
+/// `record_sha256` is `after`: the head hash a verification of the earlier files printed,
+/// for when those files are no longer at hand (shipped to an archive, removed). `None`
+/// starts from the beginning of the chain.
+pub fn verify_files_after<P: AsRef<Path>>(
+    paths: &[P],
+    after: Option<&str>,
+) -> Result<VerifiedLog, (PathBuf, ChainBroken)> {
+    let mut chain = after.map_or_else(ChainCheck::default, ChainCheck::continuing);
     for path in paths {
         let path = path.as_ref();
         let file = File::open(path).map_err(|error| {
@@ -109,6 +120,16 @@ impl ChainCheck {
         }
     }
 
+    /// A check of lines that continue the chain after the record whose hash is `head`, with
+    /// any sequence.
+    pub(crate) fn continuing(head: &str) -> Self {
+        Self {
+            previous: head.to_owned(),
+            expected_sequence: None,
+            count: 0,
+        }
+    }
+
     /// Checks the next `record`, read from `line` (without its line ending): what is wrong
     /// with it, if anything.
     pub(crate) fn check(&mut self, line: &str, record: &InvocationRecord) -> Result<(), String> {
@@ -116,6 +137,18 @@ impl ChainCheck {
             return Err(
                 "the record does not match its record_sha256: the line was edited".to_owned(),
             );
+        }
+        if record.prev_record_sha256 != self.previous
+            && self.count == 0
+            && self.previous == GENESIS_SHA256
+            && record.sequence > 1
+        {
+            return Err(format!(
+                "the first record is sequence {}: the records before it are not in the files \
+                 named; name the earlier files first, or, if they are gone, give the head hash \
+                 their verification printed (`audit verify --after HASH`)",
+                record.sequence
+            ));
         }
         if record.prev_record_sha256 != self.previous {
             return Err(format!(

@@ -2,7 +2,7 @@
 
 use super::super::record_file::rotated_path;
 use super::*;
-use crate::invoke::audit::{verify_file, verify_files};
+use crate::invoke::audit::{verify_file, verify_files, verify_files_after};
 use std::time::SystemTime;
 
 fn draft(tool: &str) -> RecordDraft {
@@ -232,8 +232,22 @@ fn a_rotated_log_is_one_chain_across_its_files() {
 
     let (file, broken) = verify_files(&[&first, &path]).expect_err("a file left out");
     assert_eq!((file.as_path(), broken.line), (path.as_path(), 1));
-    let (file, _) = verify_files(&[&second, &path]).expect_err("the first file left out");
+    let (file, broken) = verify_files(&[&second, &path]).expect_err("the first file left out");
     assert_eq!(file, second, "the chain starts at the first file");
+    assert!(
+        broken.problem.contains("first record is sequence 3") && broken.problem.contains("--after"),
+        "{broken}"
+    );
+    // With the first file archived away, the rest verifies from the head it verified to.
+    let archived = verify_file(&first)
+        .expect("the first file alone")
+        .head_sha256;
+    let rest = verify_files_after(&[&second, &path], Some(&archived)).expect("continues");
+    assert_eq!(rest.records, 3);
+    let (file, broken) =
+        verify_files_after(&[&second, &path], Some(&format!("{}1", "0".repeat(63))))
+            .expect_err("not the head it continues");
+    assert_eq!((file, broken.line), (second.clone(), 1));
 
     drop(log);
     let reopened = RecordLog::open(&path, 10, rotate).expect("reopen");
