@@ -16,7 +16,7 @@
 //!   and the per-RPC call counts.
 //! - [`metrics`]: the Prometheus metrics endpoint: the server's state, calls by gRPC method
 //!   and code, the process's own numbers.
-//! - [`cli`]: how the client commands print tables and JSON.
+//! - [`cli`]: how the client commands print tables and JSON; `audit verify`.
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
 //! - [`trace_context`]: the caller's W3C trace context, passed on to providers.

@@ -109,7 +109,7 @@ enum Command {
     /// Work with invocation record logs.
     Audit {
         #[command(subcommand)]
-        command: AuditCommand,
+        command: cli::audit::AuditCommand,
     },
     /// Create, list, show and chat with agents.
     Agent {
@@ -157,37 +157,6 @@ enum AgentCommand {
         /// The message.
         message: String,
     },
-}
-
-#[derive(Debug, Subcommand)]
-enum AuditCommand {
-    /// Verify a JSON-lines invocation record log: exit 0 and print the record count and head
-    /// hash when the chain is intact, exit 1 naming the first bad line when not. A rotated log
-    /// is verified as one chain by naming its files oldest first, the current file last:
-    /// `toolplane audit verify records.jsonl.* records.jsonl`.
-    Verify {
-        /// The log's files, in chain order.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// The head hash an earlier verification printed for the records before the first
-        /// file, when their files are gone (archived or removed): the first file must continue
-        /// from it [default: the first file starts the chain].
-        #[arg(long, value_name = "SHA256", value_parser = head_hash)]
-        after: Option<String>,
-    },
-}
-
-/// A record hash as `audit verify` prints it: 64 lowercase hex digits.
-fn head_hash(value: &str) -> Result<String, String> {
-    let is_hash = value.len() == 64
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if is_hash {
-        Ok(value.to_owned())
-    } else {
-        Err("a head hash is 64 lowercase hex digits, as `audit verify` prints it".to_owned())
-    }
 }
 
 fn init_tracing(format: LogFormat) {
@@ -448,21 +417,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Audit {
-            command: AuditCommand::Verify { files, after },
-        } => match toolplane::invoke::audit::verify_files_after(&files, after.as_deref()) {
-            Ok(verified) => {
-                println!(
-                    "ok: {} records, chain intact, head {}",
-                    verified.records, verified.head_sha256
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            Err((file, broken)) => {
-                println!("broken: {}: {broken}", file.display());
-                Ok(ExitCode::from(1))
-            }
-        },
+        Command::Audit { command } => Ok(command.run()),
         Command::Agent { command, client } => run_agent(command, &client).await,
         Command::Health { service, client } => {
             let service = service.unwrap_or_default();

@@ -1,6 +1,7 @@
 //! What the `toolplane` client commands print: tables for people, JSON for scripts.
 
 pub mod agent;
+pub mod audit;
 
 use comfy_table::{Table, presets::NOTHING};
 use serde_json::{Value, json};
