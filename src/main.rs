@@ -100,6 +100,9 @@ enum Command {
         /// Only records of this tool.
         #[arg(long)]
         tool: Option<String>,
+        /// Only records of calls made in this W3C trace (32 lowercase hex digits).
+        #[arg(long)]
+        trace_id: Option<String>,
         /// How many records.
         #[arg(long, default_value_t = 50)]
         limit: i32,
@@ -403,12 +406,13 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
         }
         Command::Records {
             tool,
+            trace_id,
             limit,
             client,
         } => {
             let records = connect(&client)
                 .await?
-                .records(tool.as_deref(), limit)
+                .records(tool.as_deref(), trace_id.as_deref(), limit)
                 .await?;
             if client.json {
                 print_json(&records.iter().map(cli::record_json).collect());

@@ -52,6 +52,11 @@ impl TraceContext {
     }
 }
 
+/// Whether `value` is a trace id as [`TraceContext::trace_id`] gives it.
+pub fn is_trace_id(value: &str) -> bool {
+    is_hex(value, 32, true)
+}
+
 /// `n` lowercase hex digits, not all zero when `nonzero`.
 fn is_hex(field: &str, n: usize, nonzero: bool) -> bool {
     field.len() == n

@@ -205,8 +205,12 @@ fn example_provider_walkthrough() {
 
     let body = r#"{"meta": {"correlation_id": "walkthrough"}, "tool_name": "structs_calculate_proof_of_work",
                    "input": {"action_type": "ore_miner_complete", "entity_id": "5-42", "age": 14000, "difficulty": 14000}}"#;
+    let trace_id = "0af7651916cd43dd8448eb211c80319c";
+    let traceparent = format!("traceparent: 00-{trace_id}-b7ad6b7169203331-01");
     let (ok, answer, err) = grpcurl(&[
         "-plaintext",
+        "-H",
+        &traceparent,
         "-d",
         body,
         &server.addr,
@@ -222,5 +226,20 @@ fn example_provider_walkthrough() {
     assert_eq!(code, 0);
     let records: serde_json::Value = serde_json::from_str(&stdout).expect("records JSON");
     assert_eq!(records.as_array().map(Vec::len), Some(3), "{records}");
+
+    // From the grpcurl call's trace to its record.
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "records",
+        "--endpoint",
+        &endpoint,
+        "--trace-id",
+        trace_id,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let traced: serde_json::Value = serde_json::from_str(&stdout).expect("records JSON");
+    assert_eq!(traced.as_array().map(Vec::len), Some(1), "{traced}");
+    assert_eq!(traced[0]["correlation_id"], "walkthrough", "{traced}");
+    assert_eq!(traced[0]["trace_id"], trace_id, "{traced}");
     assert_eq!(server.terminate().code(), Some(0));
 }

@@ -236,8 +236,8 @@ async fn unknown_tool_is_recorded_and_records_are_per_tenant() {
 }
 
 /// The caller's W3C trace context reaches the provider with the call, `tracestate` with it, and
-/// its trace id is recorded; a `traceparent` that is not one is not passed on, nor the
-/// `tracestate` beside it, and no trace id is recorded.
+/// its trace id is recorded and listed by; a `traceparent` that is not one is not passed on,
+/// nor the `tracestate` beside it, and no trace id is recorded.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_callers_trace_context_reaches_the_provider() {
     let setup = setup().await;
@@ -277,6 +277,27 @@ async fn the_callers_trace_context_reaches_the_provider() {
         ["", "", "4bf92f3577b34da6a3ce929d0e0e4736"],
         "newest first"
     );
+
+    // From a trace to its records.
+    let of_trace = |trace_id: &str| pb::ListInvocationRecordsRequest {
+        meta: meta(0),
+        trace_id: trace_id.into(),
+        ..Default::default()
+    };
+    let traced = client
+        .list_invocation_records(of_trace("4bf92f3577b34da6a3ce929d0e0e4736"))
+        .await
+        .expect("listed")
+        .into_inner()
+        .records;
+    assert_eq!(traced.len(), 1);
+    assert_eq!(traced[0].invocation_id, listed[2].invocation_id);
+    let bad = client
+        .list_invocation_records(of_trace("4BF92F35"))
+        .await
+        .expect_err("not a trace id");
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert_eq!(violations(&bad)[0].0, "trace_id", "{bad:?}");
     assert_eq!(
         *setup.probes.traces.lock().expect("lock"),
         [

@@ -306,15 +306,18 @@ impl ToolplaneClient {
         Ok(self.invoke.clone().invoke_tool(request).await?.into_inner())
     }
 
-    /// Up to `limit` recent invocation records (newest first), filtered by tool.
+    /// Up to `limit` recent invocation records (newest first), filtered by tool and by W3C
+    /// trace id.
     pub async fn records(
         &self,
         tool: Option<&str>,
+        trace_id: Option<&str>,
         limit: i32,
     ) -> Result<Vec<pb::InvocationRecord>, ClientError> {
         let request = pb::ListInvocationRecordsRequest {
             meta: self.meta(),
             tool_name: tool.unwrap_or_default().to_owned(),
+            trace_id: trace_id.unwrap_or_default().to_owned(),
             page_size: limit,
             ..Default::default()
         };

@@ -23,6 +23,7 @@ use crate::json::{json_to_value, struct_to_json};
 use crate::pb;
 use crate::pb::tool_invoke_service_server::ToolInvokeService;
 use crate::registry::{RegistryError, ServiceName, ToolName, ToolRef, ViolationKind, paging};
+use crate::trace_context::is_trace_id;
 
 /// Serves `toolplane.v1.ToolInvokeService`.
 #[derive(Debug, Clone)]
@@ -304,6 +305,7 @@ impl ToolInvokeService for InvokeApi {
             service_name: Some(request.service_name).filter(|s| !s.is_empty()),
             correlation_id: Some(request.correlation_id).filter(|s| !s.is_empty()),
             status,
+            trace_id: trace_id_filter(request.trace_id)?,
         };
         let size = paging::page_size(request.page_size)?;
         let query = format!("records|{filter:?}");
@@ -391,6 +393,24 @@ pub(super) fn record_timestamp(text: &str) -> Option<prost_types::Timestamp> {
 /// A record's duration as a protobuf `Duration`.
 pub(super) fn record_duration(micros: u64) -> Option<prost_types::Duration> {
     Duration::from_micros(micros).try_into().ok()
+}
+
+/// A listing's `trace_id` filter: empty for none, else a trace id as records keep them.
+fn trace_id_filter(trace_id: String) -> Result<Option<String>, RegistryError> {
+    if trace_id.is_empty() {
+        return Ok(None);
+    }
+    if !is_trace_id(&trace_id) {
+        return Err(RegistryError::invalid(
+            "trace_id",
+            ViolationKind::Field,
+            format!(
+                "{trace_id:?} is not a W3C trace id: 32 lowercase hex digits, not all zero, as \
+                 in a traceparent's second field"
+            ),
+        ));
+    }
+    Ok(Some(trace_id))
 }
 
 /// The wire form of a record.

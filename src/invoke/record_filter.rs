@@ -13,6 +13,8 @@ pub struct RecordFilter {
     pub correlation_id: Option<String>,
     /// Only this status.
     pub status: Option<InvocationStatus>,
+    /// Only calls made in this W3C trace.
+    pub trace_id: Option<String>,
 }
 
 impl RecordFilter {
@@ -29,5 +31,6 @@ impl RecordFilter {
                 .as_ref()
                 .is_none_or(|c| *c == record.correlation_id)
             && self.status.is_none_or(|s| s == record.status)
+            && self.trace_id.as_ref().is_none_or(|t| *t == record.trace_id)
     }
 }
