@@ -268,3 +268,39 @@ async fn a_scrape_reports_calls_by_method_and_code() {
     );
     server.stop().await;
 }
+
+/// A scrape reports the agents by state, the turns running and what their conversations hold,
+/// across tenants.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scrape_reports_the_agents_and_their_conversations() {
+    use common::agent_fixture::{agents, complete_request, create};
+    let (server, metrics) = TestServer::start_with_metrics(test_options()).await;
+    let mut client = agents(&server).await;
+    let talker = create(&mut client, "talker", &[]).await;
+    create(&mut client, "quiet", &[]).await;
+    let id = talker.status.expect("status").id;
+    client
+        .complete(complete_request(&id, "hello", "metrics-turn"))
+        .await
+        .expect("turn completes");
+
+    let http = reqwest::Client::new();
+    let text = scrape(&http, metrics, "/metrics")
+        .await
+        .text()
+        .await
+        .expect("body");
+    for (name, value) in [
+        ("toolplane_agents{state=\"idle\"}", 2.0),
+        ("toolplane_agents{state=\"thinking\"}", 0.0),
+        ("toolplane_agents{state=\"toolcall\"}", 0.0),
+        ("toolplane_agents{state=\"reflecting\"}", 0.0),
+        ("toolplane_agent_turns_running", 0.0),
+        ("toolplane_agent_conversation_messages", 2.0),
+    ] {
+        assert_eq!(sample(&text, name), Some(value), "{name} in\n{text}");
+    }
+    let bytes = sample(&text, "toolplane_agent_conversation_bytes").expect("bytes");
+    assert!(bytes >= "hello".len() as f64 * 2.0, "{bytes}");
+    server.stop().await;
+}

@@ -196,6 +196,19 @@ impl Agent {
     }
 }
 
+/// What every tenant's agents hold together, for the metrics endpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AgentTotals {
+    /// Agents in each state, in the order of [`AgentState::ALL`].
+    pub by_state: [u64; AgentState::ALL.len()],
+    /// Agents with a completion running.
+    pub busy: u64,
+    /// Messages of their conversations.
+    pub messages: u64,
+    /// Bytes of those messages ([`message_bytes`]).
+    pub conversation_bytes: u64,
+}
+
 /// The default most agents one tenant may have at once.
 pub const DEFAULT_MAX_AGENTS_PER_TENANT: usize = 1_000;
 
@@ -327,6 +340,33 @@ impl AgentStore {
             .filter_map(|(_, id)| agents.by_id.get(id).cloned())
             .take(limit)
             .collect()
+    }
+
+    /// What every tenant's agents hold together: read agent by agent, each a moment apart, so
+    /// an agent that moves meanwhile is counted once, in one of its states.
+    pub fn totals(&self) -> AgentTotals {
+        // The agents are gathered first, and each is locked after the store's lock is let go:
+        // a scrape never holds up a create or delete for longer than the gathering.
+        let agents: Vec<Arc<Agent>> = {
+            let tenants = self.tenants.read().unwrap_or_else(|p| p.into_inner());
+            tenants
+                .values()
+                .flat_map(|agents| agents.by_id.values().cloned())
+                .collect()
+        };
+        let mut totals = AgentTotals::default();
+        for agent in agents {
+            let data = agent.data();
+            let state = AgentState::ALL
+                .iter()
+                .position(|state| *state == data.status.state)
+                .expect("ALL lists every state");
+            totals.by_state[state] += 1;
+            totals.busy += u64::from(data.busy);
+            totals.messages += data.len() as u64;
+            totals.conversation_bytes += data.bytes() as u64;
+        }
+        totals
     }
 
     /// Deletes an agent; a busy one is refused.

@@ -164,3 +164,31 @@ fn listing_pages_in_creation_order_and_an_emptied_tenant_leaves_nothing() {
     );
     assert!(tenants.contains_key(&TenantId(2)));
 }
+
+/// The metrics' agent totals add up every tenant's agents by state, and their conversations.
+#[test]
+fn totals_count_every_tenants_agents_by_state_and_their_conversations() {
+    let store = AgentStore::new(10, 0, 0);
+    assert_eq!(store.totals(), AgentTotals::default());
+    let first = store.create(TenantId(1), config("a")).expect("created");
+    store.create(TenantId(2), config("a")).expect("created");
+    {
+        let mut data = first.data();
+        data.transition(AgentState::Thinking, "")
+            .expect("idle -> thinking");
+        data.busy = true;
+        data.push(CanonicalMessage::new(Role::User, "hello".into()));
+    }
+    let totals = store.totals();
+    assert_eq!(
+        totals.by_state,
+        [1, 1, 0, 0],
+        "idle, thinking, toolcall, reflecting"
+    );
+    assert_eq!(totals.busy, 1);
+    assert_eq!(totals.messages, 1);
+    assert_eq!(totals.conversation_bytes, 5);
+    first.data().busy = false;
+    store.delete(TenantId(1), "a").expect("deleted");
+    assert_eq!(store.totals().by_state, [1, 0, 0, 0]);
+}

@@ -228,7 +228,12 @@ pub async fn serve_with_metrics(
         options.max_conversation_bytes,
         options.max_agents_per_tenant,
     ));
-    let runner = AgentRunner::new(agents, registry.clone(), invoker.clone(), model);
+    let runner = AgentRunner::new(
+        Arc::clone(&agents),
+        registry.clone(),
+        invoker.clone(),
+        model,
+    );
     // Calls are counted per RPC only when there is an endpoint to report them.
     let rpc_stats = if metrics_listener.is_some() {
         Some(Arc::new(served_rpc_stats()?))
@@ -245,6 +250,7 @@ pub async fn serve_with_metrics(
                 health: Arc::clone(&health),
                 serving: serving.clone(),
                 rpcs,
+                agents,
             };
             AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
         });

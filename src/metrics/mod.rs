@@ -1,14 +1,14 @@
 //! Prometheus metrics: what the server is doing, mostly read from the state it keeps anyway
 //! when a scraper asks (`GET /metrics` on the `metrics_listen` address, [`http`]).
 //! Invocations are counted by the record log, which sees each one once; the registry's sizes,
-//! the providers' health and whether the server is serving are read from the store, the
-//! health book and the serving state; gRPC calls are counted per method and code as they are
-//! answered ([`crate::grpc::rpc_stats`], only when metrics are served); the process's own
-//! numbers come from `/proc/self`.
+//! the providers' health, whether the server is serving and the agents are read from the
+//! store, the health book, the serving state and the agent store; gRPC calls are counted per
+//! method and code as they are answered ([`crate::grpc::rpc_stats`], only when metrics are
+//! served); the process's own numbers come from `/proc/self`.
 //!
-//! Label values are bounded sets (invocation statuses, served gRPC methods, gRPC codes), never
-//! tenants, services or tools, whose numbers are the operator's to bound, not the metrics
-//! backend's.
+//! Label values are bounded sets (invocation statuses, agent states, served gRPC methods, gRPC
+//! codes), never tenants, services or tools, whose numbers are the operator's to bound, not
+//! the metrics backend's.
 
 pub mod http;
 mod process;
@@ -21,6 +21,8 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::agent::store::AgentStore;
+use crate::agent::types::AgentState;
 use crate::grpc::rpc_stats::RpcStats;
 use crate::grpc::serving::ServingState;
 use crate::invoke::health::ProviderHealthBook;
@@ -41,6 +43,8 @@ pub struct MetricsSources {
     pub serving: ServingState,
     /// Calls per RPC.
     pub rpcs: Arc<RpcStats>,
+    /// The agents and their conversations.
+    pub agents: Arc<AgentStore>,
 }
 
 /// The text a scrape is answered with (OpenMetrics text format).
@@ -169,9 +173,47 @@ impl Collector for MetricsSources {
             "1 while the server is serving, 0 once it has begun to shut down.",
             u64::from(self.serving.is_serving()),
         )?;
+        encode_agents(&mut encoder, &self.agents)?;
         rpc::encode(&mut encoder, &self.rpcs)?;
         process::encode(&mut encoder)
     }
+}
+
+fn encode_agents(
+    encoder: &mut DescriptorEncoder,
+    agents: &AgentStore,
+) -> Result<(), std::fmt::Error> {
+    let totals = agents.totals();
+    let mut by_state = encoder.encode_descriptor(
+        "toolplane_agents",
+        "Agents, across tenants, by their state.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (state, count) in AgentState::ALL.iter().zip(totals.by_state) {
+        let labels = [("state", state.to_string())];
+        by_state
+            .encode_family(&labels)?
+            .encode_gauge(&i64::try_from(count).unwrap_or(i64::MAX))?;
+    }
+    gauge(
+        encoder,
+        "toolplane_agent_turns_running",
+        "Agents with a turn (Complete or StreamComplete) running.",
+        totals.busy,
+    )?;
+    gauge(
+        encoder,
+        "toolplane_agent_conversation_messages",
+        "Messages the agents' conversations hold, across tenants.",
+        totals.messages,
+    )?;
+    gauge(
+        encoder,
+        "toolplane_agent_conversation_bytes",
+        "Bytes of the messages the agents' conversations hold (content and metadata), across tenants.",
+        totals.conversation_bytes,
+    )
 }
 
 #[cfg(test)]
@@ -216,6 +258,7 @@ mod tests {
             health: Arc::new(ProviderHealthBook::default()),
             serving: ServingState::new(),
             rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
+            agents: Arc::new(AgentStore::new(10, 0, 0)),
         };
         let text = render(&sources);
         for line in [
@@ -231,6 +274,10 @@ mod tests {
             "toolplane_invocation_record_write_failures_total 0",
             "toolplane_registered_services 0",
             "toolplane_serving 1",
+            "toolplane_agents{state=\"idle\"} 0",
+            "toolplane_agents{state=\"toolcall\"} 0",
+            "toolplane_agent_turns_running 0",
+            "toolplane_agent_conversation_bytes 0",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
