@@ -56,6 +56,8 @@ pub struct ServerConfig {
     /// The address Prometheus metrics are served on (`GET /metrics`, HTTP/1.1); empty serves
     /// none.
     pub metrics_listen: String,
+    /// The OTLP/gRPC collector spans are exported to (`http://host:4317`); empty exports none.
+    pub otlp_endpoint: String,
     /// Lease TTL granted when a registration asks for none.
     #[serde(with = "humantime_serde")]
     pub default_ttl: Duration,
@@ -172,6 +174,7 @@ impl Default for ServerConfig {
                 .parse()
                 .expect("the default listen address is valid"),
             metrics_listen: String::new(),
+            otlp_endpoint: String::new(),
             default_ttl: validate::DEFAULT_TTL,
             min_ttl: validate::DEFAULT_MIN_TTL,
             max_ttl: validate::DEFAULT_MAX_TTL,
@@ -273,6 +276,9 @@ impl ServerConfig {
 
     fn check(&self) -> Result<(), String> {
         self.metrics_address()?;
+        if !self.otlp_endpoint.is_empty() {
+            crate::spans::check_endpoint(&self.otlp_endpoint).map_err(|error| error.to_string())?;
+        }
         if let Some((key, _)) = self.tool_rate_limits.iter().find(|(key, _)| {
             key.split_once('/')
                 .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
@@ -316,6 +322,7 @@ impl ServerConfig {
     /// The server options this configuration describes.
     pub fn server_options(&self) -> ServerOptions {
         ServerOptions {
+            otlp_endpoint: Some(self.otlp_endpoint.clone()).filter(|e| !e.is_empty()),
             limits: RegistrationLimits {
                 default_ttl: self.default_ttl,
                 min_ttl: self.min_ttl,

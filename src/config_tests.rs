@@ -152,3 +152,23 @@ fn metrics_are_served_only_where_asked() {
         .expect_err("not an address");
     assert!(error.to_string().contains("metrics_listen"), "{error}");
 }
+
+#[test]
+fn spans_are_exported_only_to_a_plaintext_otlp_endpoint() {
+    let none = ServerConfig::load(None, env(&[])).expect("valid");
+    assert_eq!(none.server_options().otlp_endpoint, None);
+    let set = ServerConfig::load(
+        None,
+        env(&[("TOOLPLANE_OTLP_ENDPOINT", "http://otel-collector:4317")]),
+    )
+    .expect("valid");
+    assert_eq!(
+        set.server_options().otlp_endpoint.as_deref(),
+        Some("http://otel-collector:4317")
+    );
+    for bad in ["otel-collector:4317", "https://otel-collector:4317"] {
+        let error = ServerConfig::load(None, env(&[("TOOLPLANE_OTLP_ENDPOINT", bad)]))
+            .expect_err("not a plaintext OTLP address");
+        assert!(error.to_string().contains("otlp_endpoint"), "{error}");
+    }
+}

@@ -20,6 +20,7 @@
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
 //! - [`trace_context`]: the caller's W3C trace context, passed on to providers.
+//! - [`spans`]: the spans exported over OTLP when `otlp_endpoint` is set.
 
 pub mod agent;
 pub mod bench;
@@ -34,4 +35,5 @@ pub mod metrics;
 pub mod pb;
 pub mod provider;
 pub mod registry;
+pub mod spans;
 pub mod trace_context;

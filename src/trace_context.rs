@@ -1,6 +1,8 @@
 //! W3C Trace Context: the caller's `traceparent` and `tracestate`, passed on to the provider
-//! with the tool call, so that the provider's spans join the caller's trace, as a proxy that
-//! takes no part in tracing passes them on (Envoy forwards them the same way).
+//! with the tool call, so that the provider's spans join the caller's trace. Without exported
+//! spans they are passed on unchanged, as a proxy that takes no part in tracing passes them on
+//! (Envoy forwards them the same way); with them, the parent sent is toolplane's own span
+//! ([`crate::spans`]).
 //!
 //! A `traceparent` that is not one (W3C Trace Context, "traceparent Header Field Values") is
 //! not passed on, and neither is the `tracestate` that came with it: the specification says a

@@ -12,7 +12,7 @@ use tracing::instrument;
 
 use super::discovery::accept_meta;
 use super::invoke::status_to_pb;
-use super::trace_headers::trace_context;
+use super::trace_headers::call_trace;
 use crate::agent::AgentError;
 use crate::agent::runner::{AgentRunner, ToolCallSummary, TurnEvent, TurnOutcome};
 use crate::agent::store::{Agent, AgentConfig, Transition};
@@ -348,7 +348,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        let trace = trace_context(request.metadata());
+        let trace = call_trace(&request);
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
         let chat = request_from_pb(request.request)?;
@@ -380,7 +380,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::StreamCompleteRequest>,
     ) -> Result<Response<Self::StreamCompleteStream>, Status> {
-        let trace = trace_context(request.metadata());
+        let trace = call_trace(&request);
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
         let chat = request_from_pb(request.request)?;

@@ -12,7 +12,7 @@ use super::discovery::accept_meta;
 use super::invoke_wire::{InvokeToolRequestWire, InvokeToolResponseWire, InvokeWire};
 use super::raw_message::{RawJsonError, RawMessage, struct_bytes_to_json};
 use super::record_wire::record_bytes;
-use super::trace_headers::trace_context;
+use super::trace_headers::call_trace;
 use crate::envelope::TenantId;
 use crate::invoke::caller::WireForm;
 use crate::invoke::heavy;
@@ -143,7 +143,7 @@ impl InvokeWire for InvokeApi {
         request: Request<InvokeToolRequestWire>,
     ) -> Result<InvokeToolResponseWire, Status> {
         let caller_timeout = caller_timeout(&request);
-        let trace = trace_context(request.metadata());
+        let trace = call_trace(&request);
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
         tracing::Span::current().record("tool", request.tool_name.as_str());

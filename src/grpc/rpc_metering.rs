@@ -8,7 +8,13 @@
 //! `grpc::connections`), counts as `Canceled` or `DeadlineExceeded`, which is what its caller
 //! saw. Handling time runs from the call reaching the services to that moment.
 //!
-//! Without stats (no metrics endpoint configured) the layer passes calls through untouched.
+//! With spans exported ([`crate::spans`]), each call also gets a server span, a child of the
+//! caller's `traceparent`, ended with the same code (not the calls of `grpc.health.v1` and
+//! reflection); the span's context is left in the
+//! request's extensions ([`CallTrace`]) for the services to send on to providers.
+//!
+//! Without stats (no metrics endpoint and no spans configured) the layer passes calls through
+//! untouched.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,19 +28,29 @@ use tower::{Layer, Service};
 
 use super::deadline::CallDeadline;
 use super::rpc_stats::RpcStats;
+use super::trace_headers::{TRACEPARENT, TRACESTATE};
+use crate::spans::{ExportedSpan, Spans, rpc_attributes};
+use crate::trace_context::TraceContext;
 
-/// Counts calls into the stats it holds, if any.
+/// Counts calls into the stats it holds, if any, and gives each a span when spans are on.
 #[derive(Debug, Clone, Default)]
 pub struct RpcMeteringLayer {
     stats: Option<Arc<RpcStats>>,
+    spans: Spans,
 }
 
 impl RpcMeteringLayer {
-    /// Counts into `stats`; `None` counts nothing.
-    pub fn new(stats: Option<Arc<RpcStats>>) -> Self {
-        Self { stats }
+    /// Counts into `stats` (`None` counts nothing) and starts a span per call in `spans`
+    /// (which needs `stats` for the methods' names).
+    pub fn new(stats: Option<Arc<RpcStats>>, spans: Spans) -> Self {
+        Self { stats, spans }
     }
 }
+
+/// The trace context a call's services send on: its server span's when spans are exported
+/// (in the request's extensions), else none is there and the caller's headers are used.
+#[derive(Debug, Clone)]
+pub struct CallTrace(pub Option<TraceContext>);
 
 impl<S> Layer<S> for RpcMeteringLayer {
     type Service = RpcMetering<S>;
@@ -43,6 +59,7 @@ impl<S> Layer<S> for RpcMeteringLayer {
         RpcMetering {
             inner,
             stats: self.stats.clone(),
+            spans: self.spans.clone(),
         }
     }
 }
@@ -52,6 +69,7 @@ impl<S> Layer<S> for RpcMeteringLayer {
 pub struct RpcMetering<S> {
     inner: S,
     stats: Option<Arc<RpcStats>>,
+    spans: Spans,
 }
 
 impl<S, RequestBody, AnswerBody> Service<http::Request<RequestBody>> for RpcMetering<S>
@@ -66,11 +84,22 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<RequestBody>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<RequestBody>) -> Self::Future {
         let observer = self.stats.as_ref().map(|stats| {
             let method = stats.method_of(request.uri().path());
             stats.started(method);
+            let span = self
+                .spans
+                .is_on()
+                .then(|| server_span(&self.spans, stats, method, &request))
+                .flatten();
+            if let Some(span) = &span {
+                request
+                    .extensions_mut()
+                    .insert(CallTrace(span.trace_context()));
+            }
             CallObserver {
+                span,
                 stats: Arc::clone(stats),
                 method,
                 started: Instant::now(),
@@ -88,9 +117,33 @@ where
     }
 }
 
+/// The server span of a call to `method`, a child of the caller's trace context.
+fn server_span<B>(
+    spans: &Spans,
+    stats: &RpcStats,
+    method: usize,
+    request: &http::Request<B>,
+) -> Option<ExportedSpan> {
+    let header = |name| request.headers().get(name).map(|value| value.as_bytes());
+    let parent = TraceContext::from_headers(header(&TRACEPARENT), header(&TRACESTATE));
+    let served = &stats.methods()[method];
+    // Probes and tooling, not work: a kubelet's health probe every few seconds would bury
+    // the calls in traces.
+    if served.service == "grpc.health.v1.Health" || served.service.starts_with("grpc.reflection.") {
+        return None;
+    }
+    spans.start(
+        format!("{}/{}", served.service, served.method),
+        opentelemetry::trace::SpanKind::Server,
+        parent.as_ref(),
+        rpc_attributes(&served.service, &served.method),
+    )
+}
+
 /// One call being counted; counted as what its caller saw when dropped uncounted.
 #[derive(Debug)]
 struct CallObserver {
+    span: Option<ExportedSpan>,
     stats: Arc<RpcStats>,
     method: usize,
     started: Instant,
@@ -105,6 +158,9 @@ impl CallObserver {
 
     fn count(&mut self, code: Code) {
         self.counted = true;
+        if let Some(span) = self.span.take() {
+            span.end(code as i32);
+        }
         self.stats
             .handled(self.method, code, self.started.elapsed());
     }

@@ -59,7 +59,7 @@ fn answering(
             Ok::<_, Infallible>(answer)
         }) as BoxFuture<'static, _>
     }));
-    RpcMeteringLayer::new(Some(Arc::new(stats))).layer(service)
+    RpcMeteringLayer::new(Some(Arc::new(stats)), Spans::off()).layer(service)
 }
 
 fn request(path: &str, deadline: Option<Instant>) -> http::Request<()> {
@@ -185,7 +185,7 @@ async fn without_stats_calls_pass_through() {
             Code::Ok,
         )]))))
     });
-    let answer = RpcMeteringLayer::new(None)
+    let answer = RpcMeteringLayer::new(None, Spans::off())
         .layer(service)
         .oneshot(request(GET_TOOL, None))
         .await

@@ -47,6 +47,7 @@ use crate::pb::health_service_server::HealthServiceServer;
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::{DEFAULT_EVENT_BUFFER, MemoryStore};
 use crate::registry::{RegistrationLimits, Registry, RegistryStore};
+use crate::spans::{Spans, SpansError};
 
 /// The default time in-flight calls get to finish after shutdown begins.
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -109,6 +110,9 @@ pub struct ServerOptions {
     pub max_conversation_bytes: usize,
     /// The most agents one tenant may have at once; 0 sets no limit.
     pub max_agents_per_tenant: usize,
+    /// The OTLP/gRPC collector spans are exported to (`http://host:port`); `None` exports
+    /// none (see [`crate::spans`]).
+    pub otlp_endpoint: Option<String>,
 }
 
 impl ServerOptions {
@@ -145,6 +149,7 @@ impl Default for ServerOptions {
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
+            otlp_endpoint: None,
         }
     }
 }
@@ -164,6 +169,9 @@ pub enum ServeError {
     /// The served methods could not be read from their descriptors.
     #[error("served methods: {0}")]
     Methods(#[from] DescriptorError),
+    /// Spans cannot be exported as configured.
+    #[error(transparent)]
+    Spans(#[from] SpansError),
 }
 
 /// The chat model agents use: the OpenAI-compatible client when configured, else the built-in.
@@ -191,6 +199,14 @@ pub async fn serve_with_metrics(
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let spans = match &options.otlp_endpoint {
+        Some(endpoint) => {
+            let spans = Spans::to_otlp(endpoint)?;
+            tracing::info!(%endpoint, "spans exported over OTLP/gRPC");
+            spans
+        }
+        None => Spans::off(),
+    };
     let records = Arc::new(match &options.records_path {
         Some(path) => RecordLog::open(
             path,
@@ -221,6 +237,7 @@ pub async fn serve_with_metrics(
         InvokerOptions {
             max_timeout: options.max_invoke_timeout,
             heavy_work,
+            spans: spans.clone(),
         },
     );
     let agents = Arc::new(AgentStore::new(
@@ -234,8 +251,9 @@ pub async fn serve_with_metrics(
         invoker.clone(),
         model,
     );
-    // Calls are counted per RPC only when there is an endpoint to report them.
-    let rpc_stats = if metrics_listener.is_some() {
+    // Calls are counted per RPC only when there is an endpoint to report them, or spans to
+    // name after their methods.
+    let rpc_stats = if metrics_listener.is_some() || spans.is_on() {
         Some(Arc::new(served_rpc_stats()?))
     } else {
         None
@@ -294,7 +312,8 @@ pub async fn serve_with_metrics(
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = serve_connections(
         super::coalesce::incoming(listener),
-        RpcMeteringLayer::new(rpc_stats).layer(super::panics::catch_panics().layer(routes)),
+        RpcMeteringLayer::new(rpc_stats, spans.clone())
+            .layer(super::panics::catch_panics().layer(routes)),
         settings,
         async {
             let _ = stopped.await;
@@ -302,20 +321,23 @@ pub async fn serve_with_metrics(
     );
     tokio::pin!(server);
 
-    tokio::select! {
-        () = &mut server => return Ok(()),
-        () = shutdown => {}
-    }
-    tracing::info!(grace = ?options.drain_grace, "shutting down: health is NOT_SERVING, draining in-flight calls");
-    serving.shut_down();
-    let _ = stop.send(());
-    match tokio::time::timeout(options.drain_grace, server).await {
-        Ok(()) => Ok(()),
-        Err(_) => {
+    let ended_by_itself = tokio::select! {
+        () = &mut server => true,
+        () = shutdown => false,
+    };
+    if !ended_by_itself {
+        tracing::info!(grace = ?options.drain_grace, "shutting down: health is NOT_SERVING, draining in-flight calls");
+        serving.shut_down();
+        let _ = stop.send(());
+        if tokio::time::timeout(options.drain_grace, server)
+            .await
+            .is_err()
+        {
             tracing::warn!("grace period over; closing the connections still open");
-            Ok(())
         }
     }
+    spans.shut_down().await;
+    Ok(())
 }
 
 /// The methods of every service [`serve`] serves, to count calls to (see

@@ -4,6 +4,7 @@
 use http::{HeaderName, HeaderValue};
 use tonic::metadata::MetadataMap;
 
+use super::rpc_metering::CallTrace;
 use crate::trace_context::TraceContext;
 
 /// The `traceparent` header.
@@ -15,6 +16,15 @@ pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 pub fn trace_context(metadata: &MetadataMap) -> Option<TraceContext> {
     let header = |name: &str| metadata.get(name).map(|value| value.as_bytes());
     TraceContext::from_headers(header("traceparent"), header("tracestate"))
+}
+
+/// The trace context a served call sends on to providers: its server span's when spans are
+/// exported (left by `grpc::rpc_metering`), else the one the caller sent.
+pub fn call_trace<T>(request: &tonic::Request<T>) -> Option<TraceContext> {
+    match request.extensions().get::<CallTrace>() {
+        Some(CallTrace(trace)) => trace.clone(),
+        None => trace_context(request.metadata()),
+    }
 }
 
 /// The headers that pass `trace` on.

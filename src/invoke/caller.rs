@@ -84,6 +84,19 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// gRPC's DEADLINE_EXCEEDED, by number.
+    pub const DEADLINE_EXCEEDED: i32 = 4;
+
+    /// The gRPC code, by number.
+    pub fn code(self) -> i32 {
+        match self {
+            Self::Unavailable => 14,
+            Self::ResourceExhausted => 8,
+            Self::DeadlineExceeded => Self::DEADLINE_EXCEEDED,
+            Self::Other(code) => code,
+        }
+    }
+
     /// Whether this is what a provider answers when the deadline it was sent runs out:
     /// DEADLINE_EXCEEDED, or CANCELLED (tonic servers answer "Timeout expired" with it). The
     /// engine counts it as the call's timeout only once its own deadline has passed; before

@@ -1,5 +1,6 @@
 //! The invocation path, step by step (see the module docs of [`super`]).
 
+use crate::spans::Spans;
 use crate::trace_context::TraceContext;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -13,6 +14,7 @@ use super::health::ProviderHealthBook;
 use super::heavy::{self, HeavyWork};
 use super::limits::RateLimits;
 use super::policy::RetryPolicy;
+use super::record_guard::{RecordGuard, reason_of};
 use super::records::{InvocationRecord, InvocationStatus, RecordDraft, RecordLog};
 use crate::envelope::TenantId;
 use crate::registry::{Capability, Registry, ServiceName, ToolName, ToolRef};
@@ -57,7 +59,8 @@ pub struct Invocation {
     pub retry: Option<RetryPolicy>,
     /// What is left of the caller's own deadline.
     pub caller_timeout: Option<Duration>,
-    /// The caller's W3C trace context, passed to the provider on every attempt.
+    /// The call's W3C trace context: the caller's, or its server span's when spans are
+    /// exported. The parent of each attempt's span, else passed to the provider as it is.
     pub trace: Option<TraceContext>,
 }
 
@@ -92,6 +95,8 @@ pub struct InvokerOptions {
     /// Where large inputs and outputs are read, digested and checked, off the serving threads
     /// ([`super::heavy`]); share it with the provider caller.
     pub heavy_work: HeavyWork,
+    /// Where each attempt's client span goes (none when spans are off).
+    pub spans: Spans,
 }
 
 /// The invocation engine.
@@ -103,85 +108,6 @@ pub struct Invoker {
     health: Arc<ProviderHealthBook>,
     records: Arc<RecordLog>,
     options: InvokerOptions,
-}
-
-/// Writes the record of an invocation exactly once: on completion, as CANCELLED when the
-/// caller goes away and the invocation future is dropped midway, or as FAILED (reason
-/// `INTERNAL`) when toolplane itself panics midway (the server answers such a call INTERNAL).
-struct RecordGuard {
-    records: Arc<RecordLog>,
-    draft: Option<RecordDraft>,
-}
-
-impl RecordGuard {
-    fn finish(
-        &mut self,
-        status: InvocationStatus,
-        reason: &str,
-        output_sha256: String,
-    ) -> Result<Arc<InvocationRecord>, InvokeError> {
-        let mut draft = self.draft.take().expect("a record is finished once");
-        draft.status = status;
-        draft.error_reason = reason.to_owned();
-        draft.output_sha256 = output_sha256;
-        draft.finished_at = SystemTime::now();
-        Ok(self.records.append(draft)?)
-    }
-
-    fn fail(&mut self, status: InvocationStatus, reason: &str, error: InvokeError) -> Failed {
-        match self.finish(status, reason, String::new()) {
-            Ok(record) => Failed {
-                error,
-                record: Some(record),
-            },
-            Err(record_error) => Failed {
-                error: record_error,
-                record: None,
-            },
-        }
-    }
-}
-
-impl Drop for RecordGuard {
-    fn drop(&mut self) {
-        let Some(draft) = &self.draft else { return };
-        let (tenant, correlation_id, tool) = (
-            draft.tenant.0,
-            draft.correlation_id.clone(),
-            draft.tool_name.clone(),
-        );
-        // Dropped while unwinding: the call's own work panicked, it was not called off.
-        let (status, reason) = if std::thread::panicking() {
-            (InvocationStatus::Failed, "INTERNAL")
-        } else {
-            (InvocationStatus::Cancelled, "CANCELLED")
-        };
-        if let Err(error) = self.finish(status, reason, String::new()) {
-            tracing::error!(tenant, %correlation_id, %tool, %error, "cannot record an invocation that did not finish");
-        }
-    }
-}
-
-/// The reason written to a record for an engine error.
-pub fn reason_of(error: &InvokeError) -> String {
-    match error {
-        InvokeError::Request(_) | InvokeError::InvalidInput { .. } => "VALIDATION_INPUT".to_owned(),
-        InvokeError::Resolve(crate::registry::RegistryError::AmbiguousTool { .. }) => {
-            "RESOURCE_AMBIGUOUS".to_owned()
-        }
-        InvokeError::Resolve(_) => "RESOURCE_NOT_FOUND".to_owned(),
-        InvokeError::RateLimited { .. } => "RATE_LIMIT_EXCEEDED".to_owned(),
-        InvokeError::TooManyInFlight { .. } => "RATE_LIMIT_CONCURRENCY".to_owned(),
-        InvokeError::NoEndpoint { .. } => "TOOL_NO_ENDPOINT".to_owned(),
-        InvokeError::ProviderUnhealthy { .. } => "TOOL_UNHEALTHY".to_owned(),
-        InvokeError::Timeout { .. } => "TOOL_TIMEOUT".to_owned(),
-        InvokeError::CheckTimeout { .. } | InvokeError::OutputCheckTimeout { .. } => {
-            "VALIDATION_TIMEOUT".to_owned()
-        }
-        InvokeError::Provider { failure, .. } => failure.reason.clone(),
-        InvokeError::Records(_) => "RECORDS_UNAVAILABLE".to_owned(),
-        InvokeError::SchemaUnavailable { .. } => "SCHEMA_UNAVAILABLE".to_owned(),
-    }
 }
 
 impl Invoker {
@@ -382,6 +308,13 @@ impl Invoker {
                 draft.attempts = attempt;
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
+            let attempt_span = self.options.spans.provider_attempt(
+                invocation.trace.as_ref(),
+                found.service.name.as_str(),
+                found.tool.name.as_str(),
+                &endpoint,
+                attempt,
+            );
             let call = ProviderCall {
                 endpoint: endpoint.clone(),
                 tool: found.tool.name.to_string(),
@@ -396,11 +329,17 @@ impl Invoker {
                 idempotency_key: invocation.idempotency_key.clone(),
                 attempt,
                 timeout: remaining,
-                trace: invocation.trace.clone(),
+                trace: match &attempt_span {
+                    Some(span) => span.trace_context(),
+                    None => invocation.trace.clone(),
+                },
             };
             let result = match tokio::time::timeout(remaining, self.caller.call(call)).await {
                 Ok(result) => result,
                 Err(_) => {
+                    if let Some(span) = attempt_span {
+                        span.end(FailureKind::DEADLINE_EXCEEDED);
+                    }
                     break Err((
                         InvocationStatus::TimedOut,
                         InvokeError::Timeout {
@@ -411,6 +350,13 @@ impl Invoker {
                     ));
                 }
             };
+            if let Some(span) = attempt_span {
+                span.end(
+                    result
+                        .as_ref()
+                        .map_or_else(|failure| failure.kind.code(), |_| 0),
+                );
+            }
             match result {
                 Ok(reply) => break Ok(reply),
                 Err(failure)

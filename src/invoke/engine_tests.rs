@@ -66,6 +66,7 @@ fn engine(panics: bool) -> Invoker {
         InvokerOptions {
             max_timeout: DEFAULT_MAX_TIMEOUT,
             heavy_work: heavy::HeavyWork::new(1),
+            spans: crate::spans::Spans::off(),
         },
     )
 }

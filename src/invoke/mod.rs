@@ -15,12 +15,13 @@ pub mod policy;
 mod record_canonical;
 mod record_file;
 mod record_filter;
+mod record_guard;
 pub mod record_stats;
 pub mod records;
 
 pub use checks::check_input;
 pub use engine::{
     DEFAULT_MAX_TIMEOUT, Failed, Invocation, Invoked, Invoker, InvokerOptions, answer_within,
-    reason_of,
 };
 pub use error::InvokeError;
+pub use record_guard::reason_of;

@@ -1,0 +1,299 @@
+//! Spans toolplane exports over OTLP/gRPC when `otlp_endpoint` is set: one server span for
+//! every gRPC call it serves, a child of the caller's `traceparent` when one came (else a new
+//! trace), and one client span for every attempt at a provider's `CallTool`, a child of the
+//! call's span. The provider is sent the attempt's span as its parent, so a trace shows the
+//! caller, toolplane, each attempt and the provider's own spans in order. Attributes follow
+//! OpenTelemetry's RPC conventions (`rpc.system`, `rpc.service`, `rpc.method`,
+//! `rpc.grpc.status_code`).
+//!
+//! Without an endpoint nothing is built and nothing is recorded: the caller's trace context is
+//! passed on to the provider unchanged ([`crate::trace_context`]).
+//!
+//! Sampling is OpenTelemetry's default (parent-based, always on): a caller's decision is
+//! followed, calls without one are sampled. The `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`
+//! and `OTEL_TRACES_SAMPLER` variables of the OpenTelemetry SDK apply; the service name is
+//! `toolplane` unless `OTEL_SERVICE_NAME` says otherwise.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+    TraceState, Tracer as _, TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+
+use crate::trace_context::TraceContext;
+
+/// The providers' gRPC service, as its client spans name it.
+const PROVIDER_SERVICE: &str = "toolplane.v1.ToolProviderService";
+/// The name of a provider attempt's span.
+const PROVIDER_CALL: &str = "toolplane.v1.ToolProviderService/CallTool";
+/// How long the exporter waits for the collector to take one batch.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutting down may wait for the last spans to be sent.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why spans cannot be exported.
+#[derive(Debug, thiserror::Error)]
+pub enum SpansError {
+    /// The endpoint is not an `http://host:port` address.
+    #[error(
+        "otlp_endpoint {0:?} is not a plaintext OTLP/gRPC address such as \
+         http://otel-collector:4317; leave it empty to export no spans"
+    )]
+    Endpoint(String),
+    /// The OTLP exporter could not be built.
+    #[error("OTLP span exporter: {0}")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+/// Checks that `endpoint` is an address spans can be exported to: `http://` with a host.
+pub fn check_endpoint(endpoint: &str) -> Result<(), SpansError> {
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|_| SpansError::Endpoint(endpoint.to_owned()))?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none_or(str::is_empty) {
+        return Err(SpansError::Endpoint(endpoint.to_owned()));
+    }
+    Ok(())
+}
+
+/// Where spans go: nowhere, or an OTLP collector. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Spans {
+    exporting: Option<Arc<Exporting>>,
+}
+
+#[derive(Debug)]
+struct Exporting {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+}
+
+impl Spans {
+    /// No spans.
+    pub fn off() -> Self {
+        Self::default()
+    }
+
+    /// Spans exported in batches to the OTLP/gRPC collector at `endpoint`. Must be called
+    /// inside a tokio runtime, which then runs the exporting.
+    pub fn to_otlp(endpoint: &str) -> Result<Self, SpansError> {
+        check_endpoint(endpoint)?;
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .with_timeout(EXPORT_TIMEOUT)
+            .build()?;
+        let processor = opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+            exporter,
+            opentelemetry_sdk::runtime::Tokio,
+        )
+        .build();
+        let mut resource = opentelemetry_sdk::Resource::builder();
+        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+            resource = resource.with_service_name("toolplane");
+        }
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .with_resource(resource.build())
+            .build();
+        let tracer = provider.tracer("toolplane");
+        Ok(Self {
+            exporting: Some(Arc::new(Exporting { provider, tracer })),
+        })
+    }
+
+    /// Whether spans are exported.
+    pub fn is_on(&self) -> bool {
+        self.exporting.is_some()
+    }
+
+    /// Starts a span named `name`, a child of `parent` when given; `None` when spans are off.
+    pub fn start(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        kind: SpanKind,
+        parent: Option<&TraceContext>,
+        attributes: Vec<KeyValue>,
+    ) -> Option<ExportedSpan> {
+        let exporting = self.exporting.as_ref()?;
+        let parent = parent
+            .and_then(remote_span_context)
+            .map_or_else(Context::new, |remote| {
+                Context::new().with_remote_span_context(remote)
+            });
+        let span = exporting
+            .tracer
+            .span_builder(name)
+            .with_kind(kind.clone())
+            .with_attributes(attributes)
+            .start_with_context(&exporting.tracer, &parent);
+        Some(ExportedSpan { span, kind })
+    }
+
+    /// The client span of attempt `attempt` (1, 2, ...) at calling `tool` of `service` on the
+    /// provider at `endpoint`, a child of the invocation's `parent`.
+    pub fn provider_attempt(
+        &self,
+        parent: Option<&TraceContext>,
+        service: &str,
+        tool: &str,
+        endpoint: &str,
+        attempt: u32,
+    ) -> Option<ExportedSpan> {
+        if !self.is_on() {
+            return None;
+        }
+        let mut attributes = rpc_attributes(PROVIDER_SERVICE, "CallTool");
+        attributes.extend([
+            KeyValue::new("toolplane.service_name", service.to_owned()),
+            KeyValue::new("toolplane.tool_name", tool.to_owned()),
+            KeyValue::new("toolplane.attempt", i64::from(attempt)),
+            KeyValue::new("toolplane.provider_endpoint", endpoint.to_owned()),
+        ]);
+        self.start(PROVIDER_CALL, SpanKind::Client, parent, attributes)
+    }
+
+    /// Sends the spans not yet sent and stops exporting; waits at most a few seconds.
+    pub async fn shut_down(&self) {
+        let Some(exporting) = self.exporting.clone() else {
+            return;
+        };
+        // The provider's shutdown blocks until the exporting task, which runs on this
+        // runtime, has sent what is queued: off the runtime's threads. That processor does not
+        // bound the wait (a collector that takes connections and never answers would hold it
+        // for an export timeout per batch), so the wait is bounded here; the exporting task
+        // goes with the runtime.
+        let shutdown = tokio::task::spawn_blocking(move || exporting.provider.shutdown());
+        match tokio::time::timeout(SHUTDOWN_TIMEOUT, shutdown).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(%error, "the last spans may not have been exported");
+            }
+            Ok(Err(error)) => tracing::warn!(%error, "span exporter shutdown did not finish"),
+            Err(_) => tracing::warn!(
+                after = ?SHUTDOWN_TIMEOUT,
+                "the collector did not take the last spans in time; they are dropped"
+            ),
+        }
+    }
+}
+
+/// The parent a caller's trace context names, as OpenTelemetry holds it.
+fn remote_span_context(trace: &TraceContext) -> Option<SpanContext> {
+    // `traceparent` is valid (TraceContext checks it): version-traceid-parentid-flags.
+    let mut fields = trace.traceparent().split('-').skip(1);
+    let trace_id = TraceId::from_hex(fields.next()?).ok()?;
+    let span_id = SpanId::from_hex(fields.next()?).ok()?;
+    let flags = u8::from_str_radix(fields.next()?, 16).ok()?;
+    let state = trace
+        .tracestate()
+        .and_then(|state| state.parse::<TraceState>().ok())
+        .unwrap_or_default();
+    Some(SpanContext::new(
+        trace_id,
+        span_id,
+        TraceFlags::new(flags) & TraceFlags::SAMPLED,
+        true,
+        state,
+    ))
+}
+
+/// A span being recorded; ended when [`ExportedSpan::end`] is called or when dropped.
+#[derive(Debug)]
+pub struct ExportedSpan {
+    span: opentelemetry_sdk::trace::Span,
+    kind: SpanKind,
+}
+
+impl ExportedSpan {
+    /// The context to send on as this span's children's parent.
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        let context = self.span.span_context();
+        let traceparent = format!(
+            "00-{}-{}-{:02x}",
+            context.trace_id(),
+            context.span_id(),
+            context.trace_flags().to_u8()
+        );
+        let state = context.trace_state().header();
+        TraceContext::from_headers(
+            Some(traceparent.as_bytes()),
+            Some(state.as_bytes()).filter(|state| !state.is_empty()),
+        )
+    }
+
+    /// Adds attributes.
+    pub fn set_attributes(&mut self, attributes: impl IntoIterator<Item = KeyValue>) {
+        self.span.set_attributes(attributes);
+    }
+
+    /// Ends the span with the gRPC code (by number) its call ended with. A server span is an
+    /// error for the codes OpenTelemetry's conventions name (UNKNOWN, DEADLINE_EXCEEDED,
+    /// UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS: the server's fault), a client span for
+    /// any code but OK.
+    pub fn end(mut self, code: i32) {
+        self.span
+            .set_attribute(KeyValue::new("rpc.grpc.status_code", i64::from(code)));
+        let is_error = match self.kind {
+            SpanKind::Server => matches!(code, 2 | 4 | 12 | 13 | 14 | 15),
+            _ => code != 0,
+        };
+        if is_error {
+            self.span
+                .set_status(Status::error(format!("gRPC status code {code}")));
+        }
+        self.span.end();
+    }
+}
+
+/// The attributes OpenTelemetry's RPC conventions give a gRPC span.
+pub fn rpc_attributes(service: &str, method: &str) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("rpc.system", "grpc"),
+        KeyValue::new("rpc.service", service.to_owned()),
+        KeyValue::new("rpc.method", method.to_owned()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endpoint_is_plaintext_http_with_a_host() {
+        check_endpoint("http://otel-collector:4317").expect("valid");
+        check_endpoint("http://127.0.0.1:4317").expect("valid");
+        for bad in [
+            "",
+            "otel-collector:4317",
+            "https://collector:4317",
+            "http://",
+            "grpc://c:1",
+        ] {
+            assert!(check_endpoint(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_callers_context_is_read_as_a_remote_sampled_parent() {
+        let trace = TraceContext::from_headers(
+            Some(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            Some(b"congo=t61rcWkgMzE"),
+        )
+        .expect("valid");
+        let parent = remote_span_context(&trace).expect("parsed");
+        assert_eq!(
+            parent.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(parent.span_id().to_string(), "00f067aa0ba902b7");
+        assert!(parent.is_sampled() && parent.is_remote());
+        assert_eq!(parent.trace_state().header(), "congo=t61rcWkgMzE");
+    }
+}

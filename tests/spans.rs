@@ -1,0 +1,325 @@
+//! Spans exported over OTLP/gRPC by the real server, received by a collector served here from
+//! OpenTelemetry's own generated collector service, with a real provider answering the calls.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::invoke_fixture::*;
+use common::*;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::{Span, span::SpanKind, status::StatusCode};
+use serde_json::json;
+use toolplane::grpc::ServerOptions;
+use toolplane::pb;
+
+/// Every span exported to it, with the `service.name` of its resource.
+#[derive(Default, Clone)]
+struct Collector {
+    spans: Arc<Mutex<Vec<(String, Span)>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let mut spans = self.spans.lock().expect("lock");
+        for resource_spans in request.into_inner().resource_spans {
+            let service_name = resource_spans
+                .resource
+                .iter()
+                .flat_map(|resource| &resource.attributes)
+                .find(|attribute| attribute.key == "service.name")
+                .and_then(|attribute| match &attribute.value.as_ref()?.value {
+                    Some(AnyValue::StringValue(name)) => Some(name.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            for scope in resource_spans.scope_spans {
+                spans.extend(scope.spans.into_iter().map(|s| (service_name.clone(), s)));
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// Serves a collector on loopback; answers its endpoint and what it received.
+async fn start_collector() -> (String, Collector, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let collector = Collector::default();
+    let service = TraceServiceServer::new(collector.clone());
+    let task = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await
+            .expect("collector serves");
+    });
+    (format!("http://{address}"), collector, task)
+}
+
+fn attribute<'a>(span: &'a Span, key: &str) -> Option<&'a AnyValue> {
+    span.attributes
+        .iter()
+        .find(|attribute| attribute.key == key)
+        .and_then(|attribute| attribute.value.as_ref()?.value.as_ref())
+}
+
+fn int_attribute(span: &Span, key: &str) -> Option<i64> {
+    match attribute(span, key)? {
+        AnyValue::IntValue(value) => Some(*value),
+        _ => None,
+    }
+}
+
+fn string_attribute<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
+    match attribute(span, key)? {
+        AnyValue::StringValue(value) => Some(value),
+        _ => None,
+    }
+}
+
+/// With `otlp_endpoint` set, each InvokeTool call is a server span, a child of the caller's
+/// `traceparent` (or a new trace, whose id the record keeps), and each attempt at the provider
+/// a client span under it, which the provider is sent as its parent (tracestate kept); codes
+/// and error status follow OpenTelemetry's RPC conventions; everything reaches the collector
+/// when the server stops.
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_and_provider_attempts_are_exported_as_spans() {
+    let (endpoint, collector, collector_task) = start_collector().await;
+    let setup = setup_with(ServerOptions {
+        otlp_endpoint: Some(endpoint),
+        ..test_options()
+    })
+    .await;
+    let mut client = invoker(&setup.server).await;
+
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let mut traced = tonic::Request::new(pb::InvokeToolRequest {
+        retry_policy: retry_policy(3),
+        ..request("flaky", json!({}))
+    });
+    let parent = format!("00-{caller_trace}-{caller_span}-01");
+    traced
+        .metadata_mut()
+        .insert("traceparent", parent.parse().expect("ascii"));
+    traced
+        .metadata_mut()
+        .insert("tracestate", "congo=t61rcWkgMzE".parse().expect("ascii"));
+    let answer = client
+        .invoke_tool(traced)
+        .await
+        .expect("answered on the third attempt")
+        .into_inner();
+    assert_eq!(answer.record.expect("record").trace_id, caller_trace);
+
+    let untraced = client
+        .invoke_tool(request("echo", json!({"n": 1})))
+        .await
+        .expect("echoed")
+        .into_inner()
+        .record
+        .expect("record");
+    assert_eq!(untraced.trace_id.len(), 32, "a new trace is recorded");
+
+    client
+        .invoke_tool(request("no_such_tool", json!({})))
+        .await
+        .expect_err("not found");
+
+    // Health probes are not traced.
+    tonic_health::pb::health_client::HealthClient::new(setup.server.channel().await)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .expect("serving");
+
+    setup.provider.stop().await;
+    setup.server.stop().await;
+    let spans = std::mem::take(&mut *collector.spans.lock().expect("lock"));
+    collector_task.abort();
+    assert!(
+        spans
+            .iter()
+            .all(|(_, span)| !span.name.starts_with("grpc.health")),
+        "{spans:#?}"
+    );
+
+    let hex = hex::encode;
+    let invoke_spans: Vec<&Span> = spans
+        .iter()
+        .map(|(_, span)| span)
+        .filter(|span| span.name == "toolplane.v1.ToolInvokeService/InvokeTool")
+        .collect();
+    assert_eq!(invoke_spans.len(), 3, "{spans:#?}");
+    assert!(spans.iter().all(|(service, _)| service == "toolplane"));
+
+    // The traced call: a child of the caller's span, three attempts under it.
+    let server_span = invoke_spans
+        .iter()
+        .find(|span| hex(&span.trace_id) == caller_trace)
+        .expect("the traced call's span");
+    assert_eq!(hex(&server_span.parent_span_id), caller_span);
+    assert_eq!(server_span.kind, SpanKind::Server as i32);
+    assert_eq!(string_attribute(server_span, "rpc.system"), Some("grpc"));
+    assert_eq!(
+        string_attribute(server_span, "rpc.service"),
+        Some("toolplane.v1.ToolInvokeService")
+    );
+    assert_eq!(
+        string_attribute(server_span, "rpc.method"),
+        Some("InvokeTool")
+    );
+    assert_eq!(int_attribute(server_span, "rpc.grpc.status_code"), Some(0));
+    let mut attempts: Vec<&Span> = spans
+        .iter()
+        .map(|(_, span)| span)
+        .filter(|span| span.name == "toolplane.v1.ToolProviderService/CallTool")
+        .filter(|span| span.parent_span_id == server_span.span_id)
+        .collect();
+    attempts.sort_by_key(|span| int_attribute(span, "toolplane.attempt"));
+    let codes: Vec<(Option<i64>, Option<i64>)> = attempts
+        .iter()
+        .map(|span| {
+            (
+                int_attribute(span, "toolplane.attempt"),
+                int_attribute(span, "rpc.grpc.status_code"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [(Some(1), Some(14)), (Some(2), Some(14)), (Some(3), Some(0))]
+    );
+    for (span, error) in attempts.iter().zip([true, true, false]) {
+        assert_eq!(span.kind, SpanKind::Client as i32);
+        assert_eq!(hex(&span.trace_id), caller_trace);
+        assert_eq!(string_attribute(span, "toolplane.tool_name"), Some("flaky"));
+        let code = span.status.as_ref().map_or(0, |status| status.code);
+        assert_eq!(code == StatusCode::Error as i32, error, "{span:#?}");
+    }
+    // The provider was sent each attempt's span as its parent, with the caller's tracestate.
+    let seen = setup.probes.traces.lock().expect("lock").clone();
+    let sent: Vec<(String, Option<String>)> = attempts
+        .iter()
+        .map(|span| {
+            (
+                format!("00-{caller_trace}-{}-01", hex(&span.span_id)),
+                Some("congo=t61rcWkgMzE".to_owned()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen[..3],
+        sent.into_iter().map(Some).collect::<Vec<_>>()[..]
+    );
+
+    // The untraced call began a trace of its own, which its record names.
+    let root = invoke_spans
+        .iter()
+        .find(|span| hex(&span.trace_id) == untraced.trace_id)
+        .expect("the untraced call's span");
+    assert!(root.parent_span_id.is_empty());
+    let (seen_root, _) = seen[3]
+        .clone()
+        .expect("the provider was sent the new trace");
+    assert!(seen_root.contains(&untraced.trace_id), "{seen_root}");
+
+    // NOT_FOUND is the caller's mistake: coded, not an error of the server's.
+    let not_found = invoke_spans
+        .iter()
+        .find(|span| int_attribute(span, "rpc.grpc.status_code") == Some(5))
+        .expect("the unknown tool's span");
+    let status = not_found.status.as_ref().map_or(0, |status| status.code);
+    assert_ne!(status, StatusCode::Error as i32);
+}
+
+/// An agent's turn is a server span, and the tool calls it makes are client spans under it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agents_tool_calls_are_spans_under_its_turn() {
+    use common::agent_fixture::{agents, complete_request, create};
+    let (endpoint, collector, collector_task) = start_collector().await;
+    let setup = setup_with(ServerOptions {
+        otlp_endpoint: Some(endpoint),
+        ..test_options()
+    })
+    .await;
+    let mut client = agents(&setup.server).await;
+    let agent = create(&mut client, "helper", &[]).await;
+    let id = agent.status.expect("status").id;
+    client
+        .complete(complete_request(
+            &id,
+            r#"call echo {"n": 2}"#,
+            "traced-turn",
+        ))
+        .await
+        .expect("turn completes");
+    setup.provider.stop().await;
+    setup.server.stop().await;
+    let spans = std::mem::take(&mut *collector.spans.lock().expect("lock"));
+    collector_task.abort();
+
+    let turn = spans
+        .iter()
+        .map(|(_, span)| span)
+        .find(|span| span.name == "toolplane.v1.AgentService/Complete")
+        .expect("the turn's span");
+    let tool_call = spans
+        .iter()
+        .map(|(_, span)| span)
+        .find(|span| span.name == "toolplane.v1.ToolProviderService/CallTool")
+        .expect("the tool call's span");
+    assert_eq!(tool_call.parent_span_id, turn.span_id);
+    assert_eq!(tool_call.trace_id, turn.trace_id);
+    assert_eq!(
+        string_attribute(tool_call, "toolplane.tool_name"),
+        Some("echo")
+    );
+}
+
+/// A collector that is not there, or takes connections and never answers, holds up neither
+/// calls nor the server's stop: the spans are dropped, and the stop waits for them a few
+/// seconds at most.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_or_silent_collector_holds_up_neither_calls_nor_stop() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let missing = format!("http://{}", closed.local_addr().expect("address"));
+    drop(closed);
+    // Takes connections (the kernel's backlog) and never reads from them.
+    let silent_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent = format!("http://{}", silent_listener.local_addr().expect("address"));
+    for endpoint in [missing, silent] {
+        stop_with_collector_at(endpoint).await;
+    }
+    drop(silent_listener);
+}
+
+async fn stop_with_collector_at(endpoint: String) {
+    let setup = setup_with(ServerOptions {
+        otlp_endpoint: Some(endpoint),
+        ..test_options()
+    })
+    .await;
+    let mut client = invoker(&setup.server).await;
+    client
+        .invoke_tool(request("echo", json!({"n": 3})))
+        .await
+        .expect("echoed");
+    setup.provider.stop().await;
+    // A bound far past the stop's own (a few seconds), only so that a hang fails the test.
+    tokio::time::timeout(std::time::Duration::from_secs(60), setup.server.stop())
+        .await
+        .expect("the server stops");
+}
