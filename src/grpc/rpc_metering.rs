@@ -10,8 +10,8 @@
 //!
 //! With spans exported ([`crate::spans`]), each call also gets a server span, a child of the
 //! caller's `traceparent`, ended with the same code (not the calls of `grpc.health.v1` and
-//! reflection); the span's context is left in the
-//! request's extensions ([`CallTrace`]) for the services to send on to providers.
+//! reflection); the span's context is left in the request's extensions ([`CallTrace`]) for the
+//! services to send on to providers.
 //!
 //! Without stats (no metrics endpoint and no spans configured) the layer passes calls through
 //! untouched.
