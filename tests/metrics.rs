@@ -19,6 +19,15 @@ async fn scrape(client: &reqwest::Client, metrics: SocketAddr, path: &str) -> re
         .expect("the metrics endpoint answers")
 }
 
+/// The text of a scrape of `/metrics`.
+async fn scrape_text(client: &reqwest::Client, metrics: SocketAddr) -> String {
+    scrape(client, metrics, "/metrics")
+        .await
+        .text()
+        .await
+        .expect("body")
+}
+
 /// The value of the sample named exactly `sample` (name and labels), if the text has it.
 fn sample(text: &str, sample: &str) -> Option<f64> {
     text.lines()
@@ -229,20 +238,12 @@ async fn a_scrape_reports_calls_by_method_and_code() {
         let http = http.clone();
         let expected = expected.clone();
         async move {
-            let text = scrape(&http, metrics, "/metrics")
-                .await
-                .text()
-                .await
-                .expect("body");
+            let text = scrape_text(&http, metrics).await;
             expected.iter().all(|name| sample(&text, name) == Some(1.0))
         }
     })
     .await;
-    let text = scrape(&http, metrics, "/metrics")
-        .await
-        .text()
-        .await
-        .expect("body");
+    let text = scrape_text(&http, metrics).await;
     for (name, value) in [
         (format!("grpc_server_started_total{{{watch_services}}}"), 2.0),
         (format!("grpc_server_started_total{{{get_tool}}}"), 1.0),
@@ -285,11 +286,7 @@ async fn a_scrape_reports_the_agents_and_their_conversations() {
         .expect("turn completes");
 
     let http = reqwest::Client::new();
-    let text = scrape(&http, metrics, "/metrics")
-        .await
-        .text()
-        .await
-        .expect("body");
+    let text = scrape_text(&http, metrics).await;
     for (name, value) in [
         ("toolplane_agents{state=\"idle\"}", 2.0),
         ("toolplane_agents{state=\"thinking\"}", 0.0),

@@ -69,6 +69,28 @@ async fn start_collector() -> (String, Collector, tokio::task::JoinHandle<()>) {
     (format!("http://{address}"), collector, task)
 }
 
+/// The test provider and a server exporting spans to `endpoint`.
+async fn exporting_to(endpoint: String) -> Setup {
+    setup_with(ServerOptions {
+        otlp_endpoint: Some(endpoint),
+        ..test_options()
+    })
+    .await
+}
+
+/// Stops the provider and the server (which sends the spans still queued), then the
+/// collector; answers what it received.
+async fn stop_and_collect(
+    setup: Setup,
+    collector: &Collector,
+    collector_task: tokio::task::JoinHandle<()>,
+) -> Vec<(String, Span)> {
+    setup.provider.stop().await;
+    setup.server.stop().await;
+    collector_task.abort();
+    std::mem::take(&mut *collector.spans.lock().expect("lock"))
+}
+
 fn attribute<'a>(span: &'a Span, key: &str) -> Option<&'a AnyValue> {
     span.attributes
         .iter()
@@ -98,11 +120,7 @@ fn string_attribute<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_and_provider_attempts_are_exported_as_spans() {
     let (endpoint, collector, collector_task) = start_collector().await;
-    let setup = setup_with(ServerOptions {
-        otlp_endpoint: Some(endpoint),
-        ..test_options()
-    })
-    .await;
+    let setup = exporting_to(endpoint).await;
     let mut client = invoker(&setup.server).await;
 
     let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -145,10 +163,8 @@ async fn calls_and_provider_attempts_are_exported_as_spans() {
         .await
         .expect("serving");
 
-    setup.provider.stop().await;
-    setup.server.stop().await;
-    let spans = std::mem::take(&mut *collector.spans.lock().expect("lock"));
-    collector_task.abort();
+    let probes = Arc::clone(&setup.probes);
+    let spans = stop_and_collect(setup, &collector, collector_task).await;
     assert!(
         spans
             .iter()
@@ -210,7 +226,7 @@ async fn calls_and_provider_attempts_are_exported_as_spans() {
         assert_eq!(code == StatusCode::Error as i32, error, "{span:#?}");
     }
     // The provider was sent each attempt's span as its parent, with the caller's tracestate.
-    let seen = setup.probes.traces.lock().expect("lock").clone();
+    let seen = probes.traces.lock().expect("lock").clone();
     let sent: Vec<(String, Option<String>)> = attempts
         .iter()
         .map(|span| {
@@ -250,11 +266,7 @@ async fn calls_and_provider_attempts_are_exported_as_spans() {
 async fn an_agents_tool_calls_are_spans_under_its_turn() {
     use common::agent_fixture::{agents, complete_request, create};
     let (endpoint, collector, collector_task) = start_collector().await;
-    let setup = setup_with(ServerOptions {
-        otlp_endpoint: Some(endpoint),
-        ..test_options()
-    })
-    .await;
+    let setup = exporting_to(endpoint).await;
     let mut client = agents(&setup.server).await;
     let agent = create(&mut client, "helper", &[]).await;
     let id = agent.status.expect("status").id;
@@ -266,10 +278,7 @@ async fn an_agents_tool_calls_are_spans_under_its_turn() {
         ))
         .await
         .expect("turn completes");
-    setup.provider.stop().await;
-    setup.server.stop().await;
-    let spans = std::mem::take(&mut *collector.spans.lock().expect("lock"));
-    collector_task.abort();
+    let spans = stop_and_collect(setup, &collector, collector_task).await;
 
     let turn = spans
         .iter()
@@ -307,11 +316,7 @@ async fn a_missing_or_silent_collector_holds_up_neither_calls_nor_stop() {
 }
 
 async fn stop_with_collector_at(endpoint: String) {
-    let setup = setup_with(ServerOptions {
-        otlp_endpoint: Some(endpoint),
-        ..test_options()
-    })
-    .await;
+    let setup = exporting_to(endpoint).await;
     let mut client = invoker(&setup.server).await;
     client
         .invoke_tool(request("echo", json!({"n": 3})))
