@@ -12,7 +12,7 @@
 //! Sampling is OpenTelemetry's default (parent-based, always on): a caller's decision is
 //! followed, calls without one are sampled. The `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`
 //! and `OTEL_TRACES_SAMPLER` variables of the OpenTelemetry SDK apply; the service name is
-//! `toolplane` unless `OTEL_SERVICE_NAME` says otherwise.
+//! `toolplane` unless they name another.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -94,13 +94,9 @@ impl Spans {
             opentelemetry_sdk::runtime::Tokio,
         )
         .build();
-        let mut resource = opentelemetry_sdk::Resource::builder();
-        if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
-            resource = resource.with_service_name("toolplane");
-        }
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
-            .with_resource(resource.build())
+            .with_resource(resource())
             .build();
         let tracer = provider.tracer("toolplane");
         Ok(Self {
@@ -184,6 +180,23 @@ impl Spans {
     }
 }
 
+/// The resource spans are exported with: what the SDK reads from the environment
+/// (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`), named `toolplane` where neither names the
+/// service (the SDK would say `unknown_service`).
+fn resource() -> opentelemetry_sdk::Resource {
+    let detected = opentelemetry_sdk::Resource::builder().build();
+    let named = detected
+        .get(&opentelemetry::Key::from_static_str("service.name"))
+        .is_some_and(|name| !name.as_str().starts_with("unknown_service"));
+    if named {
+        detected
+    } else {
+        opentelemetry_sdk::Resource::builder()
+            .with_service_name("toolplane")
+            .build()
+    }
+}
+
 /// The parent a caller's trace context names, as OpenTelemetry holds it.
 fn remote_span_context(trace: &TraceContext) -> Option<SpanContext> {
     // `traceparent` is valid (TraceContext checks it): version-traceid-parentid-flags.
@@ -213,19 +226,19 @@ pub struct ExportedSpan {
 
 impl ExportedSpan {
     /// The context to send on as this span's children's parent.
-    pub fn trace_context(&self) -> Option<TraceContext> {
+    pub fn trace_context(&self) -> TraceContext {
         let context = self.span.span_context();
-        let traceparent = format!(
-            "00-{}-{}-{:02x}",
-            context.trace_id(),
-            context.span_id(),
-            context.trace_flags().to_u8()
-        );
+        // Two of these per call: hex-encoded directly rather than through `fmt`, and not
+        // parsed back (the SDK's ids are valid by construction).
+        let mut traceparent = String::with_capacity(55);
+        traceparent.push_str("00-");
+        traceparent.push_str(&hex::encode(context.trace_id().to_bytes()));
+        traceparent.push('-');
+        traceparent.push_str(&hex::encode(context.span_id().to_bytes()));
+        traceparent.push('-');
+        traceparent.push_str(&hex::encode([context.trace_flags().to_u8()]));
         let state = context.trace_state().header();
-        TraceContext::from_headers(
-            Some(traceparent.as_bytes()),
-            Some(state.as_bytes()).filter(|state| !state.is_empty()),
-        )
+        TraceContext::of_own_span(traceparent, Some(state).filter(|state| !state.is_empty()))
     }
 
     /// Adds attributes.

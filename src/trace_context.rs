@@ -38,6 +38,16 @@ impl TraceContext {
         })
     }
 
+    /// The context of one of toolplane's own spans, whose `traceparent` the OpenTelemetry SDK
+    /// made (valid by construction: not parsed again).
+    pub(crate) fn of_own_span(traceparent: String, tracestate: Option<String>) -> Self {
+        debug_assert!(is_traceparent(&traceparent), "{traceparent}");
+        Self {
+            traceparent,
+            tracestate,
+        }
+    }
+
     /// The `traceparent` value.
     pub fn traceparent(&self) -> &str {
         &self.traceparent

@@ -328,3 +328,45 @@ async fn stop_with_collector_at(endpoint: String) {
         .await
         .expect("the server stops");
 }
+
+/// The binary exports to `TOOLPLANE_OTLP_ENDPOINT`, under the service name the SDK's
+/// environment gives (here through `OTEL_RESOURCE_ATTRIBUTES`), and sends the last spans as
+/// it stops on SIGTERM.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_binary_exports_under_the_service_name_the_environment_gives() {
+    use common::process::ServerProcess;
+    let (endpoint, collector, collector_task) = start_collector().await;
+    let server = ServerProcess::start(&[
+        ("TOOLPLANE_OTLP_ENDPOINT", &endpoint),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=tools-east,deployment.environment=test",
+        ),
+    ]);
+    let channel = tonic::transport::Channel::from_shared(server.endpoint())
+        .expect("an endpoint")
+        .connect()
+        .await
+        .expect("connects");
+    pb::discovery_service_client::DiscoveryServiceClient::new(channel)
+        .list_services(pb::ListServicesRequest {
+            meta: meta(0),
+            ..Default::default()
+        })
+        .await
+        .expect("listed");
+    let stopped = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .expect("joined");
+    assert_eq!(stopped.code(), Some(0));
+    collector_task.abort();
+    let spans = std::mem::take(&mut *collector.spans.lock().expect("lock"));
+    let names: Vec<(&str, &str)> = spans
+        .iter()
+        .map(|(service, span)| (service.as_str(), span.name.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("tools-east", "toolplane.v1.DiscoveryService/ListServices")]
+    );
+}

@@ -96,7 +96,7 @@ where
             if let Some(span) = &span {
                 request
                     .extensions_mut()
-                    .insert(CallTrace(span.trace_context()));
+                    .insert(CallTrace(Some(span.trace_context())));
             }
             CallObserver {
                 span,

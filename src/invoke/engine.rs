@@ -330,7 +330,7 @@ impl Invoker {
                 attempt,
                 timeout: remaining,
                 trace: match &attempt_span {
-                    Some(span) => span.trace_context(),
+                    Some(span) => Some(span.trace_context()),
                     None => invocation.trace.clone(),
                 },
             };
