@@ -47,10 +47,10 @@ impl RpcMeteringLayer {
     }
 }
 
-/// The trace context a call's services send on: its server span's when spans are exported
-/// (in the request's extensions), else none is there and the caller's headers are used.
+/// The trace context a call's services send on, its server span's, in the request's extensions
+/// when spans are exported; without it the caller's headers are used.
 #[derive(Debug, Clone)]
-pub struct CallTrace(pub Option<TraceContext>);
+pub struct CallTrace(pub TraceContext);
 
 impl<S> Layer<S> for RpcMeteringLayer {
     type Service = RpcMetering<S>;
@@ -96,7 +96,7 @@ where
             if let Some(span) = &span {
                 request
                     .extensions_mut()
-                    .insert(CallTrace(Some(span.trace_context())));
+                    .insert(CallTrace(span.trace_context()));
             }
             CallObserver {
                 span,

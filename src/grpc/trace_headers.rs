@@ -22,7 +22,7 @@ pub fn trace_context(metadata: &MetadataMap) -> Option<TraceContext> {
 /// exported (left by `grpc::rpc_metering`), else the one the caller sent.
 pub fn call_trace<T>(request: &tonic::Request<T>) -> Option<TraceContext> {
     match request.extensions().get::<CallTrace>() {
-        Some(CallTrace(trace)) => trace.clone(),
+        Some(CallTrace(trace)) => Some(trace.clone()),
         None => trace_context(request.metadata()),
     }
 }
