@@ -4,7 +4,8 @@
 //! call's span. The provider is sent the attempt's span as its parent, so a trace shows the
 //! caller, toolplane, each attempt and the provider's own spans in order. Attributes follow
 //! OpenTelemetry's RPC conventions (`rpc.system`, `rpc.service`, `rpc.method`,
-//! `rpc.grpc.status_code`).
+//! `rpc.grpc.status_code`). An agent's calls to its chat model are client spans too, described
+//! by the generative-AI conventions (`gen_ai.*`).
 //!
 //! Without an endpoint nothing is built and nothing is recorded: the caller's trace context is
 //! passed on to the provider unchanged ([`crate::trace_context`]).
@@ -155,6 +156,28 @@ impl Spans {
         self.start(PROVIDER_CALL, SpanKind::Client, parent, attributes)
     }
 
+    /// The client span of one call to an agent's chat model (`model`: the one asked for, `None`
+    /// for the provider's default), named and described as OpenTelemetry's generative-AI
+    /// conventions say: `chat MODEL`, `gen_ai.operation.name`, `gen_ai.request.model`.
+    pub fn model_call(
+        &self,
+        parent: Option<&TraceContext>,
+        model: Option<&str>,
+    ) -> Option<ExportedSpan> {
+        if !self.is_on() {
+            return None;
+        }
+        let mut attributes = vec![KeyValue::new("gen_ai.operation.name", "chat")];
+        let name = match model {
+            Some(model) => {
+                attributes.push(KeyValue::new("gen_ai.request.model", model.to_owned()));
+                format!("chat {model}")
+            }
+            None => "chat".to_owned(),
+        };
+        self.start(name, SpanKind::Client, parent, attributes)
+    }
+
     /// Sends the spans not yet sent and stops exporting; waits at most a few seconds.
     pub async fn shut_down(&self) {
         let Some(exporting) = self.exporting.clone() else {
@@ -217,6 +240,15 @@ fn remote_span_context(trace: &TraceContext) -> Option<SpanContext> {
     ))
 }
 
+/// What a model call answered, for its span.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelAnswer<'a> {
+    /// The model that answered.
+    pub model: &'a str,
+    /// Tokens of the prompt and of the completion, when the provider counted them.
+    pub tokens: Option<(u32, u32)>,
+}
+
 /// A span being recorded; ended when [`ExportedSpan::end`] is called or when dropped.
 #[derive(Debug)]
 pub struct ExportedSpan {
@@ -241,9 +273,29 @@ impl ExportedSpan {
         TraceContext::of_own_span(traceparent, Some(state).filter(|state| !state.is_empty()))
     }
 
-    /// Adds attributes.
-    pub fn set_attributes(&mut self, attributes: impl IntoIterator<Item = KeyValue>) {
-        self.span.set_attributes(attributes);
+    /// Ends a [`Spans::model_call`] span with the model that answered and the tokens it
+    /// counted (prompt, completion), or with the error.
+    pub fn end_model_call(mut self, outcome: Result<ModelAnswer<'_>, String>) {
+        match outcome {
+            Ok(answer) => {
+                self.span.set_attribute(KeyValue::new(
+                    "gen_ai.response.model",
+                    answer.model.to_owned(),
+                ));
+                if let Some((input, output)) = answer.tokens {
+                    self.span.set_attributes([
+                        KeyValue::new("gen_ai.usage.input_tokens", i64::from(input)),
+                        KeyValue::new("gen_ai.usage.output_tokens", i64::from(output)),
+                    ]);
+                }
+            }
+            Err(error) => {
+                self.span
+                    .set_attribute(KeyValue::new("error.type", "model_error"));
+                self.span.set_status(Status::error(error));
+            }
+        }
+        self.span.end();
     }
 
     /// Ends the span with the gRPC code (by number) its call ended with. A server span is an

@@ -261,9 +261,10 @@ async fn calls_and_provider_attempts_are_exported_as_spans() {
     assert_ne!(status, StatusCode::Error as i32);
 }
 
-/// An agent's turn is a server span, and the tool calls it makes are client spans under it.
+/// An agent's turn is a server span, and the tool calls and model calls it makes are client
+/// spans under it.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_agents_tool_calls_are_spans_under_its_turn() {
+async fn an_agents_tool_calls_and_model_calls_are_spans_under_its_turn() {
     use common::agent_fixture::{agents, complete_request, create};
     let (endpoint, collector, collector_task) = start_collector().await;
     let setup = exporting_to(endpoint).await;
@@ -296,6 +297,27 @@ async fn an_agents_tool_calls_are_spans_under_its_turn() {
         string_attribute(tool_call, "toolplane.tool_name"),
         Some("echo")
     );
+    // Both model calls of the turn (asking, then reflecting), as generative-AI client spans.
+    let model_calls: Vec<&Span> = spans
+        .iter()
+        .map(|(_, span)| span)
+        .filter(|span| span.name == "chat")
+        .collect();
+    assert_eq!(model_calls.len(), 2, "{spans:#?}");
+    for call in model_calls {
+        assert_eq!(call.parent_span_id, turn.span_id);
+        assert_eq!(call.kind, SpanKind::Client as i32);
+        assert_eq!(
+            string_attribute(call, "gen_ai.operation.name"),
+            Some("chat")
+        );
+        assert_eq!(
+            string_attribute(call, "gen_ai.response.model"),
+            Some("toolplane-builtin-echo")
+        );
+        assert!(int_attribute(call, "gen_ai.usage.input_tokens").is_some_and(|n| n > 0));
+        assert!(int_attribute(call, "gen_ai.usage.output_tokens").is_some());
+    }
 }
 
 /// A collector that is not there, or takes connections and never answers, holds up neither
@@ -368,5 +390,59 @@ async fn the_binary_exports_under_the_service_name_the_environment_gives() {
     assert_eq!(
         names,
         [("tools-east", "toolplane.v1.DiscoveryService/ListServices")]
+    );
+}
+
+/// A model call that fails is an error span under the turn, and the turn's span ends
+/// UNAVAILABLE, an error of the server's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_model_call_is_an_error_span() {
+    use common::agent_fixture::{agents, complete_request, create};
+    let (endpoint, collector, collector_task) = start_collector().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let model_url = format!("http://{}/v1", closed.local_addr().expect("address"));
+    drop(closed);
+    let setup = setup_with(ServerOptions {
+        otlp_endpoint: Some(endpoint),
+        model: Some(toolplane::agent::openai::OpenAiConfig {
+            base_url: model_url,
+            model: "gpt-test".into(),
+            api_key: None,
+            timeout: std::time::Duration::from_secs(5),
+        }),
+        ..test_options()
+    })
+    .await;
+    let mut client = agents(&setup.server).await;
+    let agent = create(&mut client, "helper", &[]).await;
+    let id = agent.status.expect("status").id;
+    let failed = client
+        .complete(complete_request(&id, "hello", "failing-turn"))
+        .await
+        .expect_err("the model is not there");
+    assert_eq!(failed.code(), tonic::Code::Unavailable);
+    let spans = stop_and_collect(setup, &collector, collector_task).await;
+
+    let turn = spans
+        .iter()
+        .map(|(_, span)| span)
+        .find(|span| span.name == "toolplane.v1.AgentService/Complete")
+        .expect("the turn's span");
+    assert_eq!(int_attribute(turn, "rpc.grpc.status_code"), Some(14));
+    let error = StatusCode::Error as i32;
+    assert_eq!(turn.status.as_ref().map(|status| status.code), Some(error));
+    let model_call = spans
+        .iter()
+        .map(|(_, span)| span)
+        .find(|span| span.name == "chat")
+        .expect("the model call's span");
+    assert_eq!(model_call.parent_span_id, turn.span_id);
+    assert_eq!(
+        model_call.status.as_ref().map(|status| status.code),
+        Some(error)
+    );
+    assert_eq!(
+        string_attribute(model_call, "error.type"),
+        Some("model_error")
     );
 }

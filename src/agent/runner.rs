@@ -10,18 +10,17 @@
 //! result. If the turn fails or its caller goes away, the conversation is put back as it was
 //! before the turn and the agent is reset to Idle.
 
+use crate::spans::Spans;
 use crate::trace_context::TraceContext;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::error::AgentError;
 use super::model::{
-    LlmProvider, ModelReply, ModelRequest, OfferedTool, StreamEvent, ToolCallRequest,
-    tool_call_message, tool_result_message,
+    LlmProvider, OfferedTool, ToolCallRequest, tool_call_message, tool_result_message,
 };
 use super::store::{Agent, AgentStore, Transition, message_bytes};
 use super::types::{
@@ -31,6 +30,9 @@ use crate::envelope::TenantId;
 use crate::invoke::records::InvocationStatus;
 use crate::invoke::{Invocation, InvokeError, Invoker, reason_of};
 use crate::registry::{Registry, ServiceName, ToolName};
+
+#[path = "runner_model.rs"]
+mod model_calls;
 
 /// What happened during a turn, for streaming callers.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +76,7 @@ pub struct AgentRunner {
     registry: Registry,
     invoker: Invoker,
     model: Arc<dyn LlmProvider>,
+    spans: Spans,
 }
 
 /// Undoes an unfinished turn when dropped: the conversation goes back to its length before the
@@ -130,7 +133,13 @@ impl AgentRunner {
             registry,
             invoker,
             model,
+            spans: Spans::off(),
         }
+    }
+
+    /// The same runner, with a client span in `spans` for each model call.
+    pub fn with_spans(self, spans: Spans) -> Self {
+        Self { spans, ..self }
     }
 
     /// The agents.
@@ -199,59 +208,6 @@ impl AgentRunner {
             Self::emit(events, TurnEvent::Transition(last.clone()));
         }
         Ok(())
-    }
-
-    async fn ask_model(
-        &self,
-        request: ModelRequest,
-        events: Option<&UnboundedSender<TurnEvent>>,
-    ) -> Result<ModelReply, AgentError> {
-        let Some(events) = events else {
-            return self
-                .model
-                .complete(request)
-                .await
-                .map_err(|e| AgentError::Model(e.0));
-        };
-        let mut stream = self
-            .model
-            .stream(request)
-            .await
-            .map_err(|e| AgentError::Model(e.0))?;
-        while let Some(event) = stream.next().await {
-            match event.map_err(|e| AgentError::Model(e.0))? {
-                StreamEvent::Delta(text) => Self::emit(Some(events), TurnEvent::Delta(text)),
-                StreamEvent::Done(reply) => return Ok(reply),
-            }
-        }
-        Err(AgentError::Model(
-            "the model's stream ended without a final answer".to_owned(),
-        ))
-    }
-
-    fn model_request(
-        agent: &Agent,
-        request: &ChatCompletionRequest,
-        tools: Vec<OfferedTool>,
-    ) -> ModelRequest {
-        let mut messages = Vec::new();
-        if let Some(prompt) = &agent.config.system_prompt {
-            messages.push(CanonicalMessage::new(Role::System, prompt.clone()));
-        }
-        messages.extend(
-            agent
-                .data()
-                .conversation
-                .iter()
-                .map(|stored| stored.message.clone()),
-        );
-        ModelRequest {
-            model: request.model.clone().or_else(|| agent.config.model.clone()),
-            messages,
-            tools,
-            temperature: request.temperature,
-            max_tokens: request.max_tokens,
-        }
     }
 
     async fn call_tool(
@@ -392,6 +348,7 @@ impl AgentRunner {
         let first = self
             .ask_model(
                 Self::model_request(&agent, &request, catalog.offered.clone()),
+                trace,
                 events,
             )
             .await?;
@@ -421,7 +378,11 @@ impl AgentRunner {
             }
             Self::step(&agent, AgentState::Reflecting, "", events)?;
             let second = self
-                .ask_model(Self::model_request(&agent, &request, Vec::new()), events)
+                .ask_model(
+                    Self::model_request(&agent, &request, Vec::new()),
+                    trace,
+                    events,
+                )
                 .await?;
             usage = match (usage, second.usage) {
                 (Some(a), Some(b)) => Some(a.plus(b)),

@@ -250,7 +250,8 @@ pub async fn serve_with_metrics(
         registry.clone(),
         invoker.clone(),
         model,
-    );
+    )
+    .with_spans(spans.clone());
     // Calls are counted per RPC only when there is an endpoint to report them, or spans to
     // name after their methods.
     let rpc_stats = if metrics_listener.is_some() || spans.is_on() {

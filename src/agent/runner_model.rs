@@ -1,0 +1,90 @@
+//! The turn's model calls: the request built from the agent's conversation, and the call
+//! itself, streamed or not, under a span of its own when spans are exported.
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::{AgentRunner, TurnEvent};
+use crate::agent::error::AgentError;
+use crate::agent::model::{ModelReply, ModelRequest, OfferedTool, StreamEvent};
+use crate::agent::store::Agent;
+use crate::agent::types::{CanonicalMessage, ChatCompletionRequest, Role};
+use crate::spans::ModelAnswer;
+use crate::trace_context::TraceContext;
+
+impl AgentRunner {
+    /// Asks the model, under a span of its own when spans are exported.
+    pub(super) async fn ask_model(
+        &self,
+        request: ModelRequest,
+        trace: Option<&TraceContext>,
+        events: Option<&UnboundedSender<TurnEvent>>,
+    ) -> Result<ModelReply, AgentError> {
+        let span = self.spans.model_call(trace, request.model.as_deref());
+        let reply = self.ask_model_unspanned(request, events).await;
+        if let Some(span) = span {
+            span.end_model_call(reply.as_ref().map_err(ToString::to_string).map(|reply| {
+                ModelAnswer {
+                    model: &reply.model,
+                    tokens: reply
+                        .usage
+                        .map(|usage| (usage.prompt_tokens, usage.completion_tokens)),
+                }
+            }));
+        }
+        reply
+    }
+
+    async fn ask_model_unspanned(
+        &self,
+        request: ModelRequest,
+        events: Option<&UnboundedSender<TurnEvent>>,
+    ) -> Result<ModelReply, AgentError> {
+        let Some(events) = events else {
+            return self
+                .model
+                .complete(request)
+                .await
+                .map_err(|e| AgentError::Model(e.0));
+        };
+        let mut stream = self
+            .model
+            .stream(request)
+            .await
+            .map_err(|e| AgentError::Model(e.0))?;
+        while let Some(event) = stream.next().await {
+            match event.map_err(|e| AgentError::Model(e.0))? {
+                StreamEvent::Delta(text) => Self::emit(Some(events), TurnEvent::Delta(text)),
+                StreamEvent::Done(reply) => return Ok(reply),
+            }
+        }
+        Err(AgentError::Model(
+            "the model's stream ended without a final answer".to_owned(),
+        ))
+    }
+
+    pub(super) fn model_request(
+        agent: &Agent,
+        request: &ChatCompletionRequest,
+        tools: Vec<OfferedTool>,
+    ) -> ModelRequest {
+        let mut messages = Vec::new();
+        if let Some(prompt) = &agent.config.system_prompt {
+            messages.push(CanonicalMessage::new(Role::System, prompt.clone()));
+        }
+        messages.extend(
+            agent
+                .data()
+                .conversation
+                .iter()
+                .map(|stored| stored.message.clone()),
+        );
+        ModelRequest {
+            model: request.model.clone().or_else(|| agent.config.model.clone()),
+            messages,
+            tools,
+            temperature: request.temperature,
+            max_tokens: request.max_tokens,
+        }
+    }
+}
