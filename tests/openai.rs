@@ -28,6 +28,8 @@ use toolplane::pb::agent_service_client::AgentServiceClient;
 struct Mock {
     bodies: Arc<Mutex<Vec<Value>>>,
     authorization: Arc<Mutex<Vec<String>>>,
+    /// The `traceparent` of each request (empty when none came).
+    traceparents: Arc<Mutex<Vec<String>>>,
     fail: bool,
 }
 
@@ -47,6 +49,13 @@ async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Val
     mock.authorization.lock().expect("lock").push(
         headers
             .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+    );
+    mock.traceparents.lock().expect("lock").push(
+        headers
+            .get("traceparent")
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned(),
@@ -135,6 +144,7 @@ async fn client_speaks_the_wire_format() {
         tools: vec![power_tool()],
         temperature: Some(0.2),
         max_tokens: Some(64),
+        trace: None,
     };
 
     let reply = client.complete(request.clone()).await.expect("answer");
@@ -246,7 +256,8 @@ fn turn() -> Option<pb::ChatCompletionRequest> {
 }
 
 /// A real agent driven by the OpenAI-compatible model: the tool call runs through the control
-/// plane and the model gets the result, in both Complete and StreamComplete.
+/// plane and the model gets the result, in both Complete and StreamComplete; the model server
+/// is sent the caller's trace context.
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_run_on_an_openai_compatible_model() {
     let mock = Mock::default();
@@ -262,17 +273,23 @@ async fn agents_run_on_an_openai_compatible_model() {
         .await
         .expect("created");
 
-    let answer = client
-        .complete(pb::CompleteRequest {
-            meta: meta(0),
-            agent_id: "gpt".into(),
-            request: turn(),
-        })
-        .await
-        .expect("turn")
-        .into_inner();
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut traced = tonic::Request::new(pb::CompleteRequest {
+        meta: meta(0),
+        agent_id: "gpt".into(),
+        request: turn(),
+    });
+    traced
+        .metadata_mut()
+        .insert("traceparent", traceparent.parse().expect("ascii"));
+    let answer = client.complete(traced).await.expect("turn").into_inner();
     let response = answer.response.expect("response");
     assert_eq!(response.model, "mock-model");
+    // Both model calls of the turn carried the caller's trace context to the model server.
+    assert_eq!(
+        *mock.traceparents.lock().expect("lock"),
+        [traceparent, traceparent]
+    );
     assert!(
         response
             .message

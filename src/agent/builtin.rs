@@ -158,6 +158,7 @@ mod tests {
             tools,
             temperature: None,
             max_tokens: None,
+            trace: None,
         }
     }
 

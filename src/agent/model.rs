@@ -7,6 +7,7 @@
 //! carries them, as JSON, in metadata [`TOOL_CALLS_KEY`]; a tool's result is a system message
 //! with [`TOOL_CALL_ID_KEY`] and [`TOOL_NAME_KEY`] in its metadata and the result JSON as content.
 
+use crate::trace_context::TraceContext;
 use std::collections::HashMap;
 use std::fmt::Debug;
 
@@ -58,6 +59,9 @@ pub struct ModelRequest {
     pub temperature: Option<f64>,
     /// Most tokens to generate.
     pub max_tokens: Option<u32>,
+    /// The W3C trace context to send with the call (`traceparent`, `tracestate`), so that a
+    /// model server that traces joins the turn's trace.
+    pub trace: Option<TraceContext>,
 }
 
 /// A model's answer.

@@ -2,6 +2,7 @@
 //! by OpenAI, vLLM, Ollama and llama.cpp's server. Tools are advertised as function tools,
 //! `tool_calls` are parsed, and streaming reads the server-sent events.
 
+use crate::trace_context::TraceContext;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -142,7 +143,11 @@ impl OpenAiClient {
         body
     }
 
-    async fn post(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
+    async fn post(
+        &self,
+        body: &Value,
+        trace: Option<&TraceContext>,
+    ) -> Result<reqwest::Response, ModelError> {
         let url = format!(
             "{}/chat/completions",
             self.config.base_url.trim_end_matches('/')
@@ -150,6 +155,12 @@ impl OpenAiClient {
         let mut request = self.http.post(&url).json(body);
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
+        }
+        if let Some(trace) = trace {
+            request = request.header("traceparent", trace.traceparent());
+            if let Some(state) = trace.tracestate() {
+                request = request.header("tracestate", state);
+            }
         }
         let response = request
             .send()
@@ -171,7 +182,7 @@ impl OpenAiClient {
 impl LlmProvider for OpenAiClient {
     async fn complete(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
         let answer: Value = self
-            .post(&self.body(&request, false))
+            .post(&self.body(&request, false), request.trace.as_ref())
             .await?
             .json()
             .await
@@ -196,7 +207,9 @@ impl LlmProvider for OpenAiClient {
         &self,
         request: ModelRequest,
     ) -> Result<BoxStream<'static, Result<StreamEvent, ModelError>>, ModelError> {
-        let response = self.post(&self.body(&request, true)).await?;
+        let response = self
+            .post(&self.body(&request, true), request.trace.as_ref())
+            .await?;
         let model = request
             .model
             .clone()

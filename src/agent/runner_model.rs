@@ -21,6 +21,12 @@ impl AgentRunner {
         events: Option<&UnboundedSender<TurnEvent>>,
     ) -> Result<ModelReply, AgentError> {
         let span = self.spans.model_call(trace, request.model.as_deref());
+        // The model server is sent the model call's span as parent, or the turn's context.
+        let mut request = request;
+        request.trace = span
+            .as_ref()
+            .map(|span| span.trace_context())
+            .or_else(|| trace.cloned());
         let reply = self.ask_model_unspanned(request, events).await;
         if let Some(span) = span {
             span.end_model_call(reply.as_ref().map_err(ToString::to_string).map(|reply| {
@@ -85,6 +91,7 @@ impl AgentRunner {
             tools,
             temperature: request.temperature,
             max_tokens: request.max_tokens,
+            trace: None,
         }
     }
 }
