@@ -91,6 +91,23 @@ async fn stop_and_collect(
     std::mem::take(&mut *collector.spans.lock().expect("lock"))
 }
 
+/// The spans named `name`, in the order they were received.
+fn named<'a>(spans: &'a [(String, Span)], name: &str) -> Vec<&'a Span> {
+    spans
+        .iter()
+        .map(|(_, span)| span)
+        .filter(|span| span.name == name)
+        .collect()
+}
+
+/// The first span named `name`.
+fn first_named<'a>(spans: &'a [(String, Span)], name: &str) -> &'a Span {
+    named(spans, name)
+        .first()
+        .copied()
+        .unwrap_or_else(|| panic!("no span named {name} in {spans:#?}"))
+}
+
 fn attribute<'a>(span: &'a Span, key: &str) -> Option<&'a AnyValue> {
     span.attributes
         .iter()
@@ -173,11 +190,7 @@ async fn calls_and_provider_attempts_are_exported_as_spans() {
     );
 
     let hex = hex::encode;
-    let invoke_spans: Vec<&Span> = spans
-        .iter()
-        .map(|(_, span)| span)
-        .filter(|span| span.name == "toolplane.v1.ToolInvokeService/InvokeTool")
-        .collect();
+    let invoke_spans = named(&spans, "toolplane.v1.ToolInvokeService/InvokeTool");
     assert_eq!(invoke_spans.len(), 3, "{spans:#?}");
     assert!(spans.iter().all(|(service, _)| service == "toolplane"));
 
@@ -198,10 +211,8 @@ async fn calls_and_provider_attempts_are_exported_as_spans() {
         Some("InvokeTool")
     );
     assert_eq!(int_attribute(server_span, "rpc.grpc.status_code"), Some(0));
-    let mut attempts: Vec<&Span> = spans
-        .iter()
-        .map(|(_, span)| span)
-        .filter(|span| span.name == "toolplane.v1.ToolProviderService/CallTool")
+    let mut attempts: Vec<&Span> = named(&spans, "toolplane.v1.ToolProviderService/CallTool")
+        .into_iter()
         .filter(|span| span.parent_span_id == server_span.span_id)
         .collect();
     attempts.sort_by_key(|span| int_attribute(span, "toolplane.attempt"));
@@ -281,16 +292,8 @@ async fn an_agents_tool_calls_and_model_calls_are_spans_under_its_turn() {
         .expect("turn completes");
     let spans = stop_and_collect(setup, &collector, collector_task).await;
 
-    let turn = spans
-        .iter()
-        .map(|(_, span)| span)
-        .find(|span| span.name == "toolplane.v1.AgentService/Complete")
-        .expect("the turn's span");
-    let tool_call = spans
-        .iter()
-        .map(|(_, span)| span)
-        .find(|span| span.name == "toolplane.v1.ToolProviderService/CallTool")
-        .expect("the tool call's span");
+    let turn = first_named(&spans, "toolplane.v1.AgentService/Complete");
+    let tool_call = first_named(&spans, "toolplane.v1.ToolProviderService/CallTool");
     assert_eq!(tool_call.parent_span_id, turn.span_id);
     assert_eq!(tool_call.trace_id, turn.trace_id);
     assert_eq!(
@@ -298,11 +301,7 @@ async fn an_agents_tool_calls_and_model_calls_are_spans_under_its_turn() {
         Some("echo")
     );
     // Both model calls of the turn (asking, then reflecting), as generative-AI client spans.
-    let model_calls: Vec<&Span> = spans
-        .iter()
-        .map(|(_, span)| span)
-        .filter(|span| span.name == "chat")
-        .collect();
+    let model_calls = named(&spans, "chat");
     assert_eq!(model_calls.len(), 2, "{spans:#?}");
     for call in model_calls {
         assert_eq!(call.parent_span_id, turn.span_id);
@@ -423,19 +422,11 @@ async fn a_failed_model_call_is_an_error_span() {
     assert_eq!(failed.code(), tonic::Code::Unavailable);
     let spans = stop_and_collect(setup, &collector, collector_task).await;
 
-    let turn = spans
-        .iter()
-        .map(|(_, span)| span)
-        .find(|span| span.name == "toolplane.v1.AgentService/Complete")
-        .expect("the turn's span");
+    let turn = first_named(&spans, "toolplane.v1.AgentService/Complete");
     assert_eq!(int_attribute(turn, "rpc.grpc.status_code"), Some(14));
     let error = StatusCode::Error as i32;
     assert_eq!(turn.status.as_ref().map(|status| status.code), Some(error));
-    let model_call = spans
-        .iter()
-        .map(|(_, span)| span)
-        .find(|span| span.name == "chat")
-        .expect("the model call's span");
+    let model_call = first_named(&spans, "chat");
     assert_eq!(model_call.parent_span_id, turn.span_id);
     assert_eq!(
         model_call.status.as_ref().map(|status| status.code),
