@@ -19,10 +19,12 @@ use serde_json::json;
 use toolplane::grpc::ServerOptions;
 use toolplane::pb;
 
-/// Every span exported to it, with the `service.name` of its resource.
+/// Every span exported to it, with the `service.name` of its resource, and the `x-api-key`
+/// header of each export (empty when none came).
 #[derive(Default, Clone)]
 struct Collector {
     spans: Arc<Mutex<Vec<(String, Span)>>>,
+    api_keys: Arc<Mutex<Vec<String>>>,
 }
 
 #[tonic::async_trait]
@@ -31,6 +33,13 @@ impl TraceService for Collector {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let api_key = request
+            .metadata()
+            .get("x-api-key")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        self.api_keys.lock().expect("lock").push(api_key);
         let mut spans = self.spans.lock().expect("lock");
         for resource_spans in request.into_inner().resource_spans {
             let service_name = resource_spans
@@ -351,8 +360,8 @@ async fn stop_with_collector_at(endpoint: String) {
 }
 
 /// The binary exports to `TOOLPLANE_OTLP_ENDPOINT`, under the service name the SDK's
-/// environment gives (here through `OTEL_RESOURCE_ATTRIBUTES`), and sends the last spans as
-/// it stops on SIGTERM.
+/// environment gives (here through `OTEL_RESOURCE_ATTRIBUTES`), with the headers
+/// `OTEL_EXPORTER_OTLP_HEADERS` names, and sends the last spans as it stops on SIGTERM.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_binary_exports_under_the_service_name_the_environment_gives() {
     use common::process::ServerProcess;
@@ -363,6 +372,7 @@ async fn the_binary_exports_under_the_service_name_the_environment_gives() {
             "OTEL_RESOURCE_ATTRIBUTES",
             "service.name=tools-east,deployment.environment=test",
         ),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=collector-secret"),
     ]);
     let channel = tonic::transport::Channel::from_shared(server.endpoint())
         .expect("an endpoint")
@@ -389,6 +399,10 @@ async fn the_binary_exports_under_the_service_name_the_environment_gives() {
     assert_eq!(
         names,
         [("tools-east", "toolplane.v1.DiscoveryService/ListServices")]
+    );
+    assert_eq!(
+        *collector.api_keys.lock().expect("lock"),
+        ["collector-secret"]
     );
 }
 
