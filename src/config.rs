@@ -56,8 +56,12 @@ pub struct ServerConfig {
     /// The address Prometheus metrics are served on (`GET /metrics`, HTTP/1.1); empty serves
     /// none.
     pub metrics_listen: String,
-    /// The OTLP/gRPC collector spans are exported to (`http://host:4317`); empty exports none.
+    /// The OTLP/gRPC collector spans are exported to (`http://host:4317`, or `https://` for
+    /// TLS); empty exports none.
     pub otlp_endpoint: String,
+    /// CA certificates (PEM) an `https://` collector's certificate is checked against; empty
+    /// checks it against the public CAs.
+    pub otlp_ca_file: String,
     /// Lease TTL granted when a registration asks for none.
     #[serde(with = "humantime_serde")]
     pub default_ttl: Duration,
@@ -175,6 +179,7 @@ impl Default for ServerConfig {
                 .expect("the default listen address is valid"),
             metrics_listen: String::new(),
             otlp_endpoint: String::new(),
+            otlp_ca_file: String::new(),
             default_ttl: validate::DEFAULT_TTL,
             min_ttl: validate::DEFAULT_MIN_TTL,
             max_ttl: validate::DEFAULT_MAX_TTL,
@@ -323,6 +328,8 @@ impl ServerConfig {
     pub fn server_options(&self) -> ServerOptions {
         ServerOptions {
             otlp_endpoint: Some(self.otlp_endpoint.clone()).filter(|e| !e.is_empty()),
+            otlp_ca_file: Some(PathBuf::from(&self.otlp_ca_file))
+                .filter(|_| !self.otlp_ca_file.is_empty()),
             limits: RegistrationLimits {
                 default_ttl: self.default_ttl,
                 min_ttl: self.min_ttl,

@@ -154,21 +154,30 @@ fn metrics_are_served_only_where_asked() {
 }
 
 #[test]
-fn spans_are_exported_only_to_a_plaintext_otlp_endpoint() {
+fn spans_are_exported_only_to_an_otlp_endpoint() {
     let none = ServerConfig::load(None, env(&[])).expect("valid");
     assert_eq!(none.server_options().otlp_endpoint, None);
     let set = ServerConfig::load(
         None,
-        env(&[("TOOLPLANE_OTLP_ENDPOINT", "http://otel-collector:4317")]),
+        env(&[
+            ("TOOLPLANE_OTLP_ENDPOINT", "https://otel-collector:4317"),
+            ("TOOLPLANE_OTLP_CA_FILE", "/etc/ssl/collector-ca.pem"),
+        ]),
     )
     .expect("valid");
+    let options = set.server_options();
     assert_eq!(
-        set.server_options().otlp_endpoint.as_deref(),
-        Some("http://otel-collector:4317")
+        options.otlp_endpoint.as_deref(),
+        Some("https://otel-collector:4317")
     );
-    for bad in ["otel-collector:4317", "https://otel-collector:4317"] {
+    assert_eq!(
+        options.otlp_ca_file.as_deref(),
+        Some(Path::new("/etc/ssl/collector-ca.pem"))
+    );
+    assert_eq!(none.server_options().otlp_ca_file, None);
+    for bad in ["otel-collector:4317", "grpc://otel-collector:4317"] {
         let error = ServerConfig::load(None, env(&[("TOOLPLANE_OTLP_ENDPOINT", bad)]))
-            .expect_err("not a plaintext OTLP address");
+            .expect_err("not an OTLP address");
         assert!(error.to_string().contains("otlp_endpoint"), "{error}");
     }
 }

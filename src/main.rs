@@ -282,13 +282,16 @@ async fn serve(
         },
         None => None,
     };
+    // Listening for SIGTERM from before the address is announced: a stop sent right after it
+    // drains.
+    let shutdown = toolplane::grpc::shutdown_signal();
     // Tests and scripts read the address from this line.
     tracing::info!(address = %bound, "toolplane serving");
     match toolplane::grpc::serve_with_metrics(
         listener,
         metrics_listener,
         config.server_options(),
-        toolplane::grpc::shutdown_signal(),
+        shutdown,
     )
     .await
     {

@@ -16,6 +16,7 @@
 //! `toolplane` unless they name another.
 
 use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,8 @@ use opentelemetry::trace::{
     TraceState, Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig};
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
 use crate::trace_context::TraceContext;
@@ -41,23 +43,33 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why spans cannot be exported.
 #[derive(Debug, thiserror::Error)]
 pub enum SpansError {
-    /// The endpoint is not an `http://host:port` address.
+    /// The endpoint is not an `http://` or `https://` address with a host.
     #[error(
-        "otlp_endpoint {0:?} is not a plaintext OTLP/gRPC address such as \
-         http://otel-collector:4317; leave it empty to export no spans"
+        "otlp_endpoint {0:?} is not an OTLP/gRPC address such as http://otel-collector:4317 \
+         (or https:// for TLS); leave it empty to export no spans"
     )]
     Endpoint(String),
+    /// The CA certificate file cannot be read.
+    #[error("otlp_ca_file {path}: {error}")]
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be read.
+        error: std::io::Error,
+    },
     /// The OTLP exporter could not be built.
     #[error("OTLP span exporter: {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
 }
 
-/// Checks that `endpoint` is an address spans can be exported to: `http://` with a host.
+/// Checks that `endpoint` is an address spans can be exported to: `http://` (plain text) or
+/// `https://` (TLS), with a host.
 pub fn check_endpoint(endpoint: &str) -> Result<(), SpansError> {
     let uri: http::Uri = endpoint
         .parse()
         .map_err(|_| SpansError::Endpoint(endpoint.to_owned()))?;
-    if uri.scheme_str() != Some("http") || uri.host().is_none_or(str::is_empty) {
+    let scheme_known = matches!(uri.scheme_str(), Some("http" | "https"));
+    if !scheme_known || uri.host().is_none_or(str::is_empty) {
         return Err(SpansError::Endpoint(endpoint.to_owned()));
     }
     Ok(())
@@ -81,15 +93,30 @@ impl Spans {
         Self::default()
     }
 
-    /// Spans exported in batches to the OTLP/gRPC collector at `endpoint`. Must be called
+    /// Spans exported in batches to the OTLP/gRPC collector at `endpoint`. Over `https://`
+    /// the collector's certificate is checked against the public CAs (Mozilla's list, built
+    /// in), or against the CA certificates (PEM) in `ca_file` when given. Must be called
     /// inside a tokio runtime, which then runs the exporting.
-    pub fn to_otlp(endpoint: &str) -> Result<Self, SpansError> {
+    pub fn to_otlp(endpoint: &str, ca_file: Option<&Path>) -> Result<Self, SpansError> {
         check_endpoint(endpoint)?;
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(endpoint)
-            .with_timeout(EXPORT_TIMEOUT)
-            .build()?;
+            .with_timeout(EXPORT_TIMEOUT);
+        if endpoint.starts_with("https://") {
+            let tls = match ca_file {
+                Some(path) => {
+                    let pem = std::fs::read(path).map_err(|error| SpansError::CaFile {
+                        path: path.to_owned(),
+                        error,
+                    })?;
+                    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+                }
+                None => ClientTlsConfig::new().with_webpki_roots(),
+            };
+            exporter = exporter.with_tls_config(tls);
+        }
+        let exporter = exporter.build()?;
         let processor = opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
             exporter,
             opentelemetry_sdk::runtime::Tokio,
@@ -331,15 +358,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_endpoint_is_plaintext_http_with_a_host() {
+    fn an_endpoint_is_http_or_https_with_a_host() {
         check_endpoint("http://otel-collector:4317").expect("valid");
         check_endpoint("http://127.0.0.1:4317").expect("valid");
+        check_endpoint("https://otlp.example.com:443").expect("valid");
         for bad in [
             "",
             "otel-collector:4317",
-            "https://collector:4317",
             "http://",
             "grpc://c:1",
+            "ftp://c:1",
         ] {
             assert!(check_endpoint(bad).is_err(), "{bad:?}");
         }

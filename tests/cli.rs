@@ -102,6 +102,17 @@ async fn preflight_command_fails_fast_then_passes() {
     );
 }
 
+/// SIGTERM sent the moment the server announces its address (before it has finished setting
+/// up, with span export on to lengthen that) still drains and exits 0: the signal handler is
+/// in place before the announcement.
+#[test]
+fn sigterm_right_after_the_announcement_drains() {
+    for _ in 0..5 {
+        let server = ServerProcess::start(&[("TOOLPLANE_OTLP_ENDPOINT", "http://127.0.0.1:9")]);
+        assert_eq!(server.terminate().code(), Some(0), "killed, not drained");
+    }
+}
+
 /// A client command that cannot reach the server exits 2 with a clear message.
 #[test]
 fn unreachable_server_is_a_clear_error() {

@@ -62,20 +62,34 @@ impl TraceService for Collector {
 
 /// Serves a collector on loopback; answers its endpoint and what it received.
 async fn start_collector() -> (String, Collector, tokio::task::JoinHandle<()>) {
+    start_collector_with(None).await
+}
+
+/// Serves a collector on loopback, over TLS with `identity` when given (`https://`).
+async fn start_collector_with(
+    identity: Option<tonic::transport::Identity>,
+) -> (String, Collector, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
     let collector = Collector::default();
     let service = TraceServiceServer::new(collector.clone());
+    let scheme = if identity.is_some() { "https" } else { "http" };
+    let mut server = tonic::transport::Server::builder();
+    if let Some(identity) = identity {
+        server = server
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .expect("TLS configured");
+    }
     let task = tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        server
             .add_service(service)
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
             .await
             .expect("collector serves");
     });
-    (format!("http://{address}"), collector, task)
+    (format!("{scheme}://{address}"), collector, task)
 }
 
 /// The test provider and a server exporting spans to `endpoint`.
@@ -449,5 +463,81 @@ async fn a_failed_model_call_is_an_error_span() {
     assert_eq!(
         string_attribute(model_call, "error.type"),
         Some("model_error")
+    );
+}
+
+/// A CA and a certificate for 127.0.0.1 it signed, with the certificate's key (PEM).
+fn test_certificates() -> (String, tonic::transport::Identity) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key"))
+        .expect("CA certificate");
+    let key = KeyPair::generate().expect("key");
+    let certificate = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .expect("parameters")
+        .signed_by(&key, &ca)
+        .expect("certificate");
+    (
+        ca.pem(),
+        tonic::transport::Identity::from_pem(certificate.pem(), key.serialize_pem()),
+    )
+}
+
+/// Over `https://`, spans reach a collector whose certificate the CA in `otlp_ca_file`
+/// signed; checked against the public CAs only, that collector is not trusted and gets
+/// nothing, and the calls go on regardless.
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_reach_a_tls_collector_only_when_its_ca_is_trusted() {
+    let (ca_pem, identity) = test_certificates();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let ca_file = dir.path().join("collector-ca.pem");
+    std::fs::write(&ca_file, ca_pem).expect("CA written");
+    for trusted in [true, false] {
+        let (endpoint, collector, collector_task) =
+            start_collector_with(Some(identity.clone())).await;
+        assert!(endpoint.starts_with("https://"), "{endpoint}");
+        let setup = setup_with(ServerOptions {
+            otlp_endpoint: Some(endpoint),
+            otlp_ca_file: trusted.then(|| ca_file.clone()),
+            ..test_options()
+        })
+        .await;
+        let mut client = invoker(&setup.server).await;
+        client
+            .invoke_tool(request("echo", json!({"n": 4})))
+            .await
+            .expect("echoed");
+        let spans = stop_and_collect(setup, &collector, collector_task).await;
+        let invoke_spans = named(&spans, "toolplane.v1.ToolInvokeService/InvokeTool");
+        assert_eq!(
+            invoke_spans.len(),
+            usize::from(trusted),
+            "trusted: {trusted}"
+        );
+    }
+}
+
+/// A CA file that cannot be read stops the server from starting, naming the setting.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreadable_ca_file_stops_the_start() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let error = toolplane::grpc::serve(
+        listener,
+        ServerOptions {
+            otlp_endpoint: Some("https://127.0.0.1:4317".into()),
+            otlp_ca_file: Some("/nonexistent/collector-ca.pem".into()),
+            ..test_options()
+        },
+        std::future::pending(),
+    )
+    .await
+    .expect_err("the CA file is not there");
+    let message = error.to_string();
+    assert!(
+        message.contains("otlp_ca_file") && message.contains("/nonexistent/collector-ca.pem"),
+        "{message}"
     );
 }

@@ -110,9 +110,12 @@ pub struct ServerOptions {
     pub max_conversation_bytes: usize,
     /// The most agents one tenant may have at once; 0 sets no limit.
     pub max_agents_per_tenant: usize,
-    /// The OTLP/gRPC collector spans are exported to (`http://host:port`); `None` exports
-    /// none (see [`crate::spans`]).
+    /// The OTLP/gRPC collector spans are exported to (`http://host:port`, or `https://` for
+    /// TLS); `None` exports none (see [`crate::spans`]).
     pub otlp_endpoint: Option<String>,
+    /// CA certificates (PEM) an `https://` collector's certificate is checked against;
+    /// `None` checks it against the public CAs.
+    pub otlp_ca_file: Option<PathBuf>,
 }
 
 impl ServerOptions {
@@ -150,6 +153,7 @@ impl Default for ServerOptions {
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
             otlp_endpoint: None,
+            otlp_ca_file: None,
         }
     }
 }
@@ -201,7 +205,7 @@ pub async fn serve_with_metrics(
 ) -> Result<(), ServeError> {
     let spans = match &options.otlp_endpoint {
         Some(endpoint) => {
-            let spans = Spans::to_otlp(endpoint)?;
+            let spans = Spans::to_otlp(endpoint, options.otlp_ca_file.as_deref())?;
             tracing::info!(%endpoint, "spans exported over OTLP/gRPC");
             spans
         }
@@ -382,26 +386,34 @@ async fn shrink_rate_limits(limits: Arc<RateLimits>, serving: ServingState) {
     }
 }
 
-/// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Completes on SIGINT or SIGTERM, listening from the call on (call it inside a tokio
+/// runtime, before announcing that the server serves).
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    // The handlers are installed here, not when the future is first polled: a signal that
+    // comes after the caller has announced it is serving, before its server awaits this, is
+    // not lost (nor does it kill the process undrained, as the default action would).
     #[cfg(unix)]
     {
-        let mut terminate = match tokio::signal::unix::signal(
-            tokio::signal::unix::SignalKind::terminate(),
-        ) {
-            Ok(signal) => signal,
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the process");
-                let _ = interrupt.await;
-                return;
+        use tokio::signal::unix::{SignalKind, signal};
+        let terminate = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        async move {
+            match (terminate, interrupt) {
+                (Ok(mut terminate), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = terminate.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
+                }
+                (Err(error), _) | (_, Err(error)) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM and SIGINT; only Ctrl-C stops the process");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-        };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
         }
     }
     #[cfg(not(unix))]
-    let _ = interrupt.await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
