@@ -284,6 +284,13 @@ impl ServerConfig {
         if !self.otlp_endpoint.is_empty() {
             crate::spans::check_endpoint(&self.otlp_endpoint).map_err(|error| error.to_string())?;
         }
+        if !self.otlp_ca_file.is_empty() && !self.otlp_endpoint.starts_with("https://") {
+            return Err(format!(
+                "otlp_ca_file is set but otlp_endpoint {:?} is not an https:// address: the CA \
+                 file is only used to check a TLS collector's certificate",
+                self.otlp_endpoint
+            ));
+        }
         if let Some((key, _)) = self.tool_rate_limits.iter().find(|(key, _)| {
             key.split_once('/')
                 .is_none_or(|(s, t)| s.is_empty() || t.is_empty())

@@ -175,6 +175,15 @@ fn spans_are_exported_only_to_an_otlp_endpoint() {
         Some(Path::new("/etc/ssl/collector-ca.pem"))
     );
     assert_eq!(none.server_options().otlp_ca_file, None);
+    let error = ServerConfig::load(
+        None,
+        env(&[
+            ("TOOLPLANE_OTLP_ENDPOINT", "http://otel-collector:4317"),
+            ("TOOLPLANE_OTLP_CA_FILE", "/etc/ssl/collector-ca.pem"),
+        ]),
+    )
+    .expect_err("a CA file for a plaintext collector");
+    assert!(error.to_string().contains("otlp_ca_file"), "{error}");
     for bad in ["otel-collector:4317", "grpc://otel-collector:4317"] {
         let error = ServerConfig::load(None, env(&[("TOOLPLANE_OTLP_ENDPOINT", bad)]))
             .expect_err("not an OTLP address");
