@@ -1,4 +1,5 @@
-//! Spans toolplane exports over OTLP/gRPC when `otlp_endpoint` is set: one server span for
+//! Spans toolplane exports over OTLP/gRPC (plain text to an `http://` endpoint, TLS to an
+//! `https://` one) when `otlp_endpoint` is set: one server span for
 //! every gRPC call it serves, a child of the caller's `traceparent` when one came (else a new
 //! trace), and one client span for every attempt at a provider's `CallTool`, a child of the
 //! call's span. The provider is sent the attempt's span as its parent, so a trace shows the
