@@ -18,6 +18,7 @@ use crate::agent::store::{
 };
 use crate::grpc::ServerOptions;
 use crate::grpc::call_scheduling::CallScheduling;
+use crate::grpc::provider_tls::{ClientIdentityFiles, ProviderTlsFiles};
 use crate::grpc::server::{
     DEFAULT_DRAIN_GRACE, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PROVIDER_HEALTH_INTERVAL,
@@ -62,6 +63,15 @@ pub struct ServerConfig {
     /// CA certificates (PEM) an `https://` collector's certificate is checked against; empty
     /// checks it against the public CAs.
     pub otlp_ca_file: String,
+    /// CA certificates (PEM) the certificates of providers at `https://` endpoints are
+    /// checked against; empty checks them against the public CAs.
+    pub provider_ca_file: String,
+    /// The certificate chain (PEM) toolplane presents to `https://` providers that ask for a
+    /// client certificate (mutual TLS); empty presents none. Set with
+    /// `provider_client_key_file`.
+    pub provider_client_cert_file: String,
+    /// The private key (PEM) of `provider_client_cert_file`.
+    pub provider_client_key_file: String,
     /// Lease TTL granted when a registration asks for none.
     #[serde(with = "humantime_serde")]
     pub default_ttl: Duration,
@@ -180,6 +190,9 @@ impl Default for ServerConfig {
             metrics_listen: String::new(),
             otlp_endpoint: String::new(),
             otlp_ca_file: String::new(),
+            provider_ca_file: String::new(),
+            provider_client_cert_file: String::new(),
+            provider_client_key_file: String::new(),
             default_ttl: validate::DEFAULT_TTL,
             min_ttl: validate::DEFAULT_MIN_TTL,
             max_ttl: validate::DEFAULT_MAX_TTL,
@@ -291,6 +304,13 @@ impl ServerConfig {
                 self.otlp_endpoint
             ));
         }
+        if self.provider_client_cert_file.is_empty() != self.provider_client_key_file.is_empty() {
+            return Err(
+                "provider_client_cert_file and provider_client_key_file go together: set both \
+                 (toolplane presents that certificate to providers that ask for one) or neither"
+                    .to_owned(),
+            );
+        }
         if let Some((key, _)) = self.tool_rate_limits.iter().find(|(key, _)| {
             key.split_once('/')
                 .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
@@ -331,12 +351,27 @@ impl ServerConfig {
         })
     }
 
+    /// How toolplane connects to `https://` providers, by this configuration.
+    pub fn provider_tls(&self) -> ProviderTlsFiles {
+        let path = |value: &str| Some(PathBuf::from(value)).filter(|_| !value.is_empty());
+        ProviderTlsFiles {
+            ca_file: path(&self.provider_ca_file),
+            client_identity: path(&self.provider_client_cert_file)
+                .zip(path(&self.provider_client_key_file))
+                .map(|(cert_file, key_file)| ClientIdentityFiles {
+                    cert_file,
+                    key_file,
+                }),
+        }
+    }
+
     /// The server options this configuration describes.
     pub fn server_options(&self) -> ServerOptions {
         ServerOptions {
             otlp_endpoint: Some(self.otlp_endpoint.clone()).filter(|e| !e.is_empty()),
             otlp_ca_file: Some(PathBuf::from(&self.otlp_ca_file))
                 .filter(|_| !self.otlp_ca_file.is_empty()),
+            provider_tls: self.provider_tls(),
             limits: RegistrationLimits {
                 default_ttl: self.default_ttl,
                 min_ttl: self.min_ttl,

@@ -190,3 +190,48 @@ fn spans_are_exported_only_to_an_otlp_endpoint() {
         assert!(error.to_string().contains("otlp_endpoint"), "{error}");
     }
 }
+
+#[test]
+fn provider_tls_files_are_read_from_the_environment() {
+    let none = ServerConfig::load(None, env(&[])).expect("valid");
+    assert_eq!(
+        none.server_options().provider_tls,
+        ProviderTlsFiles::default()
+    );
+    let set = ServerConfig::load(
+        None,
+        env(&[
+            (
+                "TOOLPLANE_PROVIDER_CA_FILE",
+                "/etc/toolplane/providers-ca.pem",
+            ),
+            (
+                "TOOLPLANE_PROVIDER_CLIENT_CERT_FILE",
+                "/etc/toolplane/tls.crt",
+            ),
+            (
+                "TOOLPLANE_PROVIDER_CLIENT_KEY_FILE",
+                "/etc/toolplane/tls.key",
+            ),
+        ]),
+    )
+    .expect("valid");
+    assert_eq!(
+        set.server_options().provider_tls,
+        ProviderTlsFiles {
+            ca_file: Some("/etc/toolplane/providers-ca.pem".into()),
+            client_identity: Some(ClientIdentityFiles {
+                cert_file: "/etc/toolplane/tls.crt".into(),
+                key_file: "/etc/toolplane/tls.key".into(),
+            }),
+        }
+    );
+    for half in [
+        "TOOLPLANE_PROVIDER_CLIENT_CERT_FILE",
+        "TOOLPLANE_PROVIDER_CLIENT_KEY_FILE",
+    ] {
+        let error = ServerConfig::load(None, env(&[(half, "/etc/toolplane/tls.pem")]))
+            .expect_err("a certificate without its key, or a key without its certificate");
+        assert!(error.to_string().contains("go together"), "{error}");
+    }
+}

@@ -6,6 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::invoke_fixture::*;
+use common::tls::TestCa;
 use common::*;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -466,33 +467,15 @@ async fn a_failed_model_call_is_an_error_span() {
     );
 }
 
-/// A CA and a certificate for 127.0.0.1 it signed, with the certificate's key (PEM).
-fn test_certificates() -> (String, tonic::transport::Identity) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key"))
-        .expect("CA certificate");
-    let key = KeyPair::generate().expect("key");
-    let certificate = CertificateParams::new(vec!["127.0.0.1".to_owned()])
-        .expect("parameters")
-        .signed_by(&key, &ca)
-        .expect("certificate");
-    (
-        ca.pem(),
-        tonic::transport::Identity::from_pem(certificate.pem(), key.serialize_pem()),
-    )
-}
-
 /// Over `https://`, spans reach a collector whose certificate the CA in `otlp_ca_file`
 /// signed; checked against the public CAs only, that collector is not trusted and gets
 /// nothing, and the calls go on regardless.
 #[tokio::test(flavor = "multi_thread")]
 async fn spans_reach_a_tls_collector_only_when_its_ca_is_trusted() {
-    let (ca_pem, identity) = test_certificates();
+    let ca = TestCa::new();
+    let identity = ca.server(&["127.0.0.1"]).identity();
     let dir = tempfile::tempdir().expect("temporary directory");
-    let ca_file = dir.path().join("collector-ca.pem");
-    std::fs::write(&ca_file, ca_pem).expect("CA written");
+    let ca_file = ca.write(dir.path(), "collector-ca.pem");
     for trusted in [true, false] {
         let (endpoint, collector, collector_task) =
             start_collector_with(Some(identity.clone())).await;

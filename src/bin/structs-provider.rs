@@ -1,10 +1,12 @@
 //! `structs-provider`: the example tool provider. It serves five Structs tools (seed 004)
 //! through ToolProviderService and keeps them registered with a toolplane control plane.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use toolplane::envelope::TenantId;
 use toolplane::provider::structs::structs_tools;
 use toolplane::provider::{DEFAULT_PROVIDER_TTL, ProviderConfig, ProviderServer};
@@ -29,9 +31,19 @@ struct Args {
     /// The tenant to register in.
     #[arg(long, env = "TOOLPLANE_TENANT_ID", default_value_t = 0)]
     tenant: u64,
-    /// The endpoint to advertise [default: http:// + the bound address].
+    /// The endpoint to advertise [default: http:// (https:// with --tls-cert) + the bound
+    /// address].
     #[arg(long)]
     advertise: Option<String>,
+    /// Serve over TLS with this certificate chain (PEM, the provider's own first).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Accept only callers that present a certificate this CA (PEM) signed (mutual TLS).
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// Lease TTL to ask for; heartbeats go every third of it.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     ttl: Duration,
@@ -76,7 +88,14 @@ async fn main() -> ExitCode {
     } else {
         args.ttl
     };
-    config.advertised_endpoint = args.advertise.unwrap_or_default();
+    config.advertised_endpoint = args.advertise.clone().unwrap_or_default();
+    config.tls = match tls_config(&args) {
+        Ok(tls) => tls,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
     match ProviderServer::new(tools, config)
         .serve(listener, toolplane::grpc::shutdown_signal())
         .await
@@ -87,4 +106,20 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The TLS the flags ask for, its files read; `None` without `--tls-cert`.
+fn tls_config(args: &Args) -> Result<Option<ServerTlsConfig>, String> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    let read = |flag: &str, path: &Path| {
+        std::fs::read(path).map_err(|error| format!("{flag} {}: {error}", path.display()))
+    };
+    let identity = Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?);
+    let mut tls = ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &args.tls_client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read("--tls-client-ca", ca)?));
+    }
+    Ok(Some(tls))
 }

@@ -17,6 +17,7 @@ pub mod invoke;
 pub mod invoke_wire;
 pub mod panics;
 pub mod provider_client;
+pub mod provider_tls;
 pub mod raw_message;
 pub mod record_wire;
 pub mod rpc_metering;

@@ -1,6 +1,6 @@
 //! Calling providers over gRPC: one lazily connected HTTP/2 connection per endpoint
-//! (`unary_client`), pooled and reused (never dialled per call), and the periodic
-//! grpc.health.v1 checks of every endpoint.
+//! (`unary_client`; TLS for `https://` endpoints, see `provider_tls`), pooled and reused
+//! (never dialled per call), and the periodic grpc.health.v1 checks of every endpoint.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_types::StatusExt;
 
 use super::invoke_wire::{CallToolRequestWire, CallToolResponseWire};
+use super::provider_tls::ProviderTls;
 use super::raw_message::{RawMessage, value_bytes_to_json};
 use super::trace_headers::trace_headers;
 use super::unary_client::UnaryChannel;
@@ -41,6 +42,8 @@ pub struct GrpcProviderCaller {
     channels: moka::sync::Cache<String, Arc<UnaryChannel>>,
     /// Where a large output is read into JSON; `None` reads every output in place.
     heavy: Option<HeavyWork>,
+    /// How `https://` endpoints are connected to.
+    tls: ProviderTls,
 }
 
 impl Default for GrpcProviderCaller {
@@ -51,6 +54,7 @@ impl Default for GrpcProviderCaller {
                 .max_capacity(10_000)
                 .build(),
             heavy: None,
+            tls: ProviderTls::default(),
         }
     }
 }
@@ -62,6 +66,11 @@ impl GrpcProviderCaller {
             heavy: Some(heavy),
             ..Self::default()
         }
+    }
+
+    /// This caller, connecting to `https://` endpoints as `tls` says.
+    pub fn with_tls(self, tls: ProviderTls) -> Self {
+        Self { tls, ..self }
     }
 }
 
@@ -103,7 +112,7 @@ impl GrpcProviderCaller {
         }
         self.channels
             .try_get_with(endpoint.to_owned(), || {
-                UnaryChannel::new(endpoint, CONNECT_TIMEOUT).map(Arc::new)
+                UnaryChannel::with_tls(endpoint, CONNECT_TIMEOUT, &self.tls).map(Arc::new)
             })
             .map_err(|error| ProviderFailure {
                 kind: FailureKind::Unavailable,

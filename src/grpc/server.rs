@@ -23,6 +23,7 @@ use super::health::HealthApi;
 use super::invoke::InvokeApi;
 use super::invoke_wire::InvokeServer;
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
+use super::provider_tls::{ProviderTls, ProviderTlsError, ProviderTlsFiles};
 use super::rpc_metering::RpcMeteringLayer;
 use super::rpc_stats::{DescriptorError, RpcStats};
 use super::serving::ServingState;
@@ -116,6 +117,10 @@ pub struct ServerOptions {
     /// CA certificates (PEM) an `https://` collector's certificate is checked against;
     /// `None` checks it against the public CAs.
     pub otlp_ca_file: Option<PathBuf>,
+    /// How `https://` providers are connected to: the CA certificates their certificates
+    /// are checked against and the client certificate toolplane presents (see
+    /// [`super::provider_tls`]).
+    pub provider_tls: ProviderTlsFiles,
 }
 
 impl ServerOptions {
@@ -154,6 +159,7 @@ impl Default for ServerOptions {
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
             otlp_endpoint: None,
             otlp_ca_file: None,
+            provider_tls: ProviderTlsFiles::default(),
         }
     }
 }
@@ -176,6 +182,9 @@ pub enum ServeError {
     /// Spans cannot be exported as configured.
     #[error(transparent)]
     Spans(#[from] SpansError),
+    /// TLS to providers cannot be set up as configured.
+    #[error(transparent)]
+    ProviderTls(#[from] ProviderTlsError),
 }
 
 /// The chat model agents use: the OpenAI-compatible client when configured, else the built-in.
@@ -229,7 +238,8 @@ pub async fn serve_with_metrics(
     let serving = ServingState::new();
     let health = Arc::new(ProviderHealthBook::default());
     let heavy_work = HeavyWork::new(heavy::default_permits());
-    let caller = GrpcProviderCaller::with_heavy_work(heavy_work.clone());
+    let caller = GrpcProviderCaller::with_heavy_work(heavy_work.clone())
+        .with_tls(ProviderTls::from_files(&options.provider_tls)?);
     let limits = Arc::new(RateLimits::new(&options.rate_limits));
     let model = model_provider(options.model.as_ref())?;
     let invoker = Invoker::new(

@@ -1,5 +1,6 @@
 //! Unary gRPC calls to providers on the h2 crate: one multiplexed HTTP/2 connection per
-//! endpoint, dialled on first use and again after it fails, driven by a task of its own.
+//! endpoint, dialled on first use and again after it fails, driven by a task of its own;
+//! over TLS for an `https://` endpoint (see `provider_tls`).
 //!
 //! Why not tonic's `Channel`: on the invocation path it costs a `tower::Buffer` task and
 //! hyper's dispatch channel between the caller and the connection, two more task hand-offs per
@@ -19,12 +20,16 @@ use http::header::{CONTENT_TYPE, HeaderName, TE, USER_AGENT};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderValue, Method, Request, Uri};
 use prost::Message;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::ServerName;
 use tonic::{Code, Status};
 
 use super::answer::{AnswerBytes, answer_status};
 use super::coalesce::CoalescingIo;
 use super::deadline::grpc_timeout;
+use super::provider_tls::ProviderTls;
 use super::unary_calls::{Calls, FinishedStream};
 
 /// The header a call's deadline travels in.
@@ -42,6 +47,8 @@ const USER_AGENT_VALUE: &str = concat!("toolplane/", env!("CARGO_PKG_VERSION"));
 #[derive(Debug)]
 pub struct UnaryChannel {
     authority: Authority,
+    /// TLS and the name the provider's certificate must carry, for an `https://` endpoint.
+    tls: Option<(ProviderTls, ServerName<'static>)>,
     connect_timeout: Duration,
     /// The open connection; `None` before the first call and after a failure.
     open: Mutex<Option<Open>>,
@@ -58,29 +65,42 @@ struct Open {
 }
 
 impl UnaryChannel {
-    /// A channel to `endpoint` (`http://host[:port]`, port 80 when none is given), not yet
-    /// connected. `https://` is refused: this build has no TLS.
+    /// A channel to `endpoint` (`http://host[:port]`, port 80 when none is given, or
+    /// `https://host[:port]`, port 443, checked against the public CAs), not yet connected.
     pub fn new(endpoint: &str, connect_timeout: Duration) -> Result<Self, String> {
+        Self::with_tls(endpoint, connect_timeout, &ProviderTls::default())
+    }
+
+    /// As [`Self::new`], an `https://` endpoint connected to as `tls` says.
+    pub fn with_tls(
+        endpoint: &str,
+        connect_timeout: Duration,
+        tls: &ProviderTls,
+    ) -> Result<Self, String> {
         let uri: Uri = endpoint
             .parse()
             .map_err(|error| format!("{endpoint} is not a URI: {error}"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(format!(
-                    "{endpoint}: https endpoints need TLS, which this build of toolplane does \
-                     not include"
-                ));
-            }
-            _ => return Err(format!("{endpoint} must start with http://")),
-        }
+        let secure = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(format!("{endpoint} must start with http:// or https://")),
+        };
         let authority = uri
             .authority()
             .filter(|authority| !authority.host().is_empty())
             .ok_or_else(|| format!("{endpoint} names no host"))?
             .clone();
+        let tls = if secure {
+            let name = ServerName::try_from(host(&authority).to_owned()).map_err(|error| {
+                format!("{endpoint}: the host cannot be checked against a certificate: {error}")
+            })?;
+            Some((tls.clone(), name))
+        } else {
+            None
+        };
         Ok(Self {
             authority,
+            tls,
             connect_timeout,
             open: Mutex::new(None),
             dialling: tokio::sync::Mutex::new(0),
@@ -113,7 +133,11 @@ impl UnaryChannel {
             .method(Method::POST)
             .uri(
                 Uri::builder()
-                    .scheme(Scheme::HTTP)
+                    .scheme(if self.tls.is_some() {
+                        Scheme::HTTPS
+                    } else {
+                        Scheme::HTTP
+                    })
                     .authority(self.authority.clone())
                     .path_and_query(PathAndQuery::from_static(path))
                     .build()
@@ -216,27 +240,23 @@ impl UnaryChannel {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Opens a connection and starts the task that drives it.
+    /// Opens a connection (TLS for `https://`) and starts the task that drives it.
     async fn dial(&self) -> Result<SendRequest<Bytes>, Status> {
-        let authority = self.authority.clone();
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        let port = authority.port_u16().unwrap_or(80);
+        let authority = &self.authority;
+        let default_port = if self.tls.is_some() { 443 } else { 80 };
+        let port = authority.port_u16().unwrap_or(default_port);
         let connect = async {
-            let stream = TcpStream::connect((host, port)).await?;
+            let stream = TcpStream::connect((host(authority), port)).await?;
             stream.set_nodelay(true)?;
-            h2::client::Builder::new()
-                .initial_window_size(STREAM_WINDOW)
-                .initial_connection_window_size(CONNECTION_WINDOW)
-                .max_send_buffer_size(MAX_SEND_BUFFER)
-                .enable_push(false)
-                .handshake::<_, Bytes>(CoalescingIo::new(stream))
-                .await
-                .map_err(std::io::Error::other)
+            match &self.tls {
+                None => handshake(stream, authority).await,
+                Some((tls, name)) => {
+                    let stream = tls.connector().connect(name.clone(), stream).await?;
+                    handshake(stream, authority).await
+                }
+            }
         };
-        let (sender, connection) = tokio::time::timeout(self.connect_timeout, connect)
+        tokio::time::timeout(self.connect_timeout, connect)
             .await
             .map_err(|_| {
                 Status::unavailable(format!(
@@ -245,15 +265,69 @@ impl UnaryChannel {
                 ))
             })?
             .map_err(|error| {
-                Status::unavailable(format!("cannot connect to {authority}: {error}"))
-            })?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%authority, %error, "provider connection closed");
-            }
-        });
-        Ok(sender)
+                let hint = match (&self.tls, tls_error(&error)) {
+                    (Some((tls, _)), Some(rustls::Error::InvalidCertificate(_))) => {
+                        format!(
+                            "; its certificate was checked against {}",
+                            tls.checked_against()
+                        )
+                    }
+                    _ => refusal_hint(&error.to_string()).to_owned(),
+                };
+                Status::unavailable(format!("cannot connect to {authority}: {error}{hint}"))
+            })
     }
+}
+
+/// What a TLS alert from a provider most likely means, to add to the error that reports it
+/// (`error` is that error's text). Under TLS 1.3 a provider checks toolplane's client
+/// certificate after the handshake, so its refusal arrives with the first call, where h2 has
+/// kept only the text of the I/O error (rustls's "received fatal alert: ...").
+fn refusal_hint(error: &str) -> &'static str {
+    if error.contains("received fatal alert: CertificateRequired") {
+        "; the provider asks for a client certificate: set provider_client_cert_file and \
+         provider_client_key_file"
+    } else if error.contains("received fatal alert") {
+        "; the provider ended the TLS connection: if it asks for client certificates, check \
+         that a CA it trusts signed provider_client_cert_file"
+    } else {
+        ""
+    }
+}
+
+/// The host of `authority`, without the brackets of an IPv6 address.
+fn host(authority: &Authority) -> &str {
+    authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+}
+
+/// The TLS error an I/O error carries, if it does.
+fn tls_error(error: &std::io::Error) -> Option<&rustls::Error> {
+    error.get_ref()?.downcast_ref::<rustls::Error>()
+}
+
+/// Starts HTTP/2 on an open connection, and the task that drives it.
+async fn handshake<T>(stream: T, authority: &Authority) -> std::io::Result<SendRequest<Bytes>>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = h2::client::Builder::new()
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_send_buffer_size(MAX_SEND_BUFFER)
+        .enable_push(false)
+        .handshake::<_, Bytes>(CoalescingIo::new(stream))
+        .await
+        .map_err(std::io::Error::other)?;
+    let authority = authority.clone();
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%authority, %error, "provider connection closed");
+        }
+    });
+    Ok(sender)
 }
 
 /// A message with its gRPC frame prefix (uncompressed).
@@ -296,7 +370,10 @@ fn unframe<Resp: Message + Default>(mut body: Bytes) -> Result<Resp, Status> {
 fn transport(error: h2::Error) -> Status {
     match error.reason() {
         Some(h2::Reason::REFUSED_STREAM) | None => {
-            Status::unavailable(format!("provider connection: {error}"))
+            let hint = error
+                .get_io()
+                .map_or("", |io| refusal_hint(&io.to_string()));
+            Status::unavailable(format!("provider connection: {error}{hint}"))
         }
         Some(h2::Reason::CANCEL) => Status::cancelled(format!("provider cancelled: {error}")),
         Some(h2::Reason::ENHANCE_YOUR_CALM) => {
@@ -329,12 +406,15 @@ mod tests {
     use futures_util::FutureExt;
 
     #[test]
-    fn endpoints_need_http_and_a_host() {
+    fn endpoints_need_http_or_https_and_a_host() {
         let timeout = Duration::from_secs(1);
         assert!(UnaryChannel::new("http://127.0.0.1:50051", timeout).is_ok());
         assert!(UnaryChannel::new("http://[::1]:50051", timeout).is_ok());
-        let https = UnaryChannel::new("https://127.0.0.1:1", timeout).expect_err("no TLS");
-        assert!(https.contains("need TLS"), "{https}");
+        let https = UnaryChannel::new("https://127.0.0.1:1", timeout).expect("TLS");
+        assert!(https.tls.is_some());
+        assert!(UnaryChannel::new("https://[::1]:1", timeout).is_ok());
+        assert!(UnaryChannel::new("https://tools.example.com", timeout).is_ok());
+        assert!(UnaryChannel::new("ftp://127.0.0.1:1", timeout).is_err());
         assert!(UnaryChannel::new("127.0.0.1:50051", timeout).is_err());
         assert!(UnaryChannel::new("http://provider.tools.svc", timeout).is_ok());
         assert!(UnaryChannel::new("http://", timeout).is_err());

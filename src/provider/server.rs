@@ -1,7 +1,8 @@
 //! `ProviderServer`: serves ToolProviderService (and grpc.health.v1) for a set of tools, and
 //! keeps the service registered with the control plane: it registers, heartbeats its lease,
 //! registers again by itself when the control plane says the lease is unknown (for example
-//! after a restart), and deregisters on shutdown.
+//! after a restart), and deregisters on shutdown. With [`ProviderConfig::tls`] it serves over
+//! TLS and registers an `https://` endpoint.
 
 use crate::grpc::trace_headers::trace_context;
 use std::future::Future;
@@ -12,7 +13,8 @@ use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint, Server};
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Channel, Endpoint, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -41,8 +43,12 @@ pub struct ProviderConfig {
     pub service_name: String,
     /// The service version (semver).
     pub service_version: String,
-    /// The endpoint to register; empty means `http://` + the bound listener address.
+    /// The endpoint to register; empty means `http://` (`https://` with `tls`) + the bound
+    /// listener address.
     pub advertised_endpoint: String,
+    /// Serve over TLS with this certificate (and, when it names a client CA, accept only
+    /// callers with a certificate that CA signed); `None` serves plain text.
+    pub tls: Option<ServerTlsConfig>,
     /// The control plane, e.g. `http://127.0.0.1:50051`.
     pub control_plane: String,
     /// The tenant to register in.
@@ -60,6 +66,7 @@ impl ProviderConfig {
             service_name: service_name.to_owned(),
             service_version: service_version.to_owned(),
             advertised_endpoint: String::new(),
+            tls: None,
             control_plane: control_plane.to_owned(),
             tenant: TenantId::default(),
             ttl: DEFAULT_PROVIDER_TTL,
@@ -170,8 +177,13 @@ impl ProviderServer {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), ProviderError> {
         let address = listener.local_addr()?;
+        let scheme = if self.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let endpoint = if self.config.advertised_endpoint.is_empty() {
-            format!("http://{address}")
+            format!("{scheme}://{address}")
         } else {
             self.config.advertised_endpoint.clone()
         };
@@ -192,7 +204,11 @@ impl ProviderServer {
             lease_stopped,
         ));
         tracing::info!(service = %self.config.service_name, %endpoint, tools = self.tools.iter().count(), "provider serving");
-        let result = Server::builder()
+        let mut server = Server::builder();
+        if let Some(tls) = self.config.tls.clone() {
+            server = server.tls_config(tls)?;
+        }
+        let router = server
             .add_service(ToolProviderServiceServer::new(ProviderApi {
                 tools: self.tools,
             }))
@@ -200,12 +216,23 @@ impl ProviderServer {
                 tonic_health::server::HealthService::from_health_reporter(
                     self.health.reporter.clone(),
                 ),
-            ))
-            .serve_with_incoming_shutdown(crate::grpc::coalesce::incoming(listener), async {
-                shutdown.await;
-                let _ = stop_lease.send(true);
-            })
-            .await;
+            ));
+        let shutdown = async {
+            shutdown.await;
+            let _ = stop_lease.send(true);
+        };
+        let result = if self.config.tls.is_some() {
+            // Not through `coalesce::incoming`: its writes are put together for HTTP/2 frames
+            // written straight to it, and under TLS it would be written TLS records instead.
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        } else {
+            router
+                .serve_with_incoming_shutdown(crate::grpc::coalesce::incoming(listener), shutdown)
+                .await
+        };
         let _ = lease.await;
         result.map_err(ProviderError::from)
     }

@@ -94,6 +94,11 @@ pub struct ChildGuard(pub Child);
 impl ChildGuard {
     /// Starts the example `structs-provider` registering with `control_plane`.
     pub fn structs_provider(control_plane: &str) -> Self {
+        Self::structs_provider_with(control_plane, &[])
+    }
+
+    /// As [`Self::structs_provider`], with `extra_args` on its command line.
+    pub fn structs_provider_with(control_plane: &str, extra_args: &[&str]) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_structs-provider"))
             .args([
                 "--listen",
@@ -103,6 +108,7 @@ impl ChildGuard {
                 "--ttl",
                 "5s",
             ])
+            .args(extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

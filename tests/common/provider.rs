@@ -26,12 +26,17 @@ impl TestProvider {
         service: &str,
         ttl: Duration,
     ) -> Self {
+        let mut config = ProviderConfig::new(service, "1.0.0", control_plane);
+        config.ttl = ttl;
+        Self::start_with(tools, config).await
+    }
+
+    /// Starts a provider of `tools` configured as `config` says.
+    pub async fn start_with(tools: RegisteredTools, config: ProviderConfig) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("address");
-        let mut config = ProviderConfig::new(service, "1.0.0", control_plane);
-        config.ttl = ttl;
         let server = ProviderServer::new(tools, config);
         let health = server.health();
         let (stop, stopped) = oneshot::channel::<()>();

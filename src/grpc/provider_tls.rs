@@ -1,0 +1,343 @@
+//! TLS to providers registered at `https://` endpoints.
+//!
+//! A provider's certificate is checked against the public CAs (the webpki roots, Mozilla's
+//! list) or, when `provider_ca_file` is set, against the CA certificates in that file alone,
+//! as a cluster's own CA usually signs its services' certificates. When `provider_client_cert_file`
+//! and `provider_client_key_file` are set, toolplane presents that certificate to providers
+//! that ask for one (mutual TLS), so a provider can tell toolplane's calls from others'.
+//! Every connection offers HTTP/2 by ALPN (`h2`), as gRPC servers expect.
+//!
+//! Built on rustls with the ring provider (tokio-rustls), the TLS stack tonic itself uses;
+//! the HTTP/2 connection above it is `unary_client`'s.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+
+/// The files that say how toolplane connects to `https://` providers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderTlsFiles {
+    /// CA certificates (PEM) providers' certificates are checked against; `None` checks them
+    /// against the public CAs.
+    pub ca_file: Option<PathBuf>,
+    /// The certificate toolplane presents to providers that ask for one; `None` presents
+    /// none.
+    pub client_identity: Option<ClientIdentityFiles>,
+}
+
+/// A client certificate chain and its private key, both PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIdentityFiles {
+    /// The certificate chain (PEM), toolplane's own certificate first.
+    pub cert_file: PathBuf,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
+
+/// Why TLS to providers cannot be set up as configured.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderTlsError {
+    /// A file could not be read.
+    #[error("{setting} {path}: cannot read it: {source}")]
+    Read {
+        /// The setting that names the file.
+        setting: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file was read but does not hold what the setting needs.
+    #[error("{setting} {path}: {problem}")]
+    Content {
+        /// The setting that names the file.
+        setting: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The client certificate and key were read but cannot be used together.
+    #[error(
+        "provider_client_cert_file {cert} and provider_client_key_file {key} cannot be used \
+         together: {error}"
+    )]
+    Identity {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// What rustls found.
+        error: rustls::Error,
+    },
+}
+
+/// How toolplane connects to `https://` providers; cheap to clone, shared by every provider
+/// connection.
+#[derive(Clone)]
+pub struct ProviderTls {
+    connector: TlsConnector,
+    /// Whether `provider_ca_file` replaced the public CAs (for error messages).
+    own_ca: bool,
+}
+
+impl std::fmt::Debug for ProviderTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderTls")
+            .field("own_ca", &self.own_ca)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ProviderTls {
+    /// The public CAs and no client certificate.
+    fn default() -> Self {
+        static PUBLIC: OnceLock<ProviderTls> = OnceLock::new();
+        PUBLIC
+            .get_or_init(|| {
+                let roots = RootCertStore {
+                    roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+                };
+                Self::new(roots, None, false).expect("no client certificate to check")
+            })
+            .clone()
+    }
+}
+
+impl ProviderTls {
+    /// TLS as `files` say: their CA certificates (or the public CAs) and client certificate.
+    /// Every file is read and checked now, so a bad one stops the start, naming it.
+    pub fn from_files(files: &ProviderTlsFiles) -> Result<Self, ProviderTlsError> {
+        if files == &ProviderTlsFiles::default() {
+            return Ok(Self::default());
+        }
+        let roots = match &files.ca_file {
+            Some(path) => ca_certificates(path)?,
+            None => RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            },
+        };
+        let identity = match &files.client_identity {
+            Some(identity) => Some((
+                certificate_chain(&identity.cert_file)?,
+                private_key(&identity.key_file)?,
+            )),
+            None => None,
+        };
+        Self::new(roots, identity, files.ca_file.is_some()).map_err(|error| {
+            let identity = files
+                .client_identity
+                .as_ref()
+                .expect("only a client certificate can be refused");
+            ProviderTlsError::Identity {
+                cert: identity.cert_file.clone(),
+                key: identity.key_file.clone(),
+                error,
+            }
+        })
+    }
+
+    fn new(
+        roots: RootCertStore,
+        identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+        own_ca: bool,
+    ) -> Result<Self, rustls::Error> {
+        let builder =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports rustls's default protocol versions")
+                .with_root_certificates(roots);
+        let mut config = match identity {
+            Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Self {
+            connector: TlsConnector::from(Arc::new(config)),
+            own_ca,
+        })
+    }
+
+    /// The connector that opens TLS over a provider connection.
+    pub(crate) fn connector(&self) -> &TlsConnector {
+        &self.connector
+    }
+
+    /// What a provider's certificate that could not be verified was checked against, for
+    /// the error that says so.
+    pub(crate) fn checked_against(&self) -> &'static str {
+        if self.own_ca {
+            "the CA certificates in provider_ca_file"
+        } else {
+            "the public CAs (set provider_ca_file to the CA that signed it)"
+        }
+    }
+}
+
+fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, ProviderTlsError> {
+    std::fs::read(path).map_err(|source| ProviderTlsError::Read {
+        setting,
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn content(setting: &'static str, path: &Path, problem: impl Into<String>) -> ProviderTlsError {
+    ProviderTlsError::Content {
+        setting,
+        path: path.to_owned(),
+        problem: problem.into(),
+    }
+}
+
+fn certificates(
+    setting: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, ProviderTlsError> {
+    let pem = read(setting, path)?;
+    let certificates = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| content(setting, path, format!("not PEM certificates: {error}")))?;
+    if certificates.is_empty() {
+        return Err(content(
+            setting,
+            path,
+            "holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+        ));
+    }
+    Ok(certificates)
+}
+
+fn ca_certificates(path: &Path) -> Result<RootCertStore, ProviderTlsError> {
+    const SETTING: &str = "provider_ca_file";
+    let mut roots = RootCertStore::empty();
+    for (index, certificate) in certificates(SETTING, path)?.into_iter().enumerate() {
+        roots.add(certificate).map_err(|error| {
+            content(
+                SETTING,
+                path,
+                format!(
+                    "certificate {} is not a usable CA certificate: {error}",
+                    index + 1
+                ),
+            )
+        })?;
+    }
+    Ok(roots)
+}
+
+fn certificate_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, ProviderTlsError> {
+    certificates("provider_client_cert_file", path)
+}
+
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, ProviderTlsError> {
+    const SETTING: &str = "provider_client_key_file";
+    let pem = read(SETTING, path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|error| {
+        content(
+            SETTING,
+            path,
+            format!("holds no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {error}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("written");
+        path
+    }
+
+    fn ca_only(path: PathBuf) -> ProviderTlsFiles {
+        ProviderTlsFiles {
+            ca_file: Some(path),
+            client_identity: None,
+        }
+    }
+
+    #[test]
+    fn a_missing_ca_file_is_named_with_its_setting() {
+        let error = ProviderTls::from_files(&ca_only(PathBuf::from("/nonexistent/ca.pem")))
+            .expect_err("missing");
+        let text = error.to_string();
+        assert!(
+            text.starts_with("provider_ca_file /nonexistent/ca.pem: cannot read it"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let empty = written(&dir, "empty.pem", "not a certificate\n");
+        let text = ProviderTls::from_files(&ca_only(empty))
+            .expect_err("no certificate")
+            .to_string();
+        assert!(text.contains("holds no PEM certificate"), "{text}");
+    }
+
+    #[test]
+    fn a_key_file_without_a_key_is_refused() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".to_owned()]).expect("certificate");
+        let cert = written(&dir, "client.pem", &ca.cert.pem());
+        let files = ProviderTlsFiles {
+            ca_file: None,
+            client_identity: Some(ClientIdentityFiles {
+                cert_file: cert.clone(),
+                key_file: cert,
+            }),
+        };
+        let text = ProviderTls::from_files(&files)
+            .expect_err("no key")
+            .to_string();
+        assert!(text.starts_with("provider_client_key_file"), "{text}");
+        assert!(text.contains("no usable PEM private key"), "{text}");
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificate_s_is_refused() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let one = rcgen::generate_simple_self_signed(vec!["one".to_owned()]).expect("one");
+        let other = rcgen::generate_simple_self_signed(vec!["two".to_owned()]).expect("two");
+        let files = ProviderTlsFiles {
+            ca_file: Some(written(&dir, "ca.pem", &one.cert.pem())),
+            client_identity: Some(ClientIdentityFiles {
+                cert_file: written(&dir, "client.pem", &one.cert.pem()),
+                key_file: written(&dir, "client.key", &other.signing_key.serialize_pem()),
+            }),
+        };
+        let text = ProviderTls::from_files(&files)
+            .expect_err("mismatched")
+            .to_string();
+        assert!(text.contains("cannot be used together"), "{text}");
+    }
+
+    #[test]
+    fn matching_files_are_accepted() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let one = rcgen::generate_simple_self_signed(vec!["one".to_owned()]).expect("one");
+        let files = ProviderTlsFiles {
+            ca_file: Some(written(&dir, "ca.pem", &one.cert.pem())),
+            client_identity: Some(ClientIdentityFiles {
+                cert_file: written(&dir, "client.pem", &one.cert.pem()),
+                key_file: written(&dir, "client.key", &one.signing_key.serialize_pem()),
+            }),
+        };
+        let tls = ProviderTls::from_files(&files).expect("accepted");
+        assert!(tls.checked_against().contains("provider_ca_file"));
+        assert!(
+            ProviderTls::default()
+                .checked_against()
+                .contains("public CAs")
+        );
+    }
+}

@@ -1,0 +1,84 @@
+//! A test PKI made with rcgen: a CA, and certificates it signs for servers and clients.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+};
+
+/// A certificate authority of its own.
+pub struct TestCa {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// A certificate and its private key, both PEM.
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl Issued {
+    /// As tonic's server identity.
+    pub fn identity(&self) -> tonic::transport::Identity {
+        tonic::transport::Identity::from_pem(&self.cert_pem, &self.key_pem)
+    }
+
+    /// Writes the certificate and key into `dir` as `NAME.crt` and `NAME.key`.
+    pub fn write(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let cert = dir.join(format!("{name}.crt"));
+        let key = dir.join(format!("{name}.key"));
+        std::fs::write(&cert, &self.cert_pem).expect("certificate written");
+        std::fs::write(&key, &self.key_pem).expect("key written");
+        (cert, key)
+    }
+}
+
+impl TestCa {
+    /// A new CA with a new key.
+    pub fn new() -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("CA key"))
+            .expect("CA certificate");
+        Self { issuer }
+    }
+
+    /// The CA's certificate (PEM).
+    pub fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// Writes the CA's certificate to `dir/NAME`.
+    pub fn write(&self, dir: &Path, name: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, self.pem()).expect("CA written");
+        path
+    }
+
+    /// A server certificate for `names` (DNS names or IP addresses).
+    pub fn server(&self, names: &[&str]) -> Issued {
+        self.issue(names, ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
+    /// A client certificate naming `name`.
+    pub fn client(&self, name: &str) -> Issued {
+        self.issue(&[name], ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> Issued {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(
+            names
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect::<Vec<_>>(),
+        )
+        .expect("parameters");
+        params.extended_key_usages = vec![usage];
+        let certificate = params.signed_by(&key, &self.issuer).expect("certificate");
+        Issued {
+            cert_pem: certificate.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+}

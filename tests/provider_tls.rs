@@ -1,0 +1,250 @@
+//! Providers at `https://` endpoints: toolplane calls them (and checks their health) over TLS,
+//! checks their certificates against `provider_ca_file` or the public CAs, and presents its
+//! own certificate to providers that ask for one (mutual TLS).
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::invoke_fixture::*;
+use common::provider::TestProvider;
+use common::tls::TestCa;
+use common::*;
+use serde_json::json;
+use tonic::Code;
+use tonic::transport::{Certificate, ServerTlsConfig};
+use toolplane::grpc::ServerOptions;
+use toolplane::grpc::provider_tls::{ClientIdentityFiles, ProviderTlsFiles};
+use toolplane::pb;
+use toolplane::provider::ProviderConfig;
+
+/// A real server and a test provider serving over TLS as `provider_tls` says, registered.
+async fn start(
+    toolplane_tls: ProviderTlsFiles,
+    provider_tls: ServerTlsConfig,
+    health_interval: Duration,
+) -> Setup {
+    let server = TestServer::start_with(ServerOptions {
+        provider_tls: toolplane_tls,
+        provider_health_interval: health_interval,
+        ..test_options()
+    })
+    .await;
+    let probes = Arc::new(Probes::default());
+    let mut config = ProviderConfig::new("testing", "1.0.0", &server.endpoint());
+    config.ttl = Duration::from_secs(5);
+    config.tls = Some(provider_tls);
+    let provider = TestProvider::start_with(test_tools(&probes), config).await;
+    wait_registered(&server, "testing").await;
+    Setup {
+        server,
+        provider,
+        probes,
+    }
+}
+
+fn trusting(ca_file: &Path) -> ProviderTlsFiles {
+    ProviderTlsFiles {
+        ca_file: Some(ca_file.to_owned()),
+        client_identity: None,
+    }
+}
+
+/// A provider serving TLS registers an `https://` endpoint, and toolplane, trusting its CA,
+/// calls it and finds it healthy over TLS.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_provider_is_called_when_its_ca_is_trusted() {
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let ca_file = ca.write(dir.path(), "providers-ca.pem");
+    let provider_tls = ServerTlsConfig::new().identity(ca.server(&["127.0.0.1"]).identity());
+    let setup = start(trusting(&ca_file), provider_tls, Duration::from_millis(100)).await;
+    let mut discovery = setup.server.discovery().await;
+    let service = get_service(&mut discovery, 0, "testing")
+        .await
+        .expect("registered");
+    let endpoint = &service.endpoint;
+    assert!(endpoint.starts_with("https://127.0.0.1:"), "{endpoint}");
+
+    let mut client = invoker(&setup.server).await;
+    let answer = client
+        .invoke_tool(request("echo", json!({"n": 1})))
+        .await
+        .expect("called over TLS")
+        .into_inner();
+    assert_eq!(
+        answer.record.expect("record").status,
+        pb::InvocationStatus::Succeeded as i32
+    );
+    // Several health checks go by; one that failed would make the next call fail fast.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let health = pb::health_service_client::HealthServiceClient::new(setup.server.channel().await)
+        .get_service_health(pb::GetServiceHealthRequest {
+            meta: meta(0),
+            service_name: "testing".into(),
+        })
+        .await
+        .expect("known")
+        .into_inner();
+    assert_eq!(health.status, pb::HealthState::Healthy as i32);
+    client
+        .invoke_tool(request("echo", json!({"n": 2})))
+        .await
+        .expect("still called");
+    assert_eq!(setup.probes.echo_calls.load(Ordering::SeqCst), 2);
+}
+
+/// A provider whose certificate toolplane cannot verify (a CA it does not trust, or a name
+/// that is not the endpoint's) is never called: the call is UNAVAILABLE, saying what the
+/// certificate was checked against, and recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_certificate_that_cannot_be_verified_is_refused() {
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let ca_file = ca.write(dir.path(), "providers-ca.pem");
+    let cases = [
+        (ProviderTlsFiles::default(), "127.0.0.1", "the public CAs"),
+        (trusting(&ca_file), "tools.example.com", "provider_ca_file"),
+    ];
+    for (toolplane_tls, certificate_name, checked_against) in cases {
+        let provider_tls =
+            ServerTlsConfig::new().identity(ca.server(&[certificate_name]).identity());
+        // No health check runs before the call: the call itself meets the certificate.
+        let setup = start(toolplane_tls, provider_tls, Duration::from_secs(3600)).await;
+        let mut client = invoker(&setup.server).await;
+        let error = client
+            .invoke_tool(request("echo", json!({})))
+            .await
+            .expect_err("not trusted");
+        assert_eq!(error.code(), Code::Unavailable, "{error:?}");
+        let message = error.message();
+        assert!(message.contains("certificate"), "{message}");
+        assert!(message.contains(checked_against), "{message}");
+        assert_eq!(setup.probes.echo_calls.load(Ordering::SeqCst), 0);
+        let written = records(&mut client, "echo").await;
+        assert_eq!(written.len(), 1);
+        assert_eq!(written[0].status, pb::InvocationStatus::Unavailable as i32);
+    }
+}
+
+/// A provider that asks for a client certificate is called only when toolplane presents one
+/// its client CA signed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_that_asks_for_a_client_certificate_gets_toolplane_s() {
+    let ca = TestCa::new();
+    let clients_ca = TestCa::new();
+    let strangers_ca = TestCa::new();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let ca_file = ca.write(dir.path(), "providers-ca.pem");
+    let identity = |signer: &TestCa, name: &str| {
+        let (cert_file, key_file) = signer.client("toolplane").write(dir.path(), name);
+        ClientIdentityFiles {
+            cert_file,
+            key_file,
+        }
+    };
+    let cases = [
+        (None, false),
+        (Some(identity(&strangers_ca, "stranger")), false),
+        (Some(identity(&clients_ca, "toolplane")), true),
+    ];
+    for (client_identity, called) in cases {
+        let provider_tls = ServerTlsConfig::new()
+            .identity(ca.server(&["127.0.0.1"]).identity())
+            .client_ca_root(Certificate::from_pem(clients_ca.pem()));
+        let toolplane_tls = ProviderTlsFiles {
+            ca_file: Some(ca_file.clone()),
+            client_identity,
+        };
+        let setup = start(toolplane_tls, provider_tls, Duration::from_secs(3600)).await;
+        let mut client = invoker(&setup.server).await;
+        let answer = client.invoke_tool(request("echo", json!({}))).await;
+        match answer {
+            Ok(_) => assert!(called, "called without the client CA's certificate"),
+            Err(error) => {
+                assert!(!called, "{error:?}");
+                let message = error.message();
+                assert!(message.contains("provider_client_cert_file"), "{message}");
+                assert_eq!(error.code(), Code::Unavailable, "{error:?}");
+            }
+        }
+        assert_eq!(
+            setup.probes.echo_calls.load(Ordering::SeqCst),
+            u32::from(called)
+        );
+    }
+}
+
+/// A CA file that cannot be read stops the server from starting, naming the setting and the
+/// file.
+#[tokio::test]
+async fn an_unreadable_provider_ca_file_stops_the_start() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let error = toolplane::grpc::serve(
+        listener,
+        ServerOptions {
+            provider_tls: trusting(Path::new("/nonexistent/providers-ca.pem")),
+            ..test_options()
+        },
+        std::future::pending(),
+    )
+    .await
+    .expect_err("the CA file is not there");
+    let text = error.to_string();
+    assert!(
+        text.starts_with("provider_ca_file /nonexistent/providers-ca.pem: cannot read it"),
+        "{text}"
+    );
+}
+
+/// The binaries end to end over mutual TLS: `structs-provider --tls-cert --tls-key
+/// --tls-client-ca` and `toolplane serve` with `TOOLPLANE_PROVIDER_*` files; `toolplane
+/// invoke` reaches the tool.
+#[test]
+fn the_binaries_speak_mutual_tls() {
+    use common::process::{ChildGuard, ServerProcess, toolplane_cli, wait_for_structs_provider};
+    let ca = TestCa::new();
+    let clients_ca = TestCa::new();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let ca_file = ca.write(dir.path(), "providers-ca.pem");
+    let clients_ca_file = clients_ca.write(dir.path(), "clients-ca.pem");
+    let (provider_cert, provider_key) = ca.server(&["127.0.0.1"]).write(dir.path(), "provider");
+    let (client_cert, client_key) = clients_ca
+        .client("toolplane")
+        .write(dir.path(), "toolplane");
+    let path = |path: &Path| path.to_string_lossy().into_owned();
+    let server = ServerProcess::start(&[
+        ("TOOLPLANE_PROVIDER_CA_FILE", &path(&ca_file)),
+        ("TOOLPLANE_PROVIDER_CLIENT_CERT_FILE", &path(&client_cert)),
+        ("TOOLPLANE_PROVIDER_CLIENT_KEY_FILE", &path(&client_key)),
+    ]);
+    let endpoint = server.endpoint();
+    let _provider = ChildGuard::structs_provider_with(
+        &endpoint,
+        &[
+            "--tls-cert",
+            &path(&provider_cert),
+            "--tls-key",
+            &path(&provider_key),
+            "--tls-client-ca",
+            &path(&clients_ca_file),
+        ],
+    );
+    wait_for_structs_provider(&endpoint);
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "invoke",
+        "structs_calculate_damage",
+        "--endpoint",
+        &endpoint,
+        "--input",
+        r#"{"attacker": {"struct_type": 10, "weapon_type": "laser", "power": 100}, "defender": {"struct_type": 1, "armor": 50, "defense": 25}}"#,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let output: serde_json::Value = serde_json::from_str(&stdout).expect("output is JSON");
+    assert_eq!(output["damage"], 75);
+}
