@@ -23,6 +23,7 @@ use crate::grpc::server::{
     DEFAULT_DRAIN_GRACE, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PROVIDER_HEALTH_INTERVAL,
 };
+use crate::grpc::server_tls::ServerTlsFiles;
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
@@ -54,6 +55,14 @@ pub const ENV_PREFIX: &str = "TOOLPLANE_";
 pub struct ServerConfig {
     /// The address to listen on.
     pub listen: SocketAddr,
+    /// The certificate chain (PEM) to serve TLS with; empty serves plain text. Set with
+    /// `tls_key_file`.
+    pub tls_cert_file: String,
+    /// The private key (PEM) of `tls_cert_file`.
+    pub tls_key_file: String,
+    /// CA certificates (PEM): with TLS served, only callers presenting a certificate one of
+    /// them signed get a connection (mutual TLS); empty asks callers for none.
+    pub tls_client_ca_file: String,
     /// The address Prometheus metrics are served on (`GET /metrics`, HTTP/1.1); empty serves
     /// none.
     pub metrics_listen: String,
@@ -187,6 +196,9 @@ impl Default for ServerConfig {
             listen: DEFAULT_LISTEN
                 .parse()
                 .expect("the default listen address is valid"),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            tls_client_ca_file: String::new(),
             metrics_listen: String::new(),
             otlp_endpoint: String::new(),
             otlp_ca_file: String::new(),
@@ -304,6 +316,20 @@ impl ServerConfig {
                 self.otlp_endpoint
             ));
         }
+        if self.tls_cert_file.is_empty() != self.tls_key_file.is_empty() {
+            return Err(
+                "tls_cert_file and tls_key_file go together: set both to serve TLS, or neither \
+                 to serve plain text"
+                    .to_owned(),
+            );
+        }
+        if !self.tls_client_ca_file.is_empty() && self.tls_cert_file.is_empty() {
+            return Err(
+                "tls_client_ca_file is set but TLS is not served: client certificates are asked \
+                 for only over TLS (set tls_cert_file and tls_key_file)"
+                    .to_owned(),
+            );
+        }
         if self.provider_client_cert_file.is_empty() != self.provider_client_key_file.is_empty() {
             return Err(
                 "provider_client_cert_file and provider_client_key_file go together: set both \
@@ -351,6 +377,16 @@ impl ServerConfig {
         })
     }
 
+    /// The TLS served on the gRPC port, by this configuration; `None` for plain text.
+    pub fn served_tls(&self) -> Option<ServerTlsFiles> {
+        (!self.tls_cert_file.is_empty()).then(|| ServerTlsFiles {
+            cert_file: PathBuf::from(&self.tls_cert_file),
+            key_file: PathBuf::from(&self.tls_key_file),
+            client_ca_file: Some(PathBuf::from(&self.tls_client_ca_file))
+                .filter(|_| !self.tls_client_ca_file.is_empty()),
+        })
+    }
+
     /// How toolplane connects to `https://` providers, by this configuration.
     pub fn provider_tls(&self) -> ProviderTlsFiles {
         let path = |value: &str| Some(PathBuf::from(value)).filter(|_| !value.is_empty());
@@ -372,6 +408,7 @@ impl ServerConfig {
             otlp_ca_file: Some(PathBuf::from(&self.otlp_ca_file))
                 .filter(|_| !self.otlp_ca_file.is_empty()),
             provider_tls: self.provider_tls(),
+            tls: self.served_tls(),
             limits: RegistrationLimits {
                 default_ttl: self.default_ttl,
                 min_ttl: self.min_ttl,

@@ -235,3 +235,38 @@ fn provider_tls_files_are_read_from_the_environment() {
         assert!(error.to_string().contains("go together"), "{error}");
     }
 }
+
+#[test]
+fn tls_is_served_only_with_a_certificate_and_its_key() {
+    let none = ServerConfig::load(None, env(&[])).expect("valid");
+    assert_eq!(none.server_options().tls, None);
+    let set = ServerConfig::load(
+        None,
+        env(&[
+            ("TOOLPLANE_TLS_CERT_FILE", "/etc/toolplane/tls.crt"),
+            ("TOOLPLANE_TLS_KEY_FILE", "/etc/toolplane/tls.key"),
+            (
+                "TOOLPLANE_TLS_CLIENT_CA_FILE",
+                "/etc/toolplane/clients-ca.pem",
+            ),
+        ]),
+    )
+    .expect("valid");
+    assert_eq!(
+        set.server_options().tls,
+        Some(ServerTlsFiles {
+            cert_file: "/etc/toolplane/tls.crt".into(),
+            key_file: "/etc/toolplane/tls.key".into(),
+            client_ca_file: Some("/etc/toolplane/clients-ca.pem".into()),
+        })
+    );
+    let error = ServerConfig::load(None, env(&[("TOOLPLANE_TLS_CERT_FILE", "/etc/tls.crt")]))
+        .expect_err("a certificate without its key");
+    assert!(error.to_string().contains("go together"), "{error}");
+    let error = ServerConfig::load(
+        None,
+        env(&[("TOOLPLANE_TLS_CLIENT_CA_FILE", "/etc/clients-ca.pem")]),
+    )
+    .expect_err("client certificates without TLS");
+    assert!(error.to_string().contains("tls_client_ca_file"), "{error}");
+}

@@ -1,17 +1,15 @@
 //! The `toolplane` binary: the server (`serve`) and the client commands (`preflight`,
 //! `services`, `tools`, `health`).
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use toolplane::cli;
 use toolplane::cli::agent;
-use toolplane::client::{ClientError, ToolRequirement, ToolplaneClient};
+use toolplane::client::{ClientError, ClientTlsFiles, ToolRequirement, ToolplaneClient};
 use toolplane::config::{LogFormat, ServerConfig};
 use toolplane::envelope::TenantId;
-use tracing_subscriber::EnvFilter;
 
 /// The endpoint client commands use by default.
 const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
@@ -33,6 +31,25 @@ struct ClientArgs {
     /// The tenant to act for.
     #[arg(long, global = true, env = "TOOLPLANE_TENANT_ID", default_value_t = 0)]
     tenant: u64,
+    /// CA certificates (PEM) an https:// server's certificate is checked against [default: the public CAs].
+    #[arg(long, global = true, env = "TOOLPLANE_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// A client certificate (PEM) for a server that asks for one; with --client-key-file.
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLPLANE_CLIENT_CERT_FILE",
+        requires = "client_key_file"
+    )]
+    client_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --client-cert-file.
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLPLANE_CLIENT_KEY_FILE",
+        requires = "client_cert_file"
+    )]
+    client_key_file: Option<PathBuf>,
     /// Print JSON for scripts instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -162,18 +179,6 @@ enum AgentCommand {
     },
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 /// mimalloc: glibc's allocator serialized the tonic worker threads on its arena locks (seen
 /// in profiles as `__lll_lock_wait_private` under `malloc`); see BENCHMARKS.md.
 #[global_allocator]
@@ -208,16 +213,19 @@ fn main() -> ExitCode {
                     }
                 };
                 let threads = config.worker_threads;
-                let addresses = Addresses {
+                let addresses = cli::serve::Addresses {
                     listen,
                     metrics_listen,
                 };
-                (threads, Box::pin(serve(addresses, config, log_format)))
+                (
+                    threads,
+                    Box::pin(cli::serve::serve(addresses, config, log_format)),
+                )
             }
             command => (
                 0,
                 Box::pin(async move {
-                    init_tracing(LogFormat::Text);
+                    cli::serve::init_tracing(LogFormat::Text);
                     match run_client(command).await {
                         Ok(code) => code,
                         Err(error) => {
@@ -237,75 +245,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// The addresses given on the command line, over the configuration's.
-struct Addresses {
-    listen: Option<std::net::SocketAddr>,
-    metrics_listen: Option<std::net::SocketAddr>,
-}
-
-/// Binds `address`; answers the listener and the address it is bound to.
-async fn bind(address: std::net::SocketAddr) -> Option<(tokio::net::TcpListener, String)> {
-    match tokio::net::TcpListener::bind(address).await {
-        Ok(listener) => {
-            let bound = listener
-                .local_addr()
-                .map_or_else(|_| address.to_string(), |a| a.to_string());
-            Some((listener, bound))
-        }
-        Err(error) => {
-            tracing::error!(%address, %error, "cannot listen");
-            None
-        }
-    }
-}
-
-async fn serve(
-    addresses: Addresses,
-    config: ServerConfig,
-    log_format: Option<LogFormat>,
-) -> ExitCode {
-    init_tracing(log_format.unwrap_or(config.log_format));
-    // The configuration's address was checked when it was loaded.
-    let metrics_address = addresses
-        .metrics_listen
-        .or_else(|| config.metrics_address().unwrap_or_default());
-    let Some((listener, bound)) = bind(addresses.listen.unwrap_or(config.listen)).await else {
-        return ExitCode::from(2);
-    };
-    let metrics_listener = match metrics_address {
-        Some(address) => match bind(address).await {
-            Some((listener, bound)) => {
-                tracing::info!(address = %bound, "metrics served at /metrics");
-                Some(listener)
-            }
-            None => return ExitCode::from(2),
-        },
-        None => None,
-    };
-    // Listening for SIGTERM from before the address is announced: a stop sent right after it
-    // drains.
-    let shutdown = toolplane::grpc::shutdown_signal();
-    // Tests and scripts read the address from this line.
-    tracing::info!(address = %bound, "toolplane serving");
-    match toolplane::grpc::serve_with_metrics(
-        listener,
-        metrics_listener,
-        config.server_options(),
-        shutdown,
-    )
-    .await
-    {
-        Ok(()) => {
-            tracing::info!("toolplane stopped");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            tracing::error!(%error, "server failed");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 fn print_json(value: &serde_json::Value) {
     println!(
         "{}",
@@ -314,7 +253,12 @@ fn print_json(value: &serde_json::Value) {
 }
 
 async fn connect(args: &ClientArgs) -> Result<ToolplaneClient, ClientError> {
-    ToolplaneClient::connect(&args.endpoint, TenantId(args.tenant)).await
+    let tls = ClientTlsFiles {
+        ca_file: args.ca_file.clone(),
+        cert_file: args.client_cert_file.clone(),
+        key_file: args.client_key_file.clone(),
+    };
+    ToolplaneClient::connect_with_tls(&args.endpoint, TenantId(args.tenant), &tls).await
 }
 
 async fn run_client(command: Command) -> Result<ExitCode, ClientError> {

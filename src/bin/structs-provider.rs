@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+use toolplane::client::ClientTlsFiles;
 use toolplane::envelope::TenantId;
 use toolplane::provider::structs::structs_tools;
 use toolplane::provider::{DEFAULT_PROVIDER_TTL, ProviderConfig, ProviderServer};
@@ -44,6 +45,25 @@ struct Args {
     /// Accept only callers that present a certificate this CA (PEM) signed (mutual TLS).
     #[arg(long, requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// CA certificates (PEM) an https:// control plane's certificate is checked against
+    /// [default: the public CAs].
+    #[arg(long, env = "TOOLPLANE_CA_FILE")]
+    control_plane_ca_file: Option<PathBuf>,
+    /// A client certificate (PEM) for a control plane that asks for one; with
+    /// --control-plane-key-file.
+    #[arg(
+        long,
+        env = "TOOLPLANE_CLIENT_CERT_FILE",
+        requires = "control_plane_key_file"
+    )]
+    control_plane_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --control-plane-cert-file.
+    #[arg(
+        long,
+        env = "TOOLPLANE_CLIENT_KEY_FILE",
+        requires = "control_plane_cert_file"
+    )]
+    control_plane_key_file: Option<PathBuf>,
     /// Lease TTL to ask for; heartbeats go every third of it.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     ttl: Duration,
@@ -96,6 +116,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    config.control_plane_tls = match control_plane_tls(&args) {
+        Ok(tls) => tls,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
     match ProviderServer::new(tools, config)
         .serve(listener, toolplane::grpc::shutdown_signal())
         .await
@@ -122,4 +149,26 @@ fn tls_config(args: &Args) -> Result<Option<ServerTlsConfig>, String> {
         tls = tls.client_ca_root(Certificate::from_pem(read("--tls-client-ca", ca)?));
     }
     Ok(Some(tls))
+}
+
+/// How an `https://` control plane is connected to, by the flags; `None` for `http://`.
+fn control_plane_tls(args: &Args) -> Result<Option<ClientTlsConfig>, String> {
+    let uri = args.control_plane.parse::<http::Uri>().ok();
+    let Some(host) = uri
+        .as_ref()
+        .filter(|uri| uri.scheme_str() == Some("https"))
+        .and_then(http::Uri::host)
+    else {
+        return Ok(None);
+    };
+    let files = ClientTlsFiles {
+        ca_file: args.control_plane_ca_file.clone(),
+        cert_file: args.control_plane_cert_file.clone(),
+        key_file: args.control_plane_key_file.clone(),
+    };
+    let domain = host.trim_start_matches('[').trim_end_matches(']');
+    files
+        .config(domain)
+        .map(Some)
+        .map_err(|error| error.to_string())
 }

@@ -3,6 +3,7 @@
 //! discovery results are cached for `DISCOVERY_CACHE_TTL_SECS`, default 300 s).
 
 mod requirement;
+mod tls;
 
 use std::fmt;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
 pub use requirement::{ParseRequirementError, ToolRequirement};
+pub use tls::{ClientTlsError, ClientTlsFiles};
 
 use crate::envelope::{TenantId, request_meta};
 use crate::pb;
@@ -36,8 +38,11 @@ pub enum ClientError {
         /// Why it is invalid.
         source: tonic::transport::Error,
     },
+    /// The TLS files cannot be used, or do not fit the endpoint.
+    #[error(transparent)]
+    Tls(#[from] ClientTlsError),
     /// The server could not be reached.
-    #[error("cannot connect to {endpoint}: {source}")]
+    #[error("cannot connect to {endpoint}: {}", error_chain(source))]
     Connect {
         /// The endpoint given.
         endpoint: String,
@@ -50,6 +55,19 @@ pub enum ClientError {
     /// Pre-flight found required tools missing.
     #[error("{0}")]
     MissingTools(MissingTools),
+}
+
+/// An error and the errors beneath it, as one line: tonic's transport error says only
+/// "transport error" by itself.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// A status in words: code, message, and the google.rpc details a person can act on.
@@ -123,13 +141,44 @@ pub fn discovery_cache_ttl() -> Duration {
 }
 
 impl ToolplaneClient {
-    /// Connects to `endpoint` (e.g. `http://127.0.0.1:50051`) acting for `tenant`.
+    /// Connects to `endpoint` (e.g. `http://127.0.0.1:50051`, or `https://` for a server
+    /// that serves TLS, checked against the public CAs) acting for `tenant`.
     pub async fn connect(endpoint: &str, tenant: TenantId) -> Result<Self, ClientError> {
-        let channel = Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|source| ClientError::InvalidEndpoint {
+        Self::connect_with_tls(endpoint, tenant, &ClientTlsFiles::default()).await
+    }
+
+    /// As [`Self::connect`], an `https://` endpoint connected to as `tls` says. TLS files
+    /// with an `http://` endpoint are an error: they would not be used.
+    pub async fn connect_with_tls(
+        endpoint: &str,
+        tenant: TenantId,
+        tls: &ClientTlsFiles,
+    ) -> Result<Self, ClientError> {
+        let mut target = Endpoint::from_shared(endpoint.to_owned()).map_err(|source| {
+            ClientError::InvalidEndpoint {
                 endpoint: endpoint.to_owned(),
                 source,
-            })?
+            }
+        })?;
+        if target.uri().scheme_str() == Some("https") {
+            let host = target.uri().host().unwrap_or_default();
+            let domain = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned();
+            target = target.tls_config(tls.config(&domain)?).map_err(|source| {
+                ClientError::InvalidEndpoint {
+                    endpoint: endpoint.to_owned(),
+                    source,
+                }
+            })?;
+        } else if !tls.is_empty() {
+            return Err(ClientTlsError::new(format!(
+                "TLS files are given but {endpoint} is not an https:// endpoint"
+            ))
+            .into());
+        }
+        let channel = target
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .connect()

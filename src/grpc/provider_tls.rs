@@ -10,13 +10,14 @@
 //! Built on rustls with the ring provider (tokio-rustls), the TLS stack tonic itself uses;
 //! the HTTP/2 connection above it is `unary_client`'s.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use tokio_rustls::TlsConnector;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+
+use super::tls_files::{TlsFileError, ca_certificates, certificates, private_key};
 
 /// The files that say how toolplane connects to `https://` providers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,26 +42,9 @@ pub struct ClientIdentityFiles {
 /// Why TLS to providers cannot be set up as configured.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderTlsError {
-    /// A file could not be read.
-    #[error("{setting} {path}: cannot read it: {source}")]
-    Read {
-        /// The setting that names the file.
-        setting: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A file was read but does not hold what the setting needs.
-    #[error("{setting} {path}: {problem}")]
-    Content {
-        /// The setting that names the file.
-        setting: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        problem: String,
-    },
+    /// A file could not be read or does not hold what its setting needs.
+    #[error(transparent)]
+    File(#[from] TlsFileError),
     /// The client certificate and key were read but cannot be used together.
     #[error(
         "provider_client_cert_file {cert} and provider_client_key_file {key} cannot be used \
@@ -116,15 +100,15 @@ impl ProviderTls {
             return Ok(Self::default());
         }
         let roots = match &files.ca_file {
-            Some(path) => ca_certificates(path)?,
+            Some(path) => ca_certificates("provider_ca_file", path)?,
             None => RootCertStore {
                 roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
             },
         };
         let identity = match &files.client_identity {
             Some(identity) => Some((
-                certificate_chain(&identity.cert_file)?,
-                private_key(&identity.key_file)?,
+                certificates("provider_client_cert_file", &identity.cert_file)?,
+                private_key("provider_client_key_file", &identity.key_file)?,
             )),
             None => None,
         };
@@ -176,74 +160,6 @@ impl ProviderTls {
             "the public CAs (set provider_ca_file to the CA that signed it)"
         }
     }
-}
-
-fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, ProviderTlsError> {
-    std::fs::read(path).map_err(|source| ProviderTlsError::Read {
-        setting,
-        path: path.to_owned(),
-        source,
-    })
-}
-
-fn content(setting: &'static str, path: &Path, problem: impl Into<String>) -> ProviderTlsError {
-    ProviderTlsError::Content {
-        setting,
-        path: path.to_owned(),
-        problem: problem.into(),
-    }
-}
-
-fn certificates(
-    setting: &'static str,
-    path: &Path,
-) -> Result<Vec<CertificateDer<'static>>, ProviderTlsError> {
-    let pem = read(setting, path)?;
-    let certificates = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| content(setting, path, format!("not PEM certificates: {error}")))?;
-    if certificates.is_empty() {
-        return Err(content(
-            setting,
-            path,
-            "holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-        ));
-    }
-    Ok(certificates)
-}
-
-fn ca_certificates(path: &Path) -> Result<RootCertStore, ProviderTlsError> {
-    const SETTING: &str = "provider_ca_file";
-    let mut roots = RootCertStore::empty();
-    for (index, certificate) in certificates(SETTING, path)?.into_iter().enumerate() {
-        roots.add(certificate).map_err(|error| {
-            content(
-                SETTING,
-                path,
-                format!(
-                    "certificate {} is not a usable CA certificate: {error}",
-                    index + 1
-                ),
-            )
-        })?;
-    }
-    Ok(roots)
-}
-
-fn certificate_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, ProviderTlsError> {
-    certificates("provider_client_cert_file", path)
-}
-
-fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, ProviderTlsError> {
-    const SETTING: &str = "provider_client_key_file";
-    let pem = read(SETTING, path)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|error| {
-        content(
-            SETTING,
-            path,
-            format!("holds no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {error}"),
-        )
-    })
 }
 
 #[cfg(test)]

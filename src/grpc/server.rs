@@ -26,6 +26,7 @@ use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::provider_tls::{ProviderTls, ProviderTlsError, ProviderTlsFiles};
 use super::rpc_metering::RpcMeteringLayer;
 use super::rpc_stats::{DescriptorError, RpcStats};
+use super::server_tls::{ServerTlsError, ServerTlsFiles};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
 use crate::agent::builtin::BuiltinModel;
@@ -121,6 +122,8 @@ pub struct ServerOptions {
     /// are checked against and the client certificate toolplane presents (see
     /// [`super::provider_tls`]).
     pub provider_tls: ProviderTlsFiles,
+    /// Serve TLS with these files; `None` serves plain text (see [`super::server_tls`]).
+    pub tls: Option<ServerTlsFiles>,
 }
 
 impl ServerOptions {
@@ -160,6 +163,7 @@ impl Default for ServerOptions {
             otlp_endpoint: None,
             otlp_ca_file: None,
             provider_tls: ProviderTlsFiles::default(),
+            tls: None,
         }
     }
 }
@@ -185,6 +189,20 @@ pub enum ServeError {
     /// TLS to providers cannot be set up as configured.
     #[error(transparent)]
     ProviderTls(#[from] ProviderTlsError),
+    /// TLS cannot be served as configured.
+    #[error(transparent)]
+    ServerTls(#[from] ServerTlsError),
+}
+
+/// Reads and checks the TLS files `options` name (served and towards providers), as
+/// [`serve`] does when it starts: a caller can report a bad file before it announces that it
+/// serves.
+pub fn check_tls_files(options: &ServerOptions) -> Result<(), ServeError> {
+    ProviderTls::from_files(&options.provider_tls)?;
+    if let Some(files) = &options.tls {
+        super::server_tls::acceptor(files)?;
+    }
+    Ok(())
 }
 
 /// The chat model agents use: the OpenAI-compatible client when configured, else the built-in.
@@ -212,6 +230,11 @@ pub async fn serve_with_metrics(
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let acceptor = options
+        .tls
+        .as_ref()
+        .map(super::server_tls::acceptor)
+        .transpose()?;
     let spans = match &options.otlp_endpoint {
         Some(endpoint) => {
             let spans = Spans::to_otlp(endpoint, options.otlp_ca_file.as_deref())?;
@@ -325,16 +348,27 @@ pub async fn serve_with_metrics(
     .prepare();
     let settings = options.connection_settings();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = serve_connections(
-        super::coalesce::incoming(listener),
-        RpcMeteringLayer::new(rpc_stats, spans.clone())
-            .layer(super::panics::catch_panics().layer(routes)),
-        settings,
-        async {
-            let _ = stopped.await;
-        },
-    );
-    tokio::pin!(server);
+    let service = RpcMeteringLayer::new(rpc_stats, spans.clone())
+        .layer(super::panics::catch_panics().layer(routes));
+    let stopped = async {
+        let _ = stopped.await;
+    };
+    // One server per kind of connection, each compiled for its own (so plain text pays
+    // nothing for TLS being possible).
+    let mut server: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = match acceptor {
+        Some(acceptor) => Box::pin(serve_connections(
+            super::server_tls::incoming(listener, acceptor),
+            service,
+            settings,
+            stopped,
+        )),
+        None => Box::pin(serve_connections(
+            super::coalesce::incoming(listener),
+            service,
+            settings,
+            stopped,
+        )),
+    };
 
     let ended_by_itself = tokio::select! {
         () = &mut server => true,

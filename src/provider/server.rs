@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Endpoint, Server, ServerTlsConfig};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -49,8 +49,11 @@ pub struct ProviderConfig {
     /// Serve over TLS with this certificate (and, when it names a client CA, accept only
     /// callers with a certificate that CA signed); `None` serves plain text.
     pub tls: Option<ServerTlsConfig>,
-    /// The control plane, e.g. `http://127.0.0.1:50051`.
+    /// The control plane, e.g. `http://127.0.0.1:50051` (`https://` for one that serves TLS).
     pub control_plane: String,
+    /// How an `https://` control plane is connected to; `None` checks its certificate against
+    /// the public CAs and presents no client certificate.
+    pub control_plane_tls: Option<ClientTlsConfig>,
     /// The tenant to register in.
     pub tenant: TenantId,
     /// The lease TTL to ask for.
@@ -68,6 +71,7 @@ impl ProviderConfig {
             advertised_endpoint: String::new(),
             tls: None,
             control_plane: control_plane.to_owned(),
+            control_plane_tls: None,
             tenant: TenantId::default(),
             ttl: DEFAULT_PROVIDER_TTL,
             heartbeat_interval: None,
@@ -187,10 +191,18 @@ impl ProviderServer {
         } else {
             self.config.advertised_endpoint.clone()
         };
-        let control_plane = Endpoint::from_shared(self.config.control_plane.clone())
+        let mut control_plane = Endpoint::from_shared(self.config.control_plane.clone())
             .map_err(|_| ProviderError::ControlPlane(self.config.control_plane.clone()))?
-            .connect_timeout(Duration::from_secs(2))
-            .connect_lazy();
+            .connect_timeout(Duration::from_secs(2));
+        if control_plane.uri().scheme_str() == Some("https") {
+            let tls = self
+                .config
+                .control_plane_tls
+                .clone()
+                .unwrap_or_else(|| ClientTlsConfig::new().with_webpki_roots());
+            control_plane = control_plane.tls_config(tls)?;
+        }
+        let control_plane = control_plane.connect_lazy();
         self.health.set_serving(true).await;
         let registration = self.registration(&endpoint);
         let (stop_lease, lease_stopped) = watch::channel(false);

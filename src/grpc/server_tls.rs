@@ -1,0 +1,237 @@
+//! TLS on toolplane's own gRPC port, when `tls_cert_file` and `tls_key_file` are set: callers
+//! connect with `https://` (HTTP/2 by ALPN), and with `tls_client_ca_file` set only callers
+//! presenting a certificate that CA signed get a connection (mutual TLS).
+//!
+//! Each accepted connection's handshake runs beside the others (bounded by
+//! [`HANDSHAKE_TIMEOUT`]), so a caller that connects and sends nothing holds up no one. The
+//! HTTP/2 connection is served above TLS exactly as over plain TCP, its writes coalesced
+//! before they are encrypted (`coalesce`).
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::FuturesUnordered;
+use futures_util::{Stream, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{self, ServerConfig};
+use tokio_rustls::server::TlsStream;
+use tonic::transport::server::TcpIncoming;
+
+use super::coalesce::CoalescingIo;
+use super::tls_files::{TlsFileError, ca_certificates, certificates, content, private_key};
+
+/// How long a caller may take over its TLS handshake before its connection is closed.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The files toolplane serves TLS with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTlsFiles {
+    /// The server's certificate chain (PEM), its own certificate first.
+    pub cert_file: PathBuf,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// CA certificates (PEM) that callers' client certificates must be signed by; `None`
+    /// asks callers for no certificate.
+    pub client_ca_file: Option<PathBuf>,
+}
+
+/// Why TLS cannot be served as configured.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerTlsError {
+    /// A file could not be read or does not hold what its setting needs.
+    #[error(transparent)]
+    File(#[from] TlsFileError),
+    /// The certificate and key were read but cannot be used together.
+    #[error("tls_cert_file {cert} and tls_key_file {key} cannot be used together: {error}")]
+    Identity {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// What rustls found.
+        error: rustls::Error,
+    },
+}
+
+/// The TLS acceptor `files` describe, every file read and checked now.
+pub fn acceptor(files: &ServerTlsFiles) -> Result<TlsAcceptor, ServerTlsError> {
+    let chain = certificates("tls_cert_file", &files.cert_file)?;
+    let key = private_key("tls_key_file", &files.key_file)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports rustls's default protocol versions");
+    let builder = match &files.client_ca_file {
+        Some(path) => {
+            let roots = ca_certificates("tls_client_ca_file", path)?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|error| content("tls_client_ca_file", path, error.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config =
+        builder
+            .with_single_cert(chain, key)
+            .map_err(|error| ServerTlsError::Identity {
+                cert: files.cert_file.clone(),
+                key: files.key_file.clone(),
+                error,
+            })?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The connections a server accepts on `listener` over TLS, with Nagle off and writes
+/// coalesced; a connection whose handshake fails or outlasts [`HANDSHAKE_TIMEOUT`] is closed
+/// (and logged at DEBUG) without ending the stream.
+pub fn incoming(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+) -> impl Stream<Item = io::Result<CoalescingIo<TlsStream<TcpStream>>>> + Send + 'static {
+    let accepting = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let state = (Box::pin(accepting), FuturesUnordered::new(), acceptor);
+    futures_util::stream::unfold(
+        state,
+        |(mut accepting, mut handshakes, acceptor)| async move {
+            loop {
+                tokio::select! {
+                    accepted = accepting.next() => match accepted {
+                        Some(Ok(stream)) => handshakes.push(handshake(acceptor.clone(), stream)),
+                        Some(Err(error)) => {
+                            return Some((Err(error), (accepting, handshakes, acceptor)));
+                        }
+                        None => return None,
+                    },
+                    Some(done) = handshakes.next(), if !handshakes.is_empty() => match done {
+                        Ok(stream) => {
+                            let io = CoalescingIo::new(stream);
+                            return Some((Ok(io), (accepting, handshakes, acceptor)));
+                        }
+                        Err(error) => tracing::debug!(%error, "a caller's TLS handshake failed"),
+                    },
+                }
+            }
+        },
+    )
+}
+
+async fn handshake(acceptor: TlsAcceptor, stream: TcpStream) -> io::Result<TlsStream<TcpStream>> {
+    let peer = stream.peer_addr()?;
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+        .await
+        .map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{peer}: no TLS handshake within {HANDSHAKE_TIMEOUT:?}"),
+            )
+        })?
+        .map_err(|error| io::Error::new(error.kind(), format!("{peer}: {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Written {
+        _dir: tempfile::TempDir,
+        cert: PathBuf,
+        key: PathBuf,
+        other_key: PathBuf,
+    }
+
+    fn written() -> Written {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let one = rcgen::generate_simple_self_signed(vec!["one".to_owned()]).expect("one");
+        let other = rcgen::generate_simple_self_signed(vec!["two".to_owned()]).expect("two");
+        let write = |name: &str, text: String| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("written");
+            path
+        };
+        Written {
+            cert: write("server.crt", one.cert.pem()),
+            key: write("server.key", one.signing_key.serialize_pem()),
+            other_key: write("other.key", other.signing_key.serialize_pem()),
+            _dir: dir,
+        }
+    }
+
+    #[test]
+    fn a_certificate_and_its_key_serve_with_or_without_a_client_ca() {
+        let files = written();
+        let plain = ServerTlsFiles {
+            cert_file: files.cert.clone(),
+            key_file: files.key.clone(),
+            client_ca_file: None,
+        };
+        assert!(acceptor(&plain).is_ok());
+        let mutual = ServerTlsFiles {
+            client_ca_file: Some(files.cert.clone()),
+            ..plain
+        };
+        assert!(acceptor(&mutual).is_ok());
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificate_s_is_refused() {
+        let files = written();
+        let error = acceptor(&ServerTlsFiles {
+            cert_file: files.cert.clone(),
+            key_file: files.other_key.clone(),
+            client_ca_file: None,
+        })
+        .err()
+        .expect("mismatched");
+        assert!(
+            error.to_string().contains("cannot be used together"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn each_file_is_named_with_its_setting() {
+        let files = written();
+        let cases = [
+            (
+                "/nonexistent/a.crt",
+                files.key.to_str(),
+                None,
+                "tls_cert_file /nonexistent/a.crt",
+            ),
+            (
+                files.cert.to_str().expect("utf-8"),
+                Some("/nonexistent/a.key"),
+                None,
+                "tls_key_file /nonexistent/a.key",
+            ),
+            (
+                files.cert.to_str().expect("utf-8"),
+                files.key.to_str(),
+                Some("/nonexistent/ca.pem"),
+                "tls_client_ca_file /nonexistent/ca.pem",
+            ),
+            (
+                files.key.to_str().expect("utf-8"),
+                files.key.to_str(),
+                None,
+                "holds no PEM certificate",
+            ),
+        ];
+        for (cert, key, client_ca, expected) in cases {
+            let error = acceptor(&ServerTlsFiles {
+                cert_file: cert.into(),
+                key_file: key.expect("utf-8").into(),
+                client_ca_file: client_ca.map(PathBuf::from),
+            })
+            .err()
+            .expect("bad file");
+            assert!(error.to_string().contains(expected), "{error}");
+        }
+    }
+}
