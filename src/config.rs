@@ -24,6 +24,7 @@ use crate::grpc::server::{
     DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PROVIDER_HEALTH_INTERVAL,
 };
 use crate::grpc::server_tls::ServerTlsFiles;
+use crate::grpc::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
@@ -63,6 +64,11 @@ pub struct ServerConfig {
     /// CA certificates (PEM): with TLS served, only callers presenting a certificate one of
     /// them signed get a connection (mutual TLS); empty asks callers for none.
     pub tls_client_ca_file: String,
+    /// How often the TLS files (served, and towards providers) are read again, so renewed
+    /// certificates are used for new connections without a restart; `0s` reads them only at
+    /// the start.
+    #[serde(with = "humantime_serde")]
+    pub tls_reload_interval: Duration,
     /// The address Prometheus metrics are served on (`GET /metrics`, HTTP/1.1); empty serves
     /// none.
     pub metrics_listen: String,
@@ -199,6 +205,7 @@ impl Default for ServerConfig {
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
             tls_client_ca_file: String::new(),
+            tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
             metrics_listen: String::new(),
             otlp_endpoint: String::new(),
             otlp_ca_file: String::new(),
@@ -409,6 +416,7 @@ impl ServerConfig {
                 .filter(|_| !self.otlp_ca_file.is_empty()),
             provider_tls: self.provider_tls(),
             tls: self.served_tls(),
+            tls_reload_interval: self.tls_reload_interval,
             limits: RegistrationLimits {
                 default_ttl: self.default_ttl,
                 min_ttl: self.min_ttl,

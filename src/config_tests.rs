@@ -249,9 +249,18 @@ fn tls_is_served_only_with_a_certificate_and_its_key() {
                 "TOOLPLANE_TLS_CLIENT_CA_FILE",
                 "/etc/toolplane/clients-ca.pem",
             ),
+            ("TOOLPLANE_TLS_RELOAD_INTERVAL", "1m"),
         ]),
     )
     .expect("valid");
+    assert_eq!(
+        set.server_options().tls_reload_interval,
+        Duration::from_secs(60)
+    );
+    assert_eq!(
+        none.server_options().tls_reload_interval,
+        Duration::from_secs(10)
+    );
     assert_eq!(
         set.server_options().tls,
         Some(ServerTlsFiles {

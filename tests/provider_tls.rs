@@ -178,6 +178,42 @@ async fn a_provider_that_asks_for_a_client_certificate_gets_toolplane_s() {
     }
 }
 
+/// A `provider_ca_file` renewed on disk is used for new provider connections without a
+/// restart: a provider whose certificate the new CA signed is called once it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewed_provider_ca_file_is_used_without_a_restart() {
+    let (old_ca, new_ca) = (TestCa::new(), TestCa::new());
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let ca_file = old_ca.write(dir.path(), "providers-ca.pem");
+    let provider_tls = ServerTlsConfig::new().identity(new_ca.server(&["127.0.0.1"]).identity());
+    let server = TestServer::start_with(ServerOptions {
+        provider_tls: trusting(&ca_file),
+        provider_health_interval: Duration::from_secs(3600),
+        tls_reload_interval: Duration::from_millis(50),
+        ..test_options()
+    })
+    .await;
+    let probes = Arc::new(Probes::default());
+    let mut config = ProviderConfig::new("testing", "1.0.0", &server.endpoint());
+    config.tls = Some(provider_tls);
+    let _provider = TestProvider::start_with(test_tools(&probes), config).await;
+    wait_registered(&server, "testing").await;
+    let mut client = invoker(&server).await;
+    let error = client
+        .invoke_tool(request("echo", json!({})))
+        .await
+        .expect_err("signed by a CA not yet trusted");
+    assert!(error.message().contains("certificate"), "{error:?}");
+
+    std::fs::write(&ca_file, new_ca.pem()).expect("CA file renewed");
+    eventually("the provider is called once its CA is trusted", || {
+        let mut client = client.clone();
+        async move { client.invoke_tool(request("echo", json!({}))).await.is_ok() }
+    })
+    .await;
+    assert_eq!(probes.echo_calls.load(Ordering::SeqCst), 1);
+}
+
 /// A CA file that cannot be read stops the server from starting, naming the setting and the
 /// file.
 #[tokio::test]

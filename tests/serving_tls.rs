@@ -149,6 +149,46 @@ async fn only_callers_with_a_certificate_the_client_ca_signed_are_served() {
     }
 }
 
+/// Whether a new connection that trusts `ca_pem` is served.
+async fn served_trusting(addr: SocketAddr, ca_pem: &str) -> bool {
+    match tls_channel(addr, ca_pem, None).await {
+        Ok(channel) => list_services(channel).await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// A certificate renewed on disk is served to new connections without a restart. A renewal
+/// caught halfway (the new certificate beside the old key) cannot be used: the previous
+/// certificate goes on being served until the key follows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewed_certificate_is_served_without_a_restart() {
+    let pki = pki();
+    let server = TestServer::start_with(ServerOptions {
+        tls: Some(pki.files.clone()),
+        tls_reload_interval: std::time::Duration::from_millis(50),
+        ..test_options()
+    })
+    .await;
+    let (old_ca, new_ca) = (pki.ca.pem(), TestCa::new());
+    let new_ca_pem = new_ca.pem();
+    assert!(served_trusting(server.addr, &old_ca).await);
+
+    let renewed = new_ca.server(&["127.0.0.1"]);
+    std::fs::write(&pki.files.cert_file, &renewed.cert_pem).expect("certificate renewed");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        served_trusting(server.addr, &old_ca).await,
+        "the old certificate is still served while the new one has no key"
+    );
+
+    std::fs::write(&pki.files.key_file, &renewed.key_pem).expect("key renewed");
+    eventually("the renewed certificate is served", || {
+        served_trusting(server.addr, &new_ca_pem)
+    })
+    .await;
+    assert!(!served_trusting(server.addr, &old_ca).await);
+}
+
 fn path(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }

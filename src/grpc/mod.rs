@@ -28,6 +28,7 @@ pub mod serving;
 pub mod status;
 pub mod std_health;
 pub mod tls_files;
+pub mod tls_reload;
 pub mod trace_headers;
 mod unary_calls;
 pub mod unary_client;

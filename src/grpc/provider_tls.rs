@@ -13,6 +13,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+use arc_swap::ArcSwap;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
@@ -64,7 +65,9 @@ pub enum ProviderTlsError {
 /// connection.
 #[derive(Clone)]
 pub struct ProviderTls {
-    connector: TlsConnector,
+    /// The configuration new connections use; replaced whole when the files change
+    /// ([`Self::reload`]).
+    config: Arc<ArcSwap<ClientConfig>>,
     /// Whether `provider_ca_file` replaced the public CAs (for error messages).
     own_ca: bool,
 }
@@ -86,7 +89,11 @@ impl Default for ProviderTls {
                 let roots = RootCertStore {
                     roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
                 };
-                Self::new(roots, None, false).expect("no client certificate to check")
+                let config = client_config(roots, None).expect("no client certificate to check");
+                Self {
+                    config: Arc::new(ArcSwap::from(config)),
+                    own_ca: false,
+                }
             })
             .clone()
     }
@@ -99,56 +106,22 @@ impl ProviderTls {
         if files == &ProviderTlsFiles::default() {
             return Ok(Self::default());
         }
-        let roots = match &files.ca_file {
-            Some(path) => ca_certificates("provider_ca_file", path)?,
-            None => RootCertStore {
-                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-            },
-        };
-        let identity = match &files.client_identity {
-            Some(identity) => Some((
-                certificates("provider_client_cert_file", &identity.cert_file)?,
-                private_key("provider_client_key_file", &identity.key_file)?,
-            )),
-            None => None,
-        };
-        Self::new(roots, identity, files.ca_file.is_some()).map_err(|error| {
-            let identity = files
-                .client_identity
-                .as_ref()
-                .expect("only a client certificate can be refused");
-            ProviderTlsError::Identity {
-                cert: identity.cert_file.clone(),
-                key: identity.key_file.clone(),
-                error,
-            }
-        })
-    }
-
-    fn new(
-        roots: RootCertStore,
-        identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
-        own_ca: bool,
-    ) -> Result<Self, rustls::Error> {
-        let builder =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .expect("ring supports rustls's default protocol versions")
-                .with_root_certificates(roots);
-        let mut config = match identity {
-            Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
-            None => builder.with_no_client_auth(),
-        };
-        config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Self {
-            connector: TlsConnector::from(Arc::new(config)),
-            own_ca,
+            config: Arc::new(ArcSwap::from(built(files)?)),
+            own_ca: files.ca_file.is_some(),
         })
     }
 
-    /// The connector that opens TLS over a provider connection.
-    pub(crate) fn connector(&self) -> &TlsConnector {
-        &self.connector
+    /// Builds the configuration from `files` again (they were renewed on disk) and uses it
+    /// for every new provider connection; on an error the previous one stays in use.
+    pub fn reload(&self, files: &ProviderTlsFiles) -> Result<(), ProviderTlsError> {
+        self.config.store(built(files)?);
+        Ok(())
+    }
+
+    /// The connector that opens TLS over a new provider connection.
+    pub(crate) fn connector(&self) -> TlsConnector {
+        TlsConnector::from(self.config.load_full())
     }
 
     /// What a provider's certificate that could not be verified was checked against, for
@@ -160,6 +133,60 @@ impl ProviderTls {
             "the public CAs (set provider_ca_file to the CA that signed it)"
         }
     }
+}
+
+/// The files a provider TLS configuration is built from, to watch for renewals.
+pub fn watched_files(files: &ProviderTlsFiles) -> Vec<PathBuf> {
+    let identity = files
+        .client_identity
+        .iter()
+        .flat_map(|identity| [identity.cert_file.clone(), identity.key_file.clone()]);
+    files.ca_file.iter().cloned().chain(identity).collect()
+}
+
+/// The client configuration `files` describe, every file read now.
+fn built(files: &ProviderTlsFiles) -> Result<Arc<ClientConfig>, ProviderTlsError> {
+    let roots = match &files.ca_file {
+        Some(path) => ca_certificates("provider_ca_file", path)?,
+        None => RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        },
+    };
+    let identity = match &files.client_identity {
+        Some(identity) => Some((
+            certificates("provider_client_cert_file", &identity.cert_file)?,
+            private_key("provider_client_key_file", &identity.key_file)?,
+        )),
+        None => None,
+    };
+    client_config(roots, identity).map_err(|error| {
+        let identity = files
+            .client_identity
+            .as_ref()
+            .expect("only a client certificate can be refused");
+        ProviderTlsError::Identity {
+            cert: identity.cert_file.clone(),
+            key: identity.key_file.clone(),
+            error,
+        }
+    })
+}
+
+fn client_config(
+    roots: RootCertStore,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+) -> Result<Arc<ClientConfig>, rustls::Error> {
+    let builder =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("ring supports rustls's default protocol versions")
+            .with_root_certificates(roots);
+    let mut config = match identity {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
 }
 
 #[cfg(test)]

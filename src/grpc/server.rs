@@ -26,9 +26,10 @@ use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::provider_tls::{ProviderTls, ProviderTlsError, ProviderTlsFiles};
 use super::rpc_metering::RpcMeteringLayer;
 use super::rpc_stats::{DescriptorError, RpcStats};
-use super::server_tls::{ServerTlsError, ServerTlsFiles};
+use super::server_tls::{ServedTls, ServerTlsError, ServerTlsFiles};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
+use super::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
 use crate::agent::builtin::BuiltinModel;
 use crate::agent::model::{LlmProvider, ModelError};
 use crate::agent::openai::{OpenAiClient, OpenAiConfig};
@@ -124,6 +125,9 @@ pub struct ServerOptions {
     pub provider_tls: ProviderTlsFiles,
     /// Serve TLS with these files; `None` serves plain text (see [`super::server_tls`]).
     pub tls: Option<ServerTlsFiles>,
+    /// How often the TLS files (served and towards providers) are read again, to take
+    /// renewed certificates (see [`super::tls_reload`]); zero reads them only at the start.
+    pub tls_reload_interval: Duration,
 }
 
 impl ServerOptions {
@@ -164,6 +168,7 @@ impl Default for ServerOptions {
             otlp_ca_file: None,
             provider_tls: ProviderTlsFiles::default(),
             tls: None,
+            tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
         }
     }
 }
@@ -200,7 +205,7 @@ pub enum ServeError {
 pub fn check_tls_files(options: &ServerOptions) -> Result<(), ServeError> {
     ProviderTls::from_files(&options.provider_tls)?;
     if let Some(files) = &options.tls {
-        super::server_tls::acceptor(files)?;
+        ServedTls::from_files(files)?;
     }
     Ok(())
 }
@@ -230,11 +235,12 @@ pub async fn serve_with_metrics(
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let acceptor = options
+    let served_tls = options
         .tls
         .as_ref()
-        .map(super::server_tls::acceptor)
+        .map(ServedTls::from_files)
         .transpose()?;
+    let provider_tls = ProviderTls::from_files(&options.provider_tls)?;
     let spans = match &options.otlp_endpoint {
         Some(endpoint) => {
             let spans = Spans::to_otlp(endpoint, options.otlp_ca_file.as_deref())?;
@@ -261,8 +267,14 @@ pub async fn serve_with_metrics(
     let serving = ServingState::new();
     let health = Arc::new(ProviderHealthBook::default());
     let heavy_work = HeavyWork::new(heavy::default_permits());
-    let caller = GrpcProviderCaller::with_heavy_work(heavy_work.clone())
-        .with_tls(ProviderTls::from_files(&options.provider_tls)?);
+    let caller =
+        GrpcProviderCaller::with_heavy_work(heavy_work.clone()).with_tls(provider_tls.clone());
+    super::tls_reload::watch_all(
+        served_tls.clone().zip(options.tls.clone()),
+        (provider_tls, options.provider_tls.clone()),
+        options.tls_reload_interval,
+        &serving.subscribe(),
+    );
     let limits = Arc::new(RateLimits::new(&options.rate_limits));
     let model = model_provider(options.model.as_ref())?;
     let invoker = Invoker::new(
@@ -355,9 +367,9 @@ pub async fn serve_with_metrics(
     };
     // One server per kind of connection, each compiled for its own (so plain text pays
     // nothing for TLS being possible).
-    let mut server: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = match acceptor {
-        Some(acceptor) => Box::pin(serve_connections(
-            super::server_tls::incoming(listener, acceptor),
+    let mut server: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = match served_tls {
+        Some(tls) => Box::pin(serve_connections(
+            super::server_tls::incoming(listener, tls),
             service,
             settings,
             stopped,

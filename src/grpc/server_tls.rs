@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{Stream, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -57,8 +58,47 @@ pub enum ServerTlsError {
     },
 }
 
-/// The TLS acceptor `files` describe, every file read and checked now.
-pub fn acceptor(files: &ServerTlsFiles) -> Result<TlsAcceptor, ServerTlsError> {
+/// The TLS a server serves: the configuration new connections are accepted with, replaced
+/// whole when the files change ([`Self::reload`]).
+#[derive(Clone)]
+pub struct ServedTls {
+    config: Arc<ArcSwap<ServerConfig>>,
+}
+
+impl std::fmt::Debug for ServedTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedTls").finish_non_exhaustive()
+    }
+}
+
+impl ServedTls {
+    /// TLS as `files` say, every file read and checked now.
+    pub fn from_files(files: &ServerTlsFiles) -> Result<Self, ServerTlsError> {
+        Ok(Self {
+            config: Arc::new(ArcSwap::from(server_config(files)?)),
+        })
+    }
+
+    /// Builds the configuration from `files` again (they were renewed on disk) and accepts
+    /// every new connection with it; on an error the previous one stays in use.
+    pub fn reload(&self, files: &ServerTlsFiles) -> Result<(), ServerTlsError> {
+        self.config.store(server_config(files)?);
+        Ok(())
+    }
+
+    fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.config.load_full())
+    }
+}
+
+/// The files a served TLS configuration is built from, to watch for renewals.
+pub fn watched_files(files: &ServerTlsFiles) -> Vec<PathBuf> {
+    let mut paths = vec![files.cert_file.clone(), files.key_file.clone()];
+    paths.extend(files.client_ca_file.iter().cloned());
+    paths
+}
+
+fn server_config(files: &ServerTlsFiles) -> Result<Arc<ServerConfig>, ServerTlsError> {
     let chain = certificates("tls_cert_file", &files.cert_file)?;
     let key = private_key("tls_key_file", &files.key_file)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -84,7 +124,7 @@ pub fn acceptor(files: &ServerTlsFiles) -> Result<TlsAcceptor, ServerTlsError> {
                 error,
             })?;
     config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    Ok(Arc::new(config))
 }
 
 /// The connections a server accepts on `listener` over TLS, with Nagle off and writes
@@ -92,33 +132,30 @@ pub fn acceptor(files: &ServerTlsFiles) -> Result<TlsAcceptor, ServerTlsError> {
 /// (and logged at DEBUG) without ending the stream.
 pub fn incoming(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    tls: ServedTls,
 ) -> impl Stream<Item = io::Result<CoalescingIo<TlsStream<TcpStream>>>> + Send + 'static {
     let accepting = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let state = (Box::pin(accepting), FuturesUnordered::new(), acceptor);
-    futures_util::stream::unfold(
-        state,
-        |(mut accepting, mut handshakes, acceptor)| async move {
-            loop {
-                tokio::select! {
-                    accepted = accepting.next() => match accepted {
-                        Some(Ok(stream)) => handshakes.push(handshake(acceptor.clone(), stream)),
-                        Some(Err(error)) => {
-                            return Some((Err(error), (accepting, handshakes, acceptor)));
-                        }
-                        None => return None,
-                    },
-                    Some(done) = handshakes.next(), if !handshakes.is_empty() => match done {
-                        Ok(stream) => {
-                            let io = CoalescingIo::new(stream);
-                            return Some((Ok(io), (accepting, handshakes, acceptor)));
-                        }
-                        Err(error) => tracing::debug!(%error, "a caller's TLS handshake failed"),
-                    },
-                }
+    let state = (Box::pin(accepting), FuturesUnordered::new(), tls);
+    futures_util::stream::unfold(state, |(mut accepting, mut handshakes, tls)| async move {
+        loop {
+            tokio::select! {
+                accepted = accepting.next() => match accepted {
+                    Some(Ok(stream)) => handshakes.push(handshake(tls.acceptor(), stream)),
+                    Some(Err(error)) => {
+                        return Some((Err(error), (accepting, handshakes, tls)));
+                    }
+                    None => return None,
+                },
+                Some(done) = handshakes.next(), if !handshakes.is_empty() => match done {
+                    Ok(stream) => {
+                        let io = CoalescingIo::new(stream);
+                        return Some((Ok(io), (accepting, handshakes, tls)));
+                    }
+                    Err(error) => tracing::debug!(%error, "a caller's TLS handshake failed"),
+                },
             }
-        },
-    )
+        }
+    })
 }
 
 async fn handshake(acceptor: TlsAcceptor, stream: TcpStream) -> io::Result<TlsStream<TcpStream>> {
@@ -170,24 +207,23 @@ mod tests {
             key_file: files.key.clone(),
             client_ca_file: None,
         };
-        assert!(acceptor(&plain).is_ok());
+        assert!(ServedTls::from_files(&plain).is_ok());
         let mutual = ServerTlsFiles {
             client_ca_file: Some(files.cert.clone()),
             ..plain
         };
-        assert!(acceptor(&mutual).is_ok());
+        assert!(ServedTls::from_files(&mutual).is_ok());
     }
 
     #[test]
     fn a_key_that_is_not_the_certificate_s_is_refused() {
         let files = written();
-        let error = acceptor(&ServerTlsFiles {
+        let error = ServedTls::from_files(&ServerTlsFiles {
             cert_file: files.cert.clone(),
             key_file: files.other_key.clone(),
             client_ca_file: None,
         })
-        .err()
-        .expect("mismatched");
+        .expect_err("mismatched");
         assert!(
             error.to_string().contains("cannot be used together"),
             "{error}"
@@ -224,13 +260,12 @@ mod tests {
             ),
         ];
         for (cert, key, client_ca, expected) in cases {
-            let error = acceptor(&ServerTlsFiles {
+            let error = ServedTls::from_files(&ServerTlsFiles {
                 cert_file: cert.into(),
                 key_file: key.expect("utf-8").into(),
                 client_ca_file: client_ca.map(PathBuf::from),
             })
-            .err()
-            .expect("bad file");
+            .expect_err("bad file");
             assert!(error.to_string().contains(expected), "{error}");
         }
     }

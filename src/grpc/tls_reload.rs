@@ -1,0 +1,120 @@
+//! Certificates renewed on disk take effect without a restart.
+//!
+//! cert-manager, Vault agents and the like replace certificate and key files in place (a
+//! Kubernetes secret volume swaps a symlink) well before the old certificate expires. Every
+//! `tls_reload_interval` the files a TLS configuration was built from are read again; when
+//! their contents have changed, the configuration is built anew and used for every new
+//! connection (open ones keep theirs). A change that does not build (a certificate written
+//! before its key, a file that is not PEM) is logged at WARN, once per content, and the
+//! previous configuration is kept.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::provider_tls::{ProviderTls, ProviderTlsFiles};
+use super::server_tls::{ServedTls, ServerTlsFiles};
+
+/// How often the files are read again by default.
+pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The sha256 of each file's content (`None` for a file that cannot be read).
+type Fingerprint = Vec<Option<[u8; 32]>>;
+
+fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
+    paths
+        .iter()
+        .map(|path| {
+            std::fs::read(path)
+                .ok()
+                .map(|bytes| Sha256::digest(bytes).into())
+        })
+        .collect()
+}
+
+/// Reads `paths` every `interval` until `serving` turns false; when their contents change,
+/// calls `rebuild`, which builds and installs the new configuration or says why it cannot.
+/// `what` names the configuration in the log.
+pub async fn watch<F>(
+    what: &'static str,
+    paths: Vec<PathBuf>,
+    interval: Duration,
+    rebuild: F,
+    mut serving: tokio::sync::watch::Receiver<bool>,
+) where
+    F: Fn() -> Result<(), String> + Send + Sync + 'static,
+{
+    let rebuild = std::sync::Arc::new(rebuild);
+    let files = std::sync::Arc::new(paths);
+    let mut seen = {
+        let files = std::sync::Arc::clone(&files);
+        tokio::task::spawn_blocking(move || fingerprint(&files))
+            .await
+            .unwrap_or_default()
+    };
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = super::serving::shutting_down(&mut serving) => return,
+        }
+        let (files, rebuild, previous) = (
+            std::sync::Arc::clone(&files),
+            std::sync::Arc::clone(&rebuild),
+            seen.clone(),
+        );
+        // File reads and certificate parsing are blocking work, done off the serving threads.
+        let checked = tokio::task::spawn_blocking(move || {
+            let now = fingerprint(&files);
+            let outcome = (now != previous).then(|| rebuild());
+            (now, outcome)
+        })
+        .await;
+        let Ok((now, outcome)) = checked else {
+            continue;
+        };
+        seen = now;
+        match outcome {
+            None => {}
+            Some(Ok(())) => tracing::info!(what, "TLS files changed: reloaded"),
+            Some(Err(error)) => tracing::warn!(
+                what,
+                %error,
+                "TLS files changed but cannot be used; keeping the previous ones"
+            ),
+        }
+    }
+}
+
+/// Watches the files of the served TLS (when there is one) and of TLS to providers (when it
+/// names files), each reloaded as [`watch`] says, until `serving` turns false. An interval of
+/// zero watches nothing.
+pub fn watch_all(
+    served: Option<(ServedTls, ServerTlsFiles)>,
+    providers: (ProviderTls, ProviderTlsFiles),
+    interval: Duration,
+    serving: &tokio::sync::watch::Receiver<bool>,
+) {
+    if interval.is_zero() {
+        return;
+    }
+    if let Some((tls, files)) = served {
+        let paths = super::server_tls::watched_files(&files);
+        let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
+        tokio::spawn(watch("served", paths, interval, rebuild, serving.clone()));
+    }
+    let (tls, files) = providers;
+    let paths = super::provider_tls::watched_files(&files);
+    if !paths.is_empty() {
+        let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
+        tokio::spawn(watch(
+            "providers",
+            paths,
+            interval,
+            rebuild,
+            serving.clone(),
+        ));
+    }
+}
