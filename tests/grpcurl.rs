@@ -177,17 +177,7 @@ fn example_provider_walkthrough() {
     let _provider = ChildGuard::structs_provider(&endpoint);
     common::process::wait_for_structs_provider(&endpoint);
 
-    let (code, stdout, stderr) = toolplane_cli(&[
-        "invoke",
-        "structs_calculate_damage",
-        "--endpoint",
-        &endpoint,
-        "--input",
-        r#"{"attacker": {"struct_type": 10, "weapon_type": "laser", "power": 100}, "defender": {"struct_type": 1, "armor": 50, "defense": 25}}"#,
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let output: serde_json::Value = serde_json::from_str(&stdout).expect("output is JSON");
-    assert_eq!(output["damage"], 75);
+    common::process::invoke_structs_damage(&["--endpoint", &endpoint]);
 
     let (code, _, stderr) = toolplane_cli(&[
         "invoke",

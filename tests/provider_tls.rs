@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::invoke_fixture::*;
 use common::provider::TestProvider;
-use common::tls::TestCa;
+use common::tls::{TestCa, provider_tls_flags};
 use common::*;
 use serde_json::json;
 use tonic::Code;
@@ -243,7 +243,9 @@ async fn an_unreadable_provider_ca_file_stops_the_start() {
 /// invoke` reaches the tool.
 #[test]
 fn the_binaries_speak_mutual_tls() {
-    use common::process::{ChildGuard, ServerProcess, toolplane_cli, wait_for_structs_provider};
+    use common::process::{
+        ChildGuard, ServerProcess, invoke_structs_damage, wait_for_structs_provider,
+    };
     let ca = TestCa::new();
     let clients_ca = TestCa::new();
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -260,27 +262,9 @@ fn the_binaries_speak_mutual_tls() {
         ("TOOLPLANE_PROVIDER_CLIENT_KEY_FILE", &path(&client_key)),
     ]);
     let endpoint = server.endpoint();
-    let _provider = ChildGuard::structs_provider_with(
-        &endpoint,
-        &[
-            "--tls-cert",
-            &path(&provider_cert),
-            "--tls-key",
-            &path(&provider_key),
-            "--tls-client-ca",
-            &path(&clients_ca_file),
-        ],
-    );
+    let flags = provider_tls_flags(&provider_cert, &provider_key, &clients_ca_file);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _provider = ChildGuard::structs_provider_with(&endpoint, &flags);
     wait_for_structs_provider(&endpoint);
-    let (code, stdout, stderr) = toolplane_cli(&[
-        "invoke",
-        "structs_calculate_damage",
-        "--endpoint",
-        &endpoint,
-        "--input",
-        r#"{"attacker": {"struct_type": 10, "weapon_type": "laser", "power": 100}, "defender": {"struct_type": 1, "armor": 50, "defense": 25}}"#,
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let output: serde_json::Value = serde_json::from_str(&stdout).expect("output is JSON");
-    assert_eq!(output["damage"], 75);
+    invoke_structs_damage(&["--endpoint", &endpoint]);
 }

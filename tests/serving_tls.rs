@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
-use common::tls::TestCa;
+use common::tls::{TestCa, provider_tls_flags};
 use common::*;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use toolplane::client::{ClientError, ClientTlsFiles, ToolplaneClient};
@@ -218,7 +218,10 @@ fn a_tls_file_that_cannot_be_read_stops_serve() {
 /// the provider with its own.
 #[test]
 fn the_binaries_and_grpcurl_over_mutual_tls() {
-    use common::process::{ChildGuard, ServerProcess, peer, toolplane_cli};
+    use common::process::{
+        ChildGuard, ServerProcess, invoke_structs_damage, peer, toolplane_cli,
+        wait_for_structs_provider_with,
+    };
     let pki = pki();
     let dir = pki.dir.path();
     let clients_ca = TestCa::new();
@@ -244,46 +247,24 @@ fn the_binaries_and_grpcurl_over_mutual_tls() {
         &path(&client_key),
     ]
     .map(str::to_owned);
-    let _provider = ChildGuard::structs_provider_with(
-        &endpoint,
-        &[
-            "--tls-cert",
-            &path(&provider_cert),
-            "--tls-key",
-            &path(&provider_key),
-            "--tls-client-ca",
-            &path(&clients_ca_file),
+    let mut flags = provider_tls_flags(&provider_cert, &provider_key, &clients_ca_file);
+    flags.extend(
+        [
             "--control-plane-ca-file",
             &path(&ca_file),
             "--control-plane-cert-file",
             &path(&client_cert),
             "--control-plane-key-file",
             &path(&client_key),
-        ],
+        ]
+        .map(str::to_owned),
     );
-    let cli = |args: &[&str]| {
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--endpoint", &endpoint]);
-        all.extend(credentials.iter().map(String::as_str));
-        toolplane_cli(&all)
-    };
-    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while cli(&["preflight", "--require", "structs:structs_calculate_damage"]).0 != 0 {
-        assert!(
-            std::time::Instant::now() < give_up,
-            "never registered over TLS"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let (code, stdout, stderr) = cli(&[
-        "invoke",
-        "structs_calculate_damage",
-        "--input",
-        r#"{"attacker": {"struct_type": 10, "weapon_type": "laser", "power": 100}, "defender": {"struct_type": 1, "armor": 50, "defense": 25}}"#,
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let output: serde_json::Value = serde_json::from_str(&stdout).expect("output is JSON");
-    assert_eq!(output["damage"], 75);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _provider = ChildGuard::structs_provider_with(&endpoint, &flags);
+    let mut connection = vec!["--endpoint", &endpoint];
+    connection.extend(credentials.iter().map(String::as_str));
+    wait_for_structs_provider_with(&connection);
+    invoke_structs_damage(&connection);
 
     // Without a client certificate the server is not reached.
     let (code, _, stderr) = toolplane_cli(&[

@@ -137,13 +137,18 @@ impl Drop for ChildGuard {
 
 /// Waits (up to 20 s) until the structs-provider's tools pass a pre-flight check.
 pub fn wait_for_structs_provider(endpoint: &str) {
-    let preflight = [
+    wait_for_structs_provider_with(&["--endpoint", endpoint]);
+}
+
+/// As [`wait_for_structs_provider`], the client given `connection` (the endpoint and any
+/// TLS flags).
+pub fn wait_for_structs_provider_with(connection: &[&str]) {
+    let mut preflight = vec![
         "preflight",
-        "--endpoint",
-        endpoint,
         "--require",
         "structs:structs_calculate_power,structs_calculate_proof_of_work",
     ];
+    preflight.extend_from_slice(connection);
     let give_up = std::time::Instant::now() + Duration::from_secs(20);
     while toolplane_cli(&preflight).0 != 0 {
         assert!(
@@ -152,6 +157,23 @@ pub fn wait_for_structs_provider(endpoint: &str) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Runs `toolplane invoke structs_calculate_damage` (a laser of power 100 against armor 50)
+/// with `connection` (the endpoint and any TLS flags) and checks the example provider's
+/// answer: 75 damage.
+pub fn invoke_structs_damage(connection: &[&str]) {
+    let mut invoke = vec![
+        "invoke",
+        "structs_calculate_damage",
+        "--input",
+        r#"{"attacker": {"struct_type": 10, "weapon_type": "laser", "power": 100}, "defender": {"struct_type": 1, "armor": 50, "defense": 25}}"#,
+    ];
+    invoke.extend_from_slice(connection);
+    let (code, stdout, stderr) = toolplane_cli(&invoke);
+    assert_eq!(code, 0, "{stderr}");
+    let output: serde_json::Value = serde_json::from_str(&stdout).expect("output is JSON");
+    assert_eq!(output["damage"], 75);
 }
 
 /// Runs the `toolplane` CLI and returns (exit code, stdout, stderr).

@@ -82,3 +82,16 @@ impl TestCa {
         }
     }
 }
+
+/// The example provider's flags to serve TLS with `cert` and `key`, accepting only callers
+/// with a certificate `client_ca` signed.
+pub fn provider_tls_flags(cert: &Path, key: &Path, client_ca: &Path) -> Vec<String> {
+    [
+        ("--tls-cert", cert),
+        ("--tls-key", key),
+        ("--tls-client-ca", client_ca),
+    ]
+    .into_iter()
+    .flat_map(|(flag, path)| [flag.to_owned(), path.to_string_lossy().into_owned()])
+    .collect()
+}
