@@ -15,6 +15,7 @@ use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
 use tonic::body::Body;
+use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
 use tonic::server::NamedService;
 
 use super::raw_message::RawMessage;
@@ -113,6 +114,8 @@ pub trait InvokeWire: Send + Sync + 'static {
 pub struct InvokeServer<T> {
     api: Arc<T>,
     generated: ToolInvokeServiceServer<T>,
+    /// The encodings requests may be compressed with, for `InvokeTool` too.
+    accepted: EnabledCompressionEncodings,
 }
 
 impl<T> Clone for InvokeServer<T> {
@@ -120,6 +123,7 @@ impl<T> Clone for InvokeServer<T> {
         Self {
             api: Arc::clone(&self.api),
             generated: self.generated.clone(),
+            accepted: self.accepted,
         }
     }
 }
@@ -131,7 +135,15 @@ impl<T: ToolInvokeService + InvokeWire> InvokeServer<T> {
         Self {
             generated: ToolInvokeServiceServer::from_arc(Arc::clone(&api)),
             api,
+            accepted: EnabledCompressionEncodings::default(),
         }
+    }
+
+    /// Accepts requests compressed with `encoding`, as the generated servers' method does.
+    pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+        self.generated = self.generated.accept_compressed(encoding);
+        self.accepted.enable(encoding);
+        self
     }
 }
 
@@ -168,11 +180,15 @@ impl<T: ToolInvokeService + InvokeWire> tonic::codegen::Service<http::Request<Bo
             return self.generated.call(request);
         }
         let method = InvokeToolMethod(Arc::clone(&self.api));
+        let accepted = self.accepted;
         Box::pin(async move {
-            // The generated server's defaults: no compression, 4 MB messages each way.
+            // As the generated server: answers uncompressed, 4 MB messages each way.
             let codec =
                 tonic_prost::ProstCodec::<InvokeToolResponseWire, InvokeToolRequestWire>::default();
-            Ok(tonic::server::Grpc::new(codec).unary(method, request).await)
+            let answers = EnabledCompressionEncodings::default();
+            let mut grpc =
+                tonic::server::Grpc::new(codec).apply_compression_config(accepted, answers);
+            Ok(grpc.unary(method, request).await)
         })
     }
 }

@@ -15,6 +15,8 @@ use tonic::server::NamedService;
 use tonic::service::Routes;
 use tower::Layer;
 
+use tonic::codec::CompressionEncoding;
+
 use super::agent::AgentApi;
 use super::call_scheduling::CallScheduling;
 use super::connections::{ConnectionSettings, serve_connections};
@@ -340,24 +342,40 @@ pub async fn serve_with_metrics(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
-    let routes = Routes::new(DiscoveryServiceServer::new(DiscoveryApi::new(
+    // Requests compressed with gzip or deflate are accepted (gRPC clients in other languages
+    // compress when told to); answers are sent uncompressed.
+    macro_rules! accepting_compressed {
+        ($server:expr) => {
+            $server
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Deflate)
+        };
+    }
+    let discovery = DiscoveryServiceServer::new(DiscoveryApi::new(
         registry.clone(),
         serving.clone(),
         Arc::clone(&health),
-    )))
-    .add_service(HealthServiceServer::new(HealthApi::new(
+    ));
+    let health_api = HealthServiceServer::new(HealthApi::new(
         registry.clone(),
         serving.clone(),
         Arc::clone(&health),
-    )))
-    .add_service(InvokeServer::new(InvokeApi::new(invoker)))
-    .add_service(AgentServiceServer::new(AgentApi::new(runner)))
-    .add_service(tonic_health::pb::health_server::HealthServer::new(
-        StandardHealth::new(registry, serving.clone(), health),
-    ))
-    .add_service(reflection_v1)
-    .add_service(reflection_v1alpha)
-    .prepare();
+    ));
+    let invoke = InvokeServer::new(InvokeApi::new(invoker));
+    let agent = AgentServiceServer::new(AgentApi::new(runner));
+    let standard_health = tonic_health::pb::health_server::HealthServer::new(StandardHealth::new(
+        registry,
+        serving.clone(),
+        health,
+    ));
+    let routes = Routes::new(accepting_compressed!(discovery))
+        .add_service(accepting_compressed!(health_api))
+        .add_service(accepting_compressed!(invoke))
+        .add_service(accepting_compressed!(agent))
+        .add_service(accepting_compressed!(standard_health))
+        .add_service(accepting_compressed!(reflection_v1))
+        .add_service(accepting_compressed!(reflection_v1alpha))
+        .prepare();
     let settings = options.connection_settings();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let service = RpcMeteringLayer::new(rpc_stats, spans.clone())
