@@ -130,6 +130,9 @@ async fn a_scrape_reports_invocations_and_the_registry() {
 
     let elsewhere = scrape(&http, metrics, "/").await;
     assert_eq!(elsewhere.status(), 404);
+    for probe in ["/livez", "/readyz"] {
+        assert_eq!(scrape(&http, metrics, probe).await.status(), 200, "{probe}");
+    }
     let posted = http
         .post(format!("http://{metrics}/metrics"))
         .send()

@@ -1,5 +1,7 @@
 //! The metrics endpoint: `GET /metrics` over HTTP/1.1, as Prometheus scrapes, on a listener
-//! of its own (the gRPC port speaks only HTTP/2). Anything else is answered 404 or 405.
+//! of its own (the gRPC port speaks only HTTP/2), with `GET /livez` and `GET /readyz` beside
+//! it for probes that speak HTTP (Kubernetes' gRPC probes cannot use TLS). Anything else is
+//! answered 404 or 405.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -52,6 +54,13 @@ async fn serve_connection(stream: tokio::net::TcpStream, sources: MetricsSources
 }
 
 fn answer(request: &Request<Incoming>, sources: &MetricsSources) -> Response<String> {
+    answer_to(request.method(), request.uri().path(), sources)
+}
+
+/// The paths served, each with what it answers.
+const PATHS: &str = "/metrics, /livez or /readyz";
+
+fn answer_to(method: &Method, path: &str, sources: &MetricsSources) -> Response<String> {
     let respond = |status: StatusCode, content_type: &str, body: String| {
         Response::builder()
             .status(status)
@@ -60,21 +69,30 @@ fn answer(request: &Request<Incoming>, sources: &MetricsSources) -> Response<Str
             .expect("a valid response")
     };
     let text = "text/plain; charset=utf-8";
-    if request.uri().path() != "/metrics" {
-        return respond(
-            StatusCode::NOT_FOUND,
+    let (status, content_type, body) = match path {
+        "/metrics" => (StatusCode::OK, CONTENT_TYPE, render(sources)),
+        // Alive while the process answers at all.
+        "/livez" => (StatusCode::OK, text, "ok\n".to_owned()),
+        // Ready while serving; not once shutdown has begun, so no new calls are sent here.
+        "/readyz" if sources.serving.is_serving() => (StatusCode::OK, text, "serving\n".to_owned()),
+        "/readyz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
             text,
-            "not found: the metrics are at /metrics\n".to_owned(),
-        );
-    }
-    match *request.method() {
-        Method::GET => respond(StatusCode::OK, CONTENT_TYPE, render(sources)),
-        Method::HEAD => respond(StatusCode::OK, CONTENT_TYPE, String::new()),
+            "shutting down\n".to_owned(),
+        ),
+        _ => {
+            let body = format!("not found: the paths served are {PATHS}\n");
+            return respond(StatusCode::NOT_FOUND, text, body);
+        }
+    };
+    match *method {
+        Method::GET => respond(status, content_type, body),
+        Method::HEAD => respond(status, content_type, String::new()),
         _ => {
             let mut response = respond(
                 StatusCode::METHOD_NOT_ALLOWED,
                 text,
-                "method not allowed: GET /metrics\n".to_owned(),
+                format!("method not allowed: GET {path}\n"),
             );
             response.headers_mut().insert(
                 hyper::header::ALLOW,
@@ -82,5 +100,24 @@ fn answer(request: &Request<Incoming>, sources: &MetricsSources) -> Response<Str
             );
             response
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn readiness_follows_the_serving_state_and_liveness_does_not() {
+        let sources = super::super::test_sources();
+        let status = |path: &str| answer_to(&Method::GET, path, &sources).status();
+        assert_eq!(status("/livez"), StatusCode::OK);
+        assert_eq!(status("/readyz"), StatusCode::OK);
+        sources.serving.shut_down();
+        assert_eq!(status("/livez"), StatusCode::OK);
+        assert_eq!(status("/readyz"), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(status("/health"), StatusCode::NOT_FOUND);
+        let posted = answer_to(&Method::POST, "/readyz", &sources);
+        assert_eq!(posted.status(), StatusCode::METHOD_NOT_ALLOWED);
     }
 }

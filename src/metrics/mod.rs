@@ -216,11 +216,23 @@ fn encode_agents(
     )
 }
 
+/// Sources with nothing in them, serving (inside a tokio runtime: the store starts a task).
+#[cfg(test)]
+pub(crate) fn test_sources() -> MetricsSources {
+    MetricsSources {
+        records: Arc::new(RecordLog::in_memory(10)),
+        store: crate::registry::memory::MemoryStore::start(16, 16),
+        health: Arc::new(ProviderHealthBook::default()),
+        serving: ServingState::new(),
+        rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
+        agents: Arc::new(AgentStore::new(10, 0, 0)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::invoke::records::RecordDraft;
-    use crate::registry::memory::MemoryStore;
 
     fn draft(status: InvocationStatus) -> RecordDraft {
         let now = std::time::SystemTime::now();
@@ -254,11 +266,7 @@ mod tests {
         }
         let sources = MetricsSources {
             records,
-            store: MemoryStore::start(16, 16),
-            health: Arc::new(ProviderHealthBook::default()),
-            serving: ServingState::new(),
-            rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
-            agents: Arc::new(AgentStore::new(10, 0, 0)),
+            ..test_sources()
         };
         let text = render(&sources);
         for line in [
