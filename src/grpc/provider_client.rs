@@ -134,6 +134,13 @@ impl GrpcProviderCaller {
             Some(HEALTH_CHECK_TIMEOUT),
         );
         match tokio::time::timeout(HEALTH_CHECK_TIMEOUT, check).await {
+            // A dead connection (its peer gone without closing it) is closed, so the next
+            // check and call dial again rather than wait on it.
+            Err(_) if !channel.check_connection(HEALTH_CHECK_TIMEOUT).await => Err(
+                "health check timed out and the connection did not answer a PING (closed; the \
+                 next check dials again)"
+                    .to_owned(),
+            ),
             Err(_) => Err("health check timed out".to_owned()),
             Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => Ok(()),
             Ok(Err(status)) => Err(format!(

@@ -11,10 +11,12 @@
 //! status, message and details parsing (see the `answer` module), so this is the thin part
 //! written here.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use h2::PingPong;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, HeaderName, TE, USER_AGENT};
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -62,6 +64,21 @@ struct Open {
     generation: u64,
     sender: SendRequest<Bytes>,
     calls: Arc<Calls>,
+    /// The connection's HTTP/2 PINGs (one at a time), to tell a dead connection from a slow
+    /// peer.
+    pings: Arc<tokio::sync::Mutex<Option<PingPong>>>,
+    /// Stops the task that drives the connection, closing it.
+    driver: tokio::task::AbortHandle,
+    /// Set when the connection was found dead and closed: the next call dials again at once
+    /// (the sender learns of the close only once the aborted task has been dropped).
+    closed: Arc<AtomicBool>,
+}
+
+/// A new connection: what [`Open`] keeps of it.
+struct Dialled {
+    sender: SendRequest<Bytes>,
+    pings: Option<PingPong>,
+    driver: tokio::task::AbortHandle,
 }
 
 impl UnaryChannel {
@@ -209,6 +226,7 @@ impl UnaryChannel {
         for _ in 0..2 {
             let open = self.lock().clone();
             let generation = match open {
+                Some(open) if open.closed.load(Ordering::Acquire) => open.generation,
                 Some(open) => match open.sender.ready().await {
                     Ok(sender) => return Ok((sender, open.calls)),
                     Err(_) => open.generation,
@@ -217,12 +235,15 @@ impl UnaryChannel {
             };
             let mut dialled = self.dialling.lock().await;
             if *dialled == generation {
-                let sender = self.dial().await?;
+                let connection = self.dial().await?;
                 *dialled += 1;
                 *self.lock() = Some(Open {
                     generation: *dialled,
-                    sender,
+                    sender: connection.sender,
                     calls: Arc::default(),
+                    pings: Arc::new(tokio::sync::Mutex::new(connection.pings)),
+                    driver: connection.driver,
+                    closed: Arc::default(),
                 });
             }
         }
@@ -230,6 +251,32 @@ impl UnaryChannel {
             "the connection to {} failed as it was opened",
             self.authority
         )))
+    }
+
+    /// Whether the open connection answers an HTTP/2 PING within `timeout` (`true` when none
+    /// is open). One that does not is closed, failing its calls `UNAVAILABLE`, and the next
+    /// call dials again: a peer that vanished without closing the connection (a node lost, a
+    /// NAT entry dropped) would otherwise hold every call until its deadline, for as long as
+    /// TCP takes to give up (15 minutes on Linux). Used when a health check goes unanswered,
+    /// so pings stay as rare as grpc-go servers' keepalive policy wants (frequent pings
+    /// without answers between them are refused with GOAWAY `too_many_pings`).
+    pub async fn check_connection(&self, timeout: Duration) -> bool {
+        let Some(open) = self.lock().clone() else {
+            return true;
+        };
+        let ping = async {
+            match open.pings.lock().await.as_mut() {
+                Some(pings) => pings.ping(h2::Ping::opaque()).await.is_ok(),
+                None => true,
+            }
+        };
+        let answered = tokio::time::timeout(timeout, ping).await.unwrap_or(false);
+        if !answered {
+            tracing::warn!(authority = %self.authority, ?timeout, "provider connection did not answer a PING; closed");
+            open.closed.store(true, Ordering::Release);
+            open.driver.abort();
+        }
+        answered
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Open>> {
@@ -241,7 +288,7 @@ impl UnaryChannel {
     }
 
     /// Opens a connection (TLS for `https://`) and starts the task that drives it.
-    async fn dial(&self) -> Result<SendRequest<Bytes>, Status> {
+    async fn dial(&self) -> Result<Dialled, Status> {
         let authority = &self.authority;
         let default_port = if self.tls.is_some() { 443 } else { 80 };
         let port = authority.port_u16().unwrap_or(default_port);
@@ -309,11 +356,11 @@ fn tls_error(error: &std::io::Error) -> Option<&rustls::Error> {
 }
 
 /// Starts HTTP/2 on an open connection, and the task that drives it.
-async fn handshake<T>(stream: T, authority: &Authority) -> std::io::Result<SendRequest<Bytes>>
+async fn handshake<T>(stream: T, authority: &Authority) -> std::io::Result<Dialled>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, connection) = h2::client::Builder::new()
+    let (sender, mut connection) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_send_buffer_size(MAX_SEND_BUFFER)
@@ -321,13 +368,18 @@ where
         .handshake::<_, Bytes>(CoalescingIo::new(stream))
         .await
         .map_err(std::io::Error::other)?;
+    let pings = connection.ping_pong();
     let authority = authority.clone();
-    tokio::spawn(async move {
+    let driver = tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%authority, %error, "provider connection closed");
         }
     });
-    Ok(sender)
+    Ok(Dialled {
+        sender,
+        pings,
+        driver: driver.abort_handle(),
+    })
 }
 
 /// A message with its gRPC frame prefix (uncompressed).

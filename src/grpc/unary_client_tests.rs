@@ -164,3 +164,42 @@ async fn an_unreachable_endpoint_is_unavailable() {
         .expect_err("nothing listens");
     assert_eq!(error.code(), Code::Unavailable, "{error}");
 }
+
+#[tokio::test]
+async fn a_connection_that_answers_a_ping_is_kept_and_one_that_does_not_is_closed() {
+    let (addr, _stop, _server) = spawn_health_server().await;
+    let channel =
+        UnaryChannel::new(&format!("http://{addr}"), Duration::from_secs(1)).expect("valid");
+    assert!(
+        channel.check_connection(Duration::from_secs(1)).await,
+        "none open yet"
+    );
+    check(&channel).await.expect("first call");
+    assert!(channel.check_connection(Duration::from_secs(5)).await);
+    check(&channel).await.expect("the connection still serves");
+
+    // A peer that accepts connections and then says nothing.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let silent_addr = silent.local_addr().expect("addr");
+    let _holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+        }
+    });
+    let channel =
+        UnaryChannel::new(&format!("http://{silent_addr}"), Duration::from_secs(1)).expect("valid");
+    let waiting = tokio::time::timeout(Duration::from_millis(200), check(&channel)).await;
+    assert!(waiting.is_err(), "no answer from a silent peer");
+    assert!(!channel.check_connection(Duration::from_millis(200)).await);
+    let generation = channel.lock().as_ref().map(|open| open.generation);
+    let _ = tokio::time::timeout(Duration::from_millis(200), check(&channel)).await;
+    let redialled = channel.lock().as_ref().map(|open| open.generation);
+    assert_eq!(
+        redialled,
+        generation.map(|g| g + 1),
+        "the next call dials again"
+    );
+}

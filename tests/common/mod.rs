@@ -279,6 +279,7 @@ pub mod agent_fixture;
 pub mod invoke_fixture;
 pub mod process;
 pub mod provider;
+pub mod proxy;
 pub mod tls;
 
 /// Polls `check` every 20 ms until it holds; panics after 10 s (a bound on "eventually", never

@@ -36,6 +36,15 @@ impl TestProvider {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
+        Self::start_on(listener, tools, config)
+    }
+
+    /// Starts a provider of `tools` on `listener`, configured as `config` says.
+    pub fn start_on(
+        listener: tokio::net::TcpListener,
+        tools: RegisteredTools,
+        config: ProviderConfig,
+    ) -> Self {
         let addr = listener.local_addr().expect("address");
         let server = ProviderServer::new(tools, config);
         let health = server.health();

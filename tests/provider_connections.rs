@@ -1,0 +1,57 @@
+//! Connections to providers that die without closing: found by an HTTP/2 PING when a health
+//! check goes unanswered, closed, and dialled again.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::invoke_fixture::*;
+use common::provider::TestProvider;
+use common::proxy::FreezingProxy;
+use common::*;
+use serde_json::json;
+use toolplane::grpc::ServerOptions;
+use toolplane::provider::ProviderConfig;
+
+/// A provider connection whose far end went silent without closing it (frozen behind a
+/// proxy) is closed once a health check goes unanswered and a PING too; the next check dials
+/// again (through the proxy, which carries new connections) and the provider is called again
+/// within seconds. Without the PING every check and call waits on the dead connection until
+/// TCP gives up (15 minutes on Linux).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_provider_connection_is_closed_and_dialled_again() {
+    let server = TestServer::start_with(ServerOptions {
+        provider_health_interval: Duration::from_millis(200),
+        ..test_options()
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let proxy = FreezingProxy::start(listener.local_addr().expect("address")).await;
+    let probes = Arc::new(Probes::default());
+    let mut config = ProviderConfig::new("testing", "1.0.0", &server.endpoint());
+    config.advertised_endpoint = format!("http://{}", proxy.addr);
+    let _provider = TestProvider::start_on(listener, test_tools(&probes), config);
+    wait_registered(&server, "testing").await;
+    let client = invoker(&server).await;
+    let call = || {
+        let mut client = client.clone();
+        async move {
+            let mut request = tonic::Request::new(request("echo", json!({})));
+            request.set_timeout(Duration::from_millis(500));
+            client.invoke_tool(request).await
+        }
+    };
+    call().await.expect("called through the proxy");
+
+    proxy.freeze_open_connections();
+    eventually(
+        "the provider is called again over a new connection",
+        || async { call().await.is_ok() },
+    )
+    .await;
+    assert!(probes.echo_calls.load(Ordering::SeqCst) >= 2);
+}
