@@ -55,3 +55,34 @@ async fn a_dead_provider_connection_is_closed_and_dialled_again() {
     .await;
     assert!(probes.echo_calls.load(Ordering::SeqCst) >= 2);
 }
+
+/// A provider whose connection to the control plane went silent without closing (frozen
+/// behind a proxy) finds it dead, dials again and registers again once its lease has lapsed,
+/// within seconds. Without the PING and the bound on each call, its heartbeat waits on the
+/// dead connection until TCP gives up, and the service stays gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_registers_again_over_a_new_connection_after_the_old_one_died() {
+    let server = TestServer::start().await;
+    let proxy = FreezingProxy::start(server.addr).await;
+    let probes = Arc::new(Probes::default());
+    let mut config = ProviderConfig::new("testing", "1.0.0", &format!("http://{}", proxy.addr));
+    config.ttl = Duration::from_millis(600);
+    let _provider = TestProvider::start_with(test_tools(&probes), config).await;
+    wait_registered(&server, "testing").await;
+
+    proxy.freeze_open_connections();
+    let discovery = server.discovery().await;
+    eventually(
+        "the lease lapses while heartbeats cannot get through",
+        || {
+            let mut discovery = discovery.clone();
+            async move { get_service(&mut discovery, 0, "testing").await.is_err() }
+        },
+    )
+    .await;
+    eventually("the provider registers again over a new connection", || {
+        let mut discovery = discovery.clone();
+        async move { get_service(&mut discovery, 0, "testing").await.is_ok() }
+    })
+    .await;
+}

@@ -33,6 +33,13 @@ use crate::pb::tool_provider_service_server::{ToolProviderService, ToolProviderS
 pub const PROVIDER_ERROR_DOMAIN: &str = "toolplane.provider";
 /// The default lease TTL a provider asks for.
 pub const DEFAULT_PROVIDER_TTL: Duration = Duration::from_secs(30);
+/// How long a registration or heartbeat may wait on the control plane before it fails.
+const CONTROL_PLANE_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// While a call waits, how long the connection to the control plane may be silent before it
+/// is sent an HTTP/2 PING, and how long that PING may go unanswered before the connection is
+/// closed.
+const CONTROL_PLANE_PING_INTERVAL: Duration = Duration::from_secs(2);
+const CONTROL_PLANE_PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long to wait before registering again after a failed attempt, at most.
 const MAX_REGISTER_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -193,7 +200,13 @@ impl ProviderServer {
         };
         let mut control_plane = Endpoint::from_shared(self.config.control_plane.clone())
             .map_err(|_| ProviderError::ControlPlane(self.config.control_plane.clone()))?
-            .connect_timeout(Duration::from_secs(2));
+            .connect_timeout(Duration::from_secs(2))
+            // A connection to a control plane whose host vanished without closing it is found
+            // by an unanswered PING while a call waits on it, and closed (the channel dials
+            // again); each call is bounded too, so the lease is renewed or registered again.
+            .http2_keep_alive_interval(CONTROL_PLANE_PING_INTERVAL)
+            .keep_alive_timeout(CONTROL_PLANE_PING_TIMEOUT)
+            .timeout(CONTROL_PLANE_CALL_TIMEOUT);
         if control_plane.uri().scheme_str() == Some("https") {
             let tls = self
                 .config
