@@ -1,6 +1,6 @@
 //! The binaries: `toolplane` serve, preflight exit codes, listings for people and scripts, a
 //! clean exit 0 on SIGTERM, its log lines; what each binary's `--help` says it is; and that the
-//! benchmark harness repeats its measurements as asked.
+//! benchmark harness repeats its measurements as asked, and runs over TLS.
 
 mod common;
 
@@ -319,6 +319,28 @@ fn bench_repeats_each_measurement_as_asked() {
     let (code, _, stderr) = run_binary(bench, &["run", "--quick", "--repetitions", "0"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("--repetitions"));
+}
+
+/// `toolplane-bench run --tls` runs every connection over TLS with certificates made for the
+/// run: every invocation path (through toolplane, through the pass-through, straight to the
+/// provider) answers, since a measurement with a failed call fails the run.
+#[test]
+fn bench_runs_every_connection_over_tls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("rows.json");
+    let json_path = json.to_str().expect("a UTF-8 temp path");
+    let args = [
+        "run", "--quick", "--tls", "--only", "2", "--json", json_path,
+    ];
+    let (code, _, stderr) = run_binary(env!("CARGO_BIN_EXE_toolplane-bench"), &args);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
+            .expect("JSON rows");
+    assert!(!rows.is_empty());
+    for row in &rows {
+        assert_eq!(row["scenario"], "2 invoke (TLS)", "{row}");
+    }
 }
 
 /// `toolplane serve` serves Prometheus metrics where `metrics_listen` says, and logs where.

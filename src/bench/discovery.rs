@@ -36,35 +36,38 @@ async fn measure(
             .map(DiscoveryServiceClient::new)
             .collect(),
     );
-    Ok(
-        closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
-            let mut client = clients[worker % clients.len()].clone();
-            async move {
-                match read {
-                    Read::GetTool => {
-                        let name = format!("tool_{:06}", (worker * 7919) % tools);
-                        client
-                            .get_tool(pb::GetToolRequest {
-                                meta: meta(),
-                                tool_name: name,
-                                service_name: String::new(),
-                            })
-                            .await
-                            .map(drop)
-                    }
-                    Read::ListTools => client
-                        .list_tools(pb::ListToolsRequest {
+    let what = match read {
+        Read::GetTool => format!("GetTool at c={concurrency}, {endpoint}"),
+        Read::ListTools => format!("ListTools at c={concurrency}, {endpoint}"),
+    };
+    closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
+        let mut client = clients[worker % clients.len()].clone();
+        async move {
+            match read {
+                Read::GetTool => {
+                    let name = format!("tool_{:06}", (worker * 7919) % tools);
+                    client
+                        .get_tool(pb::GetToolRequest {
                             meta: meta(),
-                            page_size: 100,
-                            ..Default::default()
+                            tool_name: name,
+                            service_name: String::new(),
                         })
                         .await
-                        .map(drop),
+                        .map(drop)
                 }
+                Read::ListTools => client
+                    .list_tools(pb::ListToolsRequest {
+                        meta: meta(),
+                        page_size: 100,
+                        ..Default::default()
+                    })
+                    .await
+                    .map(drop),
             }
-        })
-        .await,
-    )
+        }
+    })
+    .await
+    .all_succeeded(&what)
 }
 
 async fn measure_open(endpoint: &str, bench: &Bench, tools: usize) -> Result<Measured, String> {
@@ -75,7 +78,7 @@ async fn measure_open(endpoint: &str, bench: &Bench, tools: usize) -> Result<Mea
             .map(DiscoveryServiceClient::new)
             .collect(),
     );
-    Ok(open_loop(
+    open_loop(
         bench.sizes.open_loop_rate,
         bench.sizes.measure_for,
         move |index| {
@@ -93,7 +96,11 @@ async fn measure_open(endpoint: &str, bench: &Bench, tools: usize) -> Result<Mea
             }
         },
     )
-    .await)
+    .await
+    .all_succeeded(&format!(
+        "GetTool open loop at {} req/s, {endpoint}",
+        bench.sizes.open_loop_rate
+    ))
 }
 
 /// Starts the baseline answering with exactly what toolplane answered: every tool's GetTool

@@ -56,7 +56,11 @@ where
     let measured = closed_loop(concurrency, bench.sizes.measure_for, move |worker| {
         call(clients[worker % clients.len()].clone())
     })
-    .await;
+    .await
+    .all_succeeded(&format!(
+        "calls at c={concurrency} to {}",
+        target.endpoint()
+    ))?;
     let cpu = before.per_call_until(&target.read_cpu(), measured.calls);
     Ok(Run { measured, cpu })
 }

@@ -180,7 +180,8 @@ pub(super) async fn churn(bench: &Bench) -> Result<Vec<Row>, String> {
                     .map(drop)
             }
         })
-        .await;
+        .await
+        .all_succeeded("RegisterService")?;
         registrations.push(measured.rps());
         let (beater, leases) = (client.clone(), Arc::clone(&leases));
         let measured = closed_loop(CHURN_CONCURRENCY, bench.sizes.measure_for, move |worker| {
@@ -197,7 +198,8 @@ pub(super) async fn churn(bench: &Bench) -> Result<Vec<Row>, String> {
                     .map(drop)
             }
         })
-        .await;
+        .await
+        .all_succeeded("Heartbeat")?;
         heartbeats.push(measured.rps());
     }
     let mut rows = vec![
@@ -274,12 +276,15 @@ pub(super) async fn startup_and_memory(bench: &Bench) -> Result<Vec<Row>, String
     let mut cold = Vec::new();
     for _ in 0..bench.sizes.repetitions.max(3) {
         let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
+        let tls_env = bench.toolplane_tls_env();
+        let env: Vec<(&str, &str)> = tls_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let child = ChildProcess::spawn(
             &bench.binaries.toolplane,
             &["serve", "--listen", &addr],
-            &[],
+            &env,
             &addr,
-        )?;
+        )?
+        .with_tls(bench.tls.is_some());
         let serving_at = wait_serving(&child.endpoint(), Duration::from_secs(30)).await?;
         cold.push(serving_at.duration_since(child.spawned_at).as_secs_f64() * 1000.0);
     }

@@ -22,6 +22,8 @@ pub struct Measured {
     pub calls: u64,
     /// Failed calls.
     pub errors: u64,
+    /// What the first failed call failed with.
+    pub first_error: Option<String>,
     /// How long the measurement ran.
     pub elapsed: Duration,
     /// Latencies of successful calls, in microseconds.
@@ -29,6 +31,20 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// This measurement when every call succeeded; otherwise an error naming `what`, how many
+    /// calls failed and the first failure. Latency and throughput of a run whose calls fail
+    /// measure the failing, not the serving, so they are not reported at all.
+    pub fn all_succeeded(self, what: &str) -> Result<Self, String> {
+        match &self.first_error {
+            None => Ok(self),
+            Some(first) => Err(format!(
+                "{what}: {} of {} calls failed, the first with: {first}",
+                self.errors,
+                self.errors + self.calls
+            )),
+        }
+    }
+
     /// Successful calls per second.
     pub fn rps(&self) -> f64 {
         self.calls as f64 / self.elapsed.as_secs_f64().max(1e-9)
@@ -55,6 +71,7 @@ pub async fn closed_loop<F, Fut, E>(concurrency: usize, duration: Duration, call
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send,
+    E: std::fmt::Display,
 {
     let call = Arc::new(call);
     let started = Instant::now();
@@ -64,7 +81,7 @@ where
             let call = Arc::clone(&call);
             tokio::spawn(async move {
                 let mut latencies = histogram();
-                let (mut calls, mut errors) = (0u64, 0u64);
+                let (mut calls, mut errors, mut first_error) = (0u64, 0u64, None);
                 while Instant::now() < stop_at {
                     let sent = Instant::now();
                     match call(worker).await {
@@ -72,23 +89,28 @@ where
                             calls += 1;
                             let _ = latencies.record(micros(sent.elapsed()));
                         }
-                        Err(_) => errors += 1,
+                        Err(error) => {
+                            errors += 1;
+                            first_error.get_or_insert_with(|| error.to_string());
+                        }
                     }
                 }
-                (calls, errors, latencies)
+                (calls, errors, first_error, latencies)
             })
         })
         .collect();
     let mut total = Measured {
         calls: 0,
         errors: 0,
+        first_error: None,
         elapsed: Duration::ZERO,
         latencies: histogram(),
     };
     for worker in workers {
-        if let Ok((calls, errors, latencies)) = worker.await {
+        if let Ok((calls, errors, first_error, latencies)) = worker.await {
             total.calls += calls;
             total.errors += errors;
+            total.first_error = total.first_error.or(first_error);
             let _ = total.latencies.add(latencies);
         }
     }
@@ -102,7 +124,7 @@ pub async fn open_loop<F, Fut, E>(rate: f64, duration: Duration, call: F) -> Mea
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
 {
     let call = Arc::new(call);
     let interval = Duration::from_secs_f64(1.0 / rate.max(1e-3));
@@ -110,6 +132,7 @@ where
     let results = Arc::new(Mutex::new(Measured {
         calls: 0,
         errors: 0,
+        first_error: None,
         elapsed: Duration::ZERO,
         latencies: histogram(),
     }));
@@ -120,7 +143,11 @@ where
         let intended = started + interval.mul_f64(index as f64);
         tokio::time::sleep_until(intended).await;
         let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
-            results.lock().await.errors += 1;
+            let mut results = results.lock().await;
+            results.errors += 1;
+            results.first_error.get_or_insert_with(|| {
+                format!("not sent: {MAX_OPEN_LOOP_IN_FLIGHT} requests were already in flight")
+            });
             continue;
         };
         let (call, results) = (Arc::clone(&call), Arc::clone(&results));
@@ -134,7 +161,10 @@ where
                     results.calls += 1;
                     let _ = results.latencies.record(micros(latency));
                 }
-                Err(_) => results.errors += 1,
+                Err(error) => {
+                    results.errors += 1;
+                    results.first_error.get_or_insert_with(|| error.to_string());
+                }
             }
         }));
     }
@@ -154,11 +184,30 @@ mod tests {
     async fn closed_loop_counts_calls_and_errors() {
         let measured = closed_loop(2, Duration::from_millis(50), |worker| async move {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            if worker == 0 { Ok(()) } else { Err(()) }
+            if worker == 0 { Ok(()) } else { Err("refused") }
         })
         .await;
         assert!(measured.calls > 0 && measured.errors > 0);
         assert!(measured.percentile_us(0.5) >= 1000.0);
+        let error = measured.all_succeeded("GetTool").expect_err("calls failed");
+        assert!(error.starts_with("GetTool: "), "{error}");
+        assert!(
+            error.ends_with("calls failed, the first with: refused"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_measurement_whose_calls_all_succeed_is_kept() {
+        let measured = closed_loop(2, Duration::from_millis(20), |_| async {
+            Ok::<(), &str>(())
+        })
+        .await;
+        let calls = measured.calls;
+        assert_eq!(
+            measured.all_succeeded("GetTool").map(|m| m.calls),
+            Ok(calls)
+        );
     }
 
     #[tokio::test]
@@ -169,9 +218,9 @@ mod tests {
         let measured = open_loop(200.0, Duration::from_millis(100), move |_| {
             let gate = Arc::clone(&gate);
             async move {
-                let _turn = gate.acquire().await.map_err(|_| ())?;
+                let _turn = gate.acquire().await.map_err(|_| "closed")?;
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                Ok::<(), ()>(())
+                Ok::<(), &str>(())
             }
         })
         .await;

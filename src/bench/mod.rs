@@ -12,9 +12,11 @@ pub mod passthrough;
 mod path_cpu;
 pub mod procs;
 pub mod report;
+pub mod tls;
 mod watch;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint};
@@ -95,19 +97,33 @@ impl Binaries {
     }
 }
 
-/// A running run: sizes and binaries.
+/// A running run: sizes, binaries, and whether every connection is TLS.
 #[derive(Debug, Clone)]
 pub struct Bench {
     /// How big.
     pub sizes: Sizes,
     /// What to run.
     pub binaries: Binaries,
+    /// With `--tls`: the run's certificates, which every server serves and every client
+    /// trusts; `None` runs everything in plain text.
+    pub tls: Option<Arc<tls::RunTls>>,
+}
+
+/// An endpoint to connect to: over TLS trusting the run's CA when it is `https://`.
+fn endpoint_of(endpoint: &str) -> Result<Endpoint, String> {
+    let plain = Endpoint::from_shared(endpoint.to_owned()).map_err(|e| e.to_string())?;
+    if endpoint.starts_with("https://") {
+        plain
+            .tls_config(tls::client_tls())
+            .map_err(|e| format!("{endpoint}: {e}"))
+    } else {
+        Ok(plain)
+    }
 }
 
 /// Connects to an endpoint.
 pub async fn channel(endpoint: &str) -> Result<Channel, String> {
-    Endpoint::from_shared(endpoint.to_owned())
-        .map_err(|e| e.to_string())?
+    endpoint_of(endpoint)?
         .tcp_nodelay(true)
         .connect()
         .await
@@ -127,11 +143,7 @@ pub async fn channels(endpoint: &str, count: usize) -> Result<Vec<Channel>, Stri
 pub async fn wait_serving(endpoint: &str, give_up_after: Duration) -> Result<Instant, String> {
     let give_up = Instant::now() + give_up_after;
     loop {
-        if let Ok(channel) = Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|e| e.to_string())?
-            .connect()
-            .await
-        {
+        if let Ok(channel) = endpoint_of(endpoint)?.connect().await {
             let answer = HealthClient::new(channel)
                 .check(HealthCheckRequest {
                     service: String::new(),
@@ -154,6 +166,23 @@ pub fn meta() -> Option<pb::Meta> {
 }
 
 impl Bench {
+    /// A run of `sizes` with `binaries`; with `tls`, the run's certificates are made and this
+    /// process's connections to `https://` endpoints trust them.
+    pub fn new(sizes: Sizes, binaries: Binaries, tls: bool) -> Result<Self, String> {
+        let tls = if tls {
+            let made = tls::RunTls::generate()?;
+            tls::trust_for_clients(&made)?;
+            Some(Arc::new(made))
+        } else {
+            None
+        };
+        Ok(Self {
+            sizes,
+            binaries,
+            tls,
+        })
+    }
+
     /// Starts `program subcommand --listen ADDR args...` on a free port with `env` and waits
     /// until it reports SERVING.
     async fn start_serving(
@@ -165,16 +194,30 @@ impl Bench {
         let addr = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
         let mut all = vec![subcommand, "--listen", &addr];
         all.extend_from_slice(args);
-        let child = ChildProcess::spawn(program, &all, env, &addr)?;
+        let child = ChildProcess::spawn(program, &all, env, &addr)?.with_tls(self.tls.is_some());
         wait_serving(&child.endpoint(), Duration::from_secs(30)).await?;
         Ok(child)
     }
 
-    /// Starts a `toolplane-bench` mode (baseline, provider, passthrough) and waits until it
-    /// serves.
+    /// Starts a `toolplane-bench` mode (baseline, provider, passthrough), with `--tls-dir`
+    /// in a TLS run, and waits until it serves.
     async fn start_bench_mode(&self, mode: &str, args: &[&str]) -> Result<ChildProcess, String> {
-        self.start_serving(&self.binaries.bench, (mode, args), &[])
+        let dir = self.tls.as_ref().map(|tls| tls.dir().display().to_string());
+        let mut all = args.to_vec();
+        if let Some(dir) = &dir {
+            all.extend(["--tls-dir", dir.as_str()]);
+        }
+        self.start_serving(&self.binaries.bench, (mode, &all), &[])
             .await
+    }
+
+    /// The environment toolplane is started with: in a TLS run, the settings that make it
+    /// serve the run's certificate and trust its CA for providers.
+    pub fn toolplane_tls_env(&self) -> Vec<(&'static str, String)> {
+        self.tls
+            .as_ref()
+            .map(|tls| tls.toolplane_env())
+            .unwrap_or_default()
     }
 
     /// Starts a toolplane server (rate limits and the tenant quotas off: the
@@ -190,11 +233,14 @@ impl Bench {
             ("TOOLPLANE_MAX_TOOL_BYTES_PER_TENANT", "0"),
         ];
         env.extend_from_slice(extra_env);
+        let tls_env = self.toolplane_tls_env();
+        env.extend(tls_env.iter().map(|(key, value)| (*key, value.as_str())));
         self.start_serving(&self.binaries.toolplane, ("serve", &[]), &env)
             .await
     }
 
-    /// Runs the scenarios in `only` (every scenario when empty) and returns the rows.
+    /// Runs the scenarios in `only` (every scenario when empty) and returns the rows; in a
+    /// TLS run each row's scenario says `(TLS)`.
     pub async fn run(&self, only: &[u8]) -> Result<Vec<Row>, String> {
         let wanted = |scenario: u8| only.is_empty() || only.contains(&scenario);
         let mut rows = Vec::new();
@@ -217,6 +263,11 @@ impl Bench {
         if wanted(5) {
             eprintln!("scenario 5: cold start and memory");
             rows.extend(lifecycle::startup_and_memory(self).await?);
+        }
+        if self.tls.is_some() {
+            for row in &mut rows {
+                row.scenario.push_str(" (TLS)");
+            }
         }
         Ok(rows)
     }

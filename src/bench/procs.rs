@@ -13,6 +13,8 @@ pub struct ChildProcess {
     pub addr: String,
     /// When it was spawned.
     pub spawned_at: Instant,
+    /// Whether it serves TLS (its endpoint is `https://`).
+    tls: bool,
 }
 
 /// A free port on 127.0.0.1 (bound and released; the child binds it right after).
@@ -49,7 +51,14 @@ impl ChildProcess {
             child,
             addr: addr.to_owned(),
             spawned_at,
+            tls: false,
         })
+    }
+
+    /// The same process, known to serve TLS when `tls` is true.
+    pub fn with_tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The child's process id.
@@ -57,9 +66,10 @@ impl ChildProcess {
         self.child.id()
     }
 
-    /// `http://` + the address.
+    /// `http://` (`https://` when it serves TLS) + the address.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// CPU time (user + system) the process has used so far.

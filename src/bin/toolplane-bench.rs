@@ -7,13 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Identity, ServerTlsConfig};
 
 use clap::{Parser, Subcommand};
 use prost::Message;
 use toolplane::bench::fixtures::{BaselineDiscovery, bench_tools};
 use toolplane::bench::passthrough::PassThroughInvoke;
 use toolplane::bench::report::table;
+use toolplane::bench::tls::TlsDir;
 use toolplane::bench::{Bench, Binaries, Sizes};
+use toolplane::grpc::connections::serve_connections;
+use toolplane::grpc::provider_tls::{ProviderTls, ProviderTlsFiles};
+use toolplane::grpc::server_tls::{self, ServedTls, ServerTlsFiles};
 use toolplane::grpc::unary_client::UnaryChannel;
 use toolplane::pb;
 use toolplane::provider::{ProviderConfig, ProviderServer};
@@ -44,6 +49,12 @@ enum Command {
         /// machine [default: 3; 1 with --quick].
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=100))]
         repetitions: Option<u16>,
+        /// Every connection over TLS: a CA and a certificate for 127.0.0.1 are made for the
+        /// run, every server (toolplane, the baselines, the bench provider) serves that
+        /// certificate, and every client trusts that CA, so toolplane and its baselines pay
+        /// for TLS alike.
+        #[arg(long)]
+        tls: bool,
     },
     /// (Used by `run`.) The baseline: a bare tonic DiscoveryService answering GetTool and
     /// ListTools with the responses stored in DIR.
@@ -54,6 +65,9 @@ enum Command {
         /// Directory with get_tool.bin and list_tools.bin.
         #[arg(long)]
         responses: PathBuf,
+        /// Serve TLS (and connect over TLS) with the run's certificates in DIR (from `run --tls`).
+        #[arg(long, value_name = "DIR")]
+        tls_dir: Option<PathBuf>,
     },
     /// (Used by `run`.) The invocation floor: a bare tonic ToolInvokeService forwarding each
     /// InvokeTool to PROVIDER's CallTool and doing nothing else.
@@ -64,6 +78,9 @@ enum Command {
         /// The provider to forward to.
         #[arg(long)]
         provider: String,
+        /// Serve TLS (and connect over TLS) with the run's certificates in DIR (from `run --tls`).
+        #[arg(long, value_name = "DIR")]
+        tls_dir: Option<PathBuf>,
     },
     /// (Used by `run`.) The bench provider: bench_simple and bench_complex, registered with
     /// the control plane.
@@ -74,6 +91,9 @@ enum Command {
         /// The control plane to register with.
         #[arg(long)]
         control_plane: String,
+        /// Serve TLS (and connect over TLS) with the run's certificates in DIR (from `run --tls`).
+        #[arg(long, value_name = "DIR")]
+        tls_dir: Option<PathBuf>,
     },
 }
 
@@ -106,11 +126,13 @@ enum Accept {
     LikeToolplane,
 }
 
-/// Serves `routes` and grpc.health.v1 (reporting SERVING) on `listen` until SIGTERM/SIGINT.
+/// Serves `routes` and grpc.health.v1 (reporting SERVING) on `listen` until SIGTERM/SIGINT,
+/// over TLS with the run's certificate when `tls` is given.
 async fn serve_routes(
     listen: std::net::SocketAddr,
     routes: tonic::service::Routes,
     accept: Accept,
+    tls: Option<&TlsDir>,
 ) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
@@ -124,7 +146,13 @@ async fn serve_routes(
     match accept {
         Accept::Plain => {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-            tonic::transport::Server::builder()
+            let mut server = tonic::transport::Server::builder();
+            if let Some(tls) = tls {
+                server = server
+                    .tls_config(ServerTlsConfig::new().identity(identity(tls)?))
+                    .map_err(|e| e.to_string())?;
+            }
+            server
                 .add_routes(routes)
                 .serve_with_incoming_shutdown(incoming, stop)
                 .await
@@ -132,20 +160,39 @@ async fn serve_routes(
         }
         Accept::LikeToolplane => {
             let settings = toolplane::grpc::ServerOptions::default().connection_settings();
-            let incoming = toolplane::grpc::coalesce::incoming(listener);
-            toolplane::grpc::connections::serve_connections(
-                incoming,
-                routes.prepare(),
-                settings,
-                stop,
-            )
-            .await;
+            let service = routes.prepare();
+            match tls {
+                Some(tls) => {
+                    let files = ServerTlsFiles {
+                        cert_file: tls.cert.clone(),
+                        key_file: tls.key.clone(),
+                        client_ca_file: None,
+                    };
+                    let served = ServedTls::from_files(&files).map_err(|e| e.to_string())?;
+                    let incoming = server_tls::incoming(listener, served);
+                    serve_connections(incoming, service, settings, stop).await;
+                }
+                None => {
+                    let incoming = toolplane::grpc::coalesce::incoming(listener);
+                    serve_connections(incoming, service, settings, stop).await;
+                }
+            }
             Ok(())
         }
     }
 }
 
-async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<(), String> {
+/// The run's server certificate and key, as tonic's server identity.
+fn identity(tls: &TlsDir) -> Result<Identity, String> {
+    let read = |path: &PathBuf| std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()));
+    Ok(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?))
+}
+
+async fn baseline(
+    listen: std::net::SocketAddr,
+    responses: PathBuf,
+    tls: Option<TlsDir>,
+) -> Result<(), String> {
     let read = |name: &str| std::fs::read(responses.join(name)).map_err(|e| format!("{name}: {e}"));
     let service = BaselineDiscovery {
         get_tool: decode_answers(&read("get_tool.bin")?)?,
@@ -155,24 +202,48 @@ async fn baseline(listen: std::net::SocketAddr, responses: PathBuf) -> Result<()
     let routes = tonic::service::Routes::new(
         pb::discovery_service_server::DiscoveryServiceServer::new(service),
     );
-    serve_routes(listen, routes, Accept::Plain).await
+    serve_routes(listen, routes, Accept::Plain, tls.as_ref()).await
 }
 
-async fn passthrough(listen: std::net::SocketAddr, provider: String) -> Result<(), String> {
+async fn passthrough(
+    listen: std::net::SocketAddr,
+    provider: String,
+    tls: Option<TlsDir>,
+) -> Result<(), String> {
+    let provider_tls = match &tls {
+        Some(tls) => ProviderTls::from_files(&ProviderTlsFiles {
+            ca_file: Some(tls.ca.clone()),
+            client_identity: None,
+        })
+        .map_err(|e| e.to_string())?,
+        None => ProviderTls::default(),
+    };
     let service = PassThroughInvoke {
-        provider: Arc::new(UnaryChannel::new(&provider, Duration::from_secs(1))?),
+        provider: Arc::new(UnaryChannel::with_tls(
+            &provider,
+            Duration::from_secs(1),
+            &provider_tls,
+        )?),
     };
     let routes =
         tonic::service::Routes::new(toolplane::grpc::invoke_wire::InvokeServer::new(service));
-    serve_routes(listen, routes, Accept::LikeToolplane).await
+    serve_routes(listen, routes, Accept::LikeToolplane, tls.as_ref()).await
 }
 
-async fn provider(listen: std::net::SocketAddr, control_plane: String) -> Result<(), String> {
+async fn provider(
+    listen: std::net::SocketAddr,
+    control_plane: String,
+    tls: Option<TlsDir>,
+) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| e.to_string())?;
     let mut config = ProviderConfig::new("bench", "1.0.0", &control_plane);
     config.ttl = Duration::from_secs(60);
+    if let Some(tls) = &tls {
+        config.tls = Some(ServerTlsConfig::new().identity(identity(tls)?));
+        config.control_plane_tls = Some(tls.client_config()?);
+    }
     ProviderServer::new(bench_tools(), config)
         .serve(listener, toolplane::grpc::shutdown_signal())
         .await
@@ -187,27 +258,38 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let result = match Args::parse().command {
-        Command::Baseline { listen, responses } => baseline(listen, responses).await,
-        Command::Passthrough { listen, provider } => passthrough(listen, provider).await,
+        Command::Baseline {
+            listen,
+            responses,
+            tls_dir,
+        } => baseline(listen, responses, tls_dir.as_deref().map(TlsDir::new)).await,
+        Command::Passthrough {
+            listen,
+            provider,
+            tls_dir,
+        } => passthrough(listen, provider, tls_dir.as_deref().map(TlsDir::new)).await,
         Command::Provider {
             listen,
             control_plane,
-        } => provider(listen, control_plane).await,
+            tls_dir,
+        } => provider(listen, control_plane, tls_dir.as_deref().map(TlsDir::new)).await,
         Command::Run {
             quick,
             json,
             only,
             repetitions,
+            tls,
         } => {
             let mut sizes = if quick { Sizes::quick() } else { Sizes::full() };
             if let Some(repetitions) = repetitions {
                 sizes.repetitions = usize::from(repetitions);
             }
-            let bench = Bench {
-                sizes,
-                binaries: Binaries::beside_this_one(),
+            let run = async {
+                Bench::new(sizes, Binaries::beside_this_one(), tls)?
+                    .run(&only)
+                    .await
             };
-            match bench.run(&only).await {
+            match run.await {
                 Ok(rows) => {
                     println!("{}", table(&rows));
                     match json {
