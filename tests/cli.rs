@@ -309,9 +309,7 @@ fn bench_repeats_each_measurement_as_asked() {
     ];
     let (code, _, stderr) = run_binary(bench, &args);
     assert_eq!(code, 0, "{stderr}");
-    let rows: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
-            .expect("JSON rows");
+    let rows = bench_json_rows(&json);
     assert!(!rows.is_empty());
     for row in &rows {
         assert_eq!(row["toolplane"].as_array().map(Vec::len), Some(2), "{row}");
@@ -319,6 +317,11 @@ fn bench_repeats_each_measurement_as_asked() {
     let (code, _, stderr) = run_binary(bench, &["run", "--quick", "--repetitions", "0"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("--repetitions"));
+}
+
+/// The rows a `toolplane-bench run --json FILE` wrote.
+fn bench_json_rows(json: &std::path::Path) -> Vec<serde_json::Value> {
+    serde_json::from_str(&std::fs::read_to_string(json).expect("the JSON file")).expect("JSON rows")
 }
 
 /// `toolplane-bench run --tls` runs every connection over TLS with certificates made for the
@@ -334,9 +337,7 @@ fn bench_runs_every_connection_over_tls() {
     ];
     let (code, _, stderr) = run_binary(env!("CARGO_BIN_EXE_toolplane-bench"), &args);
     assert_eq!(code, 0, "{stderr}");
-    let rows: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
-            .expect("JSON rows");
+    let rows = bench_json_rows(&json);
     assert!(!rows.is_empty());
     for row in &rows {
         assert_eq!(row["scenario"], "2 invoke (TLS)", "{row}");
