@@ -31,6 +31,40 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// Nothing measured yet.
+    fn empty() -> Self {
+        Self {
+            calls: 0,
+            errors: 0,
+            first_error: None,
+            elapsed: Duration::ZERO,
+            latencies: histogram(),
+        }
+    }
+
+    /// Counts one call's outcome: a success with its latency, or a failure (the first one's
+    /// error kept).
+    fn count<E: std::fmt::Display>(&mut self, outcome: Result<(), E>, latency: Duration) {
+        match outcome {
+            Ok(()) => {
+                self.calls += 1;
+                let _ = self.latencies.record(micros(latency));
+            }
+            Err(error) => {
+                self.errors += 1;
+                self.first_error.get_or_insert_with(|| error.to_string());
+            }
+        }
+    }
+
+    /// Adds another worker's measurement to this one.
+    fn add(&mut self, other: Measured) {
+        self.calls += other.calls;
+        self.errors += other.errors;
+        self.first_error = self.first_error.take().or(other.first_error);
+        let _ = self.latencies.add(other.latencies);
+    }
+
     /// This measurement when every call succeeded; otherwise an error naming `what`, how many
     /// calls failed and the first failure. Latency and throughput of a run whose calls fail
     /// measure the failing, not the serving, so they are not reported at all.
@@ -80,38 +114,20 @@ where
         .map(|worker| {
             let call = Arc::clone(&call);
             tokio::spawn(async move {
-                let mut latencies = histogram();
-                let (mut calls, mut errors, mut first_error) = (0u64, 0u64, None);
+                let mut measured = Measured::empty();
                 while Instant::now() < stop_at {
                     let sent = Instant::now();
-                    match call(worker).await {
-                        Ok(()) => {
-                            calls += 1;
-                            let _ = latencies.record(micros(sent.elapsed()));
-                        }
-                        Err(error) => {
-                            errors += 1;
-                            first_error.get_or_insert_with(|| error.to_string());
-                        }
-                    }
+                    let outcome = call(worker).await;
+                    measured.count(outcome, sent.elapsed());
                 }
-                (calls, errors, first_error, latencies)
+                measured
             })
         })
         .collect();
-    let mut total = Measured {
-        calls: 0,
-        errors: 0,
-        first_error: None,
-        elapsed: Duration::ZERO,
-        latencies: histogram(),
-    };
+    let mut total = Measured::empty();
     for worker in workers {
-        if let Ok((calls, errors, first_error, latencies)) = worker.await {
-            total.calls += calls;
-            total.errors += errors;
-            total.first_error = total.first_error.or(first_error);
-            let _ = total.latencies.add(latencies);
+        if let Ok(measured) = worker.await {
+            total.add(measured);
         }
     }
     total.elapsed = started.elapsed();
@@ -129,13 +145,7 @@ where
     let call = Arc::new(call);
     let interval = Duration::from_secs_f64(1.0 / rate.max(1e-3));
     let total_requests = (duration.as_secs_f64() * rate).ceil() as u64;
-    let results = Arc::new(Mutex::new(Measured {
-        calls: 0,
-        errors: 0,
-        first_error: None,
-        elapsed: Duration::ZERO,
-        latencies: histogram(),
-    }));
+    let results = Arc::new(Mutex::new(Measured::empty()));
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_LOOP_IN_FLIGHT));
     let started = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(total_requests.min(1_000_000) as usize);
@@ -143,11 +153,9 @@ where
         let intended = started + interval.mul_f64(index as f64);
         tokio::time::sleep_until(intended).await;
         let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
-            let mut results = results.lock().await;
-            results.errors += 1;
-            results.first_error.get_or_insert_with(|| {
-                format!("not sent: {MAX_OPEN_LOOP_IN_FLIGHT} requests were already in flight")
-            });
+            let not_sent =
+                format!("not sent: {MAX_OPEN_LOOP_IN_FLIGHT} requests were already in flight");
+            results.lock().await.count(Err(not_sent), Duration::ZERO);
             continue;
         };
         let (call, results) = (Arc::clone(&call), Arc::clone(&results));
@@ -155,17 +163,7 @@ where
             let outcome = call(index).await;
             let latency = intended.elapsed();
             drop(permit);
-            let mut results = results.lock().await;
-            match outcome {
-                Ok(()) => {
-                    results.calls += 1;
-                    let _ = results.latencies.record(micros(latency));
-                }
-                Err(error) => {
-                    results.errors += 1;
-                    results.first_error.get_or_insert_with(|| error.to_string());
-                }
-            }
+            results.lock().await.count(outcome, latency);
         }));
     }
     for task in tasks {

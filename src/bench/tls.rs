@@ -22,6 +22,8 @@ pub const KEY_FILE: &str = "server.key";
 #[derive(Debug)]
 pub struct RunTls {
     dir: tempfile::TempDir,
+    /// The CA certificate (PEM), as written to [`CA_FILE`].
+    ca_pem: String,
 }
 
 impl RunTls {
@@ -41,15 +43,16 @@ impl RunTls {
             .prefix("toolplane-bench-tls")
             .tempdir()
             .map_err(|e| format!("a directory for the run's certificates: {e}"))?;
+        let ca_pem = ca.pem();
         for (name, pem) in [
-            (CA_FILE, ca.pem()),
+            (CA_FILE, ca_pem.clone()),
             (CERT_FILE, server.pem()),
             (KEY_FILE, key.serialize_pem()),
         ] {
             std::fs::write(dir.path().join(name), pem)
                 .map_err(|e| format!("writing the run's {name}: {e}"))?;
         }
-        Ok(Self { dir })
+        Ok(Self { dir, ca_pem })
     }
 
     /// The directory holding [`CA_FILE`], [`CERT_FILE`] and [`KEY_FILE`] (the bench modes'
@@ -104,10 +107,9 @@ impl TlsDir {
 static CLIENT_TLS: OnceLock<ClientTlsConfig> = OnceLock::new();
 
 /// Makes this process's `https://` connections trust the run's CA (once per process).
-pub(super) fn trust_for_clients(tls: &RunTls) -> Result<(), String> {
-    let config = TlsDir::new(tls.dir()).client_config()?;
-    let _ = CLIENT_TLS.set(config);
-    Ok(())
+pub(super) fn trust_for_clients(tls: &RunTls) {
+    let ca = Certificate::from_pem(&tls.ca_pem);
+    let _ = CLIENT_TLS.set(ClientTlsConfig::new().ca_certificate(ca));
 }
 
 /// The client configuration `https://` endpoints are connected to with.

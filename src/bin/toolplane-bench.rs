@@ -65,9 +65,8 @@ enum Command {
         /// Directory with get_tool.bin and list_tools.bin.
         #[arg(long)]
         responses: PathBuf,
-        /// Serve TLS (and connect over TLS) with the run's certificates in DIR (from `run --tls`).
-        #[arg(long, value_name = "DIR")]
-        tls_dir: Option<PathBuf>,
+        #[command(flatten)]
+        tls: TlsDirArg,
     },
     /// (Used by `run`.) The invocation floor: a bare tonic ToolInvokeService forwarding each
     /// InvokeTool to PROVIDER's CallTool and doing nothing else.
@@ -78,9 +77,8 @@ enum Command {
         /// The provider to forward to.
         #[arg(long)]
         provider: String,
-        /// Serve TLS (and connect over TLS) with the run's certificates in DIR (from `run --tls`).
-        #[arg(long, value_name = "DIR")]
-        tls_dir: Option<PathBuf>,
+        #[command(flatten)]
+        tls: TlsDirArg,
     },
     /// (Used by `run`.) The bench provider: bench_simple and bench_complex, registered with
     /// the control plane.
@@ -91,10 +89,24 @@ enum Command {
         /// The control plane to register with.
         #[arg(long)]
         control_plane: String,
-        /// Serve TLS (and connect over TLS) with the run's certificates in DIR (from `run --tls`).
-        #[arg(long, value_name = "DIR")]
-        tls_dir: Option<PathBuf>,
+        #[command(flatten)]
+        tls: TlsDirArg,
     },
+}
+
+/// A bench mode's `--tls-dir`.
+#[derive(clap::Args, Debug)]
+struct TlsDirArg {
+    /// Serve TLS (and connect over TLS) with the run's certificates in DIR (from `run --tls`).
+    #[arg(long, value_name = "DIR")]
+    tls_dir: Option<PathBuf>,
+}
+
+impl TlsDirArg {
+    /// The run's certificate files, when given.
+    fn files(&self) -> Option<TlsDir> {
+        self.tls_dir.as_deref().map(TlsDir::new)
+    }
 }
 
 /// Reads length-delimited GetTool answers, keyed by tool name.
@@ -261,18 +273,18 @@ async fn main() -> ExitCode {
         Command::Baseline {
             listen,
             responses,
-            tls_dir,
-        } => baseline(listen, responses, tls_dir.as_deref().map(TlsDir::new)).await,
+            tls,
+        } => baseline(listen, responses, tls.files()).await,
         Command::Passthrough {
             listen,
             provider,
-            tls_dir,
-        } => passthrough(listen, provider, tls_dir.as_deref().map(TlsDir::new)).await,
+            tls,
+        } => passthrough(listen, provider, tls.files()).await,
         Command::Provider {
             listen,
             control_plane,
-            tls_dir,
-        } => provider(listen, control_plane, tls_dir.as_deref().map(TlsDir::new)).await,
+            tls,
+        } => provider(listen, control_plane, tls.files()).await,
         Command::Run {
             quick,
             json,
