@@ -1,6 +1,7 @@
 //! Providers at `https://` endpoints: toolplane calls them (and checks their health) over TLS,
 //! checks their certificates against `provider_ca_file` or the public CAs, and presents its
-//! own certificate to providers that ask for one (mutual TLS).
+//! own certificate to providers that ask for one (mutual TLS). And the provider SDK's own TLS
+//! files, renewed on disk, used without a restart.
 
 mod common;
 
@@ -15,16 +16,21 @@ use common::tls::{TestCa, provider_tls_flags};
 use common::*;
 use serde_json::json;
 use tonic::Code;
-use tonic::transport::{Certificate, ServerTlsConfig};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+use toolplane::client::{ClientTlsFiles, ToolplaneClient};
+use toolplane::envelope::TenantId;
 use toolplane::grpc::ServerOptions;
 use toolplane::grpc::provider_tls::{ClientIdentityFiles, ProviderTlsFiles};
+use toolplane::grpc::server_tls::ServerTlsFiles;
 use toolplane::pb;
 use toolplane::provider::ProviderConfig;
 
 /// A real server and a test provider serving over TLS as `provider_tls` says, registered.
 async fn start(
     toolplane_tls: ProviderTlsFiles,
-    provider_tls: ServerTlsConfig,
+    provider_tls: ServerTlsFiles,
     health_interval: Duration,
 ) -> Setup {
     let server = TestServer::start_with(ServerOptions {
@@ -60,7 +66,9 @@ async fn a_tls_provider_is_called_when_its_ca_is_trusted() {
     let ca = TestCa::new();
     let dir = tempfile::tempdir().expect("temporary directory");
     let ca_file = ca.write(dir.path(), "providers-ca.pem");
-    let provider_tls = ServerTlsConfig::new().identity(ca.server(&["127.0.0.1"]).identity());
+    let provider_tls = ca
+        .server(&["127.0.0.1"])
+        .served_from(dir.path(), "provider");
     let setup = start(trusting(&ca_file), provider_tls, Duration::from_millis(100)).await;
     let mut discovery = setup.server.discovery().await;
     let service = get_service(&mut discovery, 0, "testing")
@@ -110,8 +118,9 @@ async fn a_provider_certificate_that_cannot_be_verified_is_refused() {
         (trusting(&ca_file), "tools.example.com", "provider_ca_file"),
     ];
     for (toolplane_tls, certificate_name, checked_against) in cases {
-        let provider_tls =
-            ServerTlsConfig::new().identity(ca.server(&[certificate_name]).identity());
+        let provider_tls = ca
+            .server(&[certificate_name])
+            .served_from(dir.path(), certificate_name);
         // No health check runs before the call: the call itself meets the certificate.
         let setup = start(toolplane_tls, provider_tls, Duration::from_secs(3600)).await;
         let mut client = invoker(&setup.server).await;
@@ -152,9 +161,11 @@ async fn a_provider_that_asks_for_a_client_certificate_gets_toolplane_s() {
         (Some(identity(&clients_ca, "toolplane")), true),
     ];
     for (client_identity, called) in cases {
-        let provider_tls = ServerTlsConfig::new()
-            .identity(ca.server(&["127.0.0.1"]).identity())
-            .client_ca_root(Certificate::from_pem(clients_ca.pem()));
+        let provider_tls = ServerTlsFiles {
+            client_ca_file: Some(clients_ca.write(dir.path(), "clients-ca.pem")),
+            ..ca.server(&["127.0.0.1"])
+                .served_from(dir.path(), "provider")
+        };
         let toolplane_tls = ProviderTlsFiles {
             ca_file: Some(ca_file.clone()),
             client_identity,
@@ -185,7 +196,9 @@ async fn a_renewed_provider_ca_file_is_used_without_a_restart() {
     let (old_ca, new_ca) = (TestCa::new(), TestCa::new());
     let dir = tempfile::tempdir().expect("temporary directory");
     let ca_file = old_ca.write(dir.path(), "providers-ca.pem");
-    let provider_tls = ServerTlsConfig::new().identity(new_ca.server(&["127.0.0.1"]).identity());
+    let provider_tls = new_ca
+        .server(&["127.0.0.1"])
+        .served_from(dir.path(), "provider");
     let server = TestServer::start_with(ServerOptions {
         provider_tls: trusting(&ca_file),
         provider_health_interval: Duration::from_secs(3600),
@@ -267,4 +280,104 @@ fn the_binaries_speak_mutual_tls() {
     let _provider = ChildGuard::structs_provider_with(&endpoint, &flags);
     wait_for_structs_provider(&endpoint);
     invoke_structs_damage(&["--endpoint", &endpoint]);
+}
+
+/// Whether a new TLS connection to `addr` that trusts `ca_pem` alone is served (a health
+/// check answered).
+async fn served_trusting(addr: std::net::SocketAddr, ca_pem: &str) -> bool {
+    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem));
+    let Ok(endpoint) = Channel::from_shared(format!("https://{addr}"))
+        .expect("valid uri")
+        .tls_config(tls)
+    else {
+        return false;
+    };
+    let Ok(channel) = endpoint.connect().await else {
+        return false;
+    };
+    HealthClient::new(channel)
+        .check(HealthCheckRequest::default())
+        .await
+        .is_ok()
+}
+
+/// A provider's certificate renewed on disk is served to new connections without a restart
+/// (`ProviderConfig::tls_reload_interval`); a renewal caught halfway (the new certificate
+/// beside the old key) keeps the previous certificate served until the key follows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_serves_its_renewed_certificate_without_a_restart() {
+    let (old_ca, new_ca) = (TestCa::new(), TestCa::new());
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let files = old_ca
+        .server(&["127.0.0.1"])
+        .served_from(dir.path(), "provider");
+    let server = TestServer::start().await;
+    let probes = Arc::new(Probes::default());
+    let mut config = ProviderConfig::new("testing", "1.0.0", &server.endpoint());
+    config.tls = Some(files.clone());
+    config.tls_reload_interval = Duration::from_millis(50);
+    let provider = TestProvider::start_with(test_tools(&probes), config).await;
+    assert!(served_trusting(provider.addr, &old_ca.pem()).await);
+
+    let renewed = new_ca.server(&["127.0.0.1"]);
+    std::fs::write(&files.cert_file, &renewed.cert_pem).expect("certificate renewed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        served_trusting(provider.addr, &old_ca.pem()).await,
+        "the old certificate is still served while the new one has no key"
+    );
+
+    std::fs::write(&files.key_file, &renewed.key_pem).expect("key renewed");
+    let new_ca_pem = new_ca.pem();
+    eventually("the renewed certificate is served", || {
+        served_trusting(provider.addr, &new_ca_pem)
+    })
+    .await;
+    assert!(!served_trusting(provider.addr, &old_ca.pem()).await);
+}
+
+/// The files a provider connects to an `https://` control plane with, renewed on disk, are
+/// used without a restart: a provider that cannot register because it does not trust the
+/// control plane's certificate registers once its CA file names the CA that signed it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_uses_its_renewed_control_plane_ca_file_without_a_restart() {
+    let (old_ca, new_ca) = (TestCa::new(), TestCa::new());
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let server = TestServer::start_with(ServerOptions {
+        tls: Some(
+            new_ca
+                .server(&["127.0.0.1"])
+                .served_from(dir.path(), "toolplane"),
+        ),
+        ..test_options()
+    })
+    .await;
+    let ca_file = old_ca.write(dir.path(), "control-plane-ca.pem");
+    let probes = Arc::new(Probes::default());
+    let endpoint = format!("https://{}", server.addr);
+    let mut config = ProviderConfig::new("testing", "1.0.0", &endpoint);
+    config.control_plane_tls.ca_file = Some(ca_file.clone());
+    config.tls_reload_interval = Duration::from_millis(50);
+    let _provider = TestProvider::start_with(test_tools(&probes), config).await;
+    let tls = ClientTlsFiles {
+        ca_file: Some(new_ca.write(dir.path(), "new-ca.pem")),
+        ..ClientTlsFiles::default()
+    };
+    let client = ToolplaneClient::connect_with_tls(&endpoint, TenantId(0), &tls)
+        .await
+        .expect("the test trusts toolplane's CA");
+    let registered = || {
+        let client = client.clone();
+        async move {
+            client
+                .all_services()
+                .await
+                .is_ok_and(|services| services.iter().any(|s| s.service_name == "testing"))
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!registered().await, "registered without trusting the CA");
+
+    std::fs::write(&ca_file, new_ca.pem()).expect("CA file renewed");
+    eventually("the provider registers once it trusts the CA", registered).await;
 }

@@ -212,6 +212,45 @@ fn a_tls_file_that_cannot_be_read_stops_serve() {
     assert!(!stderr.contains("toolplane serving"), "{stderr}");
 }
 
+/// `structs-provider` given TLS files it cannot use exits 2 before it serves or registers,
+/// naming the flag and the file; TLS files for a plain-text control plane are refused, as
+/// they would not be used.
+#[test]
+fn structs_provider_refuses_tls_flags_it_cannot_use() {
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &[
+                "--tls-cert",
+                "/nonexistent/provider.crt",
+                "--tls-key",
+                "/nonexistent/provider.key",
+            ],
+            "--tls-cert /nonexistent/provider.crt: cannot read it",
+        ),
+        (
+            &["--control-plane-ca-file", "/nonexistent/ca.pem"],
+            "is not an https:// endpoint",
+        ),
+    ];
+    for (flags, expected) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_structs-provider"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--control-plane",
+                "http://127.0.0.1:1",
+            ])
+            .args(flags)
+            .env_remove("TOOLPLANE_CA_FILE")
+            .output()
+            .expect("run structs-provider");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(!stderr.contains("provider serving"), "{stderr}");
+    }
+}
+
 /// Everything over mutual TLS, as deployed: `toolplane serve` asking callers for client
 /// certificates; `structs-provider` serving TLS and registering over TLS with its client
 /// certificate; `toolplane invoke` and real grpcurl calling with theirs; and toolplane calling

@@ -93,12 +93,6 @@ impl TlsDir {
             key: dir.join(KEY_FILE),
         }
     }
-
-    /// The client configuration that trusts the run's CA.
-    pub fn client_config(&self) -> Result<ClientTlsConfig, String> {
-        let ca = std::fs::read(&self.ca).map_err(|e| format!("{}: {e}", self.ca.display()))?;
-        Ok(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)))
-    }
 }
 
 /// The client configuration the run's load generator connects to `https://` endpoints with,

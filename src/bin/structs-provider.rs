@@ -1,16 +1,23 @@
 //! `structs-provider`: the example tool provider. It serves five Structs tools (seed 004)
 //! through ToolProviderService and keeps them registered with a toolplane control plane.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 use toolplane::client::ClientTlsFiles;
 use toolplane::envelope::TenantId;
+use toolplane::grpc::server_tls::{ServerTlsFiles, TlsSettingNames};
 use toolplane::provider::structs::structs_tools;
-use toolplane::provider::{DEFAULT_PROVIDER_TTL, ProviderConfig, ProviderServer};
+use toolplane::provider::{DEFAULT_PROVIDER_TTL, ProviderConfig, ProviderError, ProviderServer};
+
+/// What errors about the served TLS files call them: this binary's flags.
+const TLS_FLAGS: TlsSettingNames = TlsSettingNames {
+    cert: "--tls-cert",
+    key: "--tls-key",
+    client_ca: "--tls-client-ca",
+};
 
 /// The example Structs tool provider for toolplane.
 #[derive(Debug, Parser)]
@@ -64,6 +71,10 @@ struct Args {
         requires = "control_plane_cert_file"
     )]
     control_plane_key_file: Option<PathBuf>,
+    /// How often the TLS files (--tls-*, --control-plane-*-file) are read again, so renewed
+    /// certificates are used without a restart; 0s reads them only at the start.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    tls_reload_interval: Duration,
     /// Lease TTL to ask for; heartbeats go every third of it.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     ttl: Duration,
@@ -109,66 +120,39 @@ async fn main() -> ExitCode {
         args.ttl
     };
     config.advertised_endpoint = args.advertise.clone().unwrap_or_default();
-    config.tls = match tls_config(&args) {
-        Ok(tls) => tls,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(2);
-        }
+    config.tls = args
+        .tls_cert
+        .clone()
+        .zip(args.tls_key.clone())
+        .map(|(cert_file, key_file)| ServerTlsFiles {
+            cert_file,
+            key_file,
+            client_ca_file: args.tls_client_ca.clone(),
+        });
+    config.tls_setting_names = TLS_FLAGS;
+    config.control_plane_tls = ClientTlsFiles {
+        ca_file: args.control_plane_ca_file.clone(),
+        cert_file: args.control_plane_cert_file.clone(),
+        key_file: args.control_plane_key_file.clone(),
     };
-    config.control_plane_tls = match control_plane_tls(&args) {
-        Ok(tls) => tls,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(2);
-        }
-    };
+    config.tls_reload_interval = args.tls_reload_interval;
     match ProviderServer::new(tools, config)
         .serve(listener, toolplane::grpc::shutdown_signal())
         .await
     {
         Ok(()) => ExitCode::SUCCESS,
+        Err(
+            error @ (ProviderError::Tls(_)
+            | ProviderError::ControlPlaneTls(_)
+            | ProviderError::ControlPlane(_)),
+        ) => {
+            // Found before anything is served or registered: the flags need fixing.
+            eprintln!("error: {error}");
+            ExitCode::from(2)
+        }
         Err(error) => {
             eprintln!("error: {error}");
             ExitCode::FAILURE
         }
     }
-}
-
-/// The TLS the flags ask for, its files read; `None` without `--tls-cert`.
-fn tls_config(args: &Args) -> Result<Option<ServerTlsConfig>, String> {
-    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
-        return Ok(None);
-    };
-    let read = |flag: &str, path: &Path| {
-        std::fs::read(path).map_err(|error| format!("{flag} {}: {error}", path.display()))
-    };
-    let identity = Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?);
-    let mut tls = ServerTlsConfig::new().identity(identity);
-    if let Some(ca) = &args.tls_client_ca {
-        tls = tls.client_ca_root(Certificate::from_pem(read("--tls-client-ca", ca)?));
-    }
-    Ok(Some(tls))
-}
-
-/// How an `https://` control plane is connected to, by the flags; `None` for `http://`.
-fn control_plane_tls(args: &Args) -> Result<Option<ClientTlsConfig>, String> {
-    let uri = args.control_plane.parse::<http::Uri>().ok();
-    let Some(host) = uri
-        .as_ref()
-        .filter(|uri| uri.scheme_str() == Some("https"))
-        .and_then(http::Uri::host)
-    else {
-        return Ok(None);
-    };
-    let files = ClientTlsFiles {
-        ca_file: args.control_plane_ca_file.clone(),
-        cert_file: args.control_plane_cert_file.clone(),
-        key_file: args.control_plane_key_file.clone(),
-    };
-    let domain = host.trim_start_matches('[').trim_end_matches(']');
-    files
-        .config(domain)
-        .map(Some)
-        .map_err(|error| error.to_string())
 }

@@ -253,8 +253,12 @@ async fn provider(
     let mut config = ProviderConfig::new("bench", "1.0.0", &control_plane);
     config.ttl = Duration::from_secs(60);
     if let Some(tls) = &tls {
-        config.tls = Some(ServerTlsConfig::new().identity(identity(tls)?));
-        config.control_plane_tls = Some(tls.client_config()?);
+        config.tls = Some(toolplane::grpc::server_tls::ServerTlsFiles {
+            cert_file: tls.cert.clone(),
+            key_file: tls.key.clone(),
+            client_ca_file: None,
+        });
+        config.control_plane_tls.ca_file = Some(tls.ca.clone());
     }
     ProviderServer::new(bench_tools(), config)
         .serve(listener, toolplane::grpc::shutdown_signal())

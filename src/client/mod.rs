@@ -59,7 +59,7 @@ pub enum ClientError {
 
 /// An error and the errors beneath it, as one line: tonic's transport error says only
 /// "transport error" by itself.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -160,24 +160,7 @@ impl ToolplaneClient {
                 source,
             }
         })?;
-        if target.uri().scheme_str() == Some("https") {
-            let host = target.uri().host().unwrap_or_default();
-            let domain = host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned();
-            target = target.tls_config(tls.config(&domain)?).map_err(|source| {
-                ClientError::InvalidEndpoint {
-                    endpoint: endpoint.to_owned(),
-                    source,
-                }
-            })?;
-        } else if !tls.is_empty() {
-            return Err(ClientTlsError::new(format!(
-                "TLS files are given but {endpoint} is not an https:// endpoint"
-            ))
-            .into());
-        }
+        target = tls.apply_to(target)?;
         let channel = target
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)

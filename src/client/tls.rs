@@ -4,18 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 /// TLS files that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ClientTlsError(String);
-
-impl ClientTlsError {
-    pub(crate) fn new(message: String) -> Self {
-        Self(message)
-    }
-}
 
 /// The files a client's TLS is configured with; all empty checks the server against the
 /// public CAs and presents no certificate.
@@ -53,6 +47,28 @@ impl ClientTlsFiles {
                 "a client certificate and its key go together: give both or neither".to_owned(),
             )),
         }
+    }
+}
+
+impl ClientTlsFiles {
+    /// `endpoint` set up to connect as these files say when it is `https://` (its host is the
+    /// name the server's certificate must carry); an `http://` endpoint is refused when any
+    /// file is named, as they would be ignored.
+    pub fn apply_to(&self, endpoint: Endpoint) -> Result<Endpoint, ClientTlsError> {
+        let uri = endpoint.uri().clone();
+        if uri.scheme_str() != Some("https") {
+            if self.is_empty() {
+                return Ok(endpoint);
+            }
+            return Err(ClientTlsError(format!(
+                "TLS files are given but {uri} is not an https:// endpoint"
+            )));
+        }
+        let host = uri.host().unwrap_or_default();
+        let domain = host.trim_start_matches('[').trim_end_matches(']');
+        endpoint
+            .tls_config(self.config(domain)?)
+            .map_err(|error| ClientTlsError(super::error_chain(&error)))
     }
 }
 

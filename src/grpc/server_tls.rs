@@ -1,6 +1,7 @@
 //! TLS on toolplane's own gRPC port, when `tls_cert_file` and `tls_key_file` are set: callers
 //! connect with `https://` (HTTP/2 by ALPN), and with `tls_client_ca_file` set only callers
-//! presenting a certificate that CA signed get a connection (mutual TLS).
+//! presenting a certificate that CA signed get a connection (mutual TLS). The provider SDK
+//! serves its TLS the same way (`ProviderConfig::tls`).
 //!
 //! Each accepted connection's handshake runs beside the others (bounded by
 //! [`HANDSHAKE_TIMEOUT`]), so a caller that connects and sends nothing holds up no one. The
@@ -40,6 +41,25 @@ pub struct ServerTlsFiles {
     pub client_ca_file: Option<PathBuf>,
 }
 
+/// What the settings naming the TLS files are called where they are configured, so an error
+/// names the one to fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsSettingNames {
+    /// The setting naming [`ServerTlsFiles::cert_file`].
+    pub cert: &'static str,
+    /// The setting naming [`ServerTlsFiles::key_file`].
+    pub key: &'static str,
+    /// The setting naming [`ServerTlsFiles::client_ca_file`].
+    pub client_ca: &'static str,
+}
+
+/// toolplane's own settings (`toolplane.toml`).
+pub const TOOLPLANE_TLS_SETTINGS: TlsSettingNames = TlsSettingNames {
+    cert: "tls_cert_file",
+    key: "tls_key_file",
+    client_ca: "tls_client_ca_file",
+};
+
 /// Why TLS cannot be served as configured.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerTlsError {
@@ -47,14 +67,16 @@ pub enum ServerTlsError {
     #[error(transparent)]
     File(#[from] TlsFileError),
     /// The certificate and key were read but cannot be used together.
-    #[error("tls_cert_file {cert} and tls_key_file {key} cannot be used together: {error}")]
+    #[error("{} {cert} and {} {key} cannot be used together: {error}", .names.cert, .names.key)]
     Identity {
+        /// What the files' settings are called.
+        names: TlsSettingNames,
         /// The certificate file.
         cert: PathBuf,
         /// The key file.
         key: PathBuf,
-        /// What rustls found.
-        error: rustls::Error,
+        /// What rustls found (boxed: the error is large and rare).
+        error: Box<rustls::Error>,
     },
 }
 
@@ -63,6 +85,7 @@ pub enum ServerTlsError {
 #[derive(Clone)]
 pub struct ServedTls {
     config: Arc<ArcSwap<ServerConfig>>,
+    names: TlsSettingNames,
 }
 
 impl std::fmt::Debug for ServedTls {
@@ -72,17 +95,28 @@ impl std::fmt::Debug for ServedTls {
 }
 
 impl ServedTls {
-    /// TLS as `files` say, every file read and checked now.
+    /// TLS as `files` say, every file read and checked now; errors name toolplane's
+    /// settings.
     pub fn from_files(files: &ServerTlsFiles) -> Result<Self, ServerTlsError> {
+        Self::from_files_named(files, TOOLPLANE_TLS_SETTINGS)
+    }
+
+    /// TLS as `files` say, every file read and checked now; errors (now and on reloads) call
+    /// the files' settings `names`.
+    pub fn from_files_named(
+        files: &ServerTlsFiles,
+        names: TlsSettingNames,
+    ) -> Result<Self, ServerTlsError> {
         Ok(Self {
-            config: Arc::new(ArcSwap::from(server_config(files)?)),
+            config: Arc::new(ArcSwap::from(server_config(files, names)?)),
+            names,
         })
     }
 
     /// Builds the configuration from `files` again (they were renewed on disk) and accepts
     /// every new connection with it; on an error the previous one stays in use.
     pub fn reload(&self, files: &ServerTlsFiles) -> Result<(), ServerTlsError> {
-        self.config.store(server_config(files)?);
+        self.config.store(server_config(files, self.names)?);
         Ok(())
     }
 
@@ -98,19 +132,22 @@ pub fn watched_files(files: &ServerTlsFiles) -> Vec<PathBuf> {
     paths
 }
 
-fn server_config(files: &ServerTlsFiles) -> Result<Arc<ServerConfig>, ServerTlsError> {
-    let chain = certificates("tls_cert_file", &files.cert_file)?;
-    let key = private_key("tls_key_file", &files.key_file)?;
+fn server_config(
+    files: &ServerTlsFiles,
+    names: TlsSettingNames,
+) -> Result<Arc<ServerConfig>, ServerTlsError> {
+    let chain = certificates(names.cert, &files.cert_file)?;
+    let key = private_key(names.key, &files.key_file)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .expect("ring supports rustls's default protocol versions");
     let builder = match &files.client_ca_file {
         Some(path) => {
-            let roots = ca_certificates("tls_client_ca_file", path)?;
+            let roots = ca_certificates(names.client_ca, path)?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
-                .map_err(|error| content("tls_client_ca_file", path, error.to_string()))?;
+                .map_err(|error| content(names.client_ca, path, error.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
@@ -119,9 +156,10 @@ fn server_config(files: &ServerTlsFiles) -> Result<Arc<ServerConfig>, ServerTlsE
         builder
             .with_single_cert(chain, key)
             .map_err(|error| ServerTlsError::Identity {
+                names,
                 cert: files.cert_file.clone(),
                 key: files.key_file.clone(),
-                error,
+                error: Box::new(error),
             })?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))

@@ -19,13 +19,14 @@
 //! # Ok(()) }
 //! ```
 
+mod control_plane;
 mod server;
 pub mod structs;
 mod tools;
 
 pub use server::{
-    DEFAULT_PROVIDER_TTL, PROVIDER_ERROR_DOMAIN, ProviderConfig, ProviderError, ProviderHealth,
-    ProviderServer, tool_error_status,
+    DEFAULT_PROVIDER_TTL, PROVIDER_ERROR_DOMAIN, PROVIDER_TLS_SETTINGS, ProviderConfig,
+    ProviderError, ProviderHealth, ProviderServer, tool_error_status,
 };
 pub use tools::{
     RegisteredTool, RegisteredTools, RegistrationError, ToolContext, ToolDescriptor, ToolError,

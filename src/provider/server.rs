@@ -2,7 +2,8 @@
 //! keeps the service registered with the control plane: it registers, heartbeats its lease,
 //! registers again by itself when the control plane says the lease is unknown (for example
 //! after a restart), and deregisters on shutdown. With [`ProviderConfig::tls`] it serves over
-//! TLS and registers an `https://` endpoint.
+//! TLS and registers an `https://` endpoint; TLS files renewed on disk are used without a
+//! restart (see `control_plane`).
 
 use crate::grpc::trace_headers::trace_context;
 use std::future::Future;
@@ -13,33 +14,35 @@ use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint, Server, ServerTlsConfig};
+use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tonic_types::{ErrorDetails, StatusExt};
 
+use super::control_plane::{ControlPlane, reload_tls_files};
 use super::tools::{RegisteredTools, ToolContext, ToolError, ToolInvocation};
+use crate::client::{ClientTlsError, ClientTlsFiles};
 use crate::envelope::{RequestMeta, TenantId, request_meta};
 use crate::grpc::deadline::caller_timeout;
 use crate::grpc::panics::panic_message;
+use crate::grpc::server_tls::{ServedTls, ServerTlsError, ServerTlsFiles, TlsSettingNames};
+use crate::grpc::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
 use crate::json::{json_to_struct, json_to_value, struct_to_json};
 use crate::pb;
-use crate::pb::discovery_service_client::DiscoveryServiceClient;
 use crate::pb::tool_provider_service_server::{ToolProviderService, ToolProviderServiceServer};
 
 /// The ErrorInfo domain of errors raised by provider tools.
 pub const PROVIDER_ERROR_DOMAIN: &str = "toolplane.provider";
 /// The default lease TTL a provider asks for.
 pub const DEFAULT_PROVIDER_TTL: Duration = Duration::from_secs(30);
-/// How long a registration or heartbeat may wait on the control plane before it fails.
-const CONTROL_PLANE_CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// While a call waits, how long the connection to the control plane may be silent before it
-/// is sent an HTTP/2 PING, and how long that PING may go unanswered before the connection is
-/// closed.
-const CONTROL_PLANE_PING_INTERVAL: Duration = Duration::from_secs(2);
-const CONTROL_PLANE_PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// What errors call the files of [`ProviderConfig::tls`] unless
+/// [`ProviderConfig::tls_setting_names`] says otherwise.
+pub const PROVIDER_TLS_SETTINGS: TlsSettingNames = TlsSettingNames {
+    cert: "tls.cert_file",
+    key: "tls.key_file",
+    client_ca: "tls.client_ca_file",
+};
 /// How long to wait before registering again after a failed attempt, at most.
 const MAX_REGISTER_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -53,14 +56,20 @@ pub struct ProviderConfig {
     /// The endpoint to register; empty means `http://` (`https://` with `tls`) + the bound
     /// listener address.
     pub advertised_endpoint: String,
-    /// Serve over TLS with this certificate (and, when it names a client CA, accept only
-    /// callers with a certificate that CA signed); `None` serves plain text.
-    pub tls: Option<ServerTlsConfig>,
+    /// Serve over TLS with these files (and, when they name a client CA, accept only callers
+    /// with a certificate that CA signed); `None` serves plain text.
+    pub tls: Option<ServerTlsFiles>,
+    /// What errors about the files of `tls` call them (a binary names its own flags).
+    pub tls_setting_names: TlsSettingNames,
     /// The control plane, e.g. `http://127.0.0.1:50051` (`https://` for one that serves TLS).
     pub control_plane: String,
-    /// How an `https://` control plane is connected to; `None` checks its certificate against
-    /// the public CAs and presents no client certificate.
-    pub control_plane_tls: Option<ClientTlsConfig>,
+    /// How an `https://` control plane is connected to; empty checks its certificate against
+    /// the public CAs and presents no client certificate. Files with an `http://` control
+    /// plane are an error.
+    pub control_plane_tls: ClientTlsFiles,
+    /// How often the TLS files (`tls`, `control_plane_tls`) are read again, so renewed
+    /// certificates are used without a restart; zero reads them only at the start.
+    pub tls_reload_interval: Duration,
     /// The tenant to register in.
     pub tenant: TenantId,
     /// The lease TTL to ask for.
@@ -77,8 +86,10 @@ impl ProviderConfig {
             service_version: service_version.to_owned(),
             advertised_endpoint: String::new(),
             tls: None,
+            tls_setting_names: PROVIDER_TLS_SETTINGS,
             control_plane: control_plane.to_owned(),
-            control_plane_tls: None,
+            control_plane_tls: ClientTlsFiles::default(),
+            tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
             tenant: TenantId::default(),
             ttl: DEFAULT_PROVIDER_TTL,
             heartbeat_interval: None,
@@ -98,6 +109,13 @@ pub enum ProviderError {
     /// The listener has no address.
     #[error("listener: {0}")]
     Listener(#[from] std::io::Error),
+    /// The files of [`ProviderConfig::tls`] cannot be served.
+    #[error(transparent)]
+    Tls(#[from] ServerTlsError),
+    /// The files of [`ProviderConfig::control_plane_tls`] cannot be used, or do not fit the
+    /// control plane's address.
+    #[error("control plane TLS: {0}")]
+    ControlPlaneTls(#[from] ClientTlsError),
 }
 
 /// Switches what the provider's grpc.health.v1 reports.
@@ -198,42 +216,34 @@ impl ProviderServer {
         } else {
             self.config.advertised_endpoint.clone()
         };
-        let mut control_plane = Endpoint::from_shared(self.config.control_plane.clone())
-            .map_err(|_| ProviderError::ControlPlane(self.config.control_plane.clone()))?
-            .connect_timeout(Duration::from_secs(2))
-            // A connection to a control plane whose host vanished without closing it is found
-            // by an unanswered PING while a call waits on it, and closed (the channel dials
-            // again); each call is bounded too, so the lease is renewed or registered again.
-            .http2_keep_alive_interval(CONTROL_PLANE_PING_INTERVAL)
-            .keep_alive_timeout(CONTROL_PLANE_PING_TIMEOUT)
-            .timeout(CONTROL_PLANE_CALL_TIMEOUT);
-        if control_plane.uri().scheme_str() == Some("https") {
-            let tls = self
-                .config
-                .control_plane_tls
-                .clone()
-                .unwrap_or_else(|| ClientTlsConfig::new().with_webpki_roots());
-            control_plane = control_plane.tls_config(tls)?;
-        }
-        let control_plane = control_plane.connect_lazy();
+        let served_tls = match &self.config.tls {
+            Some(files) => Some(ServedTls::from_files_named(
+                files,
+                self.config.tls_setting_names,
+            )?),
+            None => None,
+        };
+        let control_plane = ControlPlane::new(&self.config)?;
+        let (serving, serving_changes) = watch::channel(true);
+        reload_tls_files(
+            &self.config,
+            served_tls.clone(),
+            &control_plane,
+            &serving_changes,
+        );
         self.health.set_serving(true).await;
         let registration = self.registration(&endpoint);
-        let (stop_lease, lease_stopped) = watch::channel(false);
         let lease = tokio::spawn(keep_registered(
-            DiscoveryServiceClient::new(control_plane),
+            control_plane,
             registration,
             self.config.tenant,
             self.config
                 .heartbeat_interval
                 .unwrap_or(self.config.ttl / 3),
-            lease_stopped,
+            serving_changes,
         ));
         tracing::info!(service = %self.config.service_name, %endpoint, tools = self.tools.iter().count(), "provider serving");
-        let mut server = Server::builder();
-        if let Some(tls) = self.config.tls.clone() {
-            server = server.tls_config(tls)?;
-        }
-        let router = server
+        let router = Server::builder()
             .add_service(ToolProviderServiceServer::new(ProviderApi {
                 tools: self.tools,
             }))
@@ -244,12 +254,10 @@ impl ProviderServer {
             ));
         let shutdown = async {
             shutdown.await;
-            let _ = stop_lease.send(true);
+            let _ = serving.send(false);
         };
-        let result = if self.config.tls.is_some() {
-            // Not through `coalesce::incoming`: its writes are put together for HTTP/2 frames
-            // written straight to it, and under TLS it would be written TLS records instead.
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let result = if let Some(tls) = served_tls {
+            let incoming = crate::grpc::server_tls::incoming(listener, tls);
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
@@ -267,19 +275,20 @@ fn meta(tenant: TenantId) -> Option<pb::Meta> {
     Some(request_meta(tenant, &uuid::Uuid::new_v4().to_string()))
 }
 
-/// Registers, heartbeats, registers again on NOT_FOUND, deregisters when told to stop.
+/// Registers, heartbeats, registers again on NOT_FOUND, and deregisters once `serving`
+/// turns false.
 async fn keep_registered(
-    mut client: DiscoveryServiceClient<Channel>,
+    control_plane: ControlPlane,
     registration: pb::ServiceRegistration,
     tenant: TenantId,
     interval: Duration,
-    mut stop: watch::Receiver<bool>,
+    mut serving: watch::Receiver<bool>,
 ) {
     let service = registration.service_name.clone();
     let mut backoff = Duration::from_millis(100);
     let mut lease: Option<String> = None;
     loop {
-        if *stop.borrow() {
+        if !*serving.borrow() {
             break;
         }
         let Some(lease_id) = lease.clone() else {
@@ -287,7 +296,7 @@ async fn keep_registered(
                 meta: meta(tenant),
                 registration: Some(registration.clone()),
             };
-            match client.register_service(request).await {
+            match control_plane.client().register_service(request).await {
                 Ok(answer) => {
                     tracing::info!(%service, "registered with the control plane");
                     lease = Some(answer.into_inner().lease_id);
@@ -295,7 +304,7 @@ async fn keep_registered(
                 }
                 Err(status) => {
                     tracing::warn!(%service, code = ?status.code(), message = status.message(), "registration failed; trying again");
-                    if wait_or_stop(&mut stop, backoff).await {
+                    if wait_or_stop(&mut serving, backoff).await {
                         break;
                     }
                     backoff = (backoff * 2).min(MAX_REGISTER_BACKOFF);
@@ -303,7 +312,7 @@ async fn keep_registered(
             }
             continue;
         };
-        if wait_or_stop(&mut stop, interval).await {
+        if wait_or_stop(&mut serving, interval).await {
             break;
         }
         let request = pb::HeartbeatRequest {
@@ -311,7 +320,7 @@ async fn keep_registered(
             service_name: service.clone(),
             lease_id,
         };
-        match client.heartbeat(request).await {
+        match control_plane.client().heartbeat(request).await {
             Ok(_) => {}
             Err(status) if status.code() == tonic::Code::NotFound => {
                 tracing::warn!(%service, "the control plane no longer knows our lease; registering again");
@@ -328,7 +337,11 @@ async fn keep_registered(
             service_name: service.clone(),
             lease_id,
         };
-        match tokio::time::timeout(Duration::from_secs(2), client.deregister_service(request)).await
+        match tokio::time::timeout(
+            Duration::from_secs(2),
+            control_plane.client().deregister_service(request),
+        )
+        .await
         {
             Ok(Ok(_)) => tracing::info!(%service, "deregistered"),
             _ => tracing::warn!(%service, "could not deregister; the lease will expire"),
@@ -336,13 +349,14 @@ async fn keep_registered(
     }
 }
 
-/// Waits `duration`; true when told to stop meanwhile.
-async fn wait_or_stop(stop: &mut watch::Receiver<bool>, duration: Duration) -> bool {
+/// Waits `duration`; true when `serving` turned false (or its sender is gone: the server
+/// stopped) meanwhile.
+async fn wait_or_stop(serving: &mut watch::Receiver<bool>, duration: Duration) -> bool {
     let stopped = tokio::select! {
-        () = tokio::time::sleep(duration) => None,
-        changed = stop.wait_for(|stopping| *stopping) => Some(changed.is_ok()),
+        () = tokio::time::sleep(duration) => false,
+        _ = serving.wait_for(|serving| !*serving) => true,
     };
-    stopped.unwrap_or_else(|| *stop.borrow())
+    stopped || !*serving.borrow()
 }
 
 /// A tool error as a gRPC status with ErrorInfo.

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use toolplane::grpc::server_tls::ServerTlsFiles;
+
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
 };
@@ -30,6 +32,17 @@ impl Issued {
         std::fs::write(&cert, &self.cert_pem).expect("certificate written");
         std::fs::write(&key, &self.key_pem).expect("key written");
         (cert, key)
+    }
+
+    /// Writes the certificate and key into `dir` as `NAME.crt` and `NAME.key`, named as TLS
+    /// to serve (asking callers for no certificate).
+    pub fn served_from(&self, dir: &Path, name: &str) -> ServerTlsFiles {
+        let (cert_file, key_file) = self.write(dir, name);
+        ServerTlsFiles {
+            cert_file,
+            key_file,
+            client_ca_file: None,
+        }
     }
 }
 
