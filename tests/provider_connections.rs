@@ -1,5 +1,6 @@
 //! Connections to providers that die without closing: found by an HTTP/2 PING when a health
-//! check goes unanswered, closed, and dialled again.
+//! check goes unanswered, closed, and dialled again. And a provider that stops on purpose,
+//! which deregisters before it stops answering.
 
 mod common;
 
@@ -85,4 +86,50 @@ async fn a_provider_registers_again_over_a_new_connection_after_the_old_one_died
         async move { get_service(&mut discovery, 0, "testing").await.is_ok() }
     })
     .await;
+}
+
+/// A provider being stopped drains: it deregisters while it still answers, and stops
+/// answering only after, so calls made through toolplane while it stops
+/// either succeed or find the service gone; none meets a provider that no longer answers
+/// (UNAVAILABLE). The provider's link to the control plane is slow (a proxy holds each chunk
+/// 200 ms), so the deregistration takes time to land, as across a network.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopping_provider_deregisters_before_it_stops_answering() {
+    let server = TestServer::start().await;
+    let proxy = FreezingProxy::start(server.addr).await;
+    let probes = Arc::new(Probes::default());
+    let control_plane = format!("http://{}", proxy.addr);
+    let provider = TestProvider::start(
+        test_tools(&probes),
+        &control_plane,
+        "testing",
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_registered(&server, "testing").await;
+    let client = invoker(&server).await;
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let mut answered = 0_u32;
+                loop {
+                    let mut call = tonic::Request::new(request("echo", json!({})));
+                    call.set_timeout(Duration::from_secs(2));
+                    match client.invoke_tool(call).await {
+                        Ok(_) => answered += 1,
+                        Err(error) => return (answered, error),
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.delay(Duration::from_millis(200));
+    provider.stop().await;
+    for caller in callers {
+        let (answered, error) = caller.await.expect("caller");
+        assert!(answered > 0, "no call was answered before the stop");
+        assert_eq!(error.code(), tonic::Code::NotFound, "{error:?}");
+    }
 }

@@ -198,8 +198,11 @@ impl ProviderServer {
         }
     }
 
-    /// Serves on `listener` and keeps the registration alive until `shutdown` completes; then
-    /// deregisters and stops.
+    /// Serves on `listener` and keeps the registration alive until `shutdown` completes.
+    /// Then it drains: it deregisters while still answering, so the control plane stops
+    /// sending it calls before it stops taking them, and then stops once the calls under way
+    /// have been answered. (It goes on reporting SERVING meanwhile: a control plane that saw
+    /// NOT_SERVING would fail the calls it still sends instead of letting them be answered.)
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -233,15 +236,23 @@ impl ProviderServer {
         );
         self.health.set_serving(true).await;
         let registration = self.registration(&endpoint);
-        let lease = tokio::spawn(keep_registered(
-            control_plane,
-            registration,
-            self.config.tenant,
-            self.config
-                .heartbeat_interval
-                .unwrap_or(self.config.ttl / 3),
-            serving_changes,
-        ));
+        let heartbeat_interval = self
+            .config
+            .heartbeat_interval
+            .unwrap_or(self.config.ttl / 3);
+        let (deregistered, deregistration) = tokio::sync::oneshot::channel::<()>();
+        let tenant = self.config.tenant;
+        let lease = tokio::spawn(async move {
+            keep_registered(
+                control_plane,
+                registration,
+                tenant,
+                heartbeat_interval,
+                serving_changes,
+            )
+            .await;
+            let _ = deregistered.send(());
+        });
         tracing::info!(service = %self.config.service_name, %endpoint, tools = self.tools.iter().count(), "provider serving");
         let router = Server::builder()
             .add_service(ToolProviderServiceServer::new(ProviderApi {
@@ -252,9 +263,12 @@ impl ProviderServer {
                     self.health.reporter.clone(),
                 ),
             ));
-        let shutdown = async {
+        let shutdown = async move {
             shutdown.await;
             let _ = serving.send(false);
+            // Answering stops only once the control plane no longer lists this provider (or
+            // deregistering failed): until then it may still be sent calls.
+            let _ = deregistration.await;
         };
         let result = if let Some(tls) = served_tls {
             let incoming = crate::grpc::server_tls::incoming(listener, tls);

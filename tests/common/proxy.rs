@@ -1,6 +1,6 @@
 //! A TCP proxy whose open connections can be frozen: they stop carrying bytes but stay open,
 //! as when the host at the other end vanished (no FIN, no RST). Connections opened after the
-//! freeze carry bytes as before.
+//! freeze carry bytes as before. Its connections can also be slowed, as over a long link.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +15,8 @@ pub struct FreezingProxy {
     pub addr: SocketAddr,
     /// Bumped by each freeze; a connection carries bytes while it is the one it opened in.
     epoch: Arc<AtomicU64>,
+    /// How long each chunk of bytes is held before it is passed on, in milliseconds.
+    delay_ms: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
@@ -26,11 +28,14 @@ impl FreezingProxy {
             .expect("bind loopback");
         let addr = listener.local_addr().expect("address");
         let epoch = Arc::new(AtomicU64::new(0));
+        let delay_ms = Arc::new(AtomicU64::new(0));
         let shared = Arc::clone(&epoch);
+        let shared_delay = Arc::clone(&delay_ms);
         let task = tokio::spawn(async move {
             let mut connections = JoinSet::new();
             while let Ok((inbound, _)) = listener.accept().await {
                 let epoch = Arc::clone(&shared);
+                let delay = Arc::clone(&shared_delay);
                 connections.spawn(async move {
                     let Ok(outbound) = TcpStream::connect(target).await else {
                         return;
@@ -39,13 +44,24 @@ impl FreezingProxy {
                     let (in_read, in_write) = inbound.into_split();
                     let (out_read, out_write) = outbound.into_split();
                     tokio::join!(
-                        carry(in_read, out_write, &epoch, opened_in),
-                        carry(out_read, in_write, &epoch, opened_in)
+                        carry(in_read, out_write, &epoch, opened_in, &delay),
+                        carry(out_read, in_write, &epoch, opened_in, &delay)
                     );
                 });
             }
         });
-        Self { addr, epoch, task }
+        Self {
+            addr,
+            epoch,
+            delay_ms,
+            task,
+        }
+    }
+
+    /// Holds every chunk of bytes, each way, for `delay` before passing it on, from now on.
+    pub fn delay(&self, delay: std::time::Duration) {
+        let millis = u64::try_from(delay.as_millis()).expect("a delay of a test's length");
+        self.delay_ms.store(millis, Ordering::SeqCst);
     }
 
     /// Freezes every connection open now.
@@ -60,6 +76,7 @@ async fn carry(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     epoch: &AtomicU64,
     opened_in: u64,
+    delay_ms: &AtomicU64,
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -72,6 +89,10 @@ async fn carry(
             let _held = (from, to);
             std::future::pending::<()>().await;
             return;
+        }
+        let delay = delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
         }
         if to.write_all(&buffer[..read]).await.is_err() {
             return;
