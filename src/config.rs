@@ -28,6 +28,7 @@ use crate::grpc::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
+use crate::otlp::{OtlpExport, OtlpProtocol};
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::DEFAULT_EVENT_BUFFER;
 use crate::registry::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT};
@@ -72,9 +73,11 @@ pub struct ServerConfig {
     /// The address Prometheus metrics are served on (`GET /metrics`, HTTP/1.1); empty serves
     /// none.
     pub metrics_listen: String,
-    /// The OTLP/gRPC collector spans are exported to (`http://host:4317`, or `https://` for
-    /// TLS); empty exports none.
+    /// The OTLP collector spans are exported to (`http://host:4317` over gRPC,
+    /// `http://host:4318` over HTTP, or `https://` for TLS); empty exports none.
     pub otlp_endpoint: String,
+    /// The OTLP protocol: `grpc` or `http/protobuf`.
+    pub otlp_protocol: OtlpProtocol,
     /// CA certificates (PEM) an `https://` collector's certificate is checked against; empty
     /// checks it against the public CAs.
     pub otlp_ca_file: String,
@@ -208,6 +211,7 @@ impl Default for ServerConfig {
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
             metrics_listen: String::new(),
             otlp_endpoint: String::new(),
+            otlp_protocol: OtlpProtocol::default(),
             otlp_ca_file: String::new(),
             provider_ca_file: String::new(),
             provider_client_cert_file: String::new(),
@@ -314,7 +318,7 @@ impl ServerConfig {
     fn check(&self) -> Result<(), String> {
         self.metrics_address()?;
         if !self.otlp_endpoint.is_empty() {
-            crate::spans::check_endpoint(&self.otlp_endpoint).map_err(|error| error.to_string())?;
+            crate::otlp::check_endpoint(&self.otlp_endpoint).map_err(|error| error.to_string())?;
         }
         if !self.otlp_ca_file.is_empty() && !self.otlp_endpoint.starts_with("https://") {
             return Err(format!(
@@ -411,9 +415,12 @@ impl ServerConfig {
     /// The server options this configuration describes.
     pub fn server_options(&self) -> ServerOptions {
         ServerOptions {
-            otlp_endpoint: Some(self.otlp_endpoint.clone()).filter(|e| !e.is_empty()),
-            otlp_ca_file: Some(PathBuf::from(&self.otlp_ca_file))
-                .filter(|_| !self.otlp_ca_file.is_empty()),
+            otlp: (!self.otlp_endpoint.is_empty()).then(|| OtlpExport {
+                endpoint: self.otlp_endpoint.clone(),
+                protocol: self.otlp_protocol,
+                ca_file: Some(PathBuf::from(&self.otlp_ca_file))
+                    .filter(|_| !self.otlp_ca_file.is_empty()),
+            }),
             provider_tls: self.provider_tls(),
             tls: self.served_tls(),
             tls_reload_interval: self.tls_reload_interval,

@@ -156,7 +156,7 @@ fn metrics_are_served_only_where_asked() {
 #[test]
 fn spans_are_exported_only_to_an_otlp_endpoint() {
     let none = ServerConfig::load(None, env(&[])).expect("valid");
-    assert_eq!(none.server_options().otlp_endpoint, None);
+    assert_eq!(none.server_options().otlp, None);
     let set = ServerConfig::load(
         None,
         env(&[
@@ -165,16 +165,30 @@ fn spans_are_exported_only_to_an_otlp_endpoint() {
         ]),
     )
     .expect("valid");
-    let options = set.server_options();
     assert_eq!(
-        options.otlp_endpoint.as_deref(),
-        Some("https://otel-collector:4317")
+        set.server_options().otlp,
+        Some(OtlpExport {
+            endpoint: "https://otel-collector:4317".to_owned(),
+            protocol: OtlpProtocol::Grpc,
+            ca_file: Some(PathBuf::from("/etc/ssl/collector-ca.pem")),
+        })
     );
-    assert_eq!(
-        options.otlp_ca_file.as_deref(),
-        Some(Path::new("/etc/ssl/collector-ca.pem"))
+    let http = ServerConfig::load(
+        None,
+        env(&[
+            ("TOOLPLANE_OTLP_ENDPOINT", "http://otel-collector:4318"),
+            ("TOOLPLANE_OTLP_PROTOCOL", "http/protobuf"),
+        ]),
+    )
+    .expect("valid");
+    let export = http.server_options().otlp.expect("exported");
+    assert_eq!(export.protocol, OtlpProtocol::HttpProtobuf);
+    let error = ServerConfig::load(None, env(&[("TOOLPLANE_OTLP_PROTOCOL", "http/json")]))
+        .expect_err("not a protocol toolplane speaks");
+    assert!(
+        error.to_string().contains("grpc") && error.to_string().contains("http/protobuf"),
+        "{error}"
     );
-    assert_eq!(none.server_options().otlp_ca_file, None);
     let error = ServerConfig::load(
         None,
         env(&[

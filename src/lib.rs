@@ -20,6 +20,7 @@
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
 //! - [`trace_context`]: the caller's W3C trace context, passed on to providers.
+//! - [`otlp`]: where and how spans are exported (OTLP/gRPC or OTLP/HTTP, TLS).
 //! - [`spans`]: the spans exported over OTLP when `otlp_endpoint` is set.
 
 pub mod agent;
@@ -32,6 +33,7 @@ pub mod grpc;
 pub mod invoke;
 pub mod json;
 pub mod metrics;
+pub mod otlp;
 pub mod pb;
 pub mod provider;
 pub mod registry;

@@ -1,5 +1,5 @@
-//! Spans toolplane exports over OTLP/gRPC (plain text to an `http://` endpoint, TLS to an
-//! `https://` one) when `otlp_endpoint` is set: one server span for
+//! Spans toolplane exports over OTLP (gRPC or HTTP, plain text to an `http://` endpoint, TLS
+//! to an `https://` one; see [`crate::otlp`]) when `otlp_endpoint` is set: one server span for
 //! every gRPC call it serves, a child of the caller's `traceparent` when one came (else a new
 //! trace), and one client span for every attempt at a provider's `CallTool`, a child of the
 //! call's span. The provider is sent the attempt's span as its parent, so a trace shows the
@@ -17,7 +17,6 @@
 //! `toolplane` unless they name another.
 
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,55 +25,17 @@ use opentelemetry::trace::{
     TraceState, Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig};
-use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
+use crate::otlp::{OtlpError, OtlpExport};
 use crate::trace_context::TraceContext;
 
 /// The providers' gRPC service, as its client spans name it.
 const PROVIDER_SERVICE: &str = "toolplane.v1.ToolProviderService";
 /// The name of a provider attempt's span.
 const PROVIDER_CALL: &str = "toolplane.v1.ToolProviderService/CallTool";
-/// How long the exporter waits for the collector to take one batch.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutting down may wait for the last spans to be sent.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Why spans cannot be exported.
-#[derive(Debug, thiserror::Error)]
-pub enum SpansError {
-    /// The endpoint is not an `http://` or `https://` address with a host.
-    #[error(
-        "otlp_endpoint {0:?} is not an OTLP/gRPC address such as http://otel-collector:4317 \
-         (or https:// for TLS); leave it empty to export no spans"
-    )]
-    Endpoint(String),
-    /// The CA certificate file cannot be read.
-    #[error("otlp_ca_file {path}: {error}")]
-    CaFile {
-        /// The file.
-        path: PathBuf,
-        /// Why it cannot be read.
-        error: std::io::Error,
-    },
-    /// The OTLP exporter could not be built.
-    #[error("OTLP span exporter: {0}")]
-    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
-}
-
-/// Checks that `endpoint` is an address spans can be exported to: `http://` (plain text) or
-/// `https://` (TLS), with a host.
-pub fn check_endpoint(endpoint: &str) -> Result<(), SpansError> {
-    let uri: http::Uri = endpoint
-        .parse()
-        .map_err(|_| SpansError::Endpoint(endpoint.to_owned()))?;
-    let scheme_known = matches!(uri.scheme_str(), Some("http" | "https"));
-    if !scheme_known || uri.host().is_none_or(str::is_empty) {
-        return Err(SpansError::Endpoint(endpoint.to_owned()));
-    }
-    Ok(())
-}
 
 /// Where spans go: nowhere, or an OTLP collector. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -94,30 +55,10 @@ impl Spans {
         Self::default()
     }
 
-    /// Spans exported in batches to the OTLP/gRPC collector at `endpoint`. Over `https://`
-    /// the collector's certificate is checked against the public CAs (Mozilla's list, built
-    /// in), or against the CA certificates (PEM) in `ca_file` when given. Must be called
+    /// Spans exported in batches as `export` says (see [`crate::otlp`]). Must be called
     /// inside a tokio runtime, which then runs the exporting.
-    pub fn to_otlp(endpoint: &str, ca_file: Option<&Path>) -> Result<Self, SpansError> {
-        check_endpoint(endpoint)?;
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint)
-            .with_timeout(EXPORT_TIMEOUT);
-        if endpoint.starts_with("https://") {
-            let tls = match ca_file {
-                Some(path) => {
-                    let pem = std::fs::read(path).map_err(|error| SpansError::CaFile {
-                        path: path.to_owned(),
-                        error,
-                    })?;
-                    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
-                }
-                None => ClientTlsConfig::new().with_webpki_roots(),
-            };
-            exporter = exporter.with_tls_config(tls);
-        }
-        let exporter = exporter.build()?;
+    pub fn to_otlp(export: &OtlpExport) -> Result<Self, OtlpError> {
+        let exporter = crate::otlp::span_exporter(export)?;
         let processor = opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
             exporter,
             opentelemetry_sdk::runtime::Tokio,
@@ -357,22 +298,6 @@ pub fn rpc_attributes(service: &str, method: &str) -> Vec<KeyValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_endpoint_is_http_or_https_with_a_host() {
-        check_endpoint("http://otel-collector:4317").expect("valid");
-        check_endpoint("http://127.0.0.1:4317").expect("valid");
-        check_endpoint("https://otlp.example.com:443").expect("valid");
-        for bad in [
-            "",
-            "otel-collector:4317",
-            "http://",
-            "grpc://c:1",
-            "ftp://c:1",
-        ] {
-            assert!(check_endpoint(bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn a_callers_context_is_read_as_a_remote_sampled_parent() {

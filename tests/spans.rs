@@ -3,155 +3,15 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use common::collector::*;
 use common::invoke_fixture::*;
-use common::tls::TestCa;
 use common::*;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::{Span, span::SpanKind, status::StatusCode};
 use serde_json::json;
 use toolplane::grpc::ServerOptions;
 use toolplane::pb;
-
-/// Every span exported to it, with the `service.name` of its resource, and the `x-api-key`
-/// header of each export (empty when none came).
-#[derive(Default, Clone)]
-struct Collector {
-    spans: Arc<Mutex<Vec<(String, Span)>>>,
-    api_keys: Arc<Mutex<Vec<String>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let api_key = request
-            .metadata()
-            .get("x-api-key")
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        self.api_keys.lock().expect("lock").push(api_key);
-        let mut spans = self.spans.lock().expect("lock");
-        for resource_spans in request.into_inner().resource_spans {
-            let service_name = resource_spans
-                .resource
-                .iter()
-                .flat_map(|resource| &resource.attributes)
-                .find(|attribute| attribute.key == "service.name")
-                .and_then(|attribute| match &attribute.value.as_ref()?.value {
-                    Some(AnyValue::StringValue(name)) => Some(name.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            for scope in resource_spans.scope_spans {
-                spans.extend(scope.spans.into_iter().map(|s| (service_name.clone(), s)));
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-/// Serves a collector on loopback; answers its endpoint and what it received.
-async fn start_collector() -> (String, Collector, tokio::task::JoinHandle<()>) {
-    start_collector_with(None).await
-}
-
-/// Serves a collector on loopback, over TLS with `identity` when given (`https://`).
-async fn start_collector_with(
-    identity: Option<tonic::transport::Identity>,
-) -> (String, Collector, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    let collector = Collector::default();
-    let service = TraceServiceServer::new(collector.clone());
-    let scheme = if identity.is_some() { "https" } else { "http" };
-    let mut server = tonic::transport::Server::builder();
-    if let Some(identity) = identity {
-        server = server
-            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
-            .expect("TLS configured");
-    }
-    let task = tokio::spawn(async move {
-        server
-            .add_service(service)
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-            .expect("collector serves");
-    });
-    (format!("{scheme}://{address}"), collector, task)
-}
-
-/// The test provider and a server exporting spans to `endpoint`.
-async fn exporting_to(endpoint: String) -> Setup {
-    setup_with(ServerOptions {
-        otlp_endpoint: Some(endpoint),
-        ..test_options()
-    })
-    .await
-}
-
-/// Stops the provider and the server (which sends the spans still queued), then the
-/// collector; answers what it received.
-async fn stop_and_collect(
-    setup: Setup,
-    collector: &Collector,
-    collector_task: tokio::task::JoinHandle<()>,
-) -> Vec<(String, Span)> {
-    setup.provider.stop().await;
-    setup.server.stop().await;
-    collector_task.abort();
-    std::mem::take(&mut *collector.spans.lock().expect("lock"))
-}
-
-/// The spans named `name`, in the order they were received.
-fn named<'a>(spans: &'a [(String, Span)], name: &str) -> Vec<&'a Span> {
-    spans
-        .iter()
-        .map(|(_, span)| span)
-        .filter(|span| span.name == name)
-        .collect()
-}
-
-/// The first span named `name`.
-fn first_named<'a>(spans: &'a [(String, Span)], name: &str) -> &'a Span {
-    named(spans, name)
-        .first()
-        .copied()
-        .unwrap_or_else(|| panic!("no span named {name} in {spans:#?}"))
-}
-
-fn attribute<'a>(span: &'a Span, key: &str) -> Option<&'a AnyValue> {
-    span.attributes
-        .iter()
-        .find(|attribute| attribute.key == key)
-        .and_then(|attribute| attribute.value.as_ref()?.value.as_ref())
-}
-
-fn int_attribute(span: &Span, key: &str) -> Option<i64> {
-    match attribute(span, key)? {
-        AnyValue::IntValue(value) => Some(*value),
-        _ => None,
-    }
-}
-
-fn string_attribute<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
-    match attribute(span, key)? {
-        AnyValue::StringValue(value) => Some(value),
-        _ => None,
-    }
-}
 
 /// With `otlp_endpoint` set, each InvokeTool call is a server span, a child of the caller's
 /// `traceparent` (or a new trace, whose id the record keeps), and each attempt at the provider
@@ -374,51 +234,61 @@ async fn stop_with_collector_at(endpoint: String) {
         .expect("the server stops");
 }
 
-/// The binary exports to `TOOLPLANE_OTLP_ENDPOINT`, under the service name the SDK's
-/// environment gives (here through `OTEL_RESOURCE_ATTRIBUTES`), with the headers
-/// `OTEL_EXPORTER_OTLP_HEADERS` names, and sends the last spans as it stops on SIGTERM.
+/// The binary exports to `TOOLPLANE_OTLP_ENDPOINT` over the protocol `TOOLPLANE_OTLP_PROTOCOL`
+/// names (gRPC by default, or HTTP), under the service name the SDK's environment gives (here
+/// through `OTEL_RESOURCE_ATTRIBUTES`), with the headers `OTEL_EXPORTER_OTLP_HEADERS` names,
+/// and sends the last spans as it stops on SIGTERM.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_binary_exports_under_the_service_name_the_environment_gives() {
     use common::process::ServerProcess;
-    let (endpoint, collector, collector_task) = start_collector().await;
-    let server = ServerProcess::start(&[
-        ("TOOLPLANE_OTLP_ENDPOINT", &endpoint),
-        (
-            "OTEL_RESOURCE_ATTRIBUTES",
-            "service.name=tools-east,deployment.environment=test",
-        ),
-        ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=collector-secret"),
-    ]);
-    let channel = tonic::transport::Channel::from_shared(server.endpoint())
-        .expect("an endpoint")
-        .connect()
-        .await
-        .expect("connects");
-    pb::discovery_service_client::DiscoveryServiceClient::new(channel)
-        .list_services(pb::ListServicesRequest {
-            meta: meta(0),
-            ..Default::default()
-        })
-        .await
-        .expect("listed");
-    let stopped = tokio::task::spawn_blocking(move || server.terminate())
-        .await
-        .expect("joined");
-    assert_eq!(stopped.code(), Some(0));
-    collector_task.abort();
-    let spans = std::mem::take(&mut *collector.spans.lock().expect("lock"));
-    let names: Vec<(&str, &str)> = spans
-        .iter()
-        .map(|(service, span)| (service.as_str(), span.name.as_str()))
-        .collect();
-    assert_eq!(
-        names,
-        [("tools-east", "toolplane.v1.DiscoveryService/ListServices")]
-    );
-    assert_eq!(
-        *collector.api_keys.lock().expect("lock"),
-        ["collector-secret"]
-    );
+    for protocol in [None, Some("http/protobuf")] {
+        let (endpoint, collector, collector_task) = match protocol {
+            None => start_collector().await,
+            Some(_) => start_http_collector(None).await,
+        };
+        let mut environment = vec![
+            ("TOOLPLANE_OTLP_ENDPOINT", endpoint.as_str()),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.name=tools-east,deployment.environment=test",
+            ),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=collector-secret"),
+        ];
+        environment.extend(protocol.map(|protocol| ("TOOLPLANE_OTLP_PROTOCOL", protocol)));
+        let server = ServerProcess::start(&environment);
+        let channel = tonic::transport::Channel::from_shared(server.endpoint())
+            .expect("an endpoint")
+            .connect()
+            .await
+            .expect("connects");
+        pb::discovery_service_client::DiscoveryServiceClient::new(channel)
+            .list_services(pb::ListServicesRequest {
+                meta: meta(0),
+                ..Default::default()
+            })
+            .await
+            .expect("listed");
+        let stopped = tokio::task::spawn_blocking(move || server.terminate())
+            .await
+            .expect("joined");
+        assert_eq!(stopped.code(), Some(0));
+        collector_task.abort();
+        let spans = std::mem::take(&mut *collector.spans.lock().expect("lock"));
+        let names: Vec<(&str, &str)> = spans
+            .iter()
+            .map(|(service, span)| (service.as_str(), span.name.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [("tools-east", "toolplane.v1.DiscoveryService/ListServices")],
+            "{protocol:?}"
+        );
+        assert_eq!(
+            *collector.api_keys.lock().expect("lock"),
+            ["collector-secret"],
+            "{protocol:?}"
+        );
+    }
 }
 
 /// A model call that fails is an error span under the turn, and the turn's span ends
@@ -431,7 +301,11 @@ async fn a_failed_model_call_is_an_error_span() {
     let model_url = format!("http://{}/v1", closed.local_addr().expect("address"));
     drop(closed);
     let setup = setup_with(ServerOptions {
-        otlp_endpoint: Some(endpoint),
+        otlp: Some(toolplane::otlp::OtlpExport {
+            endpoint,
+            protocol: toolplane::otlp::OtlpProtocol::Grpc,
+            ca_file: None,
+        }),
         model: Some(toolplane::agent::openai::OpenAiConfig {
             base_url: model_url,
             model: "gpt-test".into(),
@@ -464,63 +338,5 @@ async fn a_failed_model_call_is_an_error_span() {
     assert_eq!(
         string_attribute(model_call, "error.type"),
         Some("model_error")
-    );
-}
-
-/// Over `https://`, spans reach a collector whose certificate the CA in `otlp_ca_file`
-/// signed; checked against the public CAs only, that collector is not trusted and gets
-/// nothing, and the calls go on regardless.
-#[tokio::test(flavor = "multi_thread")]
-async fn spans_reach_a_tls_collector_only_when_its_ca_is_trusted() {
-    let ca = TestCa::new();
-    let identity = ca.server(&["127.0.0.1"]).identity();
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let ca_file = ca.write(dir.path(), "collector-ca.pem");
-    for trusted in [true, false] {
-        let (endpoint, collector, collector_task) =
-            start_collector_with(Some(identity.clone())).await;
-        assert!(endpoint.starts_with("https://"), "{endpoint}");
-        let setup = setup_with(ServerOptions {
-            otlp_endpoint: Some(endpoint),
-            otlp_ca_file: trusted.then(|| ca_file.clone()),
-            ..test_options()
-        })
-        .await;
-        let mut client = invoker(&setup.server).await;
-        client
-            .invoke_tool(request("echo", json!({"n": 4})))
-            .await
-            .expect("echoed");
-        let spans = stop_and_collect(setup, &collector, collector_task).await;
-        let invoke_spans = named(&spans, "toolplane.v1.ToolInvokeService/InvokeTool");
-        assert_eq!(
-            invoke_spans.len(),
-            usize::from(trusted),
-            "trusted: {trusted}"
-        );
-    }
-}
-
-/// A CA file that cannot be read stops the server from starting, naming the setting.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_unreadable_ca_file_stops_the_start() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let error = toolplane::grpc::serve(
-        listener,
-        ServerOptions {
-            otlp_endpoint: Some("https://127.0.0.1:4317".into()),
-            otlp_ca_file: Some("/nonexistent/collector-ca.pem".into()),
-            ..test_options()
-        },
-        std::future::pending(),
-    )
-    .await
-    .expect_err("the CA file is not there");
-    let message = error.to_string();
-    assert!(
-        message.contains("otlp_ca_file") && message.contains("/nonexistent/collector-ca.pem"),
-        "{message}"
     );
 }

@@ -45,6 +45,7 @@ use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, RecordError, RecordLog};
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
 use crate::metrics::MetricsSources;
+use crate::otlp::{OtlpError, OtlpExport};
 use crate::pb;
 use crate::pb::agent_service_server::AgentServiceServer;
 use crate::pb::discovery_service_server::DiscoveryServiceServer;
@@ -52,7 +53,7 @@ use crate::pb::health_service_server::HealthServiceServer;
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::{DEFAULT_EVENT_BUFFER, MemoryStore};
 use crate::registry::{RegistrationLimits, Registry, RegistryStore};
-use crate::spans::{Spans, SpansError};
+use crate::spans::Spans;
 
 /// The default time in-flight calls get to finish after shutdown begins.
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -115,12 +116,9 @@ pub struct ServerOptions {
     pub max_conversation_bytes: usize,
     /// The most agents one tenant may have at once; 0 sets no limit.
     pub max_agents_per_tenant: usize,
-    /// The OTLP/gRPC collector spans are exported to (`http://host:port`, or `https://` for
-    /// TLS); `None` exports none (see [`crate::spans`]).
-    pub otlp_endpoint: Option<String>,
-    /// CA certificates (PEM) an `https://` collector's certificate is checked against;
-    /// `None` checks it against the public CAs.
-    pub otlp_ca_file: Option<PathBuf>,
+    /// The OTLP collector spans are exported to, and how; `None` exports none (see
+    /// [`crate::spans`], [`crate::otlp`]).
+    pub otlp: Option<OtlpExport>,
     /// How `https://` providers are connected to: the CA certificates their certificates
     /// are checked against and the client certificate toolplane presents (see
     /// [`super::provider_tls`]).
@@ -166,8 +164,7 @@ impl Default for ServerOptions {
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
-            otlp_endpoint: None,
-            otlp_ca_file: None,
+            otlp: None,
             provider_tls: ProviderTlsFiles::default(),
             tls: None,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
@@ -192,7 +189,7 @@ pub enum ServeError {
     Methods(#[from] DescriptorError),
     /// Spans cannot be exported as configured.
     #[error(transparent)]
-    Spans(#[from] SpansError),
+    Spans(#[from] OtlpError),
     /// TLS to providers cannot be set up as configured.
     #[error(transparent)]
     ProviderTls(#[from] ProviderTlsError),
@@ -243,10 +240,10 @@ pub async fn serve_with_metrics(
         .map(ServedTls::from_files)
         .transpose()?;
     let provider_tls = ProviderTls::from_files(&options.provider_tls)?;
-    let spans = match &options.otlp_endpoint {
-        Some(endpoint) => {
-            let spans = Spans::to_otlp(endpoint, options.otlp_ca_file.as_deref())?;
-            tracing::info!(%endpoint, "spans exported over OTLP/gRPC");
+    let spans = match &options.otlp {
+        Some(export) => {
+            let spans = Spans::to_otlp(export)?;
+            tracing::info!(endpoint = %export.endpoint, protocol = %export.protocol, "spans exported");
             spans
         }
         None => Spans::off(),

@@ -276,6 +276,7 @@ pub fn violations(status: &tonic::Status) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 pub mod agent_fixture;
+pub mod collector;
 pub mod invoke_fixture;
 pub mod process;
 pub mod provider;
