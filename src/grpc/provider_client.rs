@@ -211,7 +211,13 @@ impl ProviderCaller for GrpcProviderCaller {
     }
 }
 
-/// Checks every registered endpoint each `interval` until `serving` turns false.
+/// Checks every registered endpoint each `interval`, the first time one `interval` after the
+/// start, until `serving` turns false.
+///
+/// The first round waits a whole interval rather than running at once. A round at once
+/// would check nothing (the store starts empty) unless this task were scheduled late on a busy
+/// machine, when it would check a service registered in the meantime within moments of its
+/// registration: when a new service is first checked would depend on the machine's load.
 pub async fn run_health_checks(
     store: Arc<dyn RegistryStore>,
     caller: GrpcProviderCaller,
@@ -219,7 +225,7 @@ pub async fn run_health_checks(
     interval: Duration,
     mut serving: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut ticker = tokio::time::interval(interval);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -245,3 +251,7 @@ pub async fn run_health_checks(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "provider_client_tests.rs"]
+mod tests;
