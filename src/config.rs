@@ -18,7 +18,7 @@ use crate::agent::store::{
 };
 use crate::grpc::ServerOptions;
 use crate::grpc::call_scheduling::CallScheduling;
-use crate::grpc::provider_tls::{ClientIdentityFiles, ProviderTlsFiles};
+use crate::grpc::outgoing_tls::{ClientIdentityFiles, OutgoingTlsFiles};
 use crate::grpc::server::{
     DEFAULT_DRAIN_GRACE, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PROVIDER_HEALTH_INTERVAL,
@@ -81,6 +81,12 @@ pub struct ServerConfig {
     /// CA certificates (PEM) an `https://` collector's certificate is checked against; empty
     /// checks it against the public CAs.
     pub otlp_ca_file: String,
+    /// The certificate chain (PEM) toolplane presents to an `https://` collector that asks
+    /// for a client certificate (mutual TLS); empty presents none. Set with
+    /// `otlp_client_key_file`.
+    pub otlp_client_cert_file: String,
+    /// The private key (PEM) of `otlp_client_cert_file`.
+    pub otlp_client_key_file: String,
     /// CA certificates (PEM) the certificates of providers at `https://` endpoints are
     /// checked against; empty checks them against the public CAs.
     pub provider_ca_file: String,
@@ -213,6 +219,8 @@ impl Default for ServerConfig {
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),
             otlp_ca_file: String::new(),
+            otlp_client_cert_file: String::new(),
+            otlp_client_key_file: String::new(),
             provider_ca_file: String::new(),
             provider_client_cert_file: String::new(),
             provider_client_key_file: String::new(),
@@ -315,66 +323,6 @@ impl ServerConfig {
         Ok(config)
     }
 
-    fn check(&self) -> Result<(), String> {
-        self.metrics_address()?;
-        if !self.otlp_endpoint.is_empty() {
-            crate::otlp::check_endpoint(&self.otlp_endpoint).map_err(|error| error.to_string())?;
-        }
-        if !self.otlp_ca_file.is_empty() && !self.otlp_endpoint.starts_with("https://") {
-            return Err(format!(
-                "otlp_ca_file is set but otlp_endpoint {:?} is not an https:// address: the CA \
-                 file is only used to check a TLS collector's certificate",
-                self.otlp_endpoint
-            ));
-        }
-        if self.tls_cert_file.is_empty() != self.tls_key_file.is_empty() {
-            return Err(
-                "tls_cert_file and tls_key_file go together: set both to serve TLS, or neither \
-                 to serve plain text"
-                    .to_owned(),
-            );
-        }
-        if !self.tls_client_ca_file.is_empty() && self.tls_cert_file.is_empty() {
-            return Err(
-                "tls_client_ca_file is set but TLS is not served: client certificates are asked \
-                 for only over TLS (set tls_cert_file and tls_key_file)"
-                    .to_owned(),
-            );
-        }
-        if self.provider_client_cert_file.is_empty() != self.provider_client_key_file.is_empty() {
-            return Err(
-                "provider_client_cert_file and provider_client_key_file go together: set both \
-                 (toolplane presents that certificate to providers that ask for one) or neither"
-                    .to_owned(),
-            );
-        }
-        if let Some((key, _)) = self.tool_rate_limits.iter().find(|(key, _)| {
-            key.split_once('/')
-                .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
-        }) {
-            return Err(format!("tool_rate_limits key {key:?} must be SERVICE/TOOL"));
-        }
-        if self.min_ttl > self.max_ttl
-            || self.default_ttl < self.min_ttl
-            || self.default_ttl > self.max_ttl
-        {
-            return Err(format!(
-                "need min_ttl <= default_ttl <= max_ttl, got {} <= {} <= {}",
-                humantime::format_duration(self.min_ttl),
-                humantime::format_duration(self.default_ttl),
-                humantime::format_duration(self.max_ttl)
-            ));
-        }
-        if !self.keepalive_interval.is_zero() && self.keepalive_timeout.is_zero() {
-            return Err(
-                "keepalive_timeout must be above 0s while keepalive_interval is set (0s turns \
-                 keepalive off)"
-                    .to_owned(),
-            );
-        }
-        Ok(())
-    }
-
     /// The address to serve metrics on, if any.
     pub fn metrics_address(&self) -> Result<Option<SocketAddr>, String> {
         if self.metrics_listen.is_empty() {
@@ -399,17 +347,12 @@ impl ServerConfig {
     }
 
     /// How toolplane connects to `https://` providers, by this configuration.
-    pub fn provider_tls(&self) -> ProviderTlsFiles {
-        let path = |value: &str| Some(PathBuf::from(value)).filter(|_| !value.is_empty());
-        ProviderTlsFiles {
-            ca_file: path(&self.provider_ca_file),
-            client_identity: path(&self.provider_client_cert_file)
-                .zip(path(&self.provider_client_key_file))
-                .map(|(cert_file, key_file)| ClientIdentityFiles {
-                    cert_file,
-                    key_file,
-                }),
-        }
+    pub fn provider_tls(&self) -> OutgoingTlsFiles {
+        outgoing_tls(
+            &self.provider_ca_file,
+            &self.provider_client_cert_file,
+            &self.provider_client_key_file,
+        )
     }
 
     /// The server options this configuration describes.
@@ -418,8 +361,11 @@ impl ServerConfig {
             otlp: (!self.otlp_endpoint.is_empty()).then(|| OtlpExport {
                 endpoint: self.otlp_endpoint.clone(),
                 protocol: self.otlp_protocol,
-                ca_file: Some(PathBuf::from(&self.otlp_ca_file))
-                    .filter(|_| !self.otlp_ca_file.is_empty()),
+                tls: outgoing_tls(
+                    &self.otlp_ca_file,
+                    &self.otlp_client_cert_file,
+                    &self.otlp_client_key_file,
+                ),
             }),
             provider_tls: self.provider_tls(),
             tls: self.served_tls(),
@@ -475,6 +421,20 @@ impl ServerConfig {
     }
 }
 
+/// TLS files for outgoing connections from three settings' values (empty: not named).
+fn outgoing_tls(ca_file: &str, cert_file: &str, key_file: &str) -> OutgoingTlsFiles {
+    let path = |value: &str| Some(PathBuf::from(value)).filter(|_| !value.is_empty());
+    OutgoingTlsFiles {
+        ca_file: path(ca_file),
+        client_identity: path(cert_file)
+            .zip(path(key_file))
+            .map(|(cert_file, key_file)| ClientIdentityFiles {
+                cert_file,
+                key_file,
+            }),
+    }
+}
+
 fn read_table(path: &Path) -> Result<toml::Table, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
@@ -497,6 +457,9 @@ fn env_value(value: &str, like: &toml::Value) -> toml::Value {
         _ => toml::Value::String(value.to_owned()),
     }
 }
+
+#[path = "config_check.rs"]
+mod check;
 
 #[cfg(test)]
 #[path = "config_tests.rs"]

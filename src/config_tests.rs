@@ -162,6 +162,8 @@ fn spans_are_exported_only_to_an_otlp_endpoint() {
         env(&[
             ("TOOLPLANE_OTLP_ENDPOINT", "https://otel-collector:4317"),
             ("TOOLPLANE_OTLP_CA_FILE", "/etc/ssl/collector-ca.pem"),
+            ("TOOLPLANE_OTLP_CLIENT_CERT_FILE", "/etc/otlp/tls.crt"),
+            ("TOOLPLANE_OTLP_CLIENT_KEY_FILE", "/etc/otlp/tls.key"),
         ]),
     )
     .expect("valid");
@@ -170,7 +172,13 @@ fn spans_are_exported_only_to_an_otlp_endpoint() {
         Some(OtlpExport {
             endpoint: "https://otel-collector:4317".to_owned(),
             protocol: OtlpProtocol::Grpc,
-            ca_file: Some(PathBuf::from("/etc/ssl/collector-ca.pem")),
+            tls: OutgoingTlsFiles {
+                ca_file: Some(PathBuf::from("/etc/ssl/collector-ca.pem")),
+                client_identity: Some(ClientIdentityFiles {
+                    cert_file: PathBuf::from("/etc/otlp/tls.crt"),
+                    key_file: PathBuf::from("/etc/otlp/tls.key"),
+                }),
+            },
         })
     );
     let http = ServerConfig::load(
@@ -198,6 +206,28 @@ fn spans_are_exported_only_to_an_otlp_endpoint() {
     )
     .expect_err("a CA file for a plaintext collector");
     assert!(error.to_string().contains("otlp_ca_file"), "{error}");
+    let error = ServerConfig::load(
+        None,
+        env(&[
+            ("TOOLPLANE_OTLP_ENDPOINT", "http://otel-collector:4317"),
+            ("TOOLPLANE_OTLP_CLIENT_CERT_FILE", "/etc/otlp/tls.crt"),
+            ("TOOLPLANE_OTLP_CLIENT_KEY_FILE", "/etc/otlp/tls.key"),
+        ]),
+    )
+    .expect_err("a client certificate for a plaintext collector");
+    assert!(
+        error.to_string().contains("otlp_client_cert_file"),
+        "{error}"
+    );
+    let error = ServerConfig::load(
+        None,
+        env(&[
+            ("TOOLPLANE_OTLP_ENDPOINT", "https://otel-collector:4317"),
+            ("TOOLPLANE_OTLP_CLIENT_CERT_FILE", "/etc/otlp/tls.crt"),
+        ]),
+    )
+    .expect_err("a certificate without its key");
+    assert!(error.to_string().contains("go together"), "{error}");
     for bad in ["otel-collector:4317", "grpc://otel-collector:4317"] {
         let error = ServerConfig::load(None, env(&[("TOOLPLANE_OTLP_ENDPOINT", bad)]))
             .expect_err("not an OTLP address");
@@ -210,7 +240,7 @@ fn provider_tls_files_are_read_from_the_environment() {
     let none = ServerConfig::load(None, env(&[])).expect("valid");
     assert_eq!(
         none.server_options().provider_tls,
-        ProviderTlsFiles::default()
+        OutgoingTlsFiles::default()
     );
     let set = ServerConfig::load(
         None,
@@ -232,7 +262,7 @@ fn provider_tls_files_are_read_from_the_environment() {
     .expect("valid");
     assert_eq!(
         set.server_options().provider_tls,
-        ProviderTlsFiles {
+        OutgoingTlsFiles {
             ca_file: Some("/etc/toolplane/providers-ca.pem".into()),
             client_identity: Some(ClientIdentityFiles {
                 cert_file: "/etc/toolplane/tls.crt".into(),

@@ -1,28 +1,41 @@
 //! Where and how spans are exported: the OTLP protocol (`otlp_protocol`), the collector's
 //! address (`otlp_endpoint`) and, over TLS, what its certificate is checked against
-//! (`otlp_ca_file`).
+//! (`otlp_ca_file`) and the certificate toolplane presents to it (`otlp_client_cert_file`,
+//! `otlp_client_key_file`), read again when renewed (`CollectorTls`).
 //!
-//! OTLP/gRPC goes through tonic (opentelemetry-otlp's exporter). OTLP/HTTP (`http/protobuf`,
-//! the protobuf bodies POSTed to `/v1/traces`) goes through the same exporter with this
-//! crate's reqwest client: opentelemetry-otlp's own reqwest client is a later reqwest major
-//! version than the one the agents' chat models are called with, and would bring a second
-//! HTTP and TLS stack into the build; `ReqwestClient` adapts the one already here.
+//! OTLP/gRPC goes through tonic (opentelemetry-otlp's exporter); to an `https://` collector
+//! over a channel whose connections make their TLS with the configuration installed when they
+//! open, so renewed files reach the next connection. OTLP/HTTP (`http/protobuf`, the protobuf
+//! bodies POSTed to `/v1/traces`) goes through the same exporter with this crate's reqwest
+//! client: opentelemetry-otlp's own reqwest client is a later reqwest major version than the
+//! one the agents' chat models are called with, and would bring a second HTTP and TLS stack
+//! into the build; `ReqwestClient` adapts the one already here.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
-use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use serde::{Deserialize, Serialize};
-use tokio_rustls::rustls::pki_types::CertificateDer;
+use tokio_rustls::rustls::ClientConfig;
+use tokio_rustls::rustls::pki_types::ServerName;
 
-use crate::grpc::tls_files::{TlsFileError, certificates};
+use crate::grpc::outgoing_tls::{ALPN_H2, OutgoingTlsError, OutgoingTlsFiles, OutgoingTlsSettings};
 
-/// The setting that names the collector's CA file, as errors call it.
-const CA_FILE_SETTING: &str = "otlp_ca_file";
+/// The settings that name the files of TLS to the collector, as errors call them.
+pub const OTLP_TLS_SETTINGS: OutgoingTlsSettings = OutgoingTlsSettings {
+    ca_file: "otlp_ca_file",
+    client_cert_file: "otlp_client_cert_file",
+    client_key_file: "otlp_client_key_file",
+};
+/// OTLP/HTTP over TLS offers HTTP/2 and HTTP/1.1 and takes what the collector picks.
+const ALPN_HTTP: &[&[u8]] = &[b"h2", b"http/1.1"];
 /// How long the exporter waits for the collector to take one batch.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long opening a connection to the collector may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The path OTLP/HTTP trace exports are sent to when the endpoint names none.
 const HTTP_TRACES_PATH: &str = "/v1/traces";
 /// The largest answer read from an OTLP/HTTP collector (its answers are small).
@@ -59,9 +72,10 @@ pub struct OtlpExport {
     pub endpoint: String,
     /// The protocol.
     pub protocol: OtlpProtocol,
-    /// CA certificates (PEM) an `https://` collector's certificate is checked against; `None`
-    /// checks it against the public CAs (Mozilla's list, built in).
-    pub ca_file: Option<PathBuf>,
+    /// TLS to an `https://` collector: the CA certificates its certificate is checked
+    /// against (the public CAs when none) and the client certificate presented to it (none
+    /// when not named).
+    pub tls: OutgoingTlsFiles,
 }
 
 /// Why spans cannot be exported.
@@ -74,9 +88,12 @@ pub enum OtlpError {
          spans"
     )]
     Endpoint(String),
-    /// The CA certificate file cannot be read, or holds no certificate.
+    /// A TLS file cannot be read or used.
     #[error(transparent)]
-    CaFile(#[from] TlsFileError),
+    Tls(#[from] OutgoingTlsError),
+    /// The endpoint's host cannot be a TLS server name.
+    #[error("otlp_endpoint {0:?}: its host cannot be checked against a certificate")]
+    ServerName(String),
     /// The HTTP client could not be built.
     #[error("OTLP/HTTP client: {0}")]
     HttpClient(#[from] reqwest::Error),
@@ -98,44 +115,163 @@ pub fn check_endpoint(endpoint: &str) -> Result<(), OtlpError> {
     Ok(())
 }
 
-/// The span exporter `export` describes, its CA file read now. Over gRPC it must be built
-/// inside a tokio runtime.
-pub(crate) fn span_exporter(export: &OtlpExport) -> Result<SpanExporter, OtlpError> {
+/// The span exporter `export` describes, its TLS files read now, and for an `https://`
+/// collector the TLS it uses, to install renewed files in. Over gRPC it must be built inside
+/// a tokio runtime.
+pub(crate) fn span_exporter(
+    export: &OtlpExport,
+) -> Result<(SpanExporter, Option<CollectorTls>), OtlpError> {
     check_endpoint(&export.endpoint)?;
-    let tls = export.endpoint.starts_with("https://");
-    let ca_file = export.ca_file.as_deref().filter(|_| tls);
-    let ca_certificates = ca_file
-        .map(|path| certificates(CA_FILE_SETTING, path))
+    let tls = export
+        .endpoint
+        .starts_with("https://")
+        .then(|| CollectorTls::new(export))
         .transpose()?;
     let exporter = match export.protocol {
         OtlpProtocol::Grpc => {
-            let mut builder = SpanExporter::builder()
+            let builder = SpanExporter::builder()
                 .with_tonic()
-                .with_endpoint(&export.endpoint)
                 .with_timeout(EXPORT_TIMEOUT);
-            if tls {
-                builder = builder.with_tls_config(match ca_file {
-                    Some(path) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(
-                        std::fs::read(path).map_err(|source| TlsFileError::Read {
-                            setting: CA_FILE_SETTING,
-                            path: path.to_owned(),
-                            source,
-                        })?,
-                    )),
-                    None => ClientTlsConfig::new().with_webpki_roots(),
-                });
+            match tls.as_ref().map(|tls| &tls.installed) {
+                Some(Installed::Grpc(config)) => {
+                    builder.with_channel(tls_channel(&export.endpoint, config)?)
+                }
+                _ => builder.with_endpoint(&export.endpoint),
             }
-            builder.build()?
+            .build()?
         }
-        OtlpProtocol::HttpProtobuf => SpanExporter::builder()
-            .with_http()
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_endpoint(http_traces_url(&export.endpoint))
-            .with_timeout(EXPORT_TIMEOUT)
-            .with_http_client(ReqwestClient::new(ca_certificates)?)
-            .build()?,
+        OtlpProtocol::HttpProtobuf => {
+            let client = match tls.as_ref().map(|tls| &tls.installed) {
+                Some(Installed::Http(client)) => Arc::clone(client),
+                _ => Arc::new(ArcSwap::from_pointee(http_client(None)?)),
+            };
+            SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(http_traces_url(&export.endpoint))
+                .with_timeout(EXPORT_TIMEOUT)
+                .with_http_client(ReqwestClient(client))
+                .build()?
+        }
     };
-    Ok(exporter)
+    Ok((exporter, tls))
+}
+
+/// TLS to an `https://` collector as the exporter uses it. [`CollectorTls::reload`] builds it
+/// from the files again (they were renewed) and installs it; the exporter's next connection
+/// uses it, open ones keep theirs.
+#[derive(Clone)]
+pub struct CollectorTls {
+    files: OutgoingTlsFiles,
+    installed: Installed,
+}
+
+/// What the exporter reads its TLS from, per protocol.
+#[derive(Clone)]
+enum Installed {
+    /// What new OTLP/gRPC connections make their TLS with (HTTP/2 alone).
+    Grpc(Arc<ArcSwap<ClientConfig>>),
+    /// The OTLP/HTTP client, its TLS built in (HTTP/2 or HTTP/1.1).
+    Http(Arc<ArcSwap<reqwest::Client>>),
+}
+
+impl std::fmt::Debug for CollectorTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CollectorTls")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CollectorTls {
+    fn new(export: &OtlpExport) -> Result<Self, OtlpError> {
+        let files = &export.tls;
+        let installed = match export.protocol {
+            OtlpProtocol::Grpc => Installed::Grpc(Arc::new(ArcSwap::new(grpc_config(files)?))),
+            OtlpProtocol::HttpProtobuf => {
+                Installed::Http(Arc::new(ArcSwap::from_pointee(https_client(files)?)))
+            }
+        };
+        Ok(Self {
+            files: files.clone(),
+            installed,
+        })
+    }
+
+    /// The files TLS to the collector is built from, to watch for renewals.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.files.paths()
+    }
+
+    /// Builds TLS to the collector from its files again and installs it for the exporter's
+    /// next connection; on an error the previous one stays in use.
+    pub fn reload(&self) -> Result<(), OtlpError> {
+        match &self.installed {
+            Installed::Grpc(config) => config.store(grpc_config(&self.files)?),
+            Installed::Http(client) => client.store(Arc::new(https_client(&self.files)?)),
+        }
+        Ok(())
+    }
+}
+
+/// The TLS configuration of OTLP/gRPC connections `files` describe.
+fn grpc_config(files: &OutgoingTlsFiles) -> Result<Arc<ClientConfig>, OtlpError> {
+    Ok(files.client_config(&OTLP_TLS_SETTINGS, ALPN_H2)?)
+}
+
+/// The OTLP/HTTP client to an `https://` collector with the TLS `files` describe.
+fn https_client(files: &OutgoingTlsFiles) -> Result<reqwest::Client, OtlpError> {
+    let config = files.client_config(&OTLP_TLS_SETTINGS, ALPN_HTTP)?;
+    Ok(http_client(Some(&config))?)
+}
+
+/// A tonic channel to the `https://` collector at `endpoint` whose connections make their TLS
+/// with the configuration `config` holds when they open. tonic is given the address as
+/// `http://`, so it leaves TLS to this channel's connector, and the `https://` origin the
+/// requests name.
+fn tls_channel(
+    endpoint: &str,
+    config: &Arc<ArcSwap<ClientConfig>>,
+) -> Result<tonic::transport::Channel, OtlpError> {
+    let not_usable = || OtlpError::Endpoint(endpoint.to_owned());
+    let origin: http::Uri = endpoint.parse().map_err(|_| not_usable())?;
+    let host = origin.host().ok_or_else(not_usable)?;
+    let port = origin.port_u16().unwrap_or(443);
+    let name = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let server_name = ServerName::try_from(name.clone())
+        .map_err(|_| OtlpError::ServerName(endpoint.to_owned()))?;
+    let plain = format!("http://{host}:{port}");
+    let config = Arc::clone(config);
+    let connector = tower::service_fn(move |_: http::Uri| {
+        let (config, server_name, name) = (config.load_full(), server_name.clone(), name.clone());
+        async move {
+            let tcp = tokio::net::TcpStream::connect((name.as_str(), port)).await?;
+            tcp.set_nodelay(true)?;
+            let stream = tokio_rustls::TlsConnector::from(config)
+                .connect(server_name, tcp)
+                .await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+        }
+    });
+    Ok(tonic::transport::Endpoint::from_shared(plain)
+        .map_err(|_| not_usable())?
+        .origin(origin)
+        .timeout(EXPORT_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .connect_with_connector_lazy(connector))
+}
+
+/// The OTLP/HTTP client: with `tls` for an `https://` collector.
+fn http_client(tls: Option<&ClientConfig>) -> Result<reqwest::Client, reqwest::Error> {
+    let builder = reqwest::Client::builder().timeout(EXPORT_TIMEOUT);
+    match tls {
+        Some(config) => builder.use_preconfigured_tls(config.clone()),
+        None => builder,
+    }
+    .build()
 }
 
 /// The URL OTLP/HTTP trace exports are POSTed to: `endpoint` + `/v1/traces` when it names no
@@ -151,25 +287,10 @@ fn http_traces_url(endpoint: &str) -> String {
     }
 }
 
-/// opentelemetry-http's client trait over this crate's reqwest (see the module docs).
+/// opentelemetry-http's client trait over this crate's reqwest (see the module docs); each
+/// export uses the client installed then.
 #[derive(Debug)]
-struct ReqwestClient(reqwest::Client);
-
-impl ReqwestClient {
-    /// A client trusting the CA certificates `ca_certificates` alone, or the public CAs
-    /// when `None`.
-    fn new(ca_certificates: Option<Vec<CertificateDer<'static>>>) -> Result<Self, OtlpError> {
-        let mut builder = reqwest::Client::builder().timeout(EXPORT_TIMEOUT);
-        if let Some(certificates) = ca_certificates {
-            builder = builder.tls_built_in_root_certs(false);
-            for certificate in certificates {
-                builder =
-                    builder.add_root_certificate(reqwest::Certificate::from_der(&certificate)?);
-            }
-        }
-        Ok(Self(builder.build()?))
-    }
-}
+struct ReqwestClient(Arc<ArcSwap<reqwest::Client>>);
 
 #[tonic::async_trait]
 impl opentelemetry_http::HttpClient for ReqwestClient {
@@ -178,8 +299,8 @@ impl opentelemetry_http::HttpClient for ReqwestClient {
         request: http::Request<Bytes>,
     ) -> Result<http::Response<Bytes>, opentelemetry_http::HttpError> {
         let (parts, body) = request.into_parts();
-        let mut answer = self
-            .0
+        let client = self.0.load_full();
+        let mut answer = client
             .request(parts.method, parts.uri.to_string())
             .headers(parts.headers)
             .body(body)

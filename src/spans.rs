@@ -27,7 +27,7 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
-use crate::otlp::{OtlpError, OtlpExport};
+use crate::otlp::{CollectorTls, OtlpError, OtlpExport};
 use crate::trace_context::TraceContext;
 
 /// The providers' gRPC service, as its client spans name it.
@@ -55,10 +55,11 @@ impl Spans {
         Self::default()
     }
 
-    /// Spans exported in batches as `export` says (see [`crate::otlp`]). Must be called
-    /// inside a tokio runtime, which then runs the exporting.
-    pub fn to_otlp(export: &OtlpExport) -> Result<Self, OtlpError> {
-        let exporter = crate::otlp::span_exporter(export)?;
+    /// Spans exported in batches as `export` says (see [`crate::otlp`]), and for an
+    /// `https://` collector the TLS the exporter uses, to install renewed files in. Must be
+    /// called inside a tokio runtime, which then runs the exporting.
+    pub fn to_otlp(export: &OtlpExport) -> Result<(Self, Option<CollectorTls>), OtlpError> {
+        let (exporter, tls) = crate::otlp::span_exporter(export)?;
         let processor = opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
             exporter,
             opentelemetry_sdk::runtime::Tokio,
@@ -69,9 +70,10 @@ impl Spans {
             .with_resource(resource())
             .build();
         let tracer = provider.tracer("toolplane");
-        Ok(Self {
+        let spans = Self {
             exporting: Some(Arc::new(Exporting { provider, tracer })),
-        })
+        };
+        Ok((spans, tls))
     }
 
     /// Whether spans are exported.

@@ -22,14 +22,14 @@ use tonic_health::pb::health_client::HealthClient;
 use toolplane::client::{ClientTlsFiles, ToolplaneClient};
 use toolplane::envelope::TenantId;
 use toolplane::grpc::ServerOptions;
-use toolplane::grpc::provider_tls::{ClientIdentityFiles, ProviderTlsFiles};
+use toolplane::grpc::outgoing_tls::{ClientIdentityFiles, OutgoingTlsFiles};
 use toolplane::grpc::server_tls::ServerTlsFiles;
 use toolplane::pb;
 use toolplane::provider::ProviderConfig;
 
 /// A real server and a test provider serving over TLS as `provider_tls` says, registered.
 async fn start(
-    toolplane_tls: ProviderTlsFiles,
+    toolplane_tls: OutgoingTlsFiles,
     provider_tls: ServerTlsFiles,
     health_interval: Duration,
 ) -> Setup {
@@ -52,8 +52,8 @@ async fn start(
     }
 }
 
-fn trusting(ca_file: &Path) -> ProviderTlsFiles {
-    ProviderTlsFiles {
+fn trusting(ca_file: &Path) -> OutgoingTlsFiles {
+    OutgoingTlsFiles {
         ca_file: Some(ca_file.to_owned()),
         client_identity: None,
     }
@@ -114,7 +114,7 @@ async fn a_provider_certificate_that_cannot_be_verified_is_refused() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let ca_file = ca.write(dir.path(), "providers-ca.pem");
     let cases = [
-        (ProviderTlsFiles::default(), "127.0.0.1", "the public CAs"),
+        (OutgoingTlsFiles::default(), "127.0.0.1", "the public CAs"),
         (trusting(&ca_file), "tools.example.com", "provider_ca_file"),
     ];
     for (toolplane_tls, certificate_name, checked_against) in cases {
@@ -166,7 +166,7 @@ async fn a_provider_that_asks_for_a_client_certificate_gets_toolplane_s() {
             ..ca.server(&["127.0.0.1"])
                 .served_from(dir.path(), "provider")
         };
-        let toolplane_tls = ProviderTlsFiles {
+        let toolplane_tls = OutgoingTlsFiles {
             ca_file: Some(ca_file.clone()),
             client_identity,
         };

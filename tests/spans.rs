@@ -304,7 +304,7 @@ async fn a_failed_model_call_is_an_error_span() {
         otlp: Some(toolplane::otlp::OtlpExport {
             endpoint,
             protocol: toolplane::otlp::OtlpProtocol::Grpc,
-            ca_file: None,
+            tls: Default::default(),
         }),
         model: Some(toolplane::agent::openai::OpenAiConfig {
             base_url: model_url,

@@ -17,7 +17,8 @@ use toolplane::bench::report::table;
 use toolplane::bench::tls::TlsDir;
 use toolplane::bench::{Bench, Binaries, Sizes};
 use toolplane::grpc::connections::serve_connections;
-use toolplane::grpc::provider_tls::{ProviderTls, ProviderTlsFiles};
+use toolplane::grpc::outgoing_tls::OutgoingTlsFiles;
+use toolplane::grpc::provider_tls::ProviderTls;
 use toolplane::grpc::server_tls::{self, ServedTls, ServerTlsFiles};
 use toolplane::grpc::unary_client::UnaryChannel;
 use toolplane::pb;
@@ -223,7 +224,7 @@ async fn passthrough(
     tls: Option<TlsDir>,
 ) -> Result<(), String> {
     let provider_tls = match &tls {
-        Some(tls) => ProviderTls::from_files(&ProviderTlsFiles {
+        Some(tls) => ProviderTls::from_files(&OutgoingTlsFiles {
             ca_file: Some(tls.ca.clone()),
             client_identity: None,
         })

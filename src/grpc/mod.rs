@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod health;
 pub mod invoke;
 pub mod invoke_wire;
+pub mod outgoing_tls;
 pub mod panics;
 pub mod provider_client;
 pub mod provider_tls;

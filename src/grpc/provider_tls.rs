@@ -10,56 +10,20 @@
 //! Built on rustls with the ring provider (tokio-rustls), the TLS stack tonic itself uses;
 //! the HTTP/2 connection above it is `unary_client`'s.
 
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use tokio_rustls::TlsConnector;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+use tokio_rustls::rustls::ClientConfig;
 
-use super::tls_files::{TlsFileError, ca_certificates, certificates, private_key};
+use super::outgoing_tls::{ALPN_H2, OutgoingTlsError, OutgoingTlsFiles, OutgoingTlsSettings};
 
-/// The files that say how toolplane connects to `https://` providers.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProviderTlsFiles {
-    /// CA certificates (PEM) providers' certificates are checked against; `None` checks them
-    /// against the public CAs.
-    pub ca_file: Option<PathBuf>,
-    /// The certificate toolplane presents to providers that ask for one; `None` presents
-    /// none.
-    pub client_identity: Option<ClientIdentityFiles>,
-}
-
-/// A client certificate chain and its private key, both PEM.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientIdentityFiles {
-    /// The certificate chain (PEM), toolplane's own certificate first.
-    pub cert_file: PathBuf,
-    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    pub key_file: PathBuf,
-}
-
-/// Why TLS to providers cannot be set up as configured.
-#[derive(Debug, thiserror::Error)]
-pub enum ProviderTlsError {
-    /// A file could not be read or does not hold what its setting needs.
-    #[error(transparent)]
-    File(#[from] TlsFileError),
-    /// The client certificate and key were read but cannot be used together.
-    #[error(
-        "provider_client_cert_file {cert} and provider_client_key_file {key} cannot be used \
-         together: {error}"
-    )]
-    Identity {
-        /// The certificate file.
-        cert: PathBuf,
-        /// The key file.
-        key: PathBuf,
-        /// What rustls found.
-        error: rustls::Error,
-    },
-}
+/// The settings that name the files of TLS to providers.
+pub const PROVIDER_TLS_SETTINGS: OutgoingTlsSettings = OutgoingTlsSettings {
+    ca_file: "provider_ca_file",
+    client_cert_file: "provider_client_cert_file",
+    client_key_file: "provider_client_key_file",
+};
 
 /// How toolplane connects to `https://` providers; cheap to clone, shared by every provider
 /// connection.
@@ -86,10 +50,9 @@ impl Default for ProviderTls {
         static PUBLIC: OnceLock<ProviderTls> = OnceLock::new();
         PUBLIC
             .get_or_init(|| {
-                let roots = RootCertStore {
-                    roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-                };
-                let config = client_config(roots, None).expect("no client certificate to check");
+                let config = OutgoingTlsFiles::default()
+                    .client_config(&PROVIDER_TLS_SETTINGS, ALPN_H2)
+                    .expect("the public CAs and no client certificate read no file");
                 Self {
                     config: Arc::new(ArcSwap::from(config)),
                     own_ca: false,
@@ -102,8 +65,8 @@ impl Default for ProviderTls {
 impl ProviderTls {
     /// TLS as `files` say: their CA certificates (or the public CAs) and client certificate.
     /// Every file is read and checked now, so a bad one stops the start, naming it.
-    pub fn from_files(files: &ProviderTlsFiles) -> Result<Self, ProviderTlsError> {
-        if files == &ProviderTlsFiles::default() {
+    pub fn from_files(files: &OutgoingTlsFiles) -> Result<Self, OutgoingTlsError> {
+        if files == &OutgoingTlsFiles::default() {
             return Ok(Self::default());
         }
         Ok(Self {
@@ -114,7 +77,7 @@ impl ProviderTls {
 
     /// Builds the configuration from `files` again (they were renewed on disk) and uses it
     /// for every new provider connection; on an error the previous one stays in use.
-    pub fn reload(&self, files: &ProviderTlsFiles) -> Result<(), ProviderTlsError> {
+    pub fn reload(&self, files: &OutgoingTlsFiles) -> Result<(), OutgoingTlsError> {
         self.config.store(built(files)?);
         Ok(())
     }
@@ -135,63 +98,17 @@ impl ProviderTls {
     }
 }
 
-/// The files a provider TLS configuration is built from, to watch for renewals.
-pub fn watched_files(files: &ProviderTlsFiles) -> Vec<PathBuf> {
-    let identity = files
-        .client_identity
-        .iter()
-        .flat_map(|identity| [identity.cert_file.clone(), identity.key_file.clone()]);
-    files.ca_file.iter().cloned().chain(identity).collect()
-}
-
-/// The client configuration `files` describe, every file read now.
-fn built(files: &ProviderTlsFiles) -> Result<Arc<ClientConfig>, ProviderTlsError> {
-    let roots = match &files.ca_file {
-        Some(path) => ca_certificates("provider_ca_file", path)?,
-        None => RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        },
-    };
-    let identity = match &files.client_identity {
-        Some(identity) => Some((
-            certificates("provider_client_cert_file", &identity.cert_file)?,
-            private_key("provider_client_key_file", &identity.key_file)?,
-        )),
-        None => None,
-    };
-    client_config(roots, identity).map_err(|error| {
-        let identity = files
-            .client_identity
-            .as_ref()
-            .expect("only a client certificate can be refused");
-        ProviderTlsError::Identity {
-            cert: identity.cert_file.clone(),
-            key: identity.key_file.clone(),
-            error,
-        }
-    })
-}
-
-fn client_config(
-    roots: RootCertStore,
-    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
-) -> Result<Arc<ClientConfig>, rustls::Error> {
-    let builder =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("ring supports rustls's default protocol versions")
-            .with_root_certificates(roots);
-    let mut config = match identity {
-        Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(config))
+/// The client configuration `files` describe for providers, every file read now.
+fn built(files: &OutgoingTlsFiles) -> Result<Arc<ClientConfig>, OutgoingTlsError> {
+    files.client_config(&PROVIDER_TLS_SETTINGS, ALPN_H2)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
+    use crate::grpc::outgoing_tls::ClientIdentityFiles;
 
     fn written(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
         let path = dir.path().join(name);
@@ -199,8 +116,8 @@ mod tests {
         path
     }
 
-    fn ca_only(path: PathBuf) -> ProviderTlsFiles {
-        ProviderTlsFiles {
+    fn ca_only(path: PathBuf) -> OutgoingTlsFiles {
+        OutgoingTlsFiles {
             ca_file: Some(path),
             client_identity: None,
         }
@@ -232,7 +149,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temporary directory");
         let ca = rcgen::generate_simple_self_signed(vec!["ca".to_owned()]).expect("certificate");
         let cert = written(&dir, "client.pem", &ca.cert.pem());
-        let files = ProviderTlsFiles {
+        let files = OutgoingTlsFiles {
             ca_file: None,
             client_identity: Some(ClientIdentityFiles {
                 cert_file: cert.clone(),
@@ -251,7 +168,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temporary directory");
         let one = rcgen::generate_simple_self_signed(vec!["one".to_owned()]).expect("one");
         let other = rcgen::generate_simple_self_signed(vec!["two".to_owned()]).expect("two");
-        let files = ProviderTlsFiles {
+        let files = OutgoingTlsFiles {
             ca_file: Some(written(&dir, "ca.pem", &one.cert.pem())),
             client_identity: Some(ClientIdentityFiles {
                 cert_file: written(&dir, "client.pem", &one.cert.pem()),
@@ -268,7 +185,7 @@ mod tests {
     fn matching_files_are_accepted() {
         let dir = tempfile::tempdir().expect("temporary directory");
         let one = rcgen::generate_simple_self_signed(vec!["one".to_owned()]).expect("one");
-        let files = ProviderTlsFiles {
+        let files = OutgoingTlsFiles {
             ca_file: Some(written(&dir, "ca.pem", &one.cert.pem())),
             client_identity: Some(ClientIdentityFiles {
                 cert_file: written(&dir, "client.pem", &one.cert.pem()),

@@ -24,8 +24,9 @@ use super::discovery::DiscoveryApi;
 use super::health::HealthApi;
 use super::invoke::InvokeApi;
 use super::invoke_wire::InvokeServer;
+use super::outgoing_tls::{OutgoingTlsError, OutgoingTlsFiles};
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
-use super::provider_tls::{ProviderTls, ProviderTlsError, ProviderTlsFiles};
+use super::provider_tls::ProviderTls;
 use super::rpc_metering::RpcMeteringLayer;
 use super::rpc_stats::{DescriptorError, RpcStats};
 use super::server_tls::{ServedTls, ServerTlsError, ServerTlsFiles};
@@ -122,7 +123,7 @@ pub struct ServerOptions {
     /// How `https://` providers are connected to: the CA certificates their certificates
     /// are checked against and the client certificate toolplane presents (see
     /// [`super::provider_tls`]).
-    pub provider_tls: ProviderTlsFiles,
+    pub provider_tls: OutgoingTlsFiles,
     /// Serve TLS with these files; `None` serves plain text (see [`super::server_tls`]).
     pub tls: Option<ServerTlsFiles>,
     /// How often the TLS files (served and towards providers) are read again, to take
@@ -165,7 +166,7 @@ impl Default for ServerOptions {
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
             otlp: None,
-            provider_tls: ProviderTlsFiles::default(),
+            provider_tls: OutgoingTlsFiles::default(),
             tls: None,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
         }
@@ -192,7 +193,7 @@ pub enum ServeError {
     Spans(#[from] OtlpError),
     /// TLS to providers cannot be set up as configured.
     #[error(transparent)]
-    ProviderTls(#[from] ProviderTlsError),
+    ProviderTls(#[from] OutgoingTlsError),
     /// TLS cannot be served as configured.
     #[error(transparent)]
     ServerTls(#[from] ServerTlsError),
@@ -240,13 +241,13 @@ pub async fn serve_with_metrics(
         .map(ServedTls::from_files)
         .transpose()?;
     let provider_tls = ProviderTls::from_files(&options.provider_tls)?;
-    let spans = match &options.otlp {
+    let (spans, collector_tls) = match &options.otlp {
         Some(export) => {
-            let spans = Spans::to_otlp(export)?;
+            let exporting = Spans::to_otlp(export)?;
             tracing::info!(endpoint = %export.endpoint, protocol = %export.protocol, "spans exported");
-            spans
+            exporting
         }
-        None => Spans::off(),
+        None => (Spans::off(), None),
     };
     let records = Arc::new(match &options.records_path {
         Some(path) => RecordLog::open(
@@ -271,6 +272,7 @@ pub async fn serve_with_metrics(
     super::tls_reload::watch_all(
         served_tls.clone().zip(options.tls.clone()),
         (provider_tls, options.provider_tls.clone()),
+        collector_tls,
         options.tls_reload_interval,
         &serving.subscribe(),
     );

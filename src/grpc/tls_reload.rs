@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::provider_tls::{ProviderTls, ProviderTlsFiles};
+use super::outgoing_tls::OutgoingTlsFiles;
+use super::provider_tls::ProviderTls;
 use super::server_tls::{ServedTls, ServerTlsFiles};
+use crate::otlp::CollectorTls;
 
 /// How often the files are read again by default.
 pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -88,12 +90,14 @@ pub async fn watch<F>(
     }
 }
 
-/// Watches the files of the served TLS (when there is one) and of TLS to providers (when it
-/// names files), each reloaded as [`watch`] says, until `serving` turns false. An interval of
-/// zero watches nothing.
+/// Watches the files of the served TLS (when there is one), of TLS to providers (when it
+/// names files) and of TLS to the OTLP collector (when there is one and it names files), each
+/// reloaded as [`watch`] says, until `serving` turns false. An interval of zero watches
+/// nothing.
 pub fn watch_all(
     served: Option<(ServedTls, ServerTlsFiles)>,
-    providers: (ProviderTls, ProviderTlsFiles),
+    providers: (ProviderTls, OutgoingTlsFiles),
+    collector: Option<CollectorTls>,
     interval: Duration,
     serving: &tokio::sync::watch::Receiver<bool>,
 ) {
@@ -106,11 +110,22 @@ pub fn watch_all(
         tokio::spawn(watch("served", paths, interval, rebuild, serving.clone()));
     }
     let (tls, files) = providers;
-    let paths = super::provider_tls::watched_files(&files);
+    let paths = files.paths();
     if !paths.is_empty() {
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
         tokio::spawn(watch(
             "providers",
+            paths,
+            interval,
+            rebuild,
+            serving.clone(),
+        ));
+    }
+    if let Some(tls) = collector.filter(|tls| !tls.paths().is_empty()) {
+        let paths = tls.paths();
+        let rebuild = move || tls.reload().map_err(|error| error.to_string());
+        tokio::spawn(watch(
+            "OTLP collector",
             paths,
             interval,
             rebuild,

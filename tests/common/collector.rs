@@ -80,6 +80,16 @@ pub async fn start_collector() -> Serving {
 /// Serves an OTLP/gRPC collector on loopback, over TLS with `identity` when given
 /// (`https://`).
 pub async fn start_collector_with(identity: Option<tonic::transport::Identity>) -> Serving {
+    start_grpc_collector(identity, None).await
+}
+
+/// Serves an OTLP/gRPC collector on loopback, over TLS with `identity` when given
+/// (`https://`), taking only clients presenting a certificate the CA `client_ca` (PEM) signed
+/// when that is given.
+pub async fn start_grpc_collector(
+    identity: Option<tonic::transport::Identity>,
+    client_ca: Option<String>,
+) -> Serving {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -89,9 +99,11 @@ pub async fn start_collector_with(identity: Option<tonic::transport::Identity>) 
     let scheme = if identity.is_some() { "https" } else { "http" };
     let mut server = tonic::transport::Server::builder();
     if let Some(identity) = identity {
-        server = server
-            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
-            .expect("TLS configured");
+        let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = client_ca {
+            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        server = server.tls_config(tls).expect("TLS configured");
     }
     let task = tokio::spawn(async move {
         server
@@ -107,12 +119,21 @@ pub async fn start_collector_with(identity: Option<tonic::transport::Identity>) 
 /// answer), over TLS with the PEM certificate and key `tls` when given (`https://`): every
 /// `POST` with a protobuf `ExportTraceServiceRequest` body is taken, whatever its path.
 pub async fn start_http_collector(tls: Option<(String, String)>) -> Serving {
+    start_http_collector_with(tls, None).await
+}
+
+/// As [`start_http_collector`], taking only clients presenting a certificate the CA
+/// `client_ca` (PEM) signed when that is given.
+pub async fn start_http_collector_with(
+    tls: Option<(String, String)>,
+    client_ca: Option<String>,
+) -> Serving {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
     let collector = Collector::default();
-    let acceptor = tls.map(|(cert, key)| tls_acceptor(&cert, &key));
+    let acceptor = tls.map(|(cert, key)| tls_acceptor(&cert, &key, client_ca.as_deref()));
     let scheme = if acceptor.is_some() { "https" } else { "http" };
     let serving = collector.clone();
     let task = tokio::spawn(async move {
@@ -178,7 +199,11 @@ async fn take_export(
     answer
 }
 
-fn tls_acceptor(cert_pem: &str, key_pem: &str) -> tokio_rustls::TlsAcceptor {
+fn tls_acceptor(
+    cert_pem: &str,
+    key_pem: &str,
+    client_ca: Option<&str>,
+) -> tokio_rustls::TlsAcceptor {
     use tokio_rustls::rustls;
     use tokio_rustls::rustls::pki_types::pem::PemObject;
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -187,12 +212,24 @@ fn tls_acceptor(cert_pem: &str, key_pem: &str) -> tokio_rustls::TlsAcceptor {
         .expect("certificates");
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).expect("key");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("identity");
+        .expect("versions");
+    let builder = match client_ca {
+        Some(ca_pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+                roots.add(ca.expect("CA certificate")).expect("usable CA");
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .expect("client verifier");
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder.with_single_cert(chain, key).expect("identity");
     tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
 
@@ -202,7 +239,7 @@ pub async fn exporting_to(endpoint: String) -> Setup {
         otlp: Some(toolplane::otlp::OtlpExport {
             endpoint,
             protocol: toolplane::otlp::OtlpProtocol::Grpc,
-            ca_file: None,
+            tls: Default::default(),
         }),
         ..test_options()
     })

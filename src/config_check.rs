@@ -1,0 +1,88 @@
+//! The checks a loaded configuration must pass before it is used.
+
+use super::ServerConfig;
+
+impl ServerConfig {
+    /// Checks settings that go together, ranges, and TLS files named where they would not
+    /// be used; the error says which setting to change.
+    pub(super) fn check(&self) -> Result<(), String> {
+        self.metrics_address()?;
+        if !self.otlp_endpoint.is_empty() {
+            crate::otlp::check_endpoint(&self.otlp_endpoint).map_err(|error| error.to_string())?;
+        }
+        if let Some(setting) = self.otlp_tls_setting()
+            && !self.otlp_endpoint.starts_with("https://")
+        {
+            return Err(format!(
+                "{setting} is set but otlp_endpoint {:?} is not an https:// address: TLS files \
+                 are only used with a TLS collector",
+                self.otlp_endpoint
+            ));
+        }
+        if self.otlp_client_cert_file.is_empty() != self.otlp_client_key_file.is_empty() {
+            return Err(
+                "otlp_client_cert_file and otlp_client_key_file go together: set both \
+                 (toolplane presents that certificate to the collector) or neither"
+                    .to_owned(),
+            );
+        }
+        if self.tls_cert_file.is_empty() != self.tls_key_file.is_empty() {
+            return Err(
+                "tls_cert_file and tls_key_file go together: set both to serve TLS, or neither \
+                 to serve plain text"
+                    .to_owned(),
+            );
+        }
+        if !self.tls_client_ca_file.is_empty() && self.tls_cert_file.is_empty() {
+            return Err(
+                "tls_client_ca_file is set but TLS is not served: client certificates are asked \
+                 for only over TLS (set tls_cert_file and tls_key_file)"
+                    .to_owned(),
+            );
+        }
+        if self.provider_client_cert_file.is_empty() != self.provider_client_key_file.is_empty() {
+            return Err(
+                "provider_client_cert_file and provider_client_key_file go together: set both \
+                 (toolplane presents that certificate to providers that ask for one) or neither"
+                    .to_owned(),
+            );
+        }
+        if let Some((key, _)) = self.tool_rate_limits.iter().find(|(key, _)| {
+            key.split_once('/')
+                .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
+        }) {
+            return Err(format!("tool_rate_limits key {key:?} must be SERVICE/TOOL"));
+        }
+        if self.min_ttl > self.max_ttl
+            || self.default_ttl < self.min_ttl
+            || self.default_ttl > self.max_ttl
+        {
+            return Err(format!(
+                "need min_ttl <= default_ttl <= max_ttl, got {} <= {} <= {}",
+                humantime::format_duration(self.min_ttl),
+                humantime::format_duration(self.default_ttl),
+                humantime::format_duration(self.max_ttl)
+            ));
+        }
+        if !self.keepalive_interval.is_zero() && self.keepalive_timeout.is_zero() {
+            return Err(
+                "keepalive_timeout must be above 0s while keepalive_interval is set (0s turns \
+                 keepalive off)"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The first OTLP TLS file setting that is set, if any.
+    fn otlp_tls_setting(&self) -> Option<&'static str> {
+        [
+            ("otlp_ca_file", &self.otlp_ca_file),
+            ("otlp_client_cert_file", &self.otlp_client_cert_file),
+            ("otlp_client_key_file", &self.otlp_client_key_file),
+        ]
+        .into_iter()
+        .find(|(_, value)| !value.is_empty())
+        .map(|(setting, _)| setting)
+    }
+}
