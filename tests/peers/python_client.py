@@ -1,0 +1,283 @@
+"""toolplane driven by grpcio, the Python gRPC implementation, with stubs that grpcio-tools
+generates from proto/ here (as a Python team would): registration, listing with paging,
+pre-flight, invocation (gzip-compressed too), google.rpc error details read with grpcio-status,
+and grpc.health.v1 Check and Watch through grpcio-health-checking's stubs.
+
+Run by tests/polyglot.rs against a running toolplane with the example Structs provider
+registered (service "structs", tenant 0):
+
+    python python_client.py ADDRESS PROTO_DIR
+
+Prints one line per check and exits 0 when all pass; the first failed check raises, with
+what was expected and what came back.
+"""
+
+import glob
+import importlib.resources
+import os
+import queue
+import sys
+import tempfile
+import threading
+
+import grpc
+from google.protobuf import json_format
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
+from grpc_tools import protoc
+
+TENANT = 0
+CHECKS = []
+
+
+def check(name):
+    """Registers a check: a function run in order, reported by its name."""
+
+    def register(function):
+        CHECKS.append((name, function))
+        return function
+
+    return register
+
+
+def expect(condition, what):
+    if not condition:
+        raise AssertionError(what)
+
+
+def generated_modules(proto_dir):
+    """Compiles proto/ with grpcio-tools' bundled protoc and imports the generated modules."""
+    out = tempfile.mkdtemp(prefix="toolplane-python-stubs-")
+    well_known = str(importlib.resources.files("grpc_tools") / "_proto")
+    files = sorted(glob.glob(os.path.join(proto_dir, "toolplane", "v1", "*.proto")))
+    expect(files, f"no .proto files under {proto_dir}")
+    arguments = ["protoc", f"-I{proto_dir}", f"-I{well_known}",
+                 f"--python_out={out}", f"--grpc_python_out={out}", *files]
+    expect(protoc.main(arguments) == 0, f"protoc failed on {files}")
+    sys.path.insert(0, out)
+    from toolplane.v1 import (discovery_service_pb2, discovery_service_pb2_grpc,
+                              invoke_service_pb2, invoke_service_pb2_grpc, meta_pb2, tool_pb2)
+    return discovery_service_pb2, discovery_service_pb2_grpc, invoke_service_pb2, \
+        invoke_service_pb2_grpc, meta_pb2, tool_pb2
+
+
+class Toolplane:
+    """The stubs, the generated modules and a channel to one server."""
+
+    def __init__(self, address, proto_dir):
+        (self.discovery_pb2, discovery_grpc, self.invoke_pb2, invoke_grpc, self.meta_pb2,
+         self.tool_pb2) = generated_modules(proto_dir)
+        self.channel = grpc.insecure_channel(address)
+        self.discovery = discovery_grpc.DiscoveryServiceStub(self.channel)
+        self.invoke = invoke_grpc.ToolInvokeServiceStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+
+    def meta(self, correlation_id="python-client"):
+        return self.meta_pb2.Meta(tenant_id=TENANT, correlation_id=correlation_id)
+
+    def tool(self, name, schema):
+        registration = self.tool_pb2.ToolRegistration(tool_name=name,
+                                                      description=f"{name} from Python")
+        json_format.ParseDict(schema, registration.tool_schema)
+        return registration
+
+    def register(self, service, tools):
+        registration = self.discovery_pb2.ServiceRegistration(
+            service_name=service, service_version="1.0.0",
+            endpoint="http://127.0.0.1:7001", tools=tools)
+        registration.ttl.FromSeconds(60)
+        return self.discovery.RegisterService(self.discovery_pb2.RegisterServiceRequest(
+            meta=self.meta(), registration=registration), timeout=10)
+
+
+def rich_error(error):
+    """The google.rpc details of a failed call: (ErrorInfo, [BadRequest field violations])."""
+    status = rpc_status.from_call(error)
+    expect(status is not None, f"no grpc-status-details-bin on {error.code()}: {error.details()}")
+    expect(status.code == error.code().value[0], "details disagree with the status code")
+    info, violations = None, []
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad_request = error_details_pb2.BadRequest()
+            detail.Unpack(bad_request)
+            violations = [(v.field, v.description) for v in bad_request.field_violations]
+    expect(info is not None, "no ErrorInfo among the details")
+    return info, violations
+
+
+def failed_call(function):
+    """Runs a call expected to fail and returns its grpc.RpcError."""
+    try:
+        answer = function()
+    except grpc.RpcError as error:
+        return error
+    raise AssertionError(f"expected a failed call, got {answer}")
+
+
+@check("grpc.health.v1 Check: the server, a registered service, a name never seen")
+def health_check(tp):
+    answer = tp.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+    expect(answer.status == health_pb2.HealthCheckResponse.SERVING, f"server: {answer}")
+    answer = tp.health.Check(health_pb2.HealthCheckRequest(service="structs"), timeout=10)
+    expect(answer.status == health_pb2.HealthCheckResponse.SERVING, f"structs: {answer}")
+    error = failed_call(lambda: tp.health.Check(
+        health_pb2.HealthCheckRequest(service="never-registered"), timeout=10))
+    expect(error.code() == grpc.StatusCode.NOT_FOUND, f"never seen: {error.code()}")
+
+
+@check("grpc.health.v1 Watch: SERVICE_UNKNOWN kept open, then SERVING, then SERVICE_UNKNOWN")
+def health_watch(tp):
+    statuses = queue.Queue()
+    stream = tp.health.Watch(health_pb2.HealthCheckRequest(service="python-watched"),
+                             timeout=30)
+
+    def read():
+        try:
+            for answer in stream:
+                statuses.put(answer.status)
+        except grpc.RpcError as error:
+            statuses.put(error.code())
+
+    threading.Thread(target=read, daemon=True).start()
+    unknown = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+    serving = health_pb2.HealthCheckResponse.SERVING
+    expect(statuses.get(timeout=10) == unknown, "first status of an unknown name")
+    registered = tp.register("python-watched", [tp.tool("noop", {"type": "object"})])
+    expect(statuses.get(timeout=10) == serving, "status once registered")
+    tp.discovery.DeregisterService(tp.discovery_pb2.DeregisterServiceRequest(
+        meta=tp.meta(), service_name="python-watched", lease_id=registered.lease_id),
+        timeout=10)
+    expect(statuses.get(timeout=10) == unknown, "status once deregistered")
+    stream.cancel()
+
+
+@check("RegisterService: tools come back with their definition hashes")
+def register(tp):
+    tools = [tp.tool(f"py_tool_{index:02}", {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": index}},
+        "required": ["n"]}) for index in range(25)]
+    answer = tp.register("python-tools", tools)
+    expect(answer.lease_id, "no lease id")
+    expect(len(answer.tools) == 25, f"{len(answer.tools)} tools answered")
+    for tool in answer.tools:
+        expect(len(tool.definition_sha256) == 64, f"hash of {tool.tool_name}")
+    expect(answer.meta.correlation_id == "python-client", f"correlation id: {answer.meta}")
+
+
+@check("ListTools: pages of 10 give every tool once; GetTool gives back the schema")
+def list_and_get(tp):
+    seen, token, pages = [], "", 0
+    while True:
+        page = tp.discovery.ListTools(tp.discovery_pb2.ListToolsRequest(
+            meta=tp.meta(), service_name="python-tools", page_size=10, page_token=token),
+            timeout=10)
+        seen += [tool.tool_name for tool in page.tools]
+        pages += 1
+        token = page.next_page_token
+        if not token:
+            break
+    expect(pages == 3, f"{pages} pages")
+    expect(seen == [f"py_tool_{index:02}" for index in range(25)], f"listed {seen}")
+    got = tp.discovery.GetTool(tp.discovery_pb2.GetToolRequest(
+        meta=tp.meta(), tool_name="py_tool_07", service_name="python-tools"), timeout=10)
+    schema = json_format.MessageToDict(got.tool.tool_schema)
+    expect(schema["properties"]["n"] == {"type": "integer", "minimum": 7}, f"schema {schema}")
+
+
+@check("RegisterService with a bad schema: INVALID_ARGUMENT, VALIDATION_SCHEMA, the field")
+def bad_registration(tp):
+    error = failed_call(lambda: tp.register("python-bad", [
+        tp.tool("fine", {"type": "object"}), tp.tool("broken", {"type": "no-such-type"})]))
+    expect(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code {error.code()}")
+    info, violations = rich_error(error)
+    expect(info.reason == "VALIDATION_SCHEMA", f"reason {info.reason}")
+    expect(info.domain == "toolplane", f"domain {info.domain}")
+    expect(violations and violations[0][0] == "registration.tools[1].tool_schema",
+           f"violations {violations}")
+    error = failed_call(lambda: tp.discovery.GetService(tp.discovery_pb2.GetServiceRequest(
+        meta=tp.meta(), service_name="python-bad"), timeout=10))
+    expect(error.code() == grpc.StatusCode.NOT_FOUND, "part of a bad registration was kept")
+
+
+@check("Preflight: a missing required tool makes ok false and names it")
+def preflight(tp):
+    requirement = tp.discovery_pb2.ServiceRequirement
+    answer = tp.discovery.Preflight(tp.discovery_pb2.PreflightRequest(meta=tp.meta(), requirements=[
+        requirement(service_name="structs", tool_names=["structs_calculate_power"]),
+        requirement(service_name="structs", tool_names=["no_such_tool"]),
+        requirement(service_name="python-absent", tool_names=["x"], optional=True),
+    ]), timeout=10)
+    expect(not answer.ok, "ok with a missing required tool")
+    missing = [(m.service_name, m.tool_name) for m in answer.missing_required]
+    expect(missing == [("structs", "no_such_tool")], f"missing required {missing}")
+    expect([m.service_name for m in answer.missing_optional] == ["python-absent"],
+           f"missing optional {answer.missing_optional}")
+
+
+@check("InvokeTool: the provider's answer and the record, plain and gzip-compressed")
+def invoke(tp):
+    request = tp.invoke_pb2.InvokeToolRequest(meta=tp.meta("python-invoke"),
+                                              tool_name="structs_calculate_power")
+    json_format.ParseDict({"alpha_matter": 100, "generator_type": "fieldGenerator"},
+                          request.input)
+    for compression in (grpc.Compression.NoCompression, grpc.Compression.Gzip):
+        answer = tp.invoke.InvokeTool(request, timeout=10, compression=compression)
+        output = json_format.MessageToDict(answer.output)
+        expect(output["power_generated"] == 200, f"{compression}: output {output}")
+        record = answer.record
+        expect(record.status == tp.invoke_pb2.INVOCATION_STATUS_SUCCEEDED, f"{record}")
+        expect(record.service_name == "structs", f"record service {record.service_name}")
+        expect(record.correlation_id == "python-invoke", f"record {record.correlation_id}")
+        expect(len(record.record_sha256) == 64, "record hash")
+
+
+@check("InvokeTool with input the schema refuses: INVALID_ARGUMENT, VALIDATION_INPUT, the field")
+def invalid_input(tp):
+    request = tp.invoke_pb2.InvokeToolRequest(meta=tp.meta(), tool_name="structs_calculate_power")
+    json_format.ParseDict({"alpha_matter": -1, "generator_type": "reactor"}, request.input)
+    error = failed_call(lambda: tp.invoke.InvokeTool(request, timeout=10))
+    expect(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code {error.code()}")
+    info, violations = rich_error(error)
+    expect(info.reason == "VALIDATION_INPUT", f"reason {info.reason}")
+    expect([field for field, _ in violations] == ["input/alpha_matter"], f"{violations}")
+
+
+@check("InvokeTool of a tool nobody offers: NOT_FOUND, RESOURCE_NOT_FOUND")
+def unknown_tool(tp):
+    request = tp.invoke_pb2.InvokeToolRequest(meta=tp.meta(), tool_name="python_no_such_tool")
+    error = failed_call(lambda: tp.invoke.InvokeTool(request, timeout=10))
+    expect(error.code() == grpc.StatusCode.NOT_FOUND, f"code {error.code()}")
+    info, _ = rich_error(error)
+    expect(info.reason == "RESOURCE_NOT_FOUND", f"reason {info.reason}")
+
+
+@check("WatchServices: a snapshot of the live services, then SYNCED")
+def watch_services(tp):
+    stream = tp.discovery.WatchServices(tp.discovery_pb2.WatchServicesRequest(meta=tp.meta()),
+                                        timeout=30)
+    added = []
+    for answer in stream:
+        kind = answer.event.type
+        if kind == tp.discovery_pb2.SERVICE_EVENT_TYPE_SYNCED:
+            break
+        expect(kind == tp.discovery_pb2.SERVICE_EVENT_TYPE_ADDED, f"before SYNCED: {kind}")
+        added.append(answer.event.service_name)
+    stream.cancel()
+    expect(sorted(added) == ["python-tools", "structs"], f"snapshot {added}")
+
+
+def main():
+    address, proto_dir = sys.argv[1], sys.argv[2]
+    tp = Toolplane(address, proto_dir)
+    for name, function in CHECKS:
+        function(tp)
+        print(f"ok: {name}", flush=True)
+    print(f"python grpcio: {len(CHECKS)} checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
