@@ -19,6 +19,7 @@ use crate::agent::store::{
 use crate::grpc::ServerOptions;
 use crate::grpc::call_scheduling::CallScheduling;
 use crate::grpc::outgoing_tls::{ClientIdentityFiles, OutgoingTlsFiles};
+use crate::grpc::response_compression::ResponseCompression;
 use crate::grpc::server::{
     DEFAULT_DRAIN_GRACE, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PROVIDER_HEALTH_INTERVAL,
@@ -65,11 +66,14 @@ pub struct ServerConfig {
     /// CA certificates (PEM): with TLS served, only callers presenting a certificate one of
     /// them signed get a connection (mutual TLS); empty asks callers for none.
     pub tls_client_ca_file: String,
-    /// How often the TLS files (served, and towards providers) are read again, so renewed
-    /// certificates are used for new connections without a restart; `0s` reads them only at
-    /// the start.
+    /// How often the TLS files (served, towards providers and towards the OTLP collector) are
+    /// read again, so renewed certificates are used for new connections without a restart;
+    /// `0s` reads them only at the start.
     #[serde(with = "humantime_serde")]
     pub tls_reload_interval: Duration,
+    /// Which responses are compressed: `mirror` (as the request was), `gzip` (whenever the
+    /// caller accepts gzip) or `off`.
+    pub response_compression: ResponseCompression,
     /// The address Prometheus metrics are served on (`GET /metrics`, HTTP/1.1); empty serves
     /// none.
     pub metrics_listen: String,
@@ -215,6 +219,7 @@ impl Default for ServerConfig {
             tls_key_file: String::new(),
             tls_client_ca_file: String::new(),
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
+            response_compression: ResponseCompression::default(),
             metrics_listen: String::new(),
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),
@@ -370,6 +375,7 @@ impl ServerConfig {
             provider_tls: self.provider_tls(),
             tls: self.served_tls(),
             tls_reload_interval: self.tls_reload_interval,
+            response_compression: self.response_compression,
             limits: RegistrationLimits {
                 default_ttl: self.default_ttl,
                 min_ttl: self.min_ttl,

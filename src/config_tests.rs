@@ -323,3 +323,28 @@ fn tls_is_served_only_with_a_certificate_and_its_key() {
     .expect_err("client certificates without TLS");
     assert!(error.to_string().contains("tls_client_ca_file"), "{error}");
 }
+
+#[test]
+fn response_compression_is_read_from_the_environment() {
+    use crate::grpc::response_compression::ResponseCompression;
+    let default = ServerConfig::load(None, env(&[])).expect("valid");
+    assert_eq!(
+        default.server_options().response_compression,
+        ResponseCompression::Mirror
+    );
+    let gzip = ServerConfig::load(None, env(&[("TOOLPLANE_RESPONSE_COMPRESSION", "gzip")]))
+        .expect("valid");
+    assert_eq!(
+        gzip.server_options().response_compression,
+        ResponseCompression::Gzip
+    );
+    let error = ServerConfig::load(None, env(&[("TOOLPLANE_RESPONSE_COMPRESSION", "zstd")]))
+        .expect_err("not a choice");
+    let message = error.to_string();
+    assert!(
+        ["mirror", "gzip", "off"]
+            .iter()
+            .all(|choice| message.contains(choice)),
+        "{message}"
+    );
+}

@@ -1,5 +1,7 @@
 //! Requests compressed with gzip or deflate (as gRPC clients in other languages send them
-//! when told to) are accepted by every service, `InvokeTool`'s own path included.
+//! when told to) are accepted by every service, `InvokeTool`'s own path included; responses
+//! are compressed as `response_compression` says: as the request was (`mirror`, the default),
+//! with gzip whenever the caller accepts it (`gzip`), or never (`off`).
 
 mod common;
 
@@ -9,12 +11,14 @@ use common::invoke_fixture::*;
 use common::*;
 use serde_json::json;
 use tonic::codec::CompressionEncoding;
+use toolplane::grpc::ServerOptions;
+use toolplane::grpc::response_compression::ResponseCompression;
 use toolplane::pb;
 use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
 use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
 
 /// A compressed registration, listing and invocation (a large, compressible input) are
-/// served; their answers come back uncompressed.
+/// served.
 #[tokio::test(flavor = "multi_thread")]
 async fn compressed_requests_are_accepted() {
     let setup = setup().await;
@@ -44,4 +48,85 @@ async fn compressed_requests_are_accepted() {
         assert_eq!(output["text"], json!(text), "{encoding:?}");
     }
     assert_eq!(setup.probes.echo_calls.load(Ordering::SeqCst), 2);
+}
+
+/// The `grpc-encoding` a response came back with (`None`: plain).
+fn encoding_of<T>(response: &tonic::Response<T>) -> Option<String> {
+    response
+        .metadata()
+        .get("grpc-encoding")
+        .map(|value| value.to_str().expect("ASCII").to_owned())
+        .filter(|encoding| encoding != "identity")
+}
+
+/// The encodings a ListServices and an InvokeTool response came back with, each sent
+/// compressed with `sent` (or plain) by a caller accepting gzip and deflate.
+async fn response_encodings(
+    setup: &Setup,
+    sent: Option<CompressionEncoding>,
+) -> [Option<String>; 2] {
+    let channel = setup.server.channel().await;
+    let mut discovery = DiscoveryServiceClient::new(channel.clone())
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate);
+    let mut invoke = ToolInvokeServiceClient::new(channel)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate);
+    if let Some(encoding) = sent {
+        discovery = discovery.send_compressed(encoding);
+        invoke = invoke.send_compressed(encoding);
+    }
+    let listed = discovery
+        .list_services(pb::ListServicesRequest {
+            meta: meta(0),
+            ..Default::default()
+        })
+        .await
+        .expect("listed");
+    assert_eq!(listed.get_ref().services.len(), 1);
+    let text = "compressible ".repeat(1_000);
+    let invoked = invoke
+        .invoke_tool(request("echo", json!({"n": 1, "text": text})))
+        .await
+        .expect("invoked");
+    let output = invoked.get_ref().output.as_ref().expect("output");
+    let output = toolplane::json::value_to_json(output).expect("JSON");
+    assert_eq!(output["text"], json!(text));
+    [encoding_of(&listed), encoding_of(&invoked)]
+}
+
+/// By default a response is compressed as its request was, and only then: a caller that
+/// sends plain requests gets plain responses although it accepts gzip (most gRPC libraries
+/// advertise it unasked).
+#[tokio::test(flavor = "multi_thread")]
+async fn responses_are_compressed_as_their_requests_were_by_default() {
+    let setup = setup().await;
+    let both = |encoding: &str| [Some(encoding.to_owned()), Some(encoding.to_owned())];
+    assert_eq!(response_encodings(&setup, None).await, [None, None]);
+    assert_eq!(
+        response_encodings(&setup, Some(CompressionEncoding::Gzip)).await,
+        both("gzip")
+    );
+    assert_eq!(
+        response_encodings(&setup, Some(CompressionEncoding::Deflate)).await,
+        both("deflate")
+    );
+}
+
+/// `response_compression = "gzip"` compresses every response to a caller accepting gzip;
+/// `"off"` none, even to a caller compressing its requests.
+#[tokio::test(flavor = "multi_thread")]
+async fn responses_are_compressed_always_or_never_as_configured() {
+    let options = |mode| ServerOptions {
+        response_compression: mode,
+        ..test_options()
+    };
+    let setup = setup_with(options(ResponseCompression::Gzip)).await;
+    let gzip = [Some("gzip".to_owned()), Some("gzip".to_owned())];
+    assert_eq!(response_encodings(&setup, None).await, gzip);
+    let setup = setup_with(options(ResponseCompression::Off)).await;
+    assert_eq!(
+        response_encodings(&setup, Some(CompressionEncoding::Gzip)).await,
+        [None, None]
+    );
 }

@@ -116,6 +116,8 @@ pub struct InvokeServer<T> {
     generated: ToolInvokeServiceServer<T>,
     /// The encodings requests may be compressed with, for `InvokeTool` too.
     accepted: EnabledCompressionEncodings,
+    /// The encodings responses may be compressed with, for `InvokeTool` too.
+    sent: EnabledCompressionEncodings,
 }
 
 impl<T> Clone for InvokeServer<T> {
@@ -124,6 +126,7 @@ impl<T> Clone for InvokeServer<T> {
             api: Arc::clone(&self.api),
             generated: self.generated.clone(),
             accepted: self.accepted,
+            sent: self.sent,
         }
     }
 }
@@ -136,6 +139,7 @@ impl<T: ToolInvokeService + InvokeWire> InvokeServer<T> {
             generated: ToolInvokeServiceServer::from_arc(Arc::clone(&api)),
             api,
             accepted: EnabledCompressionEncodings::default(),
+            sent: EnabledCompressionEncodings::default(),
         }
     }
 
@@ -143,6 +147,14 @@ impl<T: ToolInvokeService + InvokeWire> InvokeServer<T> {
     pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
         self.generated = self.generated.accept_compressed(encoding);
         self.accepted.enable(encoding);
+        self
+    }
+
+    /// May compress responses with `encoding`, as the generated servers' method does: the
+    /// first encoding the request's `grpc-accept-encoding` lists that is enabled here.
+    pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+        self.generated = self.generated.send_compressed(encoding);
+        self.sent.enable(encoding);
         self
     }
 }
@@ -180,14 +192,12 @@ impl<T: ToolInvokeService + InvokeWire> tonic::codegen::Service<http::Request<Bo
             return self.generated.call(request);
         }
         let method = InvokeToolMethod(Arc::clone(&self.api));
-        let accepted = self.accepted;
+        let (accepted, sent) = (self.accepted, self.sent);
         Box::pin(async move {
-            // As the generated server: answers uncompressed, 4 MB messages each way.
+            // As the generated server: the same compression, 4 MB messages each way.
             let codec =
                 tonic_prost::ProstCodec::<InvokeToolResponseWire, InvokeToolRequestWire>::default();
-            let answers = EnabledCompressionEncodings::default();
-            let mut grpc =
-                tonic::server::Grpc::new(codec).apply_compression_config(accepted, answers);
+            let mut grpc = tonic::server::Grpc::new(codec).apply_compression_config(accepted, sent);
             Ok(grpc.unary(method, request).await)
         })
     }

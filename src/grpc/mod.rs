@@ -21,6 +21,7 @@ pub mod provider_client;
 pub mod provider_tls;
 pub mod raw_message;
 pub mod record_wire;
+pub mod response_compression;
 pub mod rpc_metering;
 pub mod rpc_stats;
 pub mod server;

@@ -27,6 +27,7 @@ use super::invoke_wire::InvokeServer;
 use super::outgoing_tls::{OutgoingTlsError, OutgoingTlsFiles};
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::provider_tls::ProviderTls;
+use super::response_compression::{ResponseCompression, ResponseCompressionService};
 use super::rpc_metering::RpcMeteringLayer;
 use super::rpc_stats::{DescriptorError, RpcStats};
 use super::server_tls::{ServedTls, ServerTlsError, ServerTlsFiles};
@@ -126,9 +127,12 @@ pub struct ServerOptions {
     pub provider_tls: OutgoingTlsFiles,
     /// Serve TLS with these files; `None` serves plain text (see [`super::server_tls`]).
     pub tls: Option<ServerTlsFiles>,
-    /// How often the TLS files (served and towards providers) are read again, to take
-    /// renewed certificates (see [`super::tls_reload`]); zero reads them only at the start.
+    /// How often the TLS files (served, towards providers and the collector) are read again,
+    /// to take renewed certificates (see [`super::tls_reload`]); zero reads them only at the
+    /// start.
     pub tls_reload_interval: Duration,
+    /// Which responses are compressed (see [`super::response_compression`]).
+    pub response_compression: ResponseCompression,
 }
 
 impl ServerOptions {
@@ -169,6 +173,7 @@ impl Default for ServerOptions {
             provider_tls: OutgoingTlsFiles::default(),
             tls: None,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
+            response_compression: ResponseCompression::default(),
         }
     }
 }
@@ -341,13 +346,15 @@ pub async fn serve_with_metrics(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
-    // Requests compressed with gzip or deflate are accepted (gRPC clients in other languages
-    // compress when told to); answers are sent uncompressed.
-    macro_rules! accepting_compressed {
+    // Requests compressed with gzip or deflate are accepted; responses are compressed as
+    // `options.response_compression` decides per request (`super::response_compression`).
+    macro_rules! compressing {
         ($server:expr) => {
             $server
                 .accept_compressed(CompressionEncoding::Gzip)
                 .accept_compressed(CompressionEncoding::Deflate)
+                .send_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Deflate)
         };
     }
     let discovery = DiscoveryServiceServer::new(DiscoveryApi::new(
@@ -367,16 +374,17 @@ pub async fn serve_with_metrics(
         serving.clone(),
         health,
     ));
-    let routes = Routes::new(accepting_compressed!(discovery))
-        .add_service(accepting_compressed!(health_api))
-        .add_service(accepting_compressed!(invoke))
-        .add_service(accepting_compressed!(agent))
-        .add_service(accepting_compressed!(standard_health))
-        .add_service(accepting_compressed!(reflection_v1))
-        .add_service(accepting_compressed!(reflection_v1alpha))
+    let routes = Routes::new(compressing!(discovery))
+        .add_service(compressing!(health_api))
+        .add_service(compressing!(invoke))
+        .add_service(compressing!(agent))
+        .add_service(compressing!(standard_health))
+        .add_service(compressing!(reflection_v1))
+        .add_service(compressing!(reflection_v1alpha))
         .prepare();
     let settings = options.connection_settings();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let routes = ResponseCompressionService::new(routes, options.response_compression);
     let service = RpcMeteringLayer::new(rpc_stats, spans.clone())
         .layer(super::panics::catch_panics().layer(routes));
     let stopped = async {
