@@ -3,7 +3,7 @@
 //! with proto/ loaded at run time by proto-loader. Each runs a script of checks
 //! (`tests/peers/`) against a real server with the example Structs provider registered:
 //! registration, paging, pre-flight, invocation, google.rpc error details, deadlines, server
-//! streams and (from Python) grpc.health.v1 Check and Watch.
+//! streams and, from Python, grpc.health.v1 Check and Watch and an agent's streamed turn.
 
 mod common;
 
@@ -72,7 +72,9 @@ async fn run_against_a_server(mut command: Command, peer_name: &'static str) {
 
 /// Python's grpcio with generated stubs: every RPC family works and the rich error details
 /// (ErrorInfo, BadRequest) decode with grpcio-status; grpc.health.v1 Watch keeps an unknown
-/// name's stream open and follows it through registration and deregistration.
+/// name's stream open and follows it through registration and deregistration; an agent's
+/// StreamComplete turn streams its states, its tool call (recorded under the turn's
+/// correlation id) and deltas that add up to the answer.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_python_grpcio_client_registers_discovers_invokes_and_reads_error_details() {
     let Some(python) = peer("venv/bin/python") else {

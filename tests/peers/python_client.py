@@ -1,7 +1,8 @@
 """toolplane driven by grpcio, the Python gRPC implementation, with stubs that grpcio-tools
 generates from proto/ here (as a Python team would): registration, listing with paging,
 pre-flight, invocation (gzip-compressed too), google.rpc error details read with grpcio-status,
-and grpc.health.v1 Check and Watch through grpcio-health-checking's stubs.
+grpc.health.v1 Check and Watch through grpcio-health-checking's stubs, and an agent's streamed
+turn.
 
 Run by tests/polyglot.rs against a running toolplane with the example Structs provider
 registered (service "structs", tenant 0):
@@ -56,10 +57,11 @@ def generated_modules(proto_dir):
                  f"--python_out={out}", f"--grpc_python_out={out}", *files]
     expect(protoc.main(arguments) == 0, f"protoc failed on {files}")
     sys.path.insert(0, out)
-    from toolplane.v1 import (discovery_service_pb2, discovery_service_pb2_grpc,
-                              invoke_service_pb2, invoke_service_pb2_grpc, meta_pb2, tool_pb2)
+    from toolplane.v1 import (agent_service_pb2, agent_service_pb2_grpc, discovery_service_pb2,
+                              discovery_service_pb2_grpc, invoke_service_pb2,
+                              invoke_service_pb2_grpc, meta_pb2, tool_pb2)
     return discovery_service_pb2, discovery_service_pb2_grpc, invoke_service_pb2, \
-        invoke_service_pb2_grpc, meta_pb2, tool_pb2
+        invoke_service_pb2_grpc, meta_pb2, tool_pb2, agent_service_pb2, agent_service_pb2_grpc
 
 
 class Toolplane:
@@ -67,11 +69,12 @@ class Toolplane:
 
     def __init__(self, address, proto_dir):
         (self.discovery_pb2, discovery_grpc, self.invoke_pb2, invoke_grpc, self.meta_pb2,
-         self.tool_pb2) = generated_modules(proto_dir)
+         self.tool_pb2, self.agent_pb2, agent_grpc) = generated_modules(proto_dir)
         self.channel = grpc.insecure_channel(address)
         self.discovery = discovery_grpc.DiscoveryServiceStub(self.channel)
         self.invoke = invoke_grpc.ToolInvokeServiceStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
+        self.agents = agent_grpc.AgentServiceStub(self.channel)
 
     def meta(self, correlation_id="python-client"):
         return self.meta_pb2.Meta(tenant_id=TENANT, correlation_id=correlation_id)
@@ -268,6 +271,43 @@ def watch_services(tp):
         added.append(answer.event.service_name)
     stream.cancel()
     expect(sorted(added) == ["python-tools", "structs"], f"snapshot {added}")
+
+
+@check("StreamComplete: an agent's turn streams its states, its tool call and the answer")
+def agent_turn(tp):
+    agent_pb2 = tp.agent_pb2
+    tp.agents.CreateAgent(agent_pb2.CreateAgentRequest(meta=tp.meta(), name="python-agent"),
+                          timeout=10)
+    # The built-in model calls the tool a user message names, then reports its result.
+    text = 'call structs_calculate_power {"alpha_matter": 7, "generator_type": "fieldGenerator"}'
+    request = agent_pb2.StreamCompleteRequest(
+        meta=tp.meta("python-agent-turn"), agent_id="python-agent",
+        request=agent_pb2.ChatCompletionRequest(stream=True, messages=[
+            agent_pb2.CanonicalMessage(role=agent_pb2.ROLE_USER, content=text)]))
+    words, states, calls, completion = "", [], [], None
+    for answer in tp.agents.StreamComplete(request, timeout=30):
+        expect(completion is None, "an event after the completion")
+        kind = answer.WhichOneof("event")
+        if kind == "content_delta":
+            words += answer.content_delta
+        elif kind == "transition":
+            states.append(agent_pb2.AgentState.Name(answer.transition.to))
+        elif kind == "tool_call":
+            calls.append(answer.tool_call)
+        else:
+            completion = answer.completion
+    expect(states == ["AGENT_STATE_THINKING", "AGENT_STATE_TOOL_CALL",
+                      "AGENT_STATE_REFLECTING", "AGENT_STATE_IDLE"], f"states {states}")
+    expect([(c.tool_name, c.service_name) for c in calls]
+           == [("structs_calculate_power", "structs")], f"tool calls {calls}")
+    expect(calls[0].status == tp.invoke_pb2.INVOCATION_STATUS_SUCCEEDED, f"{calls[0]}")
+    expect(completion is not None, "no completion")
+    expect(words == completion.message.content, "the deltas do not add up to the answer")
+    expect('"power_generated":14' in words, f"answer {words!r}")
+    records = tp.invoke.ListInvocationRecords(tp.invoke_pb2.ListInvocationRecordsRequest(
+        meta=tp.meta(), correlation_id="python-agent-turn"), timeout=10).records
+    expect([r.invocation_id for r in records] == [calls[0].invocation_id],
+           f"records of the turn {records}")
 
 
 def main():
