@@ -194,7 +194,7 @@ const checks = [
     assert.equal(info.reason, 'VALIDATION_INPUT');
     assert.deepEqual(violations, ['input/generator_type']);
   }],
-  ["The caller's deadline bounds the provider's work: DEADLINE_EXCEEDED, recorded as TOOL_TIMEOUT", async () => {
+  ["The caller's deadline bounds the provider's work: DEADLINE_EXCEEDED, recorded as a timeout", async () => {
     // At age 1 the proof of work needs 64 leading zeros: it runs until it is cancelled.
     const error = await failedCall(invoke, 'InvokeTool', {meta: meta('node-deadline'),
       tool_name: 'structs_calculate_proof_of_work',
@@ -207,8 +207,12 @@ const checks = [
       ({records} = await call(invoke, 'ListInvocationRecords', {meta: meta(), correlation_id: 'node-deadline'}));
     }
     assert.equal(records.length, 1, 'no record of the call');
-    assert.equal(records[0].status, 'INVOCATION_STATUS_TIMED_OUT');
-    assert.equal(records[0].error_reason, 'TOOL_TIMEOUT');
+    // toolplane answers 50 ms before the caller's deadline, so the answer arrives; on a machine
+    // busy enough to hold the request up longer than that, the caller's own timer fires first
+    // and cancels the call, which is recorded CANCELLED. Either way the work was cut short.
+    const [{status, error_reason: reason}] = records;
+    assert.ok(status === 'INVOCATION_STATUS_TIMED_OUT' || status === 'INVOCATION_STATUS_CANCELLED', status);
+    if (status === 'INVOCATION_STATUS_TIMED_OUT') assert.equal(reason, 'TOOL_TIMEOUT');
     assert.ok(Number(records[0].duration.seconds) < 5, `ran for ${records[0].duration.seconds} s`);
   }],
   ['WatchServices: the live services, then SYNCED, then a registration as it happens', async () => {
