@@ -13,12 +13,8 @@ Prints one line per check and exits 0 when all pass; the first failed check rais
 what was expected and what came back.
 """
 
-import glob
-import importlib.resources
-import os
 import queue
 import sys
-import tempfile
 import threading
 
 import grpc
@@ -26,7 +22,8 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
-from grpc_tools import protoc
+
+import toolplane_stubs
 
 TENANT = 0
 CHECKS = []
@@ -47,29 +44,17 @@ def expect(condition, what):
         raise AssertionError(what)
 
 
-def generated_modules(proto_dir):
-    """Compiles proto/ with grpcio-tools' bundled protoc and imports the generated modules."""
-    out = tempfile.mkdtemp(prefix="toolplane-python-stubs-")
-    well_known = str(importlib.resources.files("grpc_tools") / "_proto")
-    files = sorted(glob.glob(os.path.join(proto_dir, "toolplane", "v1", "*.proto")))
-    expect(files, f"no .proto files under {proto_dir}")
-    arguments = ["protoc", f"-I{proto_dir}", f"-I{well_known}",
-                 f"--python_out={out}", f"--grpc_python_out={out}", *files]
-    expect(protoc.main(arguments) == 0, f"protoc failed on {files}")
-    sys.path.insert(0, out)
-    from toolplane.v1 import (agent_service_pb2, agent_service_pb2_grpc, discovery_service_pb2,
-                              discovery_service_pb2_grpc, invoke_service_pb2,
-                              invoke_service_pb2_grpc, meta_pb2, tool_pb2)
-    return discovery_service_pb2, discovery_service_pb2_grpc, invoke_service_pb2, \
-        invoke_service_pb2_grpc, meta_pb2, tool_pb2, agent_service_pb2, agent_service_pb2_grpc
-
-
 class Toolplane:
     """The stubs, the generated modules and a channel to one server."""
 
     def __init__(self, address, proto_dir):
-        (self.discovery_pb2, discovery_grpc, self.invoke_pb2, invoke_grpc, self.meta_pb2,
-         self.tool_pb2, self.agent_pb2, agent_grpc) = generated_modules(proto_dir)
+        stubs = toolplane_stubs.generate(proto_dir)
+        self.discovery_pb2, self.invoke_pb2 = stubs["discovery_service_pb2"], stubs["invoke_service_pb2"]
+        self.meta_pb2, self.tool_pb2 = stubs["meta_pb2"], stubs["tool_pb2"]
+        self.agent_pb2 = stubs["agent_service_pb2"]
+        discovery_grpc = stubs["discovery_service_pb2_grpc"]
+        invoke_grpc = stubs["invoke_service_pb2_grpc"]
+        agent_grpc = stubs["agent_service_pb2_grpc"]
         self.channel = grpc.insecure_channel(address)
         self.discovery = discovery_grpc.DiscoveryServiceStub(self.channel)
         self.invoke = invoke_grpc.ToolInvokeServiceStub(self.channel)

@@ -1,0 +1,219 @@
+//! Tool providers written with other languages' gRPC servers, invoked through toolplane:
+//! Python's grpcio (gRPC C-core's HTTP/2 server) and Node's grpc-js. Each provider
+//! (`tests/peers/*_provider.*`) registers itself and heartbeats as a provider team's would;
+//! toolplane calls it with its own HTTP/2 client (`grpc::unary_client`), so these tests are
+//! that client's interoperability with the two most used non-Go gRPC servers: inputs and
+//! outputs through google.protobuf.Struct both ways, many calls at once on one connection, a
+//! 1 MB answer, a provider's error with its details, the caller's deadline reaching the
+//! provider and the provider seeing the call cancelled, grpc.health.v1 checks (Python), and
+//! deregistration.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::invoke_fixture::{invoker, request};
+use common::process::{ChildGuard, peer};
+use common::*;
+use serde_json::{Value, json};
+use toolplane::grpc::ServerOptions;
+use toolplane::pb;
+
+/// Starts a provider's `command` (given toolplane's address, the proto directory and the
+/// service name as its last three arguments) and waits for its "registered" line. The
+/// provider deregisters and exits when its standard input closes, or is killed when the guard
+/// drops.
+async fn start_provider(mut command: Command, server: &TestServer, service: &str) -> ChildGuard {
+    let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
+    command
+        .arg(server.addr.to_string())
+        .arg(proto)
+        .arg(service)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = command.spawn().expect("start the provider");
+    let stdout = child.stdout.take().expect("piped");
+    let (registered, said) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("registered ") {
+                let _ = registered.send(line);
+            }
+        }
+    });
+    let guard = ChildGuard(child);
+    tokio::task::spawn_blocking(move || said.recv_timeout(Duration::from_secs(60)))
+        .await
+        .expect("joined")
+        .expect("the provider registers");
+    wait_registered(server, service).await;
+    guard
+}
+
+/// Invokes `tool` of `service` with `input` (and a deadline when given).
+async fn invoke(
+    server: &TestServer,
+    service: &str,
+    tool: &str,
+    input: Value,
+    deadline: Option<Duration>,
+) -> Result<Value, tonic::Status> {
+    let mut call = tonic::Request::new(pb::InvokeToolRequest {
+        service_name: service.to_owned(),
+        ..request(tool, input)
+    });
+    if let Some(deadline) = deadline {
+        call.set_timeout(deadline);
+    }
+    let answer = invoker(server).await.invoke_tool(call).await?.into_inner();
+    let output = answer.output.expect("an output");
+    Ok(toolplane::json::value_to_json(&output).expect("JSON"))
+}
+
+/// The checks every provider passes, whatever its language.
+async fn check_a_provider(server: &TestServer, service: &str) {
+    let nested = json!({
+        "count": 3, "ratio": 0.25, "negative": -7, "big": 9_007_199_254_740_991_i64,
+        "text": "héllo ✓", "flag": true, "nothing": null,
+        "list": [1, "two", {"three": [3.5]}], "deep": {"a": {"b": {"c": []}}},
+    });
+    let echoed = invoke(server, service, "echo", nested.clone(), None).await;
+    assert_eq!(echoed.expect("echoed"), nested, "{service}: echo");
+
+    let calls = (0..48).map(|n| invoke(server, service, "echo", json!({ "n": n }), None));
+    for (n, answer) in futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(
+            answer.expect("echoed"),
+            json!({ "n": n }),
+            "{service}: call {n}"
+        );
+    }
+
+    let big = invoke(server, service, "big", json!({"bytes": 1_000_000}), None).await;
+    let text = big.expect("a 1 MB answer")["text"].clone();
+    assert_eq!(
+        text.as_str().map(str::len),
+        Some(1_000_000),
+        "{service}: big"
+    );
+
+    let failed = invoke(server, service, "fail", json!({}), None).await;
+    let failed = failed.expect_err("the provider fails the call");
+    assert_eq!(failed.code(), tonic::Code::FailedPrecondition, "{failed:?}");
+    assert_eq!(reason(&failed), "TOOL_QUOTA_SPENT", "{failed:?}");
+    assert!(failed.message().contains("quota is spent"), "{failed:?}");
+
+    let deadline = Duration::from_millis(800);
+    let waited = invoke(server, service, "wait", json!({}), Some(deadline)).await;
+    let waited = waited.expect_err("the caller's deadline passes");
+    assert_eq!(waited.code(), tonic::Code::DeadlineExceeded, "{waited:?}");
+    let mut noted = Value::Null;
+    for _ in 0..100 {
+        noted = invoke(server, service, "last_wait", json!({}), None)
+            .await
+            .expect("last_wait answers");
+        if noted.get("cancelled").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(noted["cancelled"], json!(true), "{service}: {noted}");
+    let remaining = noted["time_remaining"]
+        .as_f64()
+        .expect("a deadline was sent");
+    assert!(
+        remaining > 0.0 && remaining <= deadline.as_secs_f64(),
+        "{service}: the provider was given {remaining} s"
+    );
+}
+
+/// Stops the provider by closing its standard input; it deregisters, and the service is gone.
+async fn stop_provider(mut provider: ChildGuard, server: &TestServer, service: &str) {
+    drop(provider.0.stdin.take());
+    let discovery = server.discovery().await;
+    eventually(&format!("{service} deregisters"), || {
+        let mut discovery = discovery.clone();
+        async move { get_service(&mut discovery, 0, service).await.is_err() }
+    })
+    .await;
+}
+
+/// A provider written with grpcio (C-core) serves every call toolplane sends it, and its
+/// grpc.health.v1 NOT_SERVING makes toolplane refuse calls to it until it serves again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_grpcio_provider_is_invoked_through_toolplane() {
+    let Some(python) = peer("venv/bin/python") else {
+        return;
+    };
+    let server = TestServer::start_with(ServerOptions {
+        provider_health_interval: Duration::from_millis(200),
+        ..test_options()
+    })
+    .await;
+    let mut command = Command::new(python);
+    command.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_provider.py"));
+    let provider = start_provider(command, &server, "python-provider").await;
+    check_a_provider(&server, "python-provider").await;
+
+    invoke(
+        &server,
+        "python-provider",
+        "set_health",
+        json!({"seconds": 4}),
+        None,
+    )
+    .await
+    .expect("set_health answers");
+    let (mut refused, give_up) = (None, std::time::Instant::now() + Duration::from_secs(10));
+    while refused.is_none() && std::time::Instant::now() < give_up {
+        match invoke(&server, "python-provider", "echo", json!({}), None).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(status) => refused = Some(status),
+        }
+    }
+    let refused = refused.expect("refused while the provider is not serving");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(reason(&refused), "TOOL_UNHEALTHY", "{refused:?}");
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while invoke(&server, "python-provider", "echo", json!({}), None)
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "never called again once serving"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_provider(provider, &server, "python-provider").await;
+}
+
+/// A provider written with grpc-js serves every call toolplane sends it (it has no
+/// grpc.health.v1 service, which toolplane takes as healthy).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_grpc_js_provider_is_invoked_through_toolplane() {
+    let Some(node_modules) = peer("node_modules/@grpc/grpc-js").and_then(|_| peer("node_modules"))
+    else {
+        return;
+    };
+    let server = TestServer::start_with(ServerOptions {
+        provider_health_interval: Duration::from_millis(200),
+        ..test_options()
+    })
+    .await;
+    let mut command = Command::new("node");
+    command
+        .env("NODE_PATH", node_modules)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/node_provider.js"));
+    let provider = start_provider(command, &server, "node-provider").await;
+    check_a_provider(&server, "node-provider").await;
+    stop_provider(provider, &server, "node-provider").await;
+}
