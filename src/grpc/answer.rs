@@ -1,5 +1,5 @@
-//! A provider's answer as [`super::unary_client`] reads it: its message's bytes and the
-//! `grpc-status` it ends with.
+//! A provider's answer as [`super::unary_client`] reads it: its message's bytes, the
+//! `grpc-status` it ends with, and the message decoded.
 //!
 //! An answer's message usually arrives in one DATA frame; [`AnswerBytes`] keeps that frame as
 //! it came and copies only when more follow. For the status, tonic's `Status::from_header_map`
@@ -12,11 +12,18 @@
 use base64::Engine;
 use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
+use h2::client::SendRequest;
 use http::HeaderMap;
 use http::header::HeaderName;
+use prost::Message;
 use tonic::{Code, Status};
 
+use super::unary_calls::{Calls, FinishedStream};
+use super::unary_client::transport;
+
+/// The largest answer accepted (tonic's default decoding limit).
+const MAX_MESSAGE: usize = 4 * 1024 * 1024;
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
 
@@ -103,6 +110,93 @@ pub(super) fn answer_status(headers: &HeaderMap) -> Option<Result<(), Status>> {
     } else {
         Err(status)
     })
+}
+
+/// Reads a unary answer to its end: its message, or the status it ended with.
+pub(super) async fn read_answer<Resp: Message + Default>(
+    answer: http::Response<h2::RecvStream>,
+    sender: SendRequest<Bytes>,
+    request_body: h2::SendStream<Bytes>,
+    calls: &Calls,
+) -> Result<Resp, Status> {
+    let (parts, mut body) = answer.into_parts();
+    // A trailers-only answer (an error) carries its status in the headers.
+    if let Some(status) = answer_status(&parts.headers) {
+        status?;
+        return Err(Status::internal(
+            "the provider answered OK without a message",
+        ));
+    }
+    if parts.status != http::StatusCode::OK {
+        return Err(from_http_status(parts.status));
+    }
+    let mut message = AnswerBytes::default();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(transport)?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if message.len() + chunk.len() > MAX_MESSAGE + 5 {
+            // OUT_OF_RANGE, as tonic answers for a message over its decoding limit.
+            return Err(Status::out_of_range(format!(
+                "the provider's answer is larger than {MAX_MESSAGE} bytes"
+            )));
+        }
+        message.push(chunk);
+    }
+    let trailers = body.trailers().await.map_err(transport)?;
+    // The stream has ended both ways (see `Calls` for where its handles go).
+    calls.finish(FinishedStream::new(sender, request_body, body));
+    match trailers {
+        Some(trailers) => {
+            answer_status(&trailers).ok_or_else(|| {
+                Status::unknown("the provider's answer ended without a grpc-status")
+            })??;
+        }
+        None => {
+            return Err(Status::unknown(
+                "the provider's answer ended without trailers",
+            ));
+        }
+    }
+    unframe(message.into_bytes())
+}
+
+/// The one message of a unary answer.
+pub(super) fn unframe<Resp: Message + Default>(mut body: Bytes) -> Result<Resp, Status> {
+    if body.len() < 5 {
+        return Err(Status::internal(
+            "the provider answered OK without a message",
+        ));
+    }
+    let compressed = body.get_u8();
+    let len = body.get_u32() as usize;
+    if compressed != 0 {
+        return Err(Status::internal(
+            "the provider compressed its answer, which was not asked for",
+        ));
+    }
+    if len != body.len() {
+        return Err(Status::internal(format!(
+            "the provider's answer is framed as {len} bytes but carries {}",
+            body.len()
+        )));
+    }
+    Resp::decode(body).map_err(|error| {
+        Status::internal(format!("the provider's answer does not decode: {error}"))
+    })
+}
+
+/// The status of an answer that is not HTTP 200 and has no grpc-status
+/// (http-grpc-status-mapping.md).
+pub(super) fn from_http_status(status: http::StatusCode) -> Status {
+    let code = match status.as_u16() {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502..=504 => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    Status::new(code, format!("the provider answered HTTP {status}"))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::PingPong;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, HeaderName, TE, USER_AGENT};
@@ -26,22 +26,25 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::ServerName;
-use tonic::{Code, Status};
+use tonic::Status;
 
-use super::answer::{AnswerBytes, answer_status};
+use super::answer::read_answer;
 use super::coalesce::CoalescingIo;
 use super::deadline::grpc_timeout;
 use super::provider_tls::ProviderTls;
-use super::unary_calls::{Calls, FinishedStream};
+use super::unary_calls::Calls;
 
 /// The header a call's deadline travels in.
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
-/// The largest answer accepted (tonic's default decoding limit).
-const MAX_MESSAGE: usize = 4 * 1024 * 1024;
 /// Flow-control windows and send buffer, as hyper's HTTP/2 client sets them.
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
 const MAX_SEND_BUFFER: usize = 1024 * 1024;
+/// How many times one call's stream is sent again after the provider refused it unprocessed.
+const MAX_REFUSED: u32 = 10;
+/// The longest wait before a refused stream is sent again (the first goes again at once, the
+/// next after 1 ms, doubling up to this).
+const MAX_REFUSED_BACKOFF: Duration = Duration::from_millis(50);
 /// The `user-agent` every call carries.
 const USER_AGENT_VALUE: &str = concat!("toolplane/", env!("CARGO_PKG_VERSION"));
 
@@ -56,6 +59,14 @@ pub struct UnaryChannel {
     open: Mutex<Option<Open>>,
     /// Held while dialling, so concurrent callers share one new connection.
     dialling: tokio::sync::Mutex<u64>,
+}
+
+/// How one stream of a call ended.
+enum Attempt<Resp> {
+    /// The provider answered it, or the call failed otherwise.
+    Answered(Result<Resp, Status>),
+    /// The provider refused the stream without processing it (`REFUSED_STREAM`).
+    Refused(Status),
 }
 
 /// An open connection: its number, a sender for new streams, and its calls.
@@ -137,6 +148,14 @@ impl UnaryChannel {
     }
 
     /// As [`Self::call`], sending `headers` too.
+    ///
+    /// A stream the provider refuses (RST_STREAM `REFUSED_STREAM`, which says it was not
+    /// processed at all) is sent again on a new stream, up to [`MAX_REFUSED`] times, at once
+    /// the first time and then after a wait growing to [`MAX_REFUSED_BACKOFF`], with
+    /// `grpc-timeout` reduced by the time gone. A server at its limit of streams at once can
+    /// refuse one the client opened as soon as an earlier one ended, before the server had
+    /// counted that one closed (gRPC C-core does, behind its `max_concurrent_streams`); gRPC's
+    /// own clients retry such streams transparently (gRFC A6), whatever the retry policy.
     pub async fn call_with_headers<Req: Message, Resp: Message + Default>(
         &self,
         path: &'static str,
@@ -144,8 +163,74 @@ impl UnaryChannel {
         timeout: Option<Duration>,
         headers: Vec<(http::HeaderName, HeaderValue)>,
     ) -> Result<Resp, Status> {
-        let (mut sender, calls) = self.ready().await?;
+        let message = frame(request);
+        let started = std::time::Instant::now();
+        let mut refused = 0;
+        loop {
+            let remaining = timeout.map(|t| t.saturating_sub(started.elapsed()));
+            match self
+                .attempt(path, message.clone(), remaining, &headers)
+                .await
+            {
+                Attempt::Refused(status) if refused < MAX_REFUSED => {
+                    tracing::debug!(authority = %self.authority, %status, refused, "stream refused; sending it again");
+                    if refused > 0 {
+                        let backoff = Duration::from_millis(1 << (refused - 1));
+                        tokio::time::sleep(backoff.min(MAX_REFUSED_BACKOFF)).await;
+                    }
+                    refused += 1;
+                }
+                Attempt::Refused(status) => return Err(status),
+                Attempt::Answered(answer) => return answer,
+            }
+        }
+    }
+
+    /// One stream of a call: its answer, or the provider's refusal of the stream.
+    async fn attempt<Resp: Message + Default>(
+        &self,
+        path: &'static str,
+        message: Bytes,
+        timeout: Option<Duration>,
+        headers: &[(http::HeaderName, HeaderValue)],
+    ) -> Attempt<Resp> {
+        let (mut sender, calls) = match self.ready().await {
+            Ok(ready) => ready,
+            Err(status) => return Attempt::Answered(Err(status)),
+        };
         let _in_flight = calls.begin();
+        let head = match self.head(path, timeout, headers) {
+            Ok(head) => head,
+            Err(status) => return Attempt::Answered(Err(status)),
+        };
+        let sent = sender
+            .send_request(head, false)
+            .and_then(|(answer, mut request_body)| {
+                request_body.send_data(message, true)?;
+                Ok((answer, request_body))
+            });
+        let answered = match sent {
+            Ok((answer, request_body)) => answer.await.map(|answer| (answer, request_body)),
+            Err(error) => Err(error),
+        };
+        match answered {
+            Ok((answer, request_body)) => {
+                Attempt::Answered(read_answer(answer, sender, request_body, &calls).await)
+            }
+            Err(error) if error.reason() == Some(h2::Reason::REFUSED_STREAM) => {
+                Attempt::Refused(transport(error))
+            }
+            Err(error) => Attempt::Answered(Err(transport(error))),
+        }
+    }
+
+    /// The request head of a call to `path`.
+    fn head(
+        &self,
+        path: &'static str,
+        timeout: Option<Duration>,
+        headers: &[(http::HeaderName, HeaderValue)],
+    ) -> Result<Request<()>, Status> {
         let mut head = Request::builder()
             .method(Method::POST)
             .uri(
@@ -173,51 +258,9 @@ impl UnaryChannel {
             head.headers_mut().insert(GRPC_TIMEOUT, value);
         }
         for (name, value) in headers {
-            head.headers_mut().insert(name, value);
+            head.headers_mut().insert(name.clone(), value.clone());
         }
-        let (answer, mut request_body) = sender.send_request(head, false).map_err(transport)?;
-        request_body
-            .send_data(frame(request), true)
-            .map_err(transport)?;
-        let (parts, mut body) = answer.await.map_err(transport)?.into_parts();
-        // A trailers-only answer (an error) carries its status in the headers.
-        if let Some(status) = answer_status(&parts.headers) {
-            status?;
-            return Err(Status::internal(
-                "the provider answered OK without a message",
-            ));
-        }
-        if parts.status != http::StatusCode::OK {
-            return Err(from_http_status(parts.status));
-        }
-        let mut message = AnswerBytes::default();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.map_err(transport)?;
-            let _ = body.flow_control().release_capacity(chunk.len());
-            if message.len() + chunk.len() > MAX_MESSAGE + 5 {
-                // OUT_OF_RANGE, as tonic answers for a message over its decoding limit.
-                return Err(Status::out_of_range(format!(
-                    "the provider's answer is larger than {MAX_MESSAGE} bytes"
-                )));
-            }
-            message.push(chunk);
-        }
-        let trailers = body.trailers().await.map_err(transport)?;
-        // The stream has ended both ways (see `Calls` for where its handles go).
-        calls.finish(FinishedStream::new(sender, request_body, body));
-        match trailers {
-            Some(trailers) => {
-                answer_status(&trailers).ok_or_else(|| {
-                    Status::unknown("the provider's answer ended without a grpc-status")
-                })??;
-            }
-            None => {
-                return Err(Status::unknown(
-                    "the provider's answer ended without trailers",
-                ));
-            }
-        }
-        unframe(message.into_bytes())
+        Ok(head)
     }
 
     /// A connection ready for another stream: the open one, or a new one when there is none
@@ -393,33 +436,8 @@ fn frame(message: &impl Message) -> Bytes {
     out.freeze()
 }
 
-/// The one message of a unary answer.
-fn unframe<Resp: Message + Default>(mut body: Bytes) -> Result<Resp, Status> {
-    if body.len() < 5 {
-        return Err(Status::internal(
-            "the provider answered OK without a message",
-        ));
-    }
-    let compressed = body.get_u8();
-    let len = body.get_u32() as usize;
-    if compressed != 0 {
-        return Err(Status::internal(
-            "the provider compressed its answer, which was not asked for",
-        ));
-    }
-    if len != body.len() {
-        return Err(Status::internal(format!(
-            "the provider's answer is framed as {len} bytes but carries {}",
-            body.len()
-        )));
-    }
-    Resp::decode(body).map_err(|error| {
-        Status::internal(format!("the provider's answer does not decode: {error}"))
-    })
-}
-
 /// The gRPC status of a failed stream or connection (PROTOCOL-HTTP2.md, "Errors").
-fn transport(error: h2::Error) -> Status {
+pub(super) fn transport(error: h2::Error) -> Status {
     match error.reason() {
         Some(h2::Reason::REFUSED_STREAM) | None => {
             let hint = error
@@ -436,20 +454,6 @@ fn transport(error: h2::Error) -> Status {
         }
         Some(_) => Status::internal(format!("provider stream: {error}")),
     }
-}
-
-/// The status of an answer that is not HTTP 200 and has no grpc-status
-/// (http-grpc-status-mapping.md).
-fn from_http_status(status: http::StatusCode) -> Status {
-    let code = match status.as_u16() {
-        400 => Code::Internal,
-        401 => Code::Unauthenticated,
-        403 => Code::PermissionDenied,
-        404 => Code::Unimplemented,
-        429 | 502..=504 => Code::Unavailable,
-        _ => Code::Unknown,
-    };
-    Status::new(code, format!("the provider answered HTTP {status}"))
 }
 
 #[cfg(test)]

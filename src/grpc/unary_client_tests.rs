@@ -1,6 +1,9 @@
 //! Tests of the unary client: endpoints, framing, status mapping, and calls to real servers.
 use super::*;
+use crate::grpc::answer::{from_http_status, unframe};
+use bytes::Bytes;
 use futures_util::FutureExt;
+use tonic::Code;
 
 #[test]
 fn endpoints_need_http_or_https_and_a_host() {

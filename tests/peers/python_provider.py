@@ -1,7 +1,8 @@
 """A toolplane tool provider written in Python with grpcio (gRPC C-core's HTTP/2 server), as a
 Python team would write one: it serves toolplane.v1.ToolProviderService and grpc.health.v1,
 registers with toolplane and keeps its lease with heartbeats (registering again when told the
-lease is gone). toolplane calls it with its own HTTP/2 client; tests/polyglot_providers.rs
+lease is gone). It takes at most 8 calls at once on a connection (HTTP/2
+SETTINGS_MAX_CONCURRENT_STREAMS). toolplane calls it with its own HTTP/2 client; tests/polyglot_providers.rs
 invokes its tools through toolplane.
 
     python python_provider.py TOOLPLANE_ADDRESS PROTO_DIR SERVICE_NAME
@@ -31,6 +32,7 @@ from grpc_status import rpc_status
 import toolplane_stubs
 
 HEARTBEAT_SECONDS = 1.0
+MAX_CONCURRENT_STREAMS = 8
 TTL_SECONDS = 10
 OBJECT = {"type": "object"}
 TOOLS = {
@@ -133,7 +135,10 @@ def main():
     stubs = toolplane_stubs.generate(proto_dir)
     health_servicer = health.HealthServicer()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
+    # Few streams at once per connection, as a provider guarding itself would allow: toolplane
+    # must queue its calls behind the limit rather than have them refused.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64),
+                         options=[("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS)])
     stubs["provider_service_pb2_grpc"].add_ToolProviderServiceServicer_to_server(
         Provider(stubs, health_servicer), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
