@@ -4,7 +4,8 @@
 //! toolplane calls it with its own HTTP/2 client (`grpc::unary_client`), so these tests are
 //! that client's interoperability with the two most used non-Go gRPC servers: inputs and
 //! outputs through google.protobuf.Struct both ways, many calls at once on one connection, a
-//! 1 MB answer, a provider's error with its details, the caller's deadline reaching the
+//! 1 MB answer, connections the providers close at their maximum age while calls go on, a
+//! provider's error with its details, the caller's deadline reaching the
 //! provider and the provider seeing the call cancelled, grpc.health.v1 checks (Python), and
 //! deregistration.
 
@@ -23,10 +24,16 @@ use toolplane::grpc::ServerOptions;
 use toolplane::pb;
 
 /// Starts a provider's `command` (given toolplane's address, the proto directory and the
-/// service name as its last three arguments) and waits for its "registered" line. The
-/// provider deregisters and exits when its standard input closes, or is killed when the guard
-/// drops.
-async fn start_provider(mut command: Command, server: &TestServer, service: &str) -> ChildGuard {
+/// service name as its last three arguments) and waits for its "registered" line. With
+/// `max_connection_age`, the provider closes each connection that long into its life
+/// (`MAX_CONNECTION_AGE_MS`, the servers' `grpc.max_connection_age_ms`). It deregisters and
+/// exits when its standard input closes, or is killed when the guard drops.
+async fn start_provider(
+    mut command: Command,
+    server: &TestServer,
+    service: &str,
+    max_connection_age: Option<Duration>,
+) -> ChildGuard {
     let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
     command
         .arg(server.addr.to_string())
@@ -35,6 +42,9 @@ async fn start_provider(mut command: Command, server: &TestServer, service: &str
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    if let Some(age) = max_connection_age {
+        command.env("MAX_CONNECTION_AGE_MS", age.as_millis().to_string());
+    }
     let mut child = command.spawn().expect("start the provider");
     let stdout = child.stdout.take().expect("piped");
     let (registered, said) = std::sync::mpsc::channel();
@@ -139,6 +149,30 @@ async fn check_a_provider(server: &TestServer, service: &str) {
     );
 }
 
+/// Callers calling on and on for 2 s while the provider closes each connection 250 ms into
+/// its life: every call is answered, the streams that crossed a GOAWAY sent again on a new
+/// connection (without that, about 1% of calls failed UNAVAILABLE "not a result of an error
+/// (max_age)").
+async fn check_connections_closed_at_max_age(server: &TestServer, service: &str) {
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    let callers = (0..16).map(|caller| async move {
+        let mut calls = 0;
+        while std::time::Instant::now() < until {
+            let input = json!({ "caller": caller, "call": calls });
+            let answer = invoke(server, service, "echo", input.clone(), None).await;
+            let answer = answer.unwrap_or_else(|status| panic!("{service}: {input}: {status:?}"));
+            assert_eq!(answer, input);
+            calls += 1;
+        }
+        calls
+    });
+    let calls: usize = futures_util::future::join_all(callers)
+        .await
+        .into_iter()
+        .sum();
+    assert!(calls > 16, "{service}: only {calls} calls in 2 s");
+}
+
 /// Stops the provider by closing its standard input; it deregisters, and the service is gone.
 async fn stop_provider(mut provider: ChildGuard, server: &TestServer, service: &str) {
     drop(provider.0.stdin.take());
@@ -150,35 +184,59 @@ async fn stop_provider(mut provider: ChildGuard, server: &TestServer, service: &
     .await;
 }
 
+/// A server that checks providers' health every 200 ms.
+async fn server_checking_health() -> TestServer {
+    TestServer::start_with(ServerOptions {
+        provider_health_interval: Duration::from_millis(200),
+        ..test_options()
+    })
+    .await
+}
+
+/// `program` running the test peer `script` (under `tests/peers/`).
+fn peer_command(program: impl AsRef<std::ffi::OsStr>, script: &str) -> Command {
+    let mut command = Command::new(program);
+    command.arg(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/peers")
+            .join(script),
+    );
+    command
+}
+
+/// The connection age the aging providers close their connections at.
+const MAX_CONNECTION_AGE: Option<Duration> = Some(Duration::from_millis(250));
+
 /// A provider written with grpcio (C-core) serves every call toolplane sends it, and its
-/// grpc.health.v1 NOT_SERVING makes toolplane refuse calls to it until it serves again.
+/// grpc.health.v1 NOT_SERVING makes toolplane refuse calls to it until it serves again; one
+/// closing its connections at their maximum age loses no call.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_python_grpcio_provider_is_invoked_through_toolplane() {
     let Some(python) = peer("venv/bin/python") else {
         return;
     };
-    let server = TestServer::start_with(ServerOptions {
-        provider_health_interval: Duration::from_millis(200),
-        ..test_options()
-    })
-    .await;
-    let mut command = Command::new(python);
-    command.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_provider.py"));
-    let provider = start_provider(command, &server, "python-provider").await;
+    let server = server_checking_health().await;
+    let command = peer_command(&python, "python_provider.py");
+    let provider = start_provider(command, &server, "python-provider", None).await;
     check_a_provider(&server, "python-provider").await;
+    check_health_is_followed(&server, "python-provider").await;
+    stop_provider(provider, &server, "python-provider").await;
 
-    invoke(
-        &server,
-        "python-provider",
-        "set_health",
-        json!({"seconds": 4}),
-        None,
-    )
-    .await
-    .expect("set_health answers");
+    let command = peer_command(&python, "python_provider.py");
+    let aging = start_provider(command, &server, "python-aging", MAX_CONNECTION_AGE).await;
+    check_connections_closed_at_max_age(&server, "python-aging").await;
+    stop_provider(aging, &server, "python-aging").await;
+}
+
+/// While the provider reports NOT_SERVING (its `set_health` tool, for 4 s), toolplane refuses
+/// calls to it (UNAVAILABLE, TOOL_UNHEALTHY); once it serves again, it is called again.
+async fn check_health_is_followed(server: &TestServer, service: &str) {
+    invoke(server, service, "set_health", json!({"seconds": 4}), None)
+        .await
+        .expect("set_health answers");
     let (mut refused, give_up) = (None, std::time::Instant::now() + Duration::from_secs(10));
     while refused.is_none() && std::time::Instant::now() < give_up {
-        match invoke(&server, "python-provider", "echo", json!({}), None).await {
+        match invoke(server, service, "echo", json!({}), None).await {
             Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(status) => refused = Some(status),
         }
@@ -187,7 +245,7 @@ async fn a_python_grpcio_provider_is_invoked_through_toolplane() {
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
     assert_eq!(reason(&refused), "TOOL_UNHEALTHY", "{refused:?}");
     let give_up = std::time::Instant::now() + Duration::from_secs(20);
-    while invoke(&server, "python-provider", "echo", json!({}), None)
+    while invoke(server, service, "echo", json!({}), None)
         .await
         .is_err()
     {
@@ -197,27 +255,28 @@ async fn a_python_grpcio_provider_is_invoked_through_toolplane() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    stop_provider(provider, &server, "python-provider").await;
 }
 
 /// A provider written with grpc-js serves every call toolplane sends it (it has no
-/// grpc.health.v1 service, which toolplane takes as healthy).
+/// grpc.health.v1 service, which toolplane takes as healthy); one closing its connections at
+/// their maximum age loses no call.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_grpc_js_provider_is_invoked_through_toolplane() {
     let Some(node_modules) = peer("node_modules/@grpc/grpc-js").and_then(|_| peer("node_modules"))
     else {
         return;
     };
-    let server = TestServer::start_with(ServerOptions {
-        provider_health_interval: Duration::from_millis(200),
-        ..test_options()
-    })
-    .await;
-    let mut command = Command::new("node");
-    command
-        .env("NODE_PATH", node_modules)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/node_provider.js"));
-    let provider = start_provider(command, &server, "node-provider").await;
+    let server = server_checking_health().await;
+    let node = || {
+        let mut command = peer_command("node", "node_provider.js");
+        command.env("NODE_PATH", &node_modules);
+        command
+    };
+    let provider = start_provider(node(), &server, "node-provider", None).await;
     check_a_provider(&server, "node-provider").await;
     stop_provider(provider, &server, "node-provider").await;
+
+    let aging = start_provider(node(), &server, "node-aging", MAX_CONNECTION_AGE).await;
+    check_connections_closed_at_max_age(&server, "node-aging").await;
+    stop_provider(aging, &server, "node-aging").await;
 }

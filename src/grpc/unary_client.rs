@@ -11,11 +11,12 @@
 //! status, message and details parsing (see the `answer` module), so this is the thin part
 //! written here.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
 use h2::PingPong;
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, HeaderName, TE, USER_AGENT};
@@ -40,7 +41,10 @@ const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
 const MAX_SEND_BUFFER: usize = 1024 * 1024;
-/// How many times one call's stream is sent again after the provider refused it unprocessed.
+/// How many streams at once a first connection to a provider opens before the provider's
+/// SETTINGS arrive: the least RFC 9113 asks servers to allow (5.1.2), as grpc-go's client does.
+const INITIAL_MAX_STREAMS: usize = 100;
+/// How many times one call's stream is sent again after the provider left it unprocessed.
 const MAX_REFUSED: u32 = 10;
 /// The longest wait before a refused stream is sent again (the first goes again at once, the
 /// next after 1 ms, doubling up to this).
@@ -59,13 +63,16 @@ pub struct UnaryChannel {
     open: Mutex<Option<Open>>,
     /// Held while dialling, so concurrent callers share one new connection.
     dialling: tokio::sync::Mutex<u64>,
+    /// How many streams at once the provider allowed on its last connection, which a new
+    /// connection starts with until the provider's SETTINGS say (see [`handshake`]).
+    max_streams: AtomicUsize,
 }
 
 /// How one stream of a call ended.
 enum Attempt<Resp> {
     /// The provider answered it, or the call failed otherwise.
     Answered(Result<Resp, Status>),
-    /// The provider refused the stream without processing it (`REFUSED_STREAM`).
+    /// The provider did not process the stream (see [`unprocessed`]).
     Refused(Status),
 }
 
@@ -132,6 +139,7 @@ impl UnaryChannel {
             connect_timeout,
             open: Mutex::new(None),
             dialling: tokio::sync::Mutex::new(0),
+            max_streams: AtomicUsize::new(INITIAL_MAX_STREAMS),
         })
     }
 
@@ -149,13 +157,15 @@ impl UnaryChannel {
 
     /// As [`Self::call`], sending `headers` too.
     ///
-    /// A stream the provider refuses (RST_STREAM `REFUSED_STREAM`, which says it was not
-    /// processed at all) is sent again on a new stream, up to [`MAX_REFUSED`] times, at once
+    /// A stream the provider did not process (it refused it, or a GOAWAY left it out; see
+    /// [`unprocessed`]) is sent again on a new stream, up to [`MAX_REFUSED`] times, at once
     /// the first time and then after a wait growing to [`MAX_REFUSED_BACKOFF`], with
     /// `grpc-timeout` reduced by the time gone. A server at its limit of streams at once can
     /// refuse one the client opened as soon as an earlier one ended, before the server had
-    /// counted that one closed (gRPC C-core does, behind its `max_concurrent_streams`); gRPC's
-    /// own clients retry such streams transparently (gRFC A6), whatever the retry policy.
+    /// counted that one closed (gRPC C-core does, behind its `max_concurrent_streams`), and a
+    /// server closing a connection (at its maximum age, as gRPC servers are often told to in
+    /// Kubernetes) leaves out the streams that crossed its GOAWAY. gRPC's own clients retry
+    /// such streams transparently (gRFC A6), whatever the retry policy.
     pub async fn call_with_headers<Req: Message, Resp: Message + Default>(
         &self,
         path: &'static str,
@@ -173,7 +183,7 @@ impl UnaryChannel {
                 .await
             {
                 Attempt::Refused(status) if refused < MAX_REFUSED => {
-                    tracing::debug!(authority = %self.authority, %status, refused, "stream refused; sending it again");
+                    tracing::debug!(authority = %self.authority, %status, refused, "stream not processed by the provider; sending it again");
                     if refused > 0 {
                         let backoff = Duration::from_millis(1 << (refused - 1));
                         tokio::time::sleep(backoff.min(MAX_REFUSED_BACKOFF)).await;
@@ -203,23 +213,24 @@ impl UnaryChannel {
             Ok(head) => head,
             Err(status) => return Attempt::Answered(Err(status)),
         };
-        let sent = sender
-            .send_request(head, false)
-            .and_then(|(answer, mut request_body)| {
-                request_body.send_data(message, true)?;
-                Ok((answer, request_body))
-            });
-        let answered = match sent {
-            Ok((answer, request_body)) => answer.await.map(|answer| (answer, request_body)),
+        let answered = match sender.send_request(head, false) {
+            Ok((mut answer, mut request_body)) => match request_body.send_data(message, true) {
+                Ok(()) => answer.await.map(|answer| (answer, request_body)),
+                // The stream ended before its message could be sent (a GOAWAY or a reset
+                // crossed it): its answer, ready now, says how; h2's own error only says the
+                // stream is no longer active.
+                Err(send_error) => match (&mut answer).now_or_never() {
+                    Some(answered) => answered.map(|answer| (answer, request_body)),
+                    None => Err(send_error),
+                },
+            },
             Err(error) => Err(error),
         };
         match answered {
             Ok((answer, request_body)) => {
                 Attempt::Answered(read_answer(answer, sender, request_body, &calls).await)
             }
-            Err(error) if error.reason() == Some(h2::Reason::REFUSED_STREAM) => {
-                Attempt::Refused(transport(error))
-            }
+            Err(error) if unprocessed(&error) => Attempt::Refused(transport(error)),
             Err(error) => Attempt::Answered(Err(transport(error))),
         }
     }
@@ -278,6 +289,10 @@ impl UnaryChannel {
             };
             let mut dialled = self.dialling.lock().await;
             if *dialled == generation {
+                if let Some(open) = self.lock().as_ref() {
+                    let allowed = open.sender.current_max_send_streams();
+                    self.max_streams.store(allowed, Ordering::Relaxed);
+                }
                 let connection = self.dial().await?;
                 *dialled += 1;
                 *self.lock() = Some(Open {
@@ -335,14 +350,15 @@ impl UnaryChannel {
         let authority = &self.authority;
         let default_port = if self.tls.is_some() { 443 } else { 80 };
         let port = authority.port_u16().unwrap_or(default_port);
+        let max_streams = self.max_streams.load(Ordering::Relaxed);
         let connect = async {
             let stream = TcpStream::connect((host(authority), port)).await?;
             stream.set_nodelay(true)?;
             match &self.tls {
-                None => handshake(stream, authority).await,
+                None => handshake(stream, authority, max_streams).await,
                 Some((tls, name)) => {
                     let stream = tls.connector().connect(name.clone(), stream).await?;
-                    handshake(stream, authority).await
+                    handshake(stream, authority, max_streams).await
                 }
             }
         };
@@ -398,8 +414,15 @@ fn tls_error(error: &std::io::Error) -> Option<&rustls::Error> {
     error.get_ref()?.downcast_ref::<rustls::Error>()
 }
 
-/// Starts HTTP/2 on an open connection, and the task that drives it.
-async fn handshake<T>(stream: T, authority: &Authority) -> std::io::Result<Dialled>
+/// Starts HTTP/2 on an open connection, and the task that drives it. Until the provider's
+/// SETTINGS arrive, at most `max_streams` streams are opened at once: h2 would open any
+/// number, and a burst of calls on a new connection would overrun a provider's lower limit
+/// (gRPC C-core refuses the streams beyond it, and past a point answers ENHANCE_YOUR_CALM).
+async fn handshake<T>(
+    stream: T,
+    authority: &Authority,
+    max_streams: usize,
+) -> std::io::Result<Dialled>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -408,6 +431,7 @@ where
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_send_buffer_size(MAX_SEND_BUFFER)
         .enable_push(false)
+        .initial_max_send_streams(max_streams)
         .handshake::<_, Bytes>(CoalescingIo::new(stream))
         .await
         .map_err(std::io::Error::other)?;
@@ -434,6 +458,16 @@ fn frame(message: &impl Message) -> Bytes {
     // Encoding into a buffer with room for the whole message cannot fail.
     let _ = message.encode(&mut out);
     out.freeze()
+}
+
+/// Whether a stream that failed with `error` before its answer began was not processed by the
+/// provider, so that it may be sent again whatever the tool does: the provider refused it
+/// (`REFUSED_STREAM`), or a GOAWAY it sent named a last stream below it (RFC 9113, 6.8: a
+/// server closing a connection at its maximum age, or draining). h2 fails a stream with the
+/// GOAWAY's error only then; a stream the provider may have processed and that ends with the
+/// connection fails with an I/O error instead.
+fn unprocessed(error: &h2::Error) -> bool {
+    error.reason() == Some(h2::Reason::REFUSED_STREAM) || (error.is_go_away() && error.is_remote())
 }
 
 /// The gRPC status of a failed stream or connection (PROTOCOL-HTTP2.md, "Errors").

@@ -73,7 +73,11 @@ const tools = {
   last_wait: (call, done) => done(null, {output: {structValue: {fields: lastWait}}}),
 };
 
-const server = new grpc.Server();
+// Closes each connection this long into its life when MAX_CONNECTION_AGE_MS is set, as
+// servers behind Kubernetes Services are often told to so that load spreads again.
+const maxAge = Number(process.env.MAX_CONNECTION_AGE_MS || 0);
+const server = new grpc.Server(maxAge ? {'grpc.max_connection_age_ms': maxAge,
+  'grpc.max_connection_age_grace_ms': 5000} : {});
 server.addService(v1.ToolProviderService.service, {
   CallTool: (call, done) => {
     const tool = tools[call.request.tool_name];

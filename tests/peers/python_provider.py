@@ -2,7 +2,9 @@
 Python team would write one: it serves toolplane.v1.ToolProviderService and grpc.health.v1,
 registers with toolplane and keeps its lease with heartbeats (registering again when told the
 lease is gone). It takes at most 8 calls at once on a connection (HTTP/2
-SETTINGS_MAX_CONCURRENT_STREAMS). toolplane calls it with its own HTTP/2 client; tests/polyglot_providers.rs
+SETTINGS_MAX_CONCURRENT_STREAMS) and, when MAX_CONNECTION_AGE_MS is set, closes each connection
+that long into its life (grpc.max_connection_age_ms), as servers behind Kubernetes Services are
+often told to so that load spreads again. toolplane calls it with its own HTTP/2 client; tests/polyglot_providers.rs
 invokes its tools through toolplane.
 
     python python_provider.py TOOLPLANE_ADDRESS PROTO_DIR SERVICE_NAME
@@ -18,6 +20,7 @@ input closes. Its tools:
 - set_health: reports NOT_SERVING on grpc.health.v1 for `seconds`, then SERVING again.
 """
 
+import os
 import sys
 import threading
 import time
@@ -32,7 +35,7 @@ from grpc_status import rpc_status
 import toolplane_stubs
 
 HEARTBEAT_SECONDS = 1.0
-MAX_CONCURRENT_STREAMS = 8
+MAX_CONCURRENT_STREAMS = int(os.environ.get("MAX_CONCURRENT_STREAMS", "8"))
 TTL_SECONDS = 10
 OBJECT = {"type": "object"}
 TOOLS = {
@@ -137,8 +140,11 @@ def main():
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     # Few streams at once per connection, as a provider guarding itself would allow: toolplane
     # must queue its calls behind the limit rather than have them refused.
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64),
-                         options=[("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS)])
+    options = [("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS)]
+    if os.environ.get("MAX_CONNECTION_AGE_MS"):
+        options += [("grpc.max_connection_age_ms", int(os.environ["MAX_CONNECTION_AGE_MS"])),
+                    ("grpc.max_connection_age_grace_ms", 5000)]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=options)
     stubs["provider_service_pb2_grpc"].add_ToolProviderServiceServicer_to_server(
         Provider(stubs, health_servicer), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
