@@ -1,6 +1,8 @@
 //! Unary gRPC calls to providers on the h2 crate: one multiplexed HTTP/2 connection per
-//! endpoint, dialled on first use and again after it fails, driven by a task of its own;
-//! over TLS for an `https://` endpoint (see `provider_tls`).
+//! endpoint, dialled on first use and again after it fails or the provider closes it, driven
+//! by a task of its own; over TLS for an `https://` endpoint (see `provider_tls`). A stream
+//! the provider did not process (refused, or left out by a GOAWAY) is sent again
+//! ([`UnaryChannel::call_with_headers`]).
 //!
 //! Why not tonic's `Channel`: on the invocation path it costs a `tower::Buffer` task and
 //! hyper's dispatch channel between the caller and the connection, two more task hand-offs per
@@ -157,9 +159,9 @@ impl UnaryChannel {
 
     /// As [`Self::call`], sending `headers` too.
     ///
-    /// A stream the provider did not process (it refused it, or a GOAWAY left it out; see
-    /// [`unprocessed`]) is sent again on a new stream, up to [`MAX_REFUSED`] times, at once
-    /// the first time and then after a wait growing to [`MAX_REFUSED_BACKOFF`], with
+    /// A stream the provider did not process (it refused it, or a GOAWAY left it out) is
+    /// sent again on a new stream, up to 10 times, at once the first time and then after a
+    /// wait growing from 1 ms to 50 ms, with
     /// `grpc-timeout` reduced by the time gone. A server at its limit of streams at once can
     /// refuse one the client opened as soon as an earlier one ended, before the server had
     /// counted that one closed (gRPC C-core does, behind its `max_concurrent_streams`), and a
