@@ -21,6 +21,7 @@ use common::process::{ChildGuard, peer};
 use common::*;
 use serde_json::{Value, json};
 use toolplane::grpc::ServerOptions;
+use toolplane::grpc::outgoing_tls::{ClientIdentityFiles, OutgoingTlsFiles};
 use toolplane::pb;
 
 /// Starts a provider's `command` (given toolplane's address, the proto directory and the
@@ -29,11 +30,23 @@ use toolplane::pb;
 /// (`MAX_CONNECTION_AGE_MS`, the servers' `grpc.max_connection_age_ms`). It deregisters and
 /// exits when its standard input closes, or is killed when the guard drops.
 async fn start_provider(
-    mut command: Command,
+    command: Command,
     server: &TestServer,
     service: &str,
     max_connection_age: Option<Duration>,
 ) -> ChildGuard {
+    start_provider_with(command, server, service, max_connection_age, &[]).await
+}
+
+/// As [`start_provider`], with `env` set for the provider.
+async fn start_provider_with(
+    mut command: Command,
+    server: &TestServer,
+    service: &str,
+    max_connection_age: Option<Duration>,
+    env: &[(&str, &Path)],
+) -> ChildGuard {
+    command.envs(env.iter().copied());
     let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
     command
         .arg(server.addr.to_string())
@@ -279,4 +292,69 @@ async fn a_node_grpc_js_provider_is_invoked_through_toolplane() {
     let aging = start_provider(node(), &server, "node-aging", MAX_CONNECTION_AGE).await;
     check_connections_closed_at_max_age(&server, "node-aging").await;
     stop_provider(aging, &server, "node-aging").await;
+}
+
+/// A grpcio provider serving mutual TLS (C-core's BoringSSL against toolplane's rustls, ALPN
+/// h2) is called over `https://` when toolplane trusts its CA and presents a certificate the
+/// provider's client CA signed; without one, the call fails UNAVAILABLE naming the setting.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_grpcio_provider_over_mutual_tls_is_invoked_through_toolplane() {
+    let Some(python) = peer("venv/bin/python") else {
+        return;
+    };
+    let (ca, clients_ca) = (common::tls::TestCa::new(), common::tls::TestCa::new());
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (cert, key) = ca.server(&["127.0.0.1"]).write(dir.path(), "provider");
+    let clients_ca_file = clients_ca.write(dir.path(), "clients-ca.pem");
+    let (client_cert, client_key) = clients_ca
+        .client("toolplane")
+        .write(dir.path(), "toolplane");
+    for presented in [true, false] {
+        let client_identity = presented.then(|| ClientIdentityFiles {
+            cert_file: client_cert.clone(),
+            key_file: client_key.clone(),
+        });
+        let server = TestServer::start_with(ServerOptions {
+            provider_tls: OutgoingTlsFiles {
+                ca_file: Some(ca.write(dir.path(), "providers-ca.pem")),
+                client_identity,
+            },
+            ..test_options()
+        })
+        .await;
+        let env = [
+            ("TLS_CERT_FILE", cert.as_path()),
+            ("TLS_KEY_FILE", key.as_path()),
+            ("TLS_CLIENT_CA_FILE", clients_ca_file.as_path()),
+        ];
+        let command = peer_command(&python, "python_provider.py");
+        let provider = start_provider_with(command, &server, "python-tls", None, &env).await;
+        let discovery = &mut server.discovery().await;
+        let endpoint = get_service(discovery, 0, "python-tls")
+            .await
+            .expect("registered");
+        assert!(endpoint.endpoint.starts_with("https://"), "{endpoint:?}");
+        let input = json!({"over": "TLS", "n": 1});
+        let answer = invoke(&server, "python-tls", "echo", input.clone(), None).await;
+        if presented {
+            assert_eq!(answer.expect("called over mutual TLS"), input);
+            let big = invoke(
+                &server,
+                "python-tls",
+                "big",
+                json!({"bytes": 1_000_000}),
+                None,
+            );
+            let text = big.await.expect("a 1 MB answer over TLS")["text"].clone();
+            assert_eq!(text.as_str().map(str::len), Some(1_000_000));
+        } else {
+            let refused = answer.expect_err("no client certificate");
+            assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+            assert!(
+                refused.message().contains("provider_client_cert_file"),
+                "{refused:?}"
+            );
+        }
+        stop_provider(provider, &server, "python-tls").await;
+    }
 }

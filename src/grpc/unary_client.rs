@@ -387,8 +387,9 @@ impl UnaryChannel {
     }
 }
 
-/// What a TLS alert from a provider most likely means, to add to the error that reports it
-/// (`error` is that error's text). Under TLS 1.3 a provider checks toolplane's client
+/// What a TLS alert from a provider, or its closing the TLS connection without one, most
+/// likely means, to add to the error that reports it (`error` is that error's text). Under
+/// TLS 1.3 a provider checks toolplane's client
 /// certificate after the handshake, so its refusal arrives with the first call, where h2 has
 /// kept only the text of the I/O error (rustls's "received fatal alert: ...").
 fn refusal_hint(error: &str) -> &'static str {
@@ -398,6 +399,12 @@ fn refusal_hint(error: &str) -> &'static str {
     } else if error.contains("received fatal alert") {
         "; the provider ended the TLS connection: if it asks for client certificates, check \
          that a CA it trusts signed provider_client_cert_file"
+    } else if error.contains("without sending TLS close_notify") {
+        // gRPC C-core (BoringSSL) closes so, with no alert, on a missing or untrusted client
+        // certificate.
+        "; the provider closed the TLS connection without saying why: if it asks for client \
+         certificates, set provider_client_cert_file and provider_client_key_file to a \
+         certificate a CA it trusts signed"
     } else {
         ""
     }

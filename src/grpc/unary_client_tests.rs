@@ -206,3 +206,15 @@ async fn a_connection_that_answers_a_ping_is_kept_and_one_that_does_not_is_close
         "the next call dials again"
     );
 }
+
+#[test]
+fn tls_refusals_name_the_setting_to_look_at() {
+    let required = "received fatal alert: CertificateRequired";
+    assert!(refusal_hint(required).contains("set provider_client_cert_file"));
+    let unknown_ca = "received fatal alert: UnknownCA";
+    assert!(refusal_hint(unknown_ca).contains("a CA it trusts signed"));
+    // gRPC C-core closes without an alert.
+    let closed = "peer closed connection without sending TLS close_notify: https://docs.rs/...";
+    assert!(refusal_hint(closed).contains("set provider_client_cert_file"));
+    assert_eq!(refusal_hint("connection refused"), "");
+}

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use toolplane::grpc::server_tls::ServerTlsFiles;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair,
 };
 
 /// A certificate authority of its own.
@@ -49,8 +50,15 @@ impl Issued {
 impl TestCa {
     /// A new CA with a new key.
     pub fn new() -> Self {
+        static CAS_MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // Names of their own: rcgen names every certificate alike, and OpenSSL-based peers
+        // (gRPC C-core) take a certificate whose issuer's name is its own for self-signed.
+        let made = CAS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("toolplane test CA {made}"));
         let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("CA key"))
             .expect("CA certificate");
         Self { issuer }
@@ -88,6 +96,10 @@ impl TestCa {
         )
         .expect("parameters");
         params.extended_key_usages = vec![usage];
+        params.distinguished_name.push(
+            DnType::CommonName,
+            names.first().copied().unwrap_or("toolplane test"),
+        );
         let certificate = params.signed_by(&key, &self.issuer).expect("certificate");
         Issued {
             cert_pem: certificate.pem(),

@@ -4,7 +4,9 @@ registers with toolplane and keeps its lease with heartbeats (registering again 
 lease is gone). It takes at most 8 calls at once on a connection (HTTP/2
 SETTINGS_MAX_CONCURRENT_STREAMS) and, when MAX_CONNECTION_AGE_MS is set, closes each connection
 that long into its life (grpc.max_connection_age_ms), as servers behind Kubernetes Services are
-often told to so that load spreads again. toolplane calls it with its own HTTP/2 client; tests/polyglot_providers.rs
+often told to so that load spreads again. With TLS_CERT_FILE and TLS_KEY_FILE it serves TLS
+(BoringSSL, in C-core) and registers an https:// endpoint; with TLS_CLIENT_CA_FILE too, it
+takes only callers presenting a certificate that CA signed. toolplane calls it with its own HTTP/2 client; tests/polyglot_providers.rs
 invokes its tools through toolplane.
 
     python python_provider.py TOOLPLANE_ADDRESS PROTO_DIR SERVICE_NAME
@@ -133,6 +135,22 @@ class Lease:
             lease_id=self.lease_id), timeout=10)
 
 
+def listen(server):
+    """Listens on a free loopback port: over TLS with TLS_CERT_FILE and TLS_KEY_FILE (asking
+    callers for a certificate TLS_CLIENT_CA_FILE signed, when that is set), else in plain text.
+    Answers the port and the endpoint's scheme."""
+    cert_file, key_file = os.environ.get("TLS_CERT_FILE"), os.environ.get("TLS_KEY_FILE")
+    if not cert_file:
+        return server.add_insecure_port("127.0.0.1:0"), "http"
+    read = lambda path: open(path, "rb").read()
+    client_ca = os.environ.get("TLS_CLIENT_CA_FILE")
+    credentials = grpc.ssl_server_credentials(
+        [(read(key_file), read(cert_file))],
+        root_certificates=read(client_ca) if client_ca else None,
+        require_client_auth=bool(client_ca))
+    return server.add_secure_port("127.0.0.1:0", credentials), "https"
+
+
 def main():
     toolplane_address, proto_dir, service = sys.argv[1:4]
     stubs = toolplane_stubs.generate(proto_dir)
@@ -148,9 +166,9 @@ def main():
     stubs["provider_service_pb2_grpc"].add_ToolProviderServiceServicer_to_server(
         Provider(stubs, health_servicer), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port, scheme = listen(server)
     server.start()
-    lease = Lease(stubs, toolplane_address, service, f"http://127.0.0.1:{port}")
+    lease = Lease(stubs, toolplane_address, service, f"{scheme}://127.0.0.1:{port}")
     lease.register()
     threading.Thread(target=lease.keep_alive, daemon=True).start()
     print(f"registered {service} {port}", flush=True)
