@@ -3,10 +3,11 @@
 //! (`tests/peers/*_provider.*`) registers itself and heartbeats as a provider team's would;
 //! toolplane calls it with its own HTTP/2 client (`grpc::unary_client`), so these tests are
 //! that client's interoperability with the two most used non-Go gRPC servers: inputs and
-//! outputs through google.protobuf.Struct both ways, many calls at once on one connection, a
-//! 1 MB answer, connections the providers close at their maximum age while calls go on, a
-//! provider's error with its details, the caller's deadline reaching the
-//! provider and the provider seeing the call cancelled, grpc.health.v1 checks (Python), and
+//! outputs through google.protobuf.Struct both ways, many calls at once on one connection
+//! (past the Python provider's limit of 8 streams at once), a 1 MB answer, connections the
+//! providers close at their maximum age while calls go on, a provider's error with its
+//! details, the caller's deadline reaching the provider and the provider seeing the call
+//! cancelled, grpc.health.v1 checks (Python), mutual TLS with C-core (Python), and
 //! deregistration.
 
 mod common;
