@@ -7,7 +7,7 @@
 //! (past the Python provider's limit of 8 streams at once), a 1 MB answer, connections the
 //! providers close at their maximum age while calls go on, a provider's error with its
 //! details, the caller's deadline reaching the provider and the provider seeing the call
-//! cancelled, grpc.health.v1 checks (Python), mutual TLS with C-core (Python), and
+//! cancelled, grpc.health.v1 checks (Python), mutual TLS (BoringSSL and OpenSSL), and
 //! deregistration.
 
 mod common;
@@ -295,14 +295,30 @@ async fn a_node_grpc_js_provider_is_invoked_through_toolplane() {
     stop_provider(aging, &server, "node-aging").await;
 }
 
-/// A grpcio provider serving mutual TLS (C-core's BoringSSL against toolplane's rustls, ALPN
-/// h2) is called over `https://` when toolplane trusts its CA and presents a certificate the
-/// provider's client CA signed; without one, the call fails UNAVAILABLE naming the setting.
+/// Providers serving mutual TLS, grpcio (C-core's BoringSSL) and grpc-js (Node's OpenSSL),
+/// against toolplane's rustls (ALPN h2): each is called over `https://` when toolplane trusts
+/// its CA and presents a certificate the provider's client CA signed; without one, the call
+/// fails UNAVAILABLE naming the setting to look at.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_python_grpcio_provider_over_mutual_tls_is_invoked_through_toolplane() {
-    let Some(python) = peer("venv/bin/python") else {
+async fn providers_over_mutual_tls_are_invoked_through_toolplane() {
+    let python = peer("venv/bin/python");
+    let node_modules = peer("node_modules/@grpc/grpc-js").and_then(|_| peer("node_modules"));
+    let (Some(python), Some(node_modules)) = (python, node_modules) else {
         return;
     };
+    let python = || peer_command(&python, "python_provider.py");
+    let node = || {
+        let mut command = peer_command("node", "node_provider.js");
+        command.env("NODE_PATH", &node_modules);
+        command
+    };
+    check_mutual_tls(python, "python-tls").await;
+    check_mutual_tls(node, "node-tls").await;
+}
+
+/// The provider `command` makes, serving mutual TLS as `service`, called with and without
+/// toolplane's client certificate.
+async fn check_mutual_tls(command: impl Fn() -> Command, service: &str) {
     let (ca, clients_ca) = (common::tls::TestCa::new(), common::tls::TestCa::new());
     let dir = tempfile::tempdir().expect("temporary directory");
     let (cert, key) = ca.server(&["127.0.0.1"]).write(dir.path(), "provider");
@@ -328,34 +344,27 @@ async fn a_python_grpcio_provider_over_mutual_tls_is_invoked_through_toolplane()
             ("TLS_KEY_FILE", key.as_path()),
             ("TLS_CLIENT_CA_FILE", clients_ca_file.as_path()),
         ];
-        let command = peer_command(&python, "python_provider.py");
-        let provider = start_provider_with(command, &server, "python-tls", None, &env).await;
+        let provider = start_provider_with(command(), &server, service, None, &env).await;
         let discovery = &mut server.discovery().await;
-        let endpoint = get_service(discovery, 0, "python-tls")
+        let endpoint = get_service(discovery, 0, service)
             .await
             .expect("registered");
         assert!(endpoint.endpoint.starts_with("https://"), "{endpoint:?}");
         let input = json!({"over": "TLS", "n": 1});
-        let answer = invoke(&server, "python-tls", "echo", input.clone(), None).await;
+        let answer = invoke(&server, service, "echo", input.clone(), None).await;
         if presented {
-            assert_eq!(answer.expect("called over mutual TLS"), input);
-            let big = invoke(
-                &server,
-                "python-tls",
-                "big",
-                json!({"bytes": 1_000_000}),
-                None,
-            );
+            assert_eq!(answer.expect("called over mutual TLS"), input, "{service}");
+            let big = invoke(&server, service, "big", json!({"bytes": 1_000_000}), None);
             let text = big.await.expect("a 1 MB answer over TLS")["text"].clone();
             assert_eq!(text.as_str().map(str::len), Some(1_000_000));
         } else {
-            let refused = answer.expect_err("no client certificate");
+            let refused = answer.expect_err("refused without a client certificate");
             assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
             assert!(
                 refused.message().contains("provider_client_cert_file"),
                 "{refused:?}"
             );
         }
-        stop_provider(provider, &server, "python-tls").await;
+        stop_provider(provider, &server, service).await;
     }
 }

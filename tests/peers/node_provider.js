@@ -7,7 +7,7 @@
 //   node node_provider.js TOOLPLANE_ADDRESS PROTO_DIR SERVICE_NAME
 //
 // Prints "registered SERVICE_NAME PORT" once registered; deregisters and exits when its standard
-// input closes. Its tools are those of python_provider.py but set_health (it serves no
+// input closes. TLS as python_provider.py's (TLS_CERT_FILE, TLS_KEY_FILE, TLS_CLIENT_CA_FILE). Its tools are those of python_provider.py but set_health (it serves no
 // grpc.health.v1, which toolplane takes as healthy): echo, fail, big, wait, last_wait.
 'use strict';
 
@@ -100,10 +100,24 @@ function call(method, request) {
     {deadline: new Date(Date.now() + 10000)}, (error, answer) => (error ? reject(error) : resolve(answer))));
 }
 
-server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), async (error, port) => {
+/**
+ * Plain text, or TLS with TLS_CERT_FILE and TLS_KEY_FILE (Node's OpenSSL), asking callers for a
+ * certificate TLS_CLIENT_CA_FILE signed when that is set. Answers the credentials and scheme.
+ */
+function serverCredentials() {
+  const {TLS_CERT_FILE: cert, TLS_KEY_FILE: key, TLS_CLIENT_CA_FILE: clientCa} = process.env;
+  if (!cert) return [grpc.ServerCredentials.createInsecure(), 'http'];
+  const fs = require('node:fs');
+  const credentials = grpc.ServerCredentials.createSsl(clientCa ? fs.readFileSync(clientCa) : null,
+    [{private_key: fs.readFileSync(key), cert_chain: fs.readFileSync(cert)}], Boolean(clientCa));
+  return [credentials, 'https'];
+}
+
+const [credentials, scheme] = serverCredentials();
+server.bindAsync('127.0.0.1:0', credentials, async (error, port) => {
   if (error) throw error;
   const registration = {service_name: service, service_version: '1.0.0',
-    endpoint: `http://127.0.0.1:${port}`, ttl: {seconds: '10', nanos: 0},
+    endpoint: `${scheme}://127.0.0.1:${port}`, ttl: {seconds: '10', nanos: 0},
     tools: Object.entries(schemas).map(([name, schema]) =>
       ({tool_name: name, description: `${name} (Node)`, tool_schema: schema}))};
   const register = async () => (await call('RegisterService', {meta, registration})).lease_id;
