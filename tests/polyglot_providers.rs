@@ -110,7 +110,7 @@ async fn check_a_provider(server: &TestServer, service: &str) {
 
     // Bursts of calls at once on the one connection, past the Python provider's limit of
     // streams at once (8): toolplane queues them behind it, and sends again the streams the
-    // provider refuses unprocessed (fails about 3 runs in 4 without that).
+    // provider refuses unprocessed (failed 5 runs of 5 without that).
     for burst in 0..4 {
         let calls = (0..64).map(|n| invoke(server, service, "echo", json!({ "n": n }), None));
         let answers = futures_util::future::join_all(calls).await;
