@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::TestServer;
-use common::process::peer;
+use common::process::{Runtime, peer_script};
 use common::provider::start_structs_provider;
 
 /// The longest a peer's script may run before it is killed and the test fails.
@@ -77,11 +77,9 @@ async fn run_against_a_server(mut command: Command, peer_name: &'static str) {
 /// correlation id) and deltas that add up to the answer.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_python_grpcio_client_registers_discovers_invokes_and_reads_error_details() {
-    let Some(python) = peer("venv/bin/python") else {
+    let Some(command) = peer_script(Runtime::Python, "python_client.py") else {
         return;
     };
-    let mut command = Command::new(python);
-    command.arg(repository_path("tests/peers/python_client.py"));
     run_against_a_server(command, "python grpcio").await;
 }
 
@@ -90,13 +88,8 @@ async fn a_python_grpcio_client_registers_discovers_invokes_and_reads_error_deta
 /// WatchServices stream delivers a registration as it happens.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_grpc_js_client_registers_discovers_invokes_and_reads_error_details() {
-    let Some(node_modules) = peer("node_modules/@grpc/grpc-js").and_then(|_| peer("node_modules"))
-    else {
+    let Some(command) = peer_script(Runtime::Node, "node_client.js") else {
         return;
     };
-    let mut command = Command::new("node");
-    command
-        .env("NODE_PATH", node_modules)
-        .arg(repository_path("tests/peers/node_client.js"));
     run_against_a_server(command, "node grpc-js").await;
 }

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::invoke_fixture::{invoker, request};
-use common::process::{ChildGuard, peer};
+use common::process::{ChildGuard, Runtime, peer_script};
 use common::*;
 use serde_json::{Value, json};
 use toolplane::grpc::ServerOptions;
@@ -207,17 +207,6 @@ async fn server_checking_health() -> TestServer {
     .await
 }
 
-/// `program` running the test peer `script` (under `tests/peers/`).
-fn peer_command(program: impl AsRef<std::ffi::OsStr>, script: &str) -> Command {
-    let mut command = Command::new(program);
-    command.arg(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/peers")
-            .join(script),
-    );
-    command
-}
-
 /// The connection age the aging providers close their connections at.
 const MAX_CONNECTION_AGE: Option<Duration> = Some(Duration::from_millis(250));
 
@@ -226,17 +215,17 @@ const MAX_CONNECTION_AGE: Option<Duration> = Some(Duration::from_millis(250));
 /// closing its connections at their maximum age loses no call.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_python_grpcio_provider_is_invoked_through_toolplane() {
-    let Some(python) = peer("venv/bin/python") else {
+    let python = || peer_script(Runtime::Python, "python_provider.py");
+    let Some(command) = python() else {
         return;
     };
     let server = server_checking_health().await;
-    let command = peer_command(&python, "python_provider.py");
     let provider = start_provider(command, &server, "python-provider", None).await;
     check_a_provider(&server, "python-provider").await;
     check_health_is_followed(&server, "python-provider").await;
     stop_provider(provider, &server, "python-provider").await;
 
-    let command = peer_command(&python, "python_provider.py");
+    let command = python().expect("found above");
     let aging = start_provider(command, &server, "python-aging", MAX_CONNECTION_AGE).await;
     check_connections_closed_at_max_age(&server, "python-aging").await;
     stop_provider(aging, &server, "python-aging").await;
@@ -276,21 +265,17 @@ async fn check_health_is_followed(server: &TestServer, service: &str) {
 /// their maximum age loses no call.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_grpc_js_provider_is_invoked_through_toolplane() {
-    let Some(node_modules) = peer("node_modules/@grpc/grpc-js").and_then(|_| peer("node_modules"))
-    else {
+    let node = || peer_script(Runtime::Node, "node_provider.js");
+    let Some(command) = node() else {
         return;
     };
     let server = server_checking_health().await;
-    let node = || {
-        let mut command = peer_command("node", "node_provider.js");
-        command.env("NODE_PATH", &node_modules);
-        command
-    };
-    let provider = start_provider(node(), &server, "node-provider", None).await;
+    let provider = start_provider(command, &server, "node-provider", None).await;
     check_a_provider(&server, "node-provider").await;
     stop_provider(provider, &server, "node-provider").await;
 
-    let aging = start_provider(node(), &server, "node-aging", MAX_CONNECTION_AGE).await;
+    let command = node().expect("found above");
+    let aging = start_provider(command, &server, "node-aging", MAX_CONNECTION_AGE).await;
     check_connections_closed_at_max_age(&server, "node-aging").await;
     stop_provider(aging, &server, "node-aging").await;
 }
@@ -301,19 +286,13 @@ async fn a_node_grpc_js_provider_is_invoked_through_toolplane() {
 /// fails UNAVAILABLE naming the setting to look at.
 #[tokio::test(flavor = "multi_thread")]
 async fn providers_over_mutual_tls_are_invoked_through_toolplane() {
-    let python = peer("venv/bin/python");
-    let node_modules = peer("node_modules/@grpc/grpc-js").and_then(|_| peer("node_modules"));
-    let (Some(python), Some(node_modules)) = (python, node_modules) else {
+    let python = || peer_script(Runtime::Python, "python_provider.py");
+    let node = || peer_script(Runtime::Node, "node_provider.js");
+    if python().is_none() || node().is_none() {
         return;
-    };
-    let python = || peer_command(&python, "python_provider.py");
-    let node = || {
-        let mut command = peer_command("node", "node_provider.js");
-        command.env("NODE_PATH", &node_modules);
-        command
-    };
-    check_mutual_tls(python, "python-tls").await;
-    check_mutual_tls(node, "node-tls").await;
+    }
+    check_mutual_tls(|| python().expect("found above"), "python-tls").await;
+    check_mutual_tls(|| node().expect("found above"), "node-tls").await;
 }
 
 /// The provider `command` makes, serving mutual TLS as `service`, called with and without

@@ -216,3 +216,31 @@ pub fn peer(relative: &str) -> Option<PathBuf> {
     );
     None
 }
+
+/// A language runtime the test script installs gRPC packages for.
+#[derive(Debug, Clone, Copy)]
+pub enum Runtime {
+    /// The venv's Python, with grpcio, grpcio-tools, grpcio-health-checking and grpcio-status.
+    Python,
+    /// Node, with @grpc/grpc-js and @grpc/proto-loader on its `NODE_PATH`.
+    Node,
+}
+
+/// A command running the test peer script `tests/peers/SCRIPT` with `runtime` and the packages
+/// the test script installed for it; `None` (the test is skipped) as [`peer`] says.
+pub fn peer_script(runtime: Runtime, script: &str) -> Option<Command> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/peers")
+        .join(script);
+    let mut command = match runtime {
+        Runtime::Python => Command::new(peer("venv/bin/python")?),
+        Runtime::Node => {
+            peer("node_modules/@grpc/grpc-js")?;
+            let mut node = Command::new("node");
+            node.env("NODE_PATH", peer("node_modules")?);
+            node
+        }
+    };
+    command.arg(script);
+    Some(command)
+}
