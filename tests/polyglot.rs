@@ -7,20 +7,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::TestServer;
-use common::process::{Runtime, peer_script};
+use common::process::{Runtime, peer_script, proto_dir};
 use common::provider::start_structs_provider;
 
 /// The longest a peer's script may run before it is killed and the test fails.
 const SCRIPT_LIMIT: Duration = Duration::from_secs(120);
-
-fn repository_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
 
 /// Runs a peer's script to the end (killed past [`SCRIPT_LIMIT`]) and fails the test, with
 /// everything it printed, unless it exits 0 and its last line says how many checks passed.
@@ -61,9 +56,7 @@ fn run_checks(mut command: Command, peer_name: &str) {
 async fn run_against_a_server(mut command: Command, peer_name: &'static str) {
     let server = TestServer::start().await;
     let _provider = start_structs_provider(&server).await;
-    command
-        .arg(server.addr.to_string())
-        .arg(repository_path("proto"));
+    command.arg(server.addr.to_string()).arg(proto_dir());
     tokio::task::spawn_blocking(move || run_checks(command, peer_name))
         .await
         .expect("the checks ran");

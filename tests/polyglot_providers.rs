@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::invoke_fixture::{invoker, request};
-use common::process::{ChildGuard, Runtime, peer_script};
+use common::process::{ChildGuard, Runtime, peer_script, proto_dir};
 use common::*;
 use serde_json::{Value, json};
 use toolplane::grpc::ServerOptions;
@@ -48,10 +48,9 @@ async fn start_provider_with(
     env: &[(&str, &Path)],
 ) -> ChildGuard {
     command.envs(env.iter().copied());
-    let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
     command
         .arg(server.addr.to_string())
-        .arg(proto)
+        .arg(proto_dir())
         .arg(service)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -216,19 +215,30 @@ const MAX_CONNECTION_AGE: Option<Duration> = Some(Duration::from_millis(250));
 #[tokio::test(flavor = "multi_thread")]
 async fn a_python_grpcio_provider_is_invoked_through_toolplane() {
     let python = || peer_script(Runtime::Python, "python_provider.py");
-    let Some(command) = python() else {
+    if python().is_none() {
         return;
-    };
-    let server = server_checking_health().await;
-    let provider = start_provider(command, &server, "python-provider", None).await;
-    check_a_provider(&server, "python-provider").await;
-    check_health_is_followed(&server, "python-provider").await;
-    stop_provider(provider, &server, "python-provider").await;
+    }
+    check_steady_and_aging(|| python().expect("found above"), "python", true).await;
+}
 
-    let command = python().expect("found above");
-    let aging = start_provider(command, &server, "python-aging", MAX_CONNECTION_AGE).await;
-    check_connections_closed_at_max_age(&server, "python-aging").await;
-    stop_provider(aging, &server, "python-aging").await;
+/// The checks of one kind of provider, `command` making one: [`check_a_provider`] (and, when
+/// it `serves_health`, [`check_health_is_followed`]) on `NAME-provider`, then
+/// [`check_connections_closed_at_max_age`] on `NAME-aging`, which closes its connections at
+/// [`MAX_CONNECTION_AGE`].
+async fn check_steady_and_aging(command: impl Fn() -> Command, name: &str, serves_health: bool) {
+    let server = server_checking_health().await;
+    let steady = format!("{name}-provider");
+    let provider = start_provider(command(), &server, &steady, None).await;
+    check_a_provider(&server, &steady).await;
+    if serves_health {
+        check_health_is_followed(&server, &steady).await;
+    }
+    stop_provider(provider, &server, &steady).await;
+
+    let aging = format!("{name}-aging");
+    let provider = start_provider(command(), &server, &aging, MAX_CONNECTION_AGE).await;
+    check_connections_closed_at_max_age(&server, &aging).await;
+    stop_provider(provider, &server, &aging).await;
 }
 
 /// While the provider reports NOT_SERVING (its `set_health` tool, for 4 s), toolplane refuses
@@ -266,18 +276,10 @@ async fn check_health_is_followed(server: &TestServer, service: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_grpc_js_provider_is_invoked_through_toolplane() {
     let node = || peer_script(Runtime::Node, "node_provider.js");
-    let Some(command) = node() else {
+    if node().is_none() {
         return;
-    };
-    let server = server_checking_health().await;
-    let provider = start_provider(command, &server, "node-provider", None).await;
-    check_a_provider(&server, "node-provider").await;
-    stop_provider(provider, &server, "node-provider").await;
-
-    let command = node().expect("found above");
-    let aging = start_provider(command, &server, "node-aging", MAX_CONNECTION_AGE).await;
-    check_connections_closed_at_max_age(&server, "node-aging").await;
-    stop_provider(aging, &server, "node-aging").await;
+    }
+    check_steady_and_aging(|| node().expect("found above"), "node", false).await;
 }
 
 /// Providers serving mutual TLS, grpcio (C-core's BoringSSL) and grpc-js (Node's OpenSSL),

@@ -121,15 +121,17 @@ pub fn watch_all(
             serving.clone(),
         ));
     }
-    if let Some(tls) = collector.filter(|tls| !tls.paths().is_empty()) {
+    if let Some(tls) = collector {
         let paths = tls.paths();
-        let rebuild = move || tls.reload().map_err(|error| error.to_string());
-        tokio::spawn(watch(
-            "OTLP collector",
-            paths,
-            interval,
-            rebuild,
-            serving.clone(),
-        ));
+        if !paths.is_empty() {
+            let rebuild = move || tls.reload().map_err(|error| error.to_string());
+            tokio::spawn(watch(
+                "OTLP collector",
+                paths,
+                interval,
+                rebuild,
+                serving.clone(),
+            ));
+        }
     }
 }

@@ -217,6 +217,11 @@ pub fn peer(relative: &str) -> Option<PathBuf> {
     None
 }
 
+/// The contracts' directory, `proto/`, as the test peers load or compile it.
+pub fn proto_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("proto")
+}
+
 /// A language runtime the test script installs gRPC packages for.
 #[derive(Debug, Clone, Copy)]
 pub enum Runtime {

@@ -15,7 +15,6 @@
 const assert = require('node:assert/strict');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const protobuf = require('protobufjs');
 
 const [address, protoDir] = process.argv.slice(2);
 const TENANT = '0';
@@ -30,18 +29,7 @@ const discovery = new v1.DiscoveryService(address, credentials);
 const invoke = new v1.ToolInvokeService(address, credentials);
 const health = new v1.HealthService(address, credentials);
 
-// google.rpc.Status and the details read here, field for field as googleapis defines them.
-const rpc = protobuf.Root.fromJSON({nested: {rpc: {nested: {
-  Any: {fields: {type_url: {type: 'string', id: 1}, value: {type: 'bytes', id: 2}}},
-  Status: {fields: {
-    code: {type: 'int32', id: 1}, message: {type: 'string', id: 2},
-    details: {rule: 'repeated', type: 'Any', id: 3}}},
-  ErrorInfo: {fields: {
-    reason: {type: 'string', id: 1}, domain: {type: 'string', id: 2},
-    metadata: {keyType: 'string', type: 'string', id: 3}}},
-  FieldViolation: {fields: {field: {type: 'string', id: 1}, description: {type: 'string', id: 2}}},
-  BadRequest: {fields: {field_violations: {rule: 'repeated', type: 'FieldViolation', id: 1}}},
-}}}});
+const rpc = require('./google_rpc');
 
 /**
  * A JSON value as a google.protobuf.Value, the form proto-loader takes. The well-known types

@@ -13,7 +13,6 @@
 
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const protobuf = require('protobufjs');
 
 const [toolplaneAddress, protoDir, service] = process.argv.slice(2);
 const HEARTBEAT_MS = 1000;
@@ -24,14 +23,7 @@ const definition = protoLoader.loadSync(
 );
 const v1 = grpc.loadPackageDefinition(definition).toolplane.v1;
 
-// google.rpc.Status and ErrorInfo, field for field as googleapis defines them, to send details.
-const rpc = protobuf.Root.fromJSON({nested: {rpc: {nested: {
-  Any: {fields: {type_url: {type: 'string', id: 1}, value: {type: 'bytes', id: 2}}},
-  Status: {fields: {
-    code: {type: 'int32', id: 1}, message: {type: 'string', id: 2},
-    details: {rule: 'repeated', type: 'Any', id: 3}}},
-  ErrorInfo: {fields: {reason: {type: 'string', id: 1}, domain: {type: 'string', id: 2}}},
-}}}});
+const rpc = require('./google_rpc');
 
 /** A failure with a google.rpc.Status (an ErrorInfo among its details) in its trailers. */
 function failure(code, message, reason) {
