@@ -125,6 +125,9 @@ pub struct ServerConfig {
     /// Most bytes of tool definitions (names, descriptions and schema text) one tenant may
     /// have registered at once; 0 sets no limit.
     pub max_tool_bytes_per_tenant: u64,
+    /// Most live instances (replicas registered with instance ids) of one service; 0 sets
+    /// no limit.
+    pub max_instances_per_service: u64,
     /// Threads serving requests; 0 starts one per available CPU (tokio's default, which
     /// honours cgroup CPU limits).
     pub worker_threads: usize,
@@ -239,6 +242,7 @@ impl Default for ServerConfig {
             max_services_per_tenant: validate::DEFAULT_MAX_SERVICES_PER_TENANT,
             max_tools_per_tenant: DEFAULT_MAX_TOOLS_PER_TENANT,
             max_tool_bytes_per_tenant: DEFAULT_MAX_TOOL_BYTES_PER_TENANT,
+            max_instances_per_service: validate::DEFAULT_MAX_INSTANCES_PER_SERVICE,
             worker_threads: 0,
             validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             watch_event_buffer: DEFAULT_EVENT_BUFFER,
@@ -387,6 +391,7 @@ impl ServerConfig {
                 max_services_per_tenant: self.max_services_per_tenant,
                 max_tools_per_tenant: self.max_tools_per_tenant,
                 max_tool_bytes_per_tenant: self.max_tool_bytes_per_tenant,
+                max_instances_per_service: self.max_instances_per_service,
             },
             event_buffer: self.watch_event_buffer,
             gone_services_remembered: self.gone_services_remembered,

@@ -39,7 +39,7 @@ fn environment_overrides_file_overrides_defaults() {
 #[test]
 fn the_bounds_of_tenants_default_and_can_be_set() {
     type Read = fn(&ServerOptions) -> u64;
-    let bounds: [(&str, u64, Read); 8] = [
+    let bounds: [(&str, u64, Read); 9] = [
         (
             "TOOLPLANE_MAX_IN_FLIGHT_PER_SERVICE",
             DEFAULT_MAX_IN_FLIGHT_PER_SERVICE as u64,
@@ -59,6 +59,11 @@ fn the_bounds_of_tenants_default_and_can_be_set() {
             "TOOLPLANE_MAX_SERVICES_PER_TENANT",
             validate::DEFAULT_MAX_SERVICES_PER_TENANT as u64,
             |options| options.limits.max_services_per_tenant as u64,
+        ),
+        (
+            "TOOLPLANE_MAX_INSTANCES_PER_SERVICE",
+            validate::DEFAULT_MAX_INSTANCES_PER_SERVICE,
+            |options| options.limits.max_instances_per_service,
         ),
         (
             "TOOLPLANE_MAX_TOOLS_PER_TENANT",

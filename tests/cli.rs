@@ -6,6 +6,7 @@ mod common;
 
 use common::process::{ServerProcess, run_binary, toolplane_cli};
 use common::*;
+use std::time::Duration;
 
 /// `toolplane preflight` exits 1 listing what is missing, and 0 once everything is registered.
 #[tokio::test(flavor = "multi_thread")]
@@ -367,4 +368,65 @@ fn serve_answers_metrics_scrapes_where_configured() {
         answer.contains("\ntoolplane_registered_services 0\n"),
         "{answer}"
     );
+}
+
+/// Two example providers started as replicas (`--instance-id`, `TOOLPLANE_INSTANCE_ID`) hold
+/// one service together: `toolplane services` lists both instances, and a replica that stops
+/// leaves the other serving.
+#[test]
+fn replicas_of_the_example_provider_share_one_service() {
+    use common::process::ChildGuard;
+    let server = ServerProcess::start(&[]);
+    let endpoint = server.endpoint();
+    let _first = ChildGuard::structs_provider_with(&endpoint, &["--instance-id", "pod-a"]);
+    let second = ChildGuard::structs_provider_with(&endpoint, &["--instance-id", "pod-b"]);
+    let instances = || -> Vec<String> {
+        let (code, stdout, stderr) =
+            toolplane_cli(&["services", "--endpoint", &endpoint, "--json"]);
+        assert_eq!(code, 0, "{stderr}");
+        let services: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+        let mut ids: Vec<String> = services[0]["instances"]
+            .as_array()
+            .map(|instances| {
+                instances
+                    .iter()
+                    .map(|instance| instance["instance_id"].as_str().unwrap_or("").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    };
+    let wait_for = |want: &[&str]| {
+        let give_up = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let seen = instances();
+            if seen == want {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < give_up,
+                "instances {seen:?}, want {want:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for(&["pod-a", "pod-b"]);
+    let (code, stdout, stderr) = toolplane_cli(&["services", "--endpoint", &endpoint]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("INSTANCES"), "{stdout}");
+
+    // A replica stopping deregisters its own instance only.
+    drop(second);
+    wait_for(&["pod-a"]);
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "invoke",
+        "structs_calculate_power",
+        "--input",
+        r#"{"alpha_matter": 100, "generator_type": "reactor"}"#,
+        "--endpoint",
+        &endpoint,
+    ]);
+    assert_eq!(code, 0, "the remaining replica answers: {stderr}");
+    assert!(!stdout.trim().is_empty());
 }

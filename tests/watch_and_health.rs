@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::json;
 use tonic::Code;
-use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -17,31 +16,6 @@ use toolplane::pb::ServiceEventType as Kind;
 
 /// Generous bound for "eventually" in tests; never a performance assertion.
 const PATIENCE: Duration = Duration::from_secs(10);
-
-async fn next_event(stream: &mut tonic::Streaming<pb::WatchServicesResponse>) -> pb::ServiceEvent {
-    tokio::time::timeout(PATIENCE, stream.message())
-        .await
-        .expect("an event arrives")
-        .expect("stream healthy")
-        .expect("stream open")
-        .event
-        .expect("event set")
-}
-
-async fn watch(
-    client: &mut pb::discovery_service_client::DiscoveryServiceClient<Channel>,
-    tenant: u64,
-    service: &str,
-) -> tonic::Streaming<pb::WatchServicesResponse> {
-    client
-        .watch_services(pb::WatchServicesRequest {
-            meta: meta(tenant),
-            service_name: service.into(),
-        })
-        .await
-        .expect("watch starts")
-        .into_inner()
-}
 
 /// A watch first lists the live services, then SYNCED, then ADDED/UPDATED/REMOVED in order.
 #[tokio::test(flavor = "multi_thread")]

@@ -34,6 +34,7 @@ fn small_registration(name: String, ttl: Duration) -> pb::ServiceRegistration {
             ..Default::default()
         }],
         ttl: ttl.try_into().ok(),
+        instance_id: String::new(),
     }
 }
 

@@ -310,6 +310,7 @@ pub async fn register_tools(
                 seconds: 3600,
                 nanos: 0,
             }),
+            instance_id: String::new(),
         };
         client
             .register_service(pb::RegisterServiceRequest {

@@ -39,6 +39,11 @@ struct Args {
     /// The tenant to register in.
     #[arg(long, env = "TOOLPLANE_TENANT_ID", default_value_t = 0)]
     tenant: u64,
+    /// Which replica of the service this is (for example its pod name): replicas with
+    /// different ids hold their registrations side by side and share the calls [default:
+    /// none, so each registration of the service replaces the last].
+    #[arg(long, env = "TOOLPLANE_INSTANCE_ID", default_value = "")]
+    instance_id: String,
     /// The endpoint to advertise [default: http:// (https:// with --tls-cert) + the bound
     /// address].
     #[arg(long)]
@@ -114,6 +119,7 @@ async fn main() -> ExitCode {
         &args.control_plane,
     );
     config.tenant = TenantId(args.tenant);
+    config.instance_id = args.instance_id;
     config.ttl = if args.ttl.is_zero() {
         DEFAULT_PROVIDER_TTL
     } else {

@@ -69,6 +69,13 @@ pub fn service_json(service: &pb::DiscoveryInfo) -> Value {
         "registered_at": timestamp(service.registered_at.as_ref()),
         "expires_at": timestamp(service.expires_at.as_ref()),
         "available_tools": service.available_tools.iter().map(tool_json).collect::<Vec<_>>(),
+        "instances": service.instances.iter().map(|instance| json!({
+            "instance_id": instance.instance_id,
+            "endpoint": instance.endpoint,
+            "health": health_name(instance.health),
+            "registered_at": timestamp(instance.registered_at.as_ref()),
+            "expires_at": timestamp(instance.expires_at.as_ref()),
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -79,6 +86,7 @@ pub fn services_table(services: &[pb::DiscoveryInfo]) -> String {
         "VERSION",
         "HEALTH",
         "TOOLS",
+        "INSTANCES",
         "ENDPOINT",
         "EXPIRES AT",
     ]);
@@ -88,6 +96,7 @@ pub fn services_table(services: &[pb::DiscoveryInfo]) -> String {
             service.service_version.clone(),
             health_name(service.service_health),
             service.available_tools.len().to_string(),
+            service.instances.len().to_string(),
             service.endpoint.clone(),
             timestamp(service.expires_at.as_ref()),
         ]);

@@ -19,8 +19,8 @@ use http::header::HeaderName;
 use prost::Message;
 use tonic::{Code, Status};
 
+use super::stream_errors::transport;
 use super::unary_calls::{Calls, FinishedStream};
-use super::unary_client::transport;
 
 /// The largest answer accepted (tonic's default decoding limit).
 const MAX_MESSAGE: usize = 4 * 1024 * 1024;

@@ -9,6 +9,7 @@ use prost::Message;
 use crate::invoke::health::ProviderHealthBook;
 use crate::json::{json_to_struct, struct_to_json};
 use crate::pb;
+use crate::registry::lease::monotonic_now;
 use crate::registry::model::{HealthState, ServiceEntry};
 use crate::registry::preflight::{MissingReason, MissingTool, Requirement};
 use crate::registry::store::{ChangeKind, RegistryEvent, ToolChange};
@@ -178,6 +179,7 @@ pub fn service_spec(
         endpoint: registration.endpoint,
         tools,
         ttl,
+        instance_id: registration.instance_id,
     })
 }
 
@@ -214,13 +216,36 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
 /// The encoded `ToolRegistration` kept in a tool's wire slot.
 struct EncodedTool(Box<[u8]>);
 
-/// The health of a live service: UNHEALTHY while its provider fails health checks.
+/// The health of a live service: UNHEALTHY while every instance with an endpoint fails
+/// health checks.
 pub fn service_health(service: &ServiceEntry, health: &ProviderHealthBook) -> HealthState {
-    if health.failure(&service.endpoint).is_some() {
+    if health.is_service_failing(service) {
         HealthState::Unhealthy
     } else {
         HealthState::Healthy
     }
+}
+
+/// The wire form of a service's live instances, sorted by id.
+fn instances_to_pb(
+    service: &ServiceEntry,
+    health: &ProviderHealthBook,
+) -> Vec<pb::ServiceInstance> {
+    let mut instances: Vec<pb::ServiceInstance> = service
+        .live_instances_at(monotonic_now())
+        .map(|instance| pb::ServiceInstance {
+            instance_id: instance.id.as_str().to_owned(),
+            endpoint: instance.endpoint.clone(),
+            registered_at: Some(instance.registered_at.into()),
+            expires_at: Some(instance.lease.expires_at().into()),
+            health: health_to_pb(match health.failure(&instance.endpoint) {
+                Some(_) => HealthState::Unhealthy,
+                None => HealthState::Healthy,
+            }) as i32,
+        })
+        .collect();
+    instances.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    instances
 }
 
 /// The wire form of a live service.
@@ -228,7 +253,7 @@ pub fn discovery_info(service: &ServiceEntry, health: &ProviderHealthBook) -> pb
     pb::DiscoveryInfo {
         service_name: service.name.to_string(),
         service_version: service.version.clone(),
-        endpoint: service.endpoint.clone(),
+        endpoint: service.endpoint().to_owned(),
         available_tools: service
             .tools
             .iter()
@@ -236,8 +261,9 @@ pub fn discovery_info(service: &ServiceEntry, health: &ProviderHealthBook) -> pb
             .collect(),
         service_health: health_to_pb(service_health(service, health)) as i32,
         uptime_seconds: service.uptime_seconds(),
-        registered_at: Some(service.registered_at.into()),
-        expires_at: Some(service.lease.expires_at().into()),
+        registered_at: Some(service.registered_at().into()),
+        expires_at: Some(service.expires_at().into()),
+        instances: instances_to_pb(service, health),
     }
 }
 

@@ -71,11 +71,12 @@ impl DiscoveryService for DiscoveryApi {
         let spec = convert::service_spec(request.registration)?;
         Span::current().record("service", spec.name.as_str());
         let entry = self.registry.register(meta.tenant, &spec)?;
-        tracing::info!(tools = entry.tools.len(), lease_id = %entry.lease.id, "service registered");
+        let instance = entry.last_registered();
+        tracing::info!(tools = entry.tools.len(), instance = %instance.id, instances = entry.instances.len(), lease_id = %instance.lease.id, "service registered");
         Ok(Response::new(pb::RegisterServiceResponse {
             meta: Some(meta.response()),
-            lease_id: entry.lease.id.to_string(),
-            expires_at: Some(entry.lease.expires_at().into()),
+            lease_id: instance.lease.id.to_string(),
+            expires_at: Some(instance.lease.expires_at().into()),
             tools: entry
                 .tools
                 .iter()

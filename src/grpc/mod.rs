@@ -29,6 +29,7 @@ pub mod server_tls;
 pub mod serving;
 pub mod status;
 pub mod std_health;
+pub mod stream_errors;
 pub mod tls_files;
 pub mod tls_reload;
 pub mod trace_headers;

@@ -13,6 +13,7 @@ use tonic_types::StatusExt;
 use super::invoke_wire::{CallToolRequestWire, CallToolResponseWire};
 use super::provider_tls::ProviderTls;
 use super::raw_message::{RawMessage, value_bytes_to_json};
+use super::stream_errors::was_not_sent;
 use super::trace_headers::trace_headers;
 use super::unary_client::UnaryChannel;
 use crate::envelope::RequestMeta;
@@ -101,6 +102,7 @@ fn failure(status: &tonic::Status) -> ProviderFailure {
         kind,
         reason,
         message: status.message().to_owned(),
+        unsent: was_not_sent(status),
     }
 }
 
@@ -118,6 +120,7 @@ impl GrpcProviderCaller {
                 kind: FailureKind::Unavailable,
                 reason: "TOOL_UNAVAILABLE".to_owned(),
                 message: format!("bad provider endpoint {endpoint}: {error}"),
+                unsent: true,
             })
     }
 
@@ -193,6 +196,7 @@ impl ProviderCaller for GrpcProviderCaller {
                     kind: FailureKind::Other(tonic::Code::Internal as i32),
                     reason: "TOOL_BAD_OUTPUT".to_owned(),
                     message: format!("provider output has no JSON form: {error}"),
+                    unsent: false,
                 }),
                 None => Ok(serde_json::Value::Null),
             };

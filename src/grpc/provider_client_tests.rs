@@ -27,6 +27,7 @@ async fn store_with_a_refusing_endpoint() -> (Arc<MemoryStore>, String) {
                 endpoint: endpoint.clone(),
                 tools: Vec::new(),
                 ttl: Duration::from_secs(60),
+                instance: Default::default(),
             },
             &TenantQuota::UNLIMITED,
         )

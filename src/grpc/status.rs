@@ -155,7 +155,7 @@ impl From<RegistryError> for Status {
                         ("would_have", would_have.to_string()),
                     ],
                     QuotaViolation::new(
-                        format!("tenants/{tenant}/{}", resource.subject()),
+                        format!("tenants/{tenant}/{}", resource.subject(service.as_str())),
                         format!("at most {limit} {} registered at once", resource.unit()),
                     ),
                 )
@@ -217,6 +217,11 @@ pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Statu
         InvokeError::NoEndpoint { service } => {
             metadata.push(("service_name", service));
             (Code::FailedPrecondition, None)
+        }
+        InvokeError::NoInstanceOffers { service, tool } => {
+            metadata.push(("service_name", service));
+            metadata.push(("tool_name", tool));
+            (Code::Unavailable, None)
         }
         InvokeError::ProviderUnhealthy {
             service, endpoint, ..

@@ -71,7 +71,7 @@ impl StandardHealth {
         let name = ServiceName::parse(service).ok()?;
         let store = self.registry.store();
         if let Some(entry) = store.service(tenant, &name) {
-            Some(if self.health.failure(&entry.endpoint).is_some() {
+            Some(if self.health.is_service_failing(&entry) {
                 ServingStatus::NotServing
             } else {
                 ServingStatus::Serving

@@ -35,6 +35,7 @@ use super::answer::read_answer;
 use super::coalesce::CoalescingIo;
 use super::deadline::grpc_timeout;
 use super::provider_tls::ProviderTls;
+use super::stream_errors::{not_sent, refusal_hint, transport, unprocessed};
 use super::unary_calls::Calls;
 
 /// The header a call's deadline travels in.
@@ -192,7 +193,7 @@ impl UnaryChannel {
                     }
                     refused += 1;
                 }
-                Attempt::Refused(status) => return Err(status),
+                Attempt::Refused(status) => return Err(not_sent(status)),
                 Attempt::Answered(answer) => return answer,
             }
         }
@@ -208,7 +209,7 @@ impl UnaryChannel {
     ) -> Attempt<Resp> {
         let (mut sender, calls) = match self.ready().await {
             Ok(ready) => ready,
-            Err(status) => return Attempt::Answered(Err(status)),
+            Err(status) => return Attempt::Answered(Err(not_sent(status))),
         };
         let _in_flight = calls.begin();
         let head = match self.head(path, timeout, headers) {
@@ -387,29 +388,6 @@ impl UnaryChannel {
     }
 }
 
-/// What a TLS alert from a provider, or its closing the TLS connection without one, most
-/// likely means, to add to the error that reports it (`error` is that error's text). Under
-/// TLS 1.3 a provider checks toolplane's client
-/// certificate after the handshake, so its refusal arrives with the first call, where h2 has
-/// kept only the text of the I/O error (rustls's "received fatal alert: ...").
-fn refusal_hint(error: &str) -> &'static str {
-    if error.contains("received fatal alert: CertificateRequired") {
-        "; the provider asks for a client certificate: set provider_client_cert_file and \
-         provider_client_key_file"
-    } else if error.contains("received fatal alert") {
-        "; the provider ended the TLS connection: if it asks for client certificates, check \
-         that a CA it trusts signed provider_client_cert_file"
-    } else if error.contains("without sending TLS close_notify") {
-        // gRPC C-core (BoringSSL) closes so, with no alert, on a missing or untrusted client
-        // certificate.
-        "; the provider closed the TLS connection without saying why: if it asks for client \
-         certificates, set provider_client_cert_file and provider_client_key_file to a \
-         certificate a CA it trusts signed"
-    } else {
-        ""
-    }
-}
-
 /// The host of `authority`, without the brackets of an IPv6 address.
 fn host(authority: &Authority) -> &str {
     authority
@@ -467,36 +445,6 @@ fn frame(message: &impl Message) -> Bytes {
     // Encoding into a buffer with room for the whole message cannot fail.
     let _ = message.encode(&mut out);
     out.freeze()
-}
-
-/// Whether a stream that failed with `error` before its answer began was not processed by the
-/// provider, so that it may be sent again whatever the tool does: the provider refused it
-/// (`REFUSED_STREAM`), or a GOAWAY it sent named a last stream below it (RFC 9113, 6.8: a
-/// server closing a connection at its maximum age, or draining). h2 fails a stream with the
-/// GOAWAY's error only then; a stream the provider may have processed and that ends with the
-/// connection fails with an I/O error instead.
-fn unprocessed(error: &h2::Error) -> bool {
-    error.reason() == Some(h2::Reason::REFUSED_STREAM) || (error.is_go_away() && error.is_remote())
-}
-
-/// The gRPC status of a failed stream or connection (PROTOCOL-HTTP2.md, "Errors").
-pub(super) fn transport(error: h2::Error) -> Status {
-    match error.reason() {
-        Some(h2::Reason::REFUSED_STREAM) | None => {
-            let hint = error
-                .get_io()
-                .map_or("", |io| refusal_hint(&io.to_string()));
-            Status::unavailable(format!("provider connection: {error}{hint}"))
-        }
-        Some(h2::Reason::CANCEL) => Status::cancelled(format!("provider cancelled: {error}")),
-        Some(h2::Reason::ENHANCE_YOUR_CALM) => {
-            Status::resource_exhausted(format!("provider refused: {error}"))
-        }
-        Some(_) if error.is_go_away() => {
-            Status::unavailable(format!("provider connection: {error}"))
-        }
-        Some(_) => Status::internal(format!("provider stream: {error}")),
-    }
 }
 
 #[cfg(test)]

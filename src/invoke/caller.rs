@@ -122,6 +122,9 @@ pub struct ProviderFailure {
     pub reason: String,
     /// The provider's message.
     pub message: String,
+    /// The call never reached the provider (no connection could be made, or the provider
+    /// left it unprocessed): another instance of the service may take it.
+    pub unsent: bool,
 }
 
 /// Calls tools on providers.

@@ -16,6 +16,7 @@ use super::limits::RateLimits;
 use super::policy::RetryPolicy;
 use super::record_guard::{RecordGuard, reason_of};
 use super::records::{InvocationRecord, InvocationStatus, RecordDraft, RecordLog};
+use super::route::Route;
 use crate::envelope::TenantId;
 use crate::registry::{Capability, Registry, ServiceName, ToolName, ToolRef};
 
@@ -278,24 +279,10 @@ impl Invoker {
                 },
             ));
         }
-        let endpoint = found.service.endpoint.clone();
-        if endpoint.is_empty() {
-            return Err(fail(
-                &mut guard,
-                InvocationStatus::Unavailable,
-                InvokeError::NoEndpoint {
-                    service: found.service.name.to_string(),
-                },
-            ));
-        }
-        if let Some(why) = self.health.failure(&endpoint) {
-            let error = InvokeError::ProviderUnhealthy {
-                service: found.service.name.to_string(),
-                endpoint,
-                why,
-            };
-            return Err(fail(&mut guard, InvocationStatus::Unavailable, error));
-        }
+        let mut route = match Route::of(&found.service, &found.tool, &self.health) {
+            Ok(route) => route,
+            Err(error) => return Err(fail(&mut guard, InvocationStatus::Unavailable, error)),
+        };
 
         let may_retry = found.tool.capabilities.contains(&Capability::Retry);
         let policy = invocation.retry.clone().filter(|_| may_retry);
@@ -304,6 +291,7 @@ impl Invoker {
         let mut input_wire = invocation.input_wire.take();
         let outcome = loop {
             attempt += 1;
+            let endpoint = route.endpoint().to_owned();
             if let Some(draft) = guard.draft.as_mut() {
                 draft.attempts = attempt;
             }
@@ -316,7 +304,7 @@ impl Invoker {
                 attempt,
             );
             let call = ProviderCall {
-                endpoint: endpoint.clone(),
+                endpoint,
                 tool: found.tool.name.to_string(),
                 input: Arc::clone(&input),
                 input_wire: if attempt >= max_attempts {
@@ -372,6 +360,18 @@ impl Invoker {
                         },
                     ));
                 }
+                // Never received: another instance takes it as the same attempt.
+                Err(failure) if failure.unsent && route.move_on_unsent() => {
+                    tracing::info!(
+                        tenant = invocation.tenant.0,
+                        correlation_id = %invocation.correlation_id,
+                        tool = %invocation.tool,
+                        reason = %failure.message,
+                        next = route.endpoint(),
+                        "provider instance unreachable; sending the call to another"
+                    );
+                    attempt -= 1;
+                }
                 Err(failure) => {
                     let wait = policy
                         .as_ref()
@@ -391,6 +391,7 @@ impl Invoker {
                                 "retrying tool call"
                             );
                             tokio::time::sleep(wait).await;
+                            route.advance();
                         }
                         _ => {
                             let status = if failure.kind == FailureKind::Unavailable {

@@ -54,6 +54,7 @@ fn engine(panics: bool) -> Invoker {
                     timeout_ms: None,
                 }],
                 ttl: None,
+                instance_id: String::new(),
             },
         )
         .expect("registers");

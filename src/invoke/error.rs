@@ -50,6 +50,18 @@ pub enum InvokeError {
         /// The service.
         service: String,
     },
+    /// No live instance of the service registered the tool as it is listed now: replicas of
+    /// another version are coming or going.
+    #[error(
+        "no live instance of service {service} registered tool {tool} as it is listed now \
+         (replicas of another version are coming or going); try again"
+    )]
+    NoInstanceOffers {
+        /// The service.
+        service: String,
+        /// The tool.
+        tool: String,
+    },
     /// The provider is failing its health checks.
     #[error("provider of service {service} at {endpoint} is failing its health checks: {why}")]
     ProviderUnhealthy {

@@ -9,6 +9,9 @@ use std::sync::RwLock;
 
 use tokio::sync::broadcast;
 
+use crate::registry::ServiceEntry;
+use crate::registry::lease::monotonic_now;
+
 /// The health-check results per provider endpoint.
 #[derive(Debug)]
 pub struct ProviderHealthBook {
@@ -63,6 +66,18 @@ impl ProviderHealthBook {
             .unwrap_or_else(|p| p.into_inner())
             .get(endpoint)
             .cloned()
+    }
+
+    /// Whether a service is failing: it has live instances with endpoints and every one of
+    /// them failed its last check.
+    pub fn is_service_failing(&self, service: &ServiceEntry) -> bool {
+        let unhealthy = self.unhealthy.read().unwrap_or_else(|p| p.into_inner());
+        let mut endpoints = service
+            .live_instances_at(monotonic_now())
+            .map(|instance| instance.endpoint.as_str())
+            .filter(|endpoint| !endpoint.is_empty())
+            .peekable();
+        endpoints.peek().is_some() && endpoints.all(|endpoint| unhealthy.contains_key(endpoint))
     }
 
     /// How many endpoints failed their last check.

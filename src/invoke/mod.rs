@@ -18,6 +18,7 @@ mod record_filter;
 mod record_guard;
 pub mod record_stats;
 pub mod records;
+mod route;
 
 pub use checks::check_input;
 pub use engine::{

@@ -82,6 +82,7 @@ pub fn reason_of(error: &InvokeError) -> String {
         InvokeError::TooManyInFlight { .. } => "RATE_LIMIT_CONCURRENCY".to_owned(),
         InvokeError::NoEndpoint { .. } => "TOOL_NO_ENDPOINT".to_owned(),
         InvokeError::ProviderUnhealthy { .. } => "TOOL_UNHEALTHY".to_owned(),
+        InvokeError::NoInstanceOffers { .. } => "TOOL_UNAVAILABLE".to_owned(),
         InvokeError::Timeout { .. } => "TOOL_TIMEOUT".to_owned(),
         InvokeError::CheckTimeout { .. } | InvokeError::OutputCheckTimeout { .. } => {
             "VALIDATION_TIMEOUT".to_owned()

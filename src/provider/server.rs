@@ -70,6 +70,9 @@ pub struct ProviderConfig {
     /// How often the TLS files (`tls`, `control_plane_tls`) are read again, so renewed
     /// certificates are used without a restart; zero reads them only at the start.
     pub tls_reload_interval: Duration,
+    /// Which replica of the service this is (for example its pod name), so replicas hold
+    /// leases side by side; empty registers the service's unnamed instance.
+    pub instance_id: String,
     /// The tenant to register in.
     pub tenant: TenantId,
     /// The lease TTL to ask for.
@@ -90,6 +93,7 @@ impl ProviderConfig {
             control_plane: control_plane.to_owned(),
             control_plane_tls: ClientTlsFiles::default(),
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
+            instance_id: String::new(),
             tenant: TenantId::default(),
             ttl: DEFAULT_PROVIDER_TTL,
             heartbeat_interval: None,
@@ -195,6 +199,7 @@ impl ProviderServer {
                 })
                 .collect(),
             ttl: self.config.ttl.try_into().ok(),
+            instance_id: self.config.instance_id.clone(),
         }
     }
 

@@ -12,61 +12,30 @@
 //! after the wheel's tick has moved past it, so an eviction could be observed more than 1 s
 //! late, which the lease contract does not allow.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use imbl::OrdMap;
 use tokio::sync::{broadcast, mpsc};
 
 use super::error::RegistryError;
 use super::expiry::{ExpiryTicket, spawn_expiry_task};
 use super::gone::GoneNames;
+use super::instance::{Contract, Instance};
 use super::lease::{Lease, LeaseId, monotonic_now};
 use super::model::{ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService};
 use super::quota::{TenantQuota, Usage};
-use super::store::{
-    ChangeKind, RegistryEvent, RegistryStore, ToolChange, ToolFilter, ToolKey, WatchStart,
+use super::snapshot::{
+    Snapshot, TenantIndex, insert_service, remove_gone_service, remove_service, replace_service,
+    tool_changes,
 };
+use super::store::{ChangeKind, RegistryEvent, RegistryStore, ToolFilter, ToolKey, WatchStart};
 use super::tenant_events::TenantEvents;
 use crate::envelope::TenantId;
 
 /// How many events a watcher may fall behind before it is ended.
 pub const DEFAULT_EVENT_BUFFER: usize = 4096;
-
-/// One tenant's live services and the index of their tools. A tenant with no services has
-/// no index.
-#[derive(Debug, Clone, Default)]
-struct TenantIndex {
-    services: OrdMap<ServiceName, Arc<ServiceEntry>>,
-    tools: OrdMap<ToolKey, ToolRef>,
-    /// The sum of the services' `usage().tool_bytes`.
-    tool_bytes: u64,
-}
-
-impl TenantIndex {
-    fn usage(&self) -> Usage {
-        Usage {
-            services: self.services.len() as u64,
-            tools: self.tools.len() as u64,
-            tool_bytes: self.tool_bytes,
-        }
-    }
-}
-
-/// An immutable view of the whole registry at one revision.
-#[derive(Debug, Clone, Default)]
-struct Snapshot {
-    revision: u64,
-    tenants: imbl::HashMap<TenantId, TenantIndex>,
-    gone: GoneNames,
-}
-
-impl Snapshot {
-    fn tenant(&self, tenant: TenantId) -> Option<&TenantIndex> {
-        self.tenants.get(&tenant)
-    }
-}
 
 /// The embedded in-memory registry store.
 #[derive(Debug)]
@@ -135,88 +104,52 @@ impl MemoryStore {
         });
     }
 
-    /// Removes a lapsed lease, unless it was renewed or replaced meanwhile.
+    /// Removes a lapsed lease's instance, unless it was renewed or replaced meanwhile; the
+    /// service goes with its last live instance.
     pub(crate) fn expire(&self, ticket: &ExpiryTicket) -> ExpiryOutcome {
         let _guard = self.lock();
         let current = self.snapshot.load_full();
-        let Some(index) = current.tenant(ticket.tenant) else {
+        let Some(entry) = current
+            .tenant(ticket.tenant)
+            .and_then(|index| index.services.get(&ticket.service))
+        else {
             return ExpiryOutcome::Done;
         };
-        let Some(entry) = index.services.get(&ticket.service) else {
+        let Some(instance) = entry.instance_with_lease(ticket.lease) else {
             return ExpiryOutcome::Done;
         };
-        if entry.lease.id != ticket.lease {
-            return ExpiryOutcome::Done;
+        if instance.lease.is_live() {
+            return ExpiryOutcome::CheckAgainAt(instance.lease.deadline());
         }
-        if entry.lease.is_live() {
-            return ExpiryOutcome::CheckAgainAt(entry.lease.deadline());
-        }
+        tracing::info!(tenant = %ticket.tenant, service = %ticket.service, instance = %instance.id, "lease expired");
         let mut next = (*current).clone();
-        remove_gone_service(&mut next, ticket.tenant, &ticket.service);
-        tracing::info!(tenant = %ticket.tenant, service = %ticket.service, "lease expired");
-        self.publish(
-            next,
-            ticket.tenant,
-            ticket.service.clone(),
-            ChangeKind::Expired,
-            None,
-        );
+        let (kind, entry) = match remaining_instances(entry, ticket.lease) {
+            Some(remaining) => {
+                let remaining = Arc::new(remaining);
+                replace_service(&mut next, &remaining);
+                let changes = tool_changes(entry, &remaining);
+                (ChangeKind::Updated(changes), Some(remaining))
+            }
+            None => {
+                remove_gone_service(&mut next, ticket.tenant, &ticket.service);
+                (ChangeKind::Expired, None)
+            }
+        };
+        self.publish(next, ticket.tenant, ticket.service.clone(), kind, entry);
         ExpiryOutcome::Done
     }
 }
 
-/// Removes a service that went (deregistered or expired) and remembers its name as gone.
-fn remove_gone_service(snapshot: &mut Snapshot, tenant: TenantId, name: &ServiceName) {
-    if remove_service(snapshot, tenant, name).is_some() {
-        snapshot.gone.remember(tenant, name.clone());
-    }
-}
-
-/// Removes the service and its tools, and the tenant's index when it was the last service.
-fn remove_service(
-    snapshot: &mut Snapshot,
-    tenant: TenantId,
-    name: &ServiceName,
-) -> Option<Arc<ServiceEntry>> {
-    let index = snapshot.tenants.get_mut(&tenant)?;
-    let removed = index.services.remove(name)?;
-    index.tool_bytes -= removed.usage().tool_bytes;
-    for tool in &removed.tools {
-        index
-            .tools
-            .remove(&(tool.name.as_str().to_owned(), name.as_str().to_owned()));
-    }
-    if index.services.is_empty() {
-        snapshot.tenants.remove(&tenant);
-    }
-    Some(removed)
-}
-
-fn tool_changes(old: &ServiceEntry, new: &ServiceEntry) -> Vec<ToolChange> {
-    let mut changes = Vec::new();
-    for tool in &new.tools {
-        let old_sha = old
-            .tool(tool.name.as_str())
-            .map(|t| t.definition_sha256.clone());
-        if old_sha.as_deref() != Some(tool.definition_sha256.as_str()) {
-            changes.push(ToolChange {
-                tool: tool.name.clone(),
-                old_sha256: old_sha,
-                new_sha256: Some(tool.definition_sha256.clone()),
-            });
-        }
-    }
-    for tool in &old.tools {
-        if new.tool(tool.name.as_str()).is_none() {
-            changes.push(ToolChange {
-                tool: tool.name.clone(),
-                old_sha256: Some(tool.definition_sha256.clone()),
-                new_sha256: None,
-            });
-        }
-    }
-    changes.sort_by(|a, b| a.tool.cmp(&b.tool));
-    changes
+/// The service without the instance holding `lease` nor any lapsed one; `None` when no live
+/// instance is left.
+fn remaining_instances(entry: &ServiceEntry, lease: LeaseId) -> Option<ServiceEntry> {
+    let now = monotonic_now();
+    let remaining: Vec<Arc<Instance>> = entry
+        .live_instances_at(now)
+        .filter(|instance| instance.lease.id != lease)
+        .cloned()
+        .collect();
+    (!remaining.is_empty()).then(|| entry.with_instances(remaining))
 }
 
 impl RegistryStore for MemoryStore {
@@ -226,58 +159,73 @@ impl RegistryStore for MemoryStore {
         service: ValidatedService,
         quota: &TenantQuota,
     ) -> Result<Arc<ServiceEntry>, RegistryError> {
-        let entry = Arc::new(ServiceEntry {
-            tenant,
-            name: service.name,
-            version: service.version,
-            endpoint: service.endpoint,
-            tools: service.tools,
-            registered_at: SystemTime::now(),
-            lease: Lease::new(service.ttl),
-        });
+        let ValidatedService {
+            name,
+            version,
+            endpoint,
+            tools,
+            ttl,
+            instance: id,
+        } = service;
+        let contract = Contract::new(version, tools);
         let _guard = self.lock();
         let current = self.snapshot.load_full();
-        // A lapsed lease not yet swept (the sweep runs within milliseconds) still counts.
+        let now = monotonic_now();
         let index = current.tenant(tenant);
+        let old = index.and_then(|index| index.services.get(&name));
+        let live_before: Vec<&Arc<Instance>> =
+            old.map_or_else(Vec::new, |old| old.live_instances_at(now).collect());
+        // Replicas that registered the same contract share one copy of it.
+        let contract = live_before
+            .iter()
+            .map(|instance| &instance.contract)
+            .find(|theirs| theirs.same_as(&contract))
+            .cloned()
+            .unwrap_or_else(|| Arc::new(contract));
+        let registered = Arc::new(Instance {
+            id,
+            endpoint,
+            registered_at: SystemTime::now(),
+            lease: Lease::new(ttl),
+            contract,
+        });
+        // The old service's live instances stay, but for the one this registration replaces.
+        let mut instances: Vec<Arc<Instance>> = live_before
+            .iter()
+            .filter(|instance| instance.id != registered.id)
+            .map(|instance| Arc::clone(instance))
+            .collect();
+        instances.push(Arc::clone(&registered));
+        let entry = ServiceEntry::new(tenant, name, instances);
+        if let Some(old) = old {
+            entry
+                .turn
+                .store(old.turn.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        // A lapsed lease not yet swept (the sweep runs within milliseconds) still counts.
         let before = index.map_or_else(Usage::default, TenantIndex::usage);
-        let replaced = index
-            .and_then(|index| index.services.get(&entry.name))
-            .map_or_else(Usage::default, |old| old.usage());
-        let added = entry.usage();
+        let replaced = old.map_or_else(Usage::default, |old| old.usage());
         quota
-            .check(before, before.replace(replaced, added))
+            .check(before, before.replace(replaced, entry.usage()))
+            .and_then(|()| {
+                quota.check_instances(live_before.len() as u64, entry.instances.len() as u64)
+            })
             .map_err(|breach| RegistryError::QuotaExceeded {
                 tenant,
                 service: entry.name.clone(),
                 breach,
             })?;
+        let entry = Arc::new(entry);
         let mut next = (*current).clone();
         let mut previous = remove_service(&mut next, tenant, &entry.name);
-        if previous.as_ref().is_some_and(|old| !old.lease.is_live()) {
-            // The old lease lapsed but was not swept yet: tell watchers before the new one.
+        if previous.as_ref().is_some_and(|old| !old.is_live()) {
+            // The old leases lapsed but were not swept yet: tell watchers before the new one.
             self.publish(next, tenant, entry.name.clone(), ChangeKind::Expired, None);
             next = (*self.snapshot.load_full()).clone();
             previous = None;
         }
         next.gone.forget(tenant, &entry.name);
-        let index = next.tenants.entry(tenant).or_default();
-        index.tool_bytes += added.tool_bytes;
-        for tool in &entry.tools {
-            let key = (
-                tool.name.as_str().to_owned(),
-                entry.name.as_str().to_owned(),
-            );
-            index.tools.insert(
-                key,
-                ToolRef {
-                    service: Arc::clone(&entry),
-                    tool: Arc::clone(tool),
-                },
-            );
-        }
-        index
-            .services
-            .insert(entry.name.clone(), Arc::clone(&entry));
+        insert_service(&mut next, &entry);
         let kind = match previous {
             Some(old) => ChangeKind::Updated(tool_changes(&old, &entry)),
             None => ChangeKind::Added,
@@ -293,8 +241,8 @@ impl RegistryStore for MemoryStore {
         let _ = self.expiry.send(ExpiryTicket {
             tenant,
             service: entry.name.clone(),
-            lease: entry.lease.id,
-            deadline: entry.lease.deadline(),
+            lease: registered.lease.id,
+            deadline: registered.lease.deadline(),
         });
         Ok(entry)
     }
@@ -310,11 +258,9 @@ impl RegistryStore for MemoryStore {
             lease_id: lease.to_string(),
         };
         let entry = self.service(tenant, service).ok_or_else(not_found)?;
-        if entry.lease.id != lease {
-            return Err(not_found());
-        }
-        entry.lease.renew().ok_or_else(not_found)?;
-        Ok(entry.lease.expires_at())
+        let instance = entry.instance_with_lease(lease).ok_or_else(not_found)?;
+        instance.lease.renew().ok_or_else(not_found)?;
+        Ok(instance.lease.expires_at())
     }
 
     fn deregister(
@@ -325,19 +271,33 @@ impl RegistryStore for MemoryStore {
     ) -> Result<(), RegistryError> {
         let _guard = self.lock();
         let current = self.snapshot.load_full();
-        let live = current
+        let Some(entry) = current
             .tenant(tenant)
             .and_then(|index| index.services.get(service))
-            .filter(|entry| entry.lease.id == lease && entry.lease.is_live());
-        if live.is_none() {
+            .filter(|entry| {
+                entry
+                    .instance_with_lease(lease)
+                    .is_some_and(|instance| instance.lease.is_live())
+            })
+        else {
             return Err(RegistryError::LeaseNotFound {
                 service: service.clone(),
                 lease_id: lease.to_string(),
             });
-        }
+        };
         let mut next = (*current).clone();
-        remove_gone_service(&mut next, tenant, service);
-        self.publish(next, tenant, service.clone(), ChangeKind::Removed, None);
+        match remaining_instances(entry, lease) {
+            Some(remaining) => {
+                let remaining = Arc::new(remaining);
+                replace_service(&mut next, &remaining);
+                let kind = ChangeKind::Updated(tool_changes(entry, &remaining));
+                self.publish(next, tenant, service.clone(), kind, Some(remaining));
+            }
+            None => {
+                remove_gone_service(&mut next, tenant, service);
+                self.publish(next, tenant, service.clone(), ChangeKind::Removed, None);
+            }
+        }
         Ok(())
     }
 
@@ -347,7 +307,7 @@ impl RegistryStore for MemoryStore {
             .tenant(tenant)?
             .services
             .get(name)
-            .filter(|entry| entry.lease.is_live())
+            .filter(|entry| entry.is_live())
             .cloned()
     }
 
@@ -367,7 +327,7 @@ impl RegistryStore for MemoryStore {
             .iter()
             .skip_while(|(name, _)| after.is_some_and(|after| name.as_str() <= after))
             .map(|(_, entry)| entry)
-            .filter(|entry| entry.lease.is_live_at(now))
+            .filter(|entry| entry.is_live_at(now))
             .take(limit)
             .cloned()
             .collect()
@@ -396,7 +356,7 @@ impl RegistryStore for MemoryStore {
             .skip_while(|(key, _)| after.is_some() && **key == start)
             .take_while(|(key, _)| key.0.starts_with(prefix))
             .map(|(_, tool)| tool)
-            .filter(|tool| tool.service.lease.is_live_at(now) && filter.matches(tool))
+            .filter(|tool| tool.service.is_live_at(now) && filter.matches(tool))
             .take(limit)
             .cloned()
             .collect()
@@ -413,7 +373,7 @@ impl RegistryStore for MemoryStore {
             .range((name.as_str().to_owned(), String::new())..)
             .take_while(|(key, _)| key.0 == name.as_str())
             .map(|(_, tool)| tool)
-            .filter(|tool| tool.service.lease.is_live_at(now))
+            .filter(|tool| tool.service.is_live_at(now))
             .cloned()
             .collect()
     }
@@ -425,7 +385,7 @@ impl RegistryStore for MemoryStore {
             index
                 .services
                 .values()
-                .filter(|entry| entry.lease.is_live_at(now))
+                .filter(|entry| entry.is_live_at(now))
                 .map(|entry| entry.tools.len())
                 .sum()
         })
@@ -448,7 +408,7 @@ impl RegistryStore for MemoryStore {
             index
                 .services
                 .values()
-                .filter(|entry| entry.lease.is_live_at(now))
+                .filter(|entry| entry.is_live_at(now))
                 .cloned()
                 .collect()
         });
@@ -466,8 +426,9 @@ impl RegistryStore for MemoryStore {
             .tenants
             .values()
             .flat_map(|index| index.services.values())
-            .filter(|entry| !entry.endpoint.is_empty() && entry.lease.is_live_at(now))
-            .map(|entry| entry.endpoint.clone())
+            .flat_map(|entry| entry.live_instances_at(now))
+            .filter(|instance| !instance.endpoint.is_empty())
+            .map(|instance| instance.endpoint.clone())
             .collect()
     }
 

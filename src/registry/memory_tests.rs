@@ -12,6 +12,7 @@ fn service(name: &str) -> ValidatedService {
         endpoint: String::new(),
         tools: Vec::new(),
         ttl: Duration::from_secs(60),
+        instance: Default::default(),
     }
 }
 
@@ -28,7 +29,7 @@ async fn a_tenant_whose_last_service_went_keeps_no_index() {
     assert_eq!(store.snapshot.load().tenants.len(), 1);
 
     store
-        .deregister(TenantId(7), &name("only"), entry.lease.id)
+        .deregister(TenantId(7), &name("only"), entry.last_registered().lease.id)
         .expect("deregisters");
     assert!(
         store.snapshot.load().tenants.is_empty(),
@@ -49,7 +50,7 @@ async fn gone_names_are_remembered_up_to_the_bound_and_live_ones_always() {
             .register(TenantId(0), service(text), &TenantQuota::UNLIMITED)
             .expect("registers");
         store
-            .deregister(TenantId(0), &name(text), entry.lease.id)
+            .deregister(TenantId(0), &name(text), entry.last_registered().lease.id)
             .expect("deregisters");
     }
     store
@@ -141,6 +142,7 @@ fn service_with_tools(name: &str, tools: &[&str]) -> ValidatedService {
             })
             .collect(),
         ttl: Some(Duration::from_secs(60)),
+        instance_id: String::new(),
     };
     super::super::validate::validate_service(&spec, &Default::default()).expect("valid")
 }
@@ -162,6 +164,7 @@ async fn the_quota_counts_what_a_registration_adds_and_what_it_replaces() {
         services: 0,
         tools: 4,
         tool_bytes: 0,
+        instances_per_service: 0,
     };
     let register = |service| store.register(TenantId(1), service, &quota);
     // Another service of the tenant, so that its index outlives a's removal.
@@ -188,7 +191,7 @@ async fn the_quota_counts_what_a_registration_adds_and_what_it_replaces() {
         .expect("another tenant has its own count");
 
     store
-        .deregister(TenantId(1), &name("a"), a.lease.id)
+        .deregister(TenantId(1), &name("a"), a.last_registered().lease.id)
         .expect("deregisters");
     let b = register(service_with_tools("b", &["t0"])).expect("room again");
     assert_eq!(
@@ -210,6 +213,7 @@ async fn the_quota_of_tool_bytes_counts_definitions() {
         services: 0,
         tools: 0,
         tool_bytes: two.tools.iter().map(|t| t.definition_bytes()).sum(),
+        instances_per_service: 0,
     };
     store
         .register(TenantId(1), two, &quota)

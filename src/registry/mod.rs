@@ -7,12 +7,14 @@
 pub mod error;
 mod expiry;
 pub mod gone;
+pub mod instance;
 pub mod lease;
 pub mod memory;
 pub mod model;
 pub mod paging;
 pub mod preflight;
 pub mod quota;
+mod snapshot;
 pub mod store;
 mod tenant_events;
 pub mod validate;
@@ -22,6 +24,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use error::{FieldViolation, RegistryError, ViolationKind};
+pub use instance::{Instance, InstanceId};
 pub use lease::LeaseId;
 pub use model::{
     Capability, HealthState, RegisteredTool, ServiceEntry, ServiceName, ServiceSpec, ToolName,

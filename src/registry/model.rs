@@ -3,11 +3,13 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::lease::Lease;
+use super::instance::{Contract, Instance, InstanceId};
+use super::lease::{LeaseId, monotonic_now, wall_time_of};
 use super::quota::Usage;
 use crate::envelope::TenantId;
 
@@ -148,6 +150,8 @@ pub struct ServiceSpec {
     pub tools: Vec<ToolSpec>,
     /// The requested lease TTL; `None` takes the server default.
     pub ttl: Option<Duration>,
+    /// Which replica registers, as sent; empty for the service's unnamed instance.
+    pub instance_id: String,
 }
 
 /// A compiled JSON Schema validator, shared by every reader of a tool.
@@ -200,6 +204,14 @@ impl RegisteredTool {
         bytes as u64
     }
 
+    /// Whether `other` is registered exactly as this tool is: definition, capabilities and
+    /// time limit.
+    pub fn same_as(&self, other: &RegisteredTool) -> bool {
+        self.definition_sha256 == other.definition_sha256
+            && self.capabilities == other.capabilities
+            && self.timeout_ms == other.timeout_ms
+    }
+
     /// The output schema as JSON, when declared.
     pub fn output_schema_json(&self) -> Option<Value> {
         self.output_schema
@@ -221,28 +233,127 @@ pub struct ValidatedService {
     pub tools: Vec<Arc<RegisteredTool>>,
     /// The lease TTL granted.
     pub ttl: Duration,
+    /// Which replica registers.
+    pub instance: InstanceId,
 }
 
-/// A live service in the store: a validated registration under a lease.
+/// A live service in the store: its instances, each under a lease of its own, and the
+/// contract (version and tools) of the leading one.
 #[derive(Debug)]
 pub struct ServiceEntry {
     /// The tenant owning the service.
     pub tenant: TenantId,
     /// The service's name.
     pub name: ServiceName,
-    /// The service's version.
+    /// The service's version: the leading contract's.
     pub version: String,
-    /// Where the service serves ToolProviderService; may be empty.
-    pub endpoint: String,
-    /// The tools offered, sorted by name.
+    /// The tools offered, sorted by name: the leading contract's.
     pub tools: Vec<Arc<RegisteredTool>>,
-    /// When this registration was made.
-    pub registered_at: SystemTime,
-    /// The lease keeping the service registered.
-    pub lease: Lease,
+    /// The leading contract: the one of the highest version among the live instances (the
+    /// most recent registration's among equals) when the entry was made.
+    pub contract: Arc<Contract>,
+    /// The instances, in the order they registered (the newest last); never empty. Some may
+    /// have lapsed and not been swept yet: read them with [`Self::live_instances_at`].
+    pub instances: Vec<Arc<Instance>>,
+    /// Whose turn it is to take the next call (see `invoke::route`).
+    pub turn: AtomicUsize,
 }
 
 impl ServiceEntry {
+    /// A service of `instances` (not empty), led by the contract of the highest version among
+    /// the live ones (the most recent registration's among equals).
+    pub fn new(tenant: TenantId, name: ServiceName, instances: Vec<Arc<Instance>>) -> Self {
+        let now = monotonic_now();
+        let leader = instances
+            .iter()
+            .filter(|instance| instance.lease.is_live_at(now))
+            .max_by(|a, b| a.contract.semver.cmp(&b.contract.semver))
+            .or(instances.last())
+            .expect("a service has at least one instance");
+        let contract = Arc::clone(&leader.contract);
+        Self {
+            tenant,
+            name,
+            version: contract.version.clone(),
+            tools: contract.tools.clone(),
+            contract,
+            instances,
+            turn: AtomicUsize::new(0),
+        }
+    }
+
+    /// The same service with other instances (`instances` not empty); the leading contract
+    /// is chosen again.
+    pub fn with_instances(&self, instances: Vec<Arc<Instance>>) -> Self {
+        let entry = Self::new(self.tenant, self.name.clone(), instances);
+        entry
+            .turn
+            .store(self.turn.load(Ordering::Relaxed), Ordering::Relaxed);
+        entry
+    }
+
+    /// The instances whose lease is live at the monotonic time `now`, oldest first.
+    pub fn live_instances_at(&self, now: u64) -> impl Iterator<Item = &Arc<Instance>> {
+        self.instances
+            .iter()
+            .filter(move |instance| instance.lease.is_live_at(now))
+    }
+
+    /// Whether any instance is live at the monotonic time `now`.
+    pub fn is_live_at(&self, now: u64) -> bool {
+        self.live_instances_at(now).next().is_some()
+    }
+
+    /// Whether any instance is live now.
+    pub fn is_live(&self) -> bool {
+        self.is_live_at(monotonic_now())
+    }
+
+    /// The most recent live registration (the most recent of all when none is live).
+    pub fn newest(&self) -> &Arc<Instance> {
+        let now = monotonic_now();
+        self.live_instances_at(now)
+            .last()
+            .or(self.instances.last())
+            .expect("a service has at least one instance")
+    }
+
+    /// Where the most recent live registration serves ToolProviderService; may be empty.
+    pub fn endpoint(&self) -> &str {
+        &self.newest().endpoint
+    }
+
+    /// When the most recent live registration was made.
+    pub fn registered_at(&self) -> SystemTime {
+        self.newest().registered_at
+    }
+
+    /// When the service goes unless an instance heartbeats: the latest lease deadline.
+    pub fn expires_at(&self) -> SystemTime {
+        let deadline = self
+            .instances
+            .iter()
+            .map(|instance| instance.lease.deadline())
+            .max()
+            .unwrap_or_default();
+        wall_time_of(deadline)
+    }
+
+    /// The instance that joined last: for the entry a registration returns, the instance it
+    /// registered.
+    pub fn last_registered(&self) -> &Arc<Instance> {
+        self.instances
+            .last()
+            .expect("a service has at least one instance")
+    }
+
+    /// The instance holding `lease`.
+    pub fn instance_with_lease(&self, lease: LeaseId) -> Option<&Arc<Instance>> {
+        self.instances
+            .iter()
+            .find(|instance| instance.lease.id == lease)
+    }
+
     /// Finds one of the service's tools by name.
     pub fn tool(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
         self.tools
@@ -251,19 +362,31 @@ impl ServiceEntry {
             .map(|index| &self.tools[index])
     }
 
-    /// What this registration counts against its tenant's quota.
+    /// What this service counts against its tenant's quota: one service, and the tools of
+    /// each distinct contract its instances hold (one, unless replicas of several versions
+    /// are registered at once, as during a rolling update).
     pub fn usage(&self) -> Usage {
+        let mut contracts: Vec<&Arc<Contract>> = Vec::with_capacity(1);
+        for instance in &self.instances {
+            if !contracts
+                .iter()
+                .any(|seen| Arc::ptr_eq(seen, &instance.contract))
+            {
+                contracts.push(&instance.contract);
+            }
+        }
+        let tools = contracts.iter().flat_map(|contract| &contract.tools);
         Usage {
             services: 1,
-            tools: self.tools.len() as u64,
-            tool_bytes: self.tools.iter().map(|tool| tool.definition_bytes()).sum(),
+            tools: tools.clone().count() as u64,
+            tool_bytes: tools.map(|tool| tool.definition_bytes()).sum(),
         }
     }
 
-    /// Whole seconds since this registration was made.
+    /// Whole seconds since the most recent live registration was made.
     pub fn uptime_seconds(&self) -> u64 {
         SystemTime::now()
-            .duration_since(self.registered_at)
+            .duration_since(self.registered_at())
             .map(|elapsed| elapsed.as_secs())
             .unwrap_or(0)
     }

@@ -45,6 +45,8 @@ pub enum QuotaResource {
     Tools,
     /// Bytes of tool definitions registered at once.
     ToolBytes,
+    /// Live instances of one service.
+    Instances,
 }
 
 impl QuotaResource {
@@ -54,15 +56,18 @@ impl QuotaResource {
             QuotaResource::Services => "max_services_per_tenant",
             QuotaResource::Tools => "max_tools_per_tenant",
             QuotaResource::ToolBytes => "max_tool_bytes_per_tenant",
+            QuotaResource::Instances => "max_instances_per_service",
         }
     }
 
-    /// The last segment of the google.rpc `QuotaFailure` subject (`tenants/N/<this>`).
-    pub fn subject(self) -> &'static str {
+    /// What follows `tenants/N/` in the google.rpc `QuotaFailure` subject of a breach by a
+    /// registration of `service`.
+    pub fn subject(self, service: &str) -> String {
         match self {
-            QuotaResource::Services => "services",
-            QuotaResource::Tools => "tools",
-            QuotaResource::ToolBytes => "tool_bytes",
+            QuotaResource::Services => "services".to_owned(),
+            QuotaResource::Tools => "tools".to_owned(),
+            QuotaResource::ToolBytes => "tool_bytes".to_owned(),
+            QuotaResource::Instances => format!("services/{service}/instances"),
         }
     }
 
@@ -72,6 +77,7 @@ impl QuotaResource {
             QuotaResource::Services => "services",
             QuotaResource::Tools => "tools",
             QuotaResource::ToolBytes => "bytes of tool definitions",
+            QuotaResource::Instances => "instances",
         }
     }
 }
@@ -85,6 +91,8 @@ pub struct TenantQuota {
     pub tools: u64,
     /// Most bytes of tool definitions registered at once.
     pub tool_bytes: u64,
+    /// Most live instances of any one service.
+    pub instances_per_service: u64,
 }
 
 impl TenantQuota {
@@ -93,7 +101,22 @@ impl TenantQuota {
         services: 0,
         tools: 0,
         tool_bytes: 0,
+        instances_per_service: 0,
     };
+
+    /// Checks that a registration leaving its service with `after` live instances (it had
+    /// `before`) stays within the limit; replacing an instance never grows the count.
+    pub fn check_instances(&self, before: u64, after: u64) -> Result<(), QuotaBreach> {
+        let limit = self.instances_per_service;
+        if limit != 0 && after > limit && after > before {
+            return Err(QuotaBreach {
+                resource: QuotaResource::Instances,
+                limit,
+                would_have: after,
+            });
+        }
+        Ok(())
+    }
 
     /// Checks the usage a registration would leave, `after`, against the quota; `before` is
     /// what the tenant holds now. A resource that does not grow is never refused, so a tenant
@@ -159,6 +182,12 @@ pub fn breach_message(tenant: &TenantId, service: &str, breach: &QuotaBreach) ->
              tools, deregister a service it no longer needs, or ask the operator to raise the \
              limit"
         ),
+        QuotaResource::Instances => format!(
+            "service {service} of tenant {tenant} already has {} live instances, and may have \
+             at most {limit} ({setting}); a replica that replaces another (a restarted pod) \
+             should register with its instance id, or the operator can raise the limit",
+            would_have - 1
+        ),
     }
 }
 
@@ -178,6 +207,7 @@ mod tests {
         services: 2,
         tools: 10,
         tool_bytes: 1000,
+        instances_per_service: 3,
     };
 
     #[test]
@@ -219,6 +249,22 @@ mod tests {
         assert_eq!(QUOTA.check(usage(3, 20, 2000), usage(3, 20, 2000)), Ok(()));
         assert_eq!(QUOTA.check(usage(3, 20, 2000), usage(3, 15, 1500)), Ok(()));
         assert!(QUOTA.check(usage(3, 20, 2000), usage(3, 21, 1500)).is_err());
+    }
+
+    #[test]
+    fn instances_may_be_replaced_at_the_limit_but_not_added() {
+        assert_eq!(QUOTA.check_instances(2, 3), Ok(()));
+        assert_eq!(QUOTA.check_instances(3, 3), Ok(()));
+        assert_eq!(QUOTA.check_instances(5, 4), Ok(()));
+        assert_eq!(
+            QUOTA.check_instances(3, 4),
+            Err(QuotaBreach {
+                resource: QuotaResource::Instances,
+                limit: 3,
+                would_have: 4
+            })
+        );
+        assert_eq!(TenantQuota::UNLIMITED.check_instances(1000, 1001), Ok(()));
     }
 
     #[test]

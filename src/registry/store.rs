@@ -22,11 +22,12 @@ pub type ToolKey = (String, String);
 pub enum ChangeKind {
     /// The service was registered and was not live before.
     Added,
-    /// The service registered again with a new lease; these tools changed definition.
+    /// The service registered again, or an instance joined or left it; these tools changed
+    /// definition (the leading contract changed).
     Updated(Vec<ToolChange>),
-    /// The service deregistered.
+    /// The service's last instance deregistered.
     Removed,
-    /// The service's lease ran out.
+    /// The lease of the service's last instance ran out.
     Expired,
 }
 
@@ -98,8 +99,9 @@ pub struct WatchStart {
 
 /// Storage for registered services. Reads only ever return live services.
 pub trait RegistryStore: Send + Sync + Debug {
-    /// Stores a validated registration under a new lease, replacing any earlier registration
-    /// of the same service. A registration that would take the tenant over `quota` is refused
+    /// Stores a validated registration as an instance of its service under a new lease,
+    /// replacing the live instance of the same id; the service's other live instances stay.
+    /// The entry returned has the new instance last. A registration that would take the tenant over `quota` is refused
     /// ([`RegistryError::QuotaExceeded`]) and changes nothing; the check and the insert
     /// happen under one lock.
     fn register(
@@ -108,14 +110,14 @@ pub trait RegistryStore: Send + Sync + Debug {
         service: ValidatedService,
         quota: &TenantQuota,
     ) -> Result<Arc<ServiceEntry>, RegistryError>;
-    /// Renews a lease; returns when it now runs out.
+    /// Renews an instance's lease; returns when it now runs out.
     fn heartbeat(
         &self,
         tenant: TenantId,
         service: &ServiceName,
         lease: LeaseId,
     ) -> Result<SystemTime, RegistryError>;
-    /// Removes a service whose current lease is `lease`.
+    /// Removes the instance holding `lease`, and the service with its last live instance.
     fn deregister(
         &self,
         tenant: TenantId,

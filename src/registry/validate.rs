@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::error::{FieldViolation, RegistryError, ViolationKind};
+use super::instance::InstanceId;
 use super::model::{
     RegisteredTool, ServiceName, ServiceSpec, ToolName, ToolSpec, ValidatedService,
 };
@@ -31,6 +32,8 @@ pub const DEFAULT_MAX_SCHEMA_BYTES: usize = 64 * 1024;
 pub const DEFAULT_MAX_SCHEMA_DEPTH: usize = 24;
 /// Default most services one tenant may have registered at once.
 pub const DEFAULT_MAX_SERVICES_PER_TENANT: usize = 10_000;
+/// Default most live instances of one service.
+pub const DEFAULT_MAX_INSTANCES_PER_SERVICE: u64 = 256;
 /// The longest endpoint URI accepted.
 const MAX_ENDPOINT_LEN: usize = 2048;
 /// The most backtracking steps one `pattern` (or `patternProperties`) match may take. Patterns
@@ -67,6 +70,9 @@ pub struct RegistrationLimits {
     /// Most bytes of tool definitions (names, descriptions, schema text) one tenant may have
     /// registered at once; `0` sets no limit.
     pub max_tool_bytes_per_tenant: u64,
+    /// Most live instances of one service (replicas registered with instance ids); `0` sets
+    /// no limit.
+    pub max_instances_per_service: u64,
 }
 
 impl RegistrationLimits {
@@ -76,6 +82,7 @@ impl RegistrationLimits {
             services: self.max_services_per_tenant as u64,
             tools: self.max_tools_per_tenant,
             tool_bytes: self.max_tool_bytes_per_tenant,
+            instances_per_service: self.max_instances_per_service,
         }
     }
 }
@@ -93,6 +100,7 @@ impl Default for RegistrationLimits {
             max_services_per_tenant: DEFAULT_MAX_SERVICES_PER_TENANT,
             max_tools_per_tenant: DEFAULT_MAX_TOOLS_PER_TENANT,
             max_tool_bytes_per_tenant: DEFAULT_MAX_TOOL_BYTES_PER_TENANT,
+            max_instances_per_service: DEFAULT_MAX_INSTANCES_PER_SERVICE,
         }
     }
 }
@@ -129,6 +137,15 @@ pub fn validate_service(
             problem,
         ));
     }
+    let instance = InstanceId::parse(&spec.instance_id)
+        .map_err(|problem| {
+            violations.push(FieldViolation::new(
+                "registration.instance_id",
+                ViolationKind::Field,
+                problem,
+            ));
+        })
+        .ok();
     let ttl = spec.ttl.unwrap_or(limits.default_ttl);
     if ttl < limits.min_ttl || ttl > limits.max_ttl {
         violations.push(FieldViolation::new(
@@ -175,8 +192,8 @@ pub fn validate_service(
         }
     }
 
-    match name {
-        Some(name) if violations.is_empty() => {
+    match (name, instance) {
+        (Some(name), Some(instance)) if violations.is_empty() => {
             tools.sort_by(|a, b| a.name.cmp(&b.name));
             Ok(ValidatedService {
                 name,
@@ -184,6 +201,7 @@ pub fn validate_service(
                 endpoint: spec.endpoint.clone(),
                 tools,
                 ttl,
+                instance,
             })
         }
         _ => Err(RegistryError::InvalidArgument(violations)),

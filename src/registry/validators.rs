@@ -115,6 +115,7 @@ mod tests {
                 })
                 .collect(),
             ttl: None,
+            instance_id: String::new(),
         };
         validate_service(&spec, &RegistrationLimits::default())
             .expect("valid service")

@@ -178,6 +178,7 @@ pub fn registration(service: &str, tools: Vec<pb::ToolRegistration>) -> pb::Serv
             seconds: 30,
             nanos: 0,
         }),
+        instance_id: String::new(),
     }
 }
 
@@ -312,4 +313,33 @@ pub async fn wait_registered(server: &TestServer, service: &str) {
         async move { get_service(&mut discovery, 0, &service).await.is_ok() }
     })
     .await;
+}
+
+/// The next event of a WatchServices stream; panics after 10 s (a bound on "eventually").
+pub async fn next_event(
+    stream: &mut tonic::Streaming<pb::WatchServicesResponse>,
+) -> pb::ServiceEvent {
+    tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("an event arrives")
+        .expect("stream healthy")
+        .expect("stream open")
+        .event
+        .expect("event set")
+}
+
+/// Starts a WatchServices stream of `tenant`, of `service` only unless it is empty.
+pub async fn watch(
+    client: &mut DiscoveryServiceClient<Channel>,
+    tenant: u64,
+    service: &str,
+) -> tonic::Streaming<pb::WatchServicesResponse> {
+    client
+        .watch_services(pb::WatchServicesRequest {
+            meta: meta(tenant),
+            service_name: service.into(),
+        })
+        .await
+        .expect("watch starts")
+        .into_inner()
 }

@@ -1,0 +1,275 @@
+//! Which instance of a service each attempt of a call goes to.
+//!
+//! A service's live instances with an endpoint that pass their health checks take calls in
+//! turn (round robin, from the service's `turn`); replicas registered with one address (a
+//! Kubernetes Service in front of them) count once. An attempt the provider never received (no
+//! connection could be made: a replica gone without deregistering) goes on to the next
+//! instance at once, each instance tried at most once so; a retry under the caller's policy
+//! goes to the next instance too, as gRPC's and Envoy's retries prefer another host.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::error::InvokeError;
+use super::health::ProviderHealthBook;
+use crate::registry::lease::monotonic_now;
+use crate::registry::{Instance, RegisteredTool, ServiceEntry};
+
+/// The instances one call may go to, in the order it tries them.
+#[derive(Debug)]
+pub(crate) struct Route {
+    instances: Vec<Arc<Instance>>,
+    at: usize,
+    moved_on: usize,
+}
+
+impl Route {
+    /// The instances of `service` that may take a call of `tool` now, starting at the
+    /// service's turn: live, with an endpoint, and registered with `tool` exactly as the
+    /// service lists it. Fails when no live instance has an endpoint, when none registered
+    /// the tool so, or when every one fails its health checks.
+    pub(crate) fn of(
+        service: &ServiceEntry,
+        tool: &RegisteredTool,
+        health: &ProviderHealthBook,
+    ) -> Result<Self, InvokeError> {
+        let mut candidates: Vec<&Arc<Instance>> = Vec::with_capacity(service.instances.len());
+        let mut with_endpoint = false;
+        for instance in service.live_instances_at(monotonic_now()) {
+            let endpoint = instance.endpoint.as_str();
+            with_endpoint |= !endpoint.is_empty();
+            let offers = Arc::ptr_eq(&instance.contract, &service.contract)
+                || instance.contract.offers(tool);
+            if offers
+                && !endpoint.is_empty()
+                && candidates.iter().all(|seen| seen.endpoint != endpoint)
+            {
+                candidates.push(instance);
+            }
+        }
+        if with_endpoint && candidates.is_empty() {
+            return Err(InvokeError::NoInstanceOffers {
+                service: service.name.to_string(),
+                tool: tool.name.to_string(),
+            });
+        }
+        let mut failing = None;
+        let mut instances: Vec<Arc<Instance>> = Vec::with_capacity(candidates.len());
+        for instance in &candidates {
+            match health.failure(&instance.endpoint) {
+                None => instances.push(Arc::clone(instance)),
+                Some(why) => {
+                    failing.get_or_insert((instance.endpoint.clone(), why));
+                }
+            }
+        }
+        if instances.is_empty() {
+            return Err(match failing {
+                None => InvokeError::NoEndpoint {
+                    service: service.name.to_string(),
+                },
+                Some((endpoint, why)) => InvokeError::ProviderUnhealthy {
+                    service: service.name.to_string(),
+                    endpoint,
+                    why: match candidates.len() - 1 {
+                        0 => why,
+                        1 => format!("{why} (its other instance fails too)"),
+                        others => format!("{why} (its {others} other instances fail too)"),
+                    },
+                },
+            });
+        }
+        let start = service.turn.fetch_add(1, Ordering::Relaxed) % instances.len();
+        instances.rotate_left(start);
+        Ok(Self {
+            instances,
+            at: 0,
+            moved_on: 0,
+        })
+    }
+
+    /// Where the next attempt goes.
+    pub(crate) fn endpoint(&self) -> &str {
+        &self.instances[self.at].endpoint
+    }
+
+    /// After an attempt the provider never received: moves on to an instance not yet tried
+    /// so, if there is one.
+    pub(crate) fn move_on_unsent(&mut self) -> bool {
+        if self.moved_on + 1 >= self.instances.len() {
+            return false;
+        }
+        self.moved_on += 1;
+        self.advance();
+        true
+    }
+
+    /// Before a retry: moves on to the next instance (back to the first after the last).
+    pub(crate) fn advance(&mut self) {
+        self.at = (self.at + 1) % self.instances.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::envelope::TenantId;
+    use crate::registry::instance::Contract;
+    use crate::registry::lease::Lease;
+    use crate::registry::validate::validate_service;
+    use crate::registry::{InstanceId, ServiceName, ServiceSpec, ToolSpec};
+
+    /// A contract of `version` with one tool, `work`, described as `description`.
+    fn contract(version: &str, description: &str) -> Arc<Contract> {
+        let spec = ServiceSpec {
+            name: "svc".into(),
+            version: version.into(),
+            endpoint: String::new(),
+            tools: vec![ToolSpec {
+                name: "work".into(),
+                description: description.into(),
+                input_schema: Some(serde_json::json!({"type": "object"})),
+                output_schema: None,
+                capabilities: Vec::new(),
+                timeout_ms: None,
+            }],
+            ttl: None,
+            instance_id: String::new(),
+        };
+        let valid = validate_service(&spec, &Default::default()).expect("valid");
+        Arc::new(Contract::new(valid.version, valid.tools))
+    }
+
+    fn instance(id: &str, endpoint: &str, contract: &Arc<Contract>) -> Arc<Instance> {
+        Arc::new(Instance {
+            id: InstanceId::parse(id).expect("valid"),
+            endpoint: endpoint.to_owned(),
+            registered_at: SystemTime::now(),
+            lease: Lease::new(Duration::from_secs(60)),
+            contract: Arc::clone(contract),
+        })
+    }
+
+    fn service(instances: Vec<Arc<Instance>>) -> ServiceEntry {
+        let name = ServiceName::parse("svc").expect("valid");
+        ServiceEntry::new(TenantId(0), name, instances)
+    }
+
+    fn same(endpoints: &[(&str, &str)]) -> ServiceEntry {
+        let contract = contract("1.0.0", "works");
+        let instances = endpoints
+            .iter()
+            .map(|(id, endpoint)| instance(id, endpoint, &contract))
+            .collect();
+        service(instances)
+    }
+
+    fn tried(route: &mut Route) -> Vec<String> {
+        let mut seen = vec![route.endpoint().to_owned()];
+        while route.move_on_unsent() {
+            seen.push(route.endpoint().to_owned());
+        }
+        seen
+    }
+
+    fn route(entry: &ServiceEntry, health: &ProviderHealthBook) -> Result<Route, InvokeError> {
+        Route::of(entry, &entry.tools[0], health)
+    }
+
+    #[test]
+    fn calls_take_turns_and_an_unsent_call_tries_each_other_instance_once() {
+        let entry = same(&[
+            ("a", "http://a:1"),
+            ("b", "http://b:1"),
+            ("c", "http://c:1"),
+        ]);
+        let health = ProviderHealthBook::default();
+        let firsts: Vec<String> = (0..3)
+            .map(|_| {
+                route(&entry, &health)
+                    .expect("routes")
+                    .endpoint()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(firsts, ["http://a:1", "http://b:1", "http://c:1"]);
+        let mut next = route(&entry, &health).expect("routes");
+        assert_eq!(tried(&mut next), ["http://a:1", "http://b:1", "http://c:1"]);
+        next.advance();
+        assert_eq!(next.endpoint(), "http://a:1", "retries wrap around");
+    }
+
+    #[test]
+    fn failing_instances_are_skipped_and_replicas_behind_one_address_count_once() {
+        let entry = same(&[
+            ("a", "http://lb:1"),
+            ("b", "http://lb:1"),
+            ("c", "http://c:1"),
+        ]);
+        let health = ProviderHealthBook::default();
+        health.mark_unhealthy("http://c:1", "NOT_SERVING".to_owned());
+        for _ in 0..3 {
+            let mut next = route(&entry, &health).expect("routes");
+            assert_eq!(tried(&mut next), ["http://lb:1"]);
+        }
+    }
+
+    #[test]
+    fn no_endpoint_and_all_failing_are_told_apart() {
+        let health = ProviderHealthBook::default();
+        let entry = same(&[("a", ""), ("b", "")]);
+        assert!(matches!(
+            route(&entry, &health),
+            Err(InvokeError::NoEndpoint { .. })
+        ));
+        let entry = same(&[("a", "http://a:1"), ("b", "http://b:1")]);
+        health.mark_unhealthy("http://a:1", "down".to_owned());
+        health.mark_unhealthy("http://b:1", "down".to_owned());
+        match route(&entry, &health) {
+            Err(InvokeError::ProviderUnhealthy { why, .. }) => {
+                assert_eq!(why, "down (its other instance fails too)");
+            }
+            other => panic!("expected ProviderUnhealthy, got {other:?}"),
+        }
+    }
+
+    /// During a rolling update the highest version leads, whatever registered last, and a
+    /// call goes only to instances that registered the tool as the service lists it.
+    #[test]
+    fn the_highest_version_leads_and_calls_go_to_instances_that_registered_the_tool_so() {
+        let (old, new) = (
+            contract("1.0.0", "works"),
+            contract("1.1.0", "works harder"),
+        );
+        let entry = service(vec![
+            instance("new", "http://new:1", &new),
+            instance("old", "http://old:1", &old),
+        ]);
+        assert_eq!(entry.version, "1.1.0");
+        let health = ProviderHealthBook::default();
+        for _ in 0..3 {
+            let mut next = route(&entry, &health).expect("routes");
+            assert_eq!(tried(&mut next), ["http://new:1"]);
+        }
+        // A tool registered identically by both versions is served by both.
+        let same_tool = contract("1.0.0", "works harder");
+        let entry = service(vec![
+            instance("new", "http://new:1", &new),
+            instance("old", "http://old:1", &same_tool),
+        ]);
+        let mut next = route(&entry, &health).expect("routes");
+        assert_eq!(tried(&mut next).len(), 2);
+        // Only replicas of another version left: the leader's lease lapsed, not yet swept.
+        let mut leader = instance("new", "http://new:1", &new);
+        Arc::get_mut(&mut leader).expect("unshared").lease = Lease::new(Duration::from_millis(200));
+        let entry = service(vec![instance("old", "http://old:1", &old), leader]);
+        assert_eq!(entry.version, "1.1.0");
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(matches!(
+            route(&entry, &health),
+            Err(InvokeError::NoInstanceOffers { .. })
+        ));
+    }
+}
