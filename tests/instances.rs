@@ -330,9 +330,8 @@ async fn start_replica(server: &TestServer, id: &str, probes: &Arc<Probes>) -> T
     TestProvider::start_with(test_tools(probes), config).await
 }
 
-/// Calls take turns over two real provider replicas; a third registered at an address where
-/// nothing listens (a replica gone without deregistering) is passed over without failing a
-/// call; a replica failing its health checks takes no calls while the other does.
+/// Calls take turns over two real provider replicas; a replica failing its health checks
+/// takes no calls while the other does.
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_are_spread_over_live_healthy_instances() {
     let server = TestServer::start_with(ServerOptions {
@@ -364,33 +363,6 @@ async fn calls_are_spread_over_live_healthy_instances() {
     let calls = |probes: &Probes| probes.echo_calls.load(Ordering::SeqCst);
     assert_eq!((calls(&one), calls(&two)), (5, 5), "in turn");
 
-    // A replica that vanished: its address refuses connections.
-    let vanished = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let dead = format!("http://{}", vanished.local_addr().expect("address"));
-    drop(vanished);
-    let info = get_service(&mut discovery, 0, SERVICE).await.expect("live");
-    let vanished = pb::ServiceRegistration {
-        service_name: SERVICE.to_owned(),
-        service_version: info.service_version,
-        endpoint: dead,
-        tools: info.available_tools,
-        ttl: Some(Duration::from_secs(30).try_into().expect("fits")),
-        instance_id: "vanished".to_owned(),
-    };
-    register_ok(&mut discovery, 0, vanished).await;
-    assert_eq!(instances(&mut discovery).await.len(), 3);
-    for n in 0..9 {
-        let answer = client
-            .invoke_tool(request("echo", json!({"n": n})))
-            .await
-            .expect("answered by a live replica")
-            .into_inner();
-        assert_eq!(answer.record.expect("record").attempts, 1);
-    }
-    assert_eq!(calls(&one) + calls(&two), 19);
-
     // Replica one fails its health checks: calls go to replica two only, and the service
     // stays HEALTHY while one instance passes.
     replica_one.health.set_serving(false).await;
@@ -410,6 +382,7 @@ async fn calls_are_spread_over_live_healthy_instances() {
     let info = get_service(&mut discovery, 0, SERVICE).await.expect("live");
     assert_eq!(info.service_health, pb::HealthState::Healthy as i32);
     let before = (calls(&one), calls(&two));
+    assert_eq!(before.0 + before.1, 10);
     for n in 0..4 {
         client
             .invoke_tool(request("echo", json!({"n": n})))
@@ -420,5 +393,59 @@ async fn calls_are_spread_over_live_healthy_instances() {
 
     replica_one.stop().await;
     replica_two.stop().await;
+    server.stop().await;
+}
+
+/// A replica registered at an address where nothing listens (one gone without deregistering)
+/// is passed over without failing a call, and marked failing at once, before any health check
+/// runs (this server runs none), so the calls after it go straight to the live replica.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vanished_replica_is_passed_over_and_marked_failing() {
+    let server = TestServer::start().await;
+    let probes = Arc::new(Probes::default());
+    let live = start_replica(&server, "live", &probes).await;
+    let mut discovery = server.discovery().await;
+    wait_registered(&server, SERVICE).await;
+    let vanished = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let dead = format!("http://{}", vanished.local_addr().expect("address"));
+    drop(vanished);
+    let info = get_service(&mut discovery, 0, SERVICE).await.expect("live");
+    let registration = pb::ServiceRegistration {
+        service_name: SERVICE.to_owned(),
+        service_version: info.service_version,
+        endpoint: dead.clone(),
+        tools: info.available_tools,
+        ttl: Some(Duration::from_secs(30).try_into().expect("fits")),
+        instance_id: "vanished".to_owned(),
+    };
+    register_ok(&mut discovery, 0, registration).await;
+    assert_eq!(instances(&mut discovery).await.len(), 2);
+
+    let mut client = invoker(&server).await;
+    for n in 0..6 {
+        let answer = client
+            .invoke_tool(request("echo", json!({"n": n})))
+            .await
+            .expect("answered by the live replica")
+            .into_inner();
+        assert_eq!(answer.record.expect("record").attempts, 1);
+    }
+    assert_eq!(probes.echo_calls.load(Ordering::SeqCst), 6);
+    let info = get_service(&mut discovery, 0, SERVICE).await.expect("live");
+    let health_of = |endpoint: &str| {
+        info.instances
+            .iter()
+            .find(|instance| instance.endpoint == endpoint)
+            .map(|instance| instance.health)
+    };
+    assert_eq!(health_of(&dead), Some(pb::HealthState::Unhealthy as i32));
+    assert_eq!(
+        health_of(&format!("http://{}", live.addr)),
+        Some(pb::HealthState::Healthy as i32)
+    );
+    assert_eq!(info.service_health, pb::HealthState::Healthy as i32);
+    live.stop().await;
     server.stop().await;
 }

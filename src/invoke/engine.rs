@@ -361,7 +361,9 @@ impl Invoker {
                     ));
                 }
                 // Never received: another instance takes it as the same attempt.
-                Err(failure) if failure.unsent && route.move_on_unsent() => {
+                Err(failure) if failure.unsent && route.can_move_on() => {
+                    let unreachable = route.endpoint().to_owned();
+                    route.move_on_unsent();
                     tracing::info!(
                         tenant = invocation.tenant.0,
                         correlation_id = %invocation.correlation_id,
@@ -370,6 +372,8 @@ impl Invoker {
                         next = route.endpoint(),
                         "provider instance unreachable; sending the call to another"
                     );
+                    let why = format!("a call could not reach it: {}", failure.message);
+                    self.health.mark_unhealthy(&unreachable, why);
                     attempt -= 1;
                 }
                 Err(failure) => {

@@ -5,7 +5,9 @@
 //! Kubernetes Service in front of them) count once. An attempt the provider never received (no
 //! connection could be made: a replica gone without deregistering) goes on to the next
 //! instance at once, each instance tried at most once so; a retry under the caller's policy
-//! goes to the next instance too, as gRPC's and Envoy's retries prefer another host.
+//! goes to the next instance too, as gRPC's and Envoy's retries prefer another host. An
+//! instance a call could not reach while others could take it is marked failing at once (until
+//! its next health check passes), so the calls after it do not try it first.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -93,15 +95,17 @@ impl Route {
         &self.instances[self.at].endpoint
     }
 
-    /// After an attempt the provider never received: moves on to an instance not yet tried
-    /// so, if there is one.
-    pub(crate) fn move_on_unsent(&mut self) -> bool {
-        if self.moved_on + 1 >= self.instances.len() {
-            return false;
-        }
+    /// Whether, after an attempt the provider never received, an instance not yet tried so
+    /// is left to move on to.
+    pub(crate) fn can_move_on(&self) -> bool {
+        self.moved_on + 1 < self.instances.len()
+    }
+
+    /// After an attempt the provider never received: moves on to the next instance (call
+    /// when [`Self::can_move_on`]).
+    pub(crate) fn move_on_unsent(&mut self) {
         self.moved_on += 1;
         self.advance();
-        true
     }
 
     /// Before a retry: moves on to the next instance (back to the first after the last).
@@ -168,7 +172,8 @@ mod tests {
 
     fn tried(route: &mut Route) -> Vec<String> {
         let mut seen = vec![route.endpoint().to_owned()];
-        while route.move_on_unsent() {
+        while route.can_move_on() {
+            route.move_on_unsent();
             seen.push(route.endpoint().to_owned());
         }
         seen
