@@ -262,3 +262,67 @@ async fn a_rotated_record_log_verifies_as_one_chain() {
     assert_eq!(code, 2, "a head hash that is not one: {stderr}");
     assert!(stderr.contains("64 lowercase hex digits"), "{stderr}");
 }
+
+async fn get_record(
+    server: &TestServer,
+    tenant: u64,
+    invocation_id: &str,
+) -> Result<pb::InvocationRecord, tonic::Status> {
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    client
+        .get_invocation_record(pb::GetInvocationRecordRequest {
+            meta: meta(tenant),
+            invocation_id: invocation_id.to_owned(),
+        })
+        .await
+        .map(|response| response.into_inner().record.expect("record set"))
+}
+
+/// GetInvocationRecord finds a record memory no longer holds in the log's files (a rotated
+/// one included), before and after a restart; another tenant's, an unknown id and an id that
+/// is not an id are NOT_FOUND.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_old_record_is_found_in_the_files() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, mut options) = logging_to(&dir);
+    options.records_in_memory = 2;
+    options.records_rotate_bytes = 1000;
+    let server = TestServer::start_with(options.clone()).await;
+    let provider = start_structs_provider(&server).await;
+    let mut made = Vec::new();
+    for grams in 1..=5 {
+        let answer = invoke_power(&server, grams).await.expect("succeeds");
+        made.push(answer.record.expect("record"));
+    }
+    let oldest = &made[0];
+    let found = get_record(&server, 0, &oldest.invocation_id)
+        .await
+        .expect("found in a rotated file");
+    assert_eq!(found.record_sha256, oldest.record_sha256);
+    assert_eq!(found.sequence, 1);
+    let newest = made.last().expect("made");
+    let found = get_record(&server, 0, &newest.invocation_id)
+        .await
+        .expect("in memory");
+    assert_eq!(found.record_sha256, newest.record_sha256);
+    for (tenant, id) in [
+        (7, oldest.invocation_id.as_str()),
+        (0, "00000000-0000-0000-0000-000000000000"),
+        (0, "\",\"tenant_id\":0,\"x\":\""),
+    ] {
+        let status = get_record(&server, tenant, id)
+            .await
+            .expect_err("not found");
+        assert_eq!(status.code(), tonic::Code::NotFound, "{id}: {status:?}");
+        assert_eq!(reason(&status), "RESOURCE_NOT_FOUND");
+    }
+    provider.stop().await;
+    server.stop().await;
+
+    let restarted = TestServer::start_with(options).await;
+    let found = get_record(&restarted, 0, &made[1].invocation_id)
+        .await
+        .expect("found after a restart");
+    assert_eq!(found.record_sha256, made[1].record_sha256);
+    restarted.stop().await;
+}

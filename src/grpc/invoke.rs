@@ -338,19 +338,28 @@ impl ToolInvokeService for InvokeApi {
     ) -> Result<Response<pb::GetInvocationRecordResponse>, Status> {
         let request = request.into_inner();
         let meta = accept_meta(request.meta.as_ref())?;
-        let record = self
-            .invoker
-            .records()
-            .get(meta.tenant, &request.invocation_id)
-            .ok_or_else(|| {
-                super::status::not_found(
-                    "RESOURCE_NOT_FOUND",
-                    format!(
-                        "invocation record {} is not among this tenant's recent records",
-                        request.invocation_id
-                    ),
-                )
-            })?;
+        let records = self.invoker.records();
+        let found = match records.get(meta.tenant, &request.invocation_id) {
+            Some(record) => Some(record),
+            // Older than memory holds: read the files, off the serving threads.
+            None => {
+                let (records, tenant) = (Arc::clone(records), meta.tenant);
+                let id = request.invocation_id.clone();
+                tokio::task::spawn_blocking(move || records.find(tenant, &id))
+                    .await
+                    .map_err(|error| Status::internal(format!("record lookup failed: {error}")))?
+                    .map_err(|error| Status::internal(error.to_string()))?
+            }
+        };
+        let record = found.ok_or_else(|| {
+            super::status::not_found(
+                "RESOURCE_NOT_FOUND",
+                format!(
+                    "tenant {} has no invocation record {}",
+                    meta.tenant, request.invocation_id
+                ),
+            )
+        })?;
         Ok(Response::new(pb::GetInvocationRecordResponse {
             meta: Some(meta.response()),
             record: Some(record_to_pb(&record)),

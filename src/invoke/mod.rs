@@ -16,6 +16,7 @@ mod record_canonical;
 mod record_file;
 mod record_filter;
 mod record_guard;
+mod record_lookup;
 pub mod record_stats;
 pub mod records;
 mod route;

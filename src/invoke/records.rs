@@ -194,6 +194,8 @@ struct LogState {
 #[derive(Debug)]
 pub struct RecordLog {
     state: Mutex<LogState>,
+    /// Held while a lookup reads the files (`record_lookup`): one at a time.
+    file_lookups: Mutex<()>,
 }
 
 fn rfc3339(time: std::time::SystemTime) -> String {
@@ -219,6 +221,7 @@ impl RecordLog {
                 next_sequence: 1,
                 stats: InvocationStats::default(),
             }),
+            file_lookups: Mutex::new(()),
         }
     }
 
@@ -403,6 +406,18 @@ impl RecordLog {
         self.lock().stats.clone()
     }
 
+    /// The path of the log's file, when it has one.
+    pub(super) fn file_path(&self) -> Option<PathBuf> {
+        self.lock().file.as_ref().map(|file| file.path().to_owned())
+    }
+
+    /// Waits for the file lookups before this one to finish.
+    pub(super) fn file_lookups(&self) -> MutexGuard<'_, ()> {
+        self.file_lookups
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// One record of `tenant` still held in memory.
     pub fn get(&self, tenant: TenantId, invocation_id: &str) -> Option<Arc<InvocationRecord>> {
         let state = self.lock();
@@ -417,7 +432,7 @@ impl RecordLog {
 
 /// A whole line of a log file (with its line ending) read as a record, and its text without
 /// the line ending.
-fn parse_line(bytes: &[u8]) -> Result<(&str, InvocationRecord), String> {
+pub(super) fn parse_line(bytes: &[u8]) -> Result<(&str, InvocationRecord), String> {
     let text = std::str::from_utf8(bytes).map_err(|error| format!("cannot read: {error}"))?;
     // As `BufRead::lines` ends a line, which `audit verify` reads with.
     let text = text.strip_suffix('\n').unwrap_or(text);
