@@ -7,8 +7,8 @@
 //! (past the Python provider's limit of 8 streams at once), a 1 MB answer, connections the
 //! providers close at their maximum age while calls go on, a provider's error with its
 //! details, the caller's deadline reaching the provider and the provider seeing the call
-//! cancelled, grpc.health.v1 checks (Python), mutual TLS (BoringSSL and OpenSSL), and
-//! deregistration.
+//! cancelled, grpc.health.v1 checks (Python), mutual TLS (BoringSSL and OpenSSL),
+//! deregistration, and replicas registered with instance ids (one crashing).
 
 mod common;
 
@@ -353,5 +353,64 @@ async fn check_mutual_tls(command: impl Fn() -> Command, service: &str) {
             );
         }
         stop_provider(provider, &server, service).await;
+    }
+}
+
+/// Replicas written with grpcio and with grpc-js: two providers of each kind register one
+/// service with instance ids of their own (`INSTANCE_ID`) and share its calls; one killed
+/// without deregistering (a crashed pod) is passed over by every call after it and listed
+/// UNHEALTHY, and the calls go on through the other.
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_share_a_service_and_a_crashed_one_is_passed_over() {
+    for (runtime, script, service) in [
+        (Runtime::Python, "python_provider.py", "py-replicas"),
+        (Runtime::Node, "node_provider.js", "node-replicas"),
+    ] {
+        if peer_script(runtime, script).is_none() {
+            continue;
+        }
+        let replica = |id: &str| {
+            let mut command = peer_script(runtime, script).expect("found above");
+            command.env("INSTANCE_ID", id);
+            command
+        };
+        let server = TestServer::start().await;
+        let first = start_provider(replica("replica-a"), &server, service, None).await;
+        let second = start_provider(replica("replica-b"), &server, service, None).await;
+        let mut discovery = server.discovery().await;
+        let info = get_service(&mut discovery, 0, service).await.expect("live");
+        let ids: Vec<&str> = info
+            .instances
+            .iter()
+            .map(|instance| instance.instance_id.as_str())
+            .collect();
+        assert_eq!(ids, ["replica-a", "replica-b"], "{service}");
+        for n in 0..6 {
+            invoke(&server, service, "echo", json!({"n": n}), None)
+                .await
+                .expect("answered");
+        }
+        let crashed = info.instances[0].endpoint.clone();
+        // Killed: it does not deregister. The wait lets toolplane's connection to it see the
+        // close first: a call written to the connection in the instant its peer dies may have
+        // been taken, so it fails UNAVAILABLE rather than move on (retried only under the
+        // caller's policy), and that instant is not what this test is about.
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for n in 0..6 {
+            let echoed = invoke(&server, service, "echo", json!({"n": n}), None)
+                .await
+                .expect("the other replica answers");
+            assert_eq!(echoed, json!({"n": n}));
+        }
+        let info = get_service(&mut discovery, 0, service).await.expect("live");
+        let health = info
+            .instances
+            .iter()
+            .find(|instance| instance.endpoint == crashed)
+            .map(|instance| instance.health);
+        assert_eq!(health, Some(pb::HealthState::Unhealthy as i32), "{service}");
+        drop(second);
+        server.stop().await;
     }
 }

@@ -7,7 +7,8 @@
 //   node node_provider.js TOOLPLANE_ADDRESS PROTO_DIR SERVICE_NAME
 //
 // Prints "registered SERVICE_NAME PORT" once registered; deregisters and exits when its standard
-// input closes. TLS as python_provider.py's (TLS_CERT_FILE, TLS_KEY_FILE, TLS_CLIENT_CA_FILE). Its tools are those of python_provider.py but set_health (it serves no
+// input closes. TLS as python_provider.py's (TLS_CERT_FILE, TLS_KEY_FILE, TLS_CLIENT_CA_FILE),
+// and INSTANCE_ID too. Its tools are those of python_provider.py but set_health (it serves no
 // grpc.health.v1, which toolplane takes as healthy): echo, fail, big, wait, last_wait.
 'use strict';
 
@@ -109,6 +110,7 @@ const [credentials, scheme] = serverCredentials();
 server.bindAsync('127.0.0.1:0', credentials, async (error, port) => {
   if (error) throw error;
   const registration = {service_name: service, service_version: '1.0.0',
+    instance_id: process.env.INSTANCE_ID || '',
     endpoint: `${scheme}://127.0.0.1:${port}`, ttl: {seconds: '10', nanos: 0},
     tools: Object.entries(schemas).map(([name, schema]) =>
       ({tool_name: name, description: `${name} (Node)`, tool_schema: schema}))};

@@ -6,8 +6,9 @@ SETTINGS_MAX_CONCURRENT_STREAMS) and, when MAX_CONNECTION_AGE_MS is set, closes 
 that long into its life (grpc.max_connection_age_ms), as servers behind Kubernetes Services are
 often told to so that load spreads again. With TLS_CERT_FILE and TLS_KEY_FILE it serves TLS
 (BoringSSL, in C-core) and registers an https:// endpoint; with TLS_CLIENT_CA_FILE too, it
-takes only callers presenting a certificate that CA signed. toolplane calls it with its own HTTP/2 client; tests/polyglot_providers.rs
-invokes its tools through toolplane.
+takes only callers presenting a certificate that CA signed. With INSTANCE_ID it registers as
+that replica of the service. toolplane calls it with its own HTTP/2 client;
+tests/polyglot_providers.rs invokes its tools through toolplane.
 
     python python_provider.py TOOLPLANE_ADDRESS PROTO_DIR SERVICE_NAME
 
@@ -105,7 +106,8 @@ class Lease:
         self.discovery = stubs["discovery_service_pb2_grpc"].DiscoveryServiceStub(
             grpc.insecure_channel(toolplane_address))
         self.registration = self.discovery_pb2.ServiceRegistration(
-            service_name=service, service_version="1.0.0", endpoint=endpoint)
+            service_name=service, service_version="1.0.0", endpoint=endpoint,
+            instance_id=os.environ.get("INSTANCE_ID", ""))
         self.registration.ttl.FromSeconds(TTL_SECONDS)
         for name, schema in TOOLS.items():
             tool = self.registration.tools.add(tool_name=name, description=f"{name} (Python)")
