@@ -87,6 +87,7 @@ async fn a_scrape_reports_invocations_and_the_registry() {
             2.0,
         ),
         ("toolplane_registered_services", 1.0),
+        ("toolplane_registered_instances", 1.0),
         ("toolplane_tenants", 1.0),
         ("toolplane_unhealthy_provider_endpoints", 0.0),
         ("toolplane_serving", 1.0),

@@ -146,8 +146,16 @@ impl Collector for MetricsSources {
         gauge(
             &mut encoder,
             "toolplane_registered_tools",
-            "Tools of the registered services, across tenants.",
+            "Tools the registered services hold, across tenants (a service whose instances \
+             registered different tools, as in a rolling update, counts each set).",
             usage.tools,
+        )?;
+        gauge(
+            &mut encoder,
+            "toolplane_registered_instances",
+            "Live instances (replicas, each under a lease of its own) of the registered \
+             services, across tenants.",
+            self.store.instance_count(),
         )?;
         gauge(
             &mut encoder,

@@ -448,6 +448,17 @@ impl RegistryStore for MemoryStore {
         (tenants, total)
     }
 
+    fn instance_count(&self) -> u64 {
+        let snapshot = self.snapshot.load();
+        let now = monotonic_now();
+        snapshot
+            .tenants
+            .values()
+            .flat_map(|index| index.services.values())
+            .map(|entry| entry.live_instances_at(now).count() as u64)
+            .sum()
+    }
+
     fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>> {
         self.events.subscribe(tenant)
     }

@@ -156,4 +156,6 @@ pub trait RegistryStore: Send + Sync + Debug {
     fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>>;
     /// What every tenant's registrations hold together, and how many tenants have any.
     fn totals(&self) -> (u64, Usage);
+    /// How many live instances the services of every tenant have together.
+    fn instance_count(&self) -> u64;
 }
