@@ -9,18 +9,25 @@
 //! instance a call could not reach while others could take it is marked failing at once (until
 //! its next health check passes), so the calls after it do not try it first.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::error::InvokeError;
 use super::health::ProviderHealthBook;
 use crate::registry::lease::monotonic_now;
-use crate::registry::{Instance, RegisteredTool, ServiceEntry};
+use crate::registry::{RegisteredTool, ServiceEntry};
+
+/// Above this many instances, endpoints already taken are looked up in a set rather than
+/// compared one by one.
+const LINEAR_DEDUP: usize = 8;
 
 /// The instances one call may go to, in the order it tries them.
 #[derive(Debug)]
 pub(crate) struct Route {
-    instances: Vec<Arc<Instance>>,
+    service: Arc<ServiceEntry>,
+    /// Indices into `service.instances`.
+    order: Vec<usize>,
     at: usize,
     moved_on: usize,
 }
@@ -31,22 +38,34 @@ impl Route {
     /// service lists it. Fails when no live instance has an endpoint, when none registered
     /// the tool so, or when every one fails its health checks.
     pub(crate) fn of(
-        service: &ServiceEntry,
+        service: &Arc<ServiceEntry>,
         tool: &RegisteredTool,
         health: &ProviderHealthBook,
     ) -> Result<Self, InvokeError> {
-        let mut candidates: Vec<&Arc<Instance>> = Vec::with_capacity(service.instances.len());
+        let now = monotonic_now();
+        let instances = &service.instances;
+        let mut candidates: Vec<usize> = Vec::with_capacity(instances.len());
+        // Allocates only when the first endpoint goes in, past `LINEAR_DEDUP` instances.
+        let mut taken: HashSet<&str> = HashSet::new();
         let mut with_endpoint = false;
-        for instance in service.live_instances_at(monotonic_now()) {
+        for (index, instance) in instances.iter().enumerate() {
             let endpoint = instance.endpoint.as_str();
-            with_endpoint |= !endpoint.is_empty();
+            if endpoint.is_empty() || !instance.lease.is_live_at(now) {
+                continue;
+            }
+            with_endpoint = true;
             let offers = Arc::ptr_eq(&instance.contract, &service.contract)
                 || instance.contract.offers(tool);
-            if offers
-                && !endpoint.is_empty()
-                && candidates.iter().all(|seen| seen.endpoint != endpoint)
-            {
-                candidates.push(instance);
+            let new = if instances.len() <= LINEAR_DEDUP {
+                candidates
+                    .iter()
+                    .all(|&seen| instances[seen].endpoint != endpoint)
+            } else {
+                !taken.contains(endpoint)
+            };
+            if offers && new {
+                candidates.push(index);
+                taken.extend((instances.len() > LINEAR_DEDUP).then_some(endpoint));
             }
         }
         if with_endpoint && candidates.is_empty() {
@@ -56,16 +75,17 @@ impl Route {
             });
         }
         let mut failing = None;
-        let mut instances: Vec<Arc<Instance>> = Vec::with_capacity(candidates.len());
-        for instance in &candidates {
-            match health.failure(&instance.endpoint) {
-                None => instances.push(Arc::clone(instance)),
+        let mut order: Vec<usize> = Vec::with_capacity(candidates.len());
+        for &index in &candidates {
+            let endpoint = &instances[index].endpoint;
+            match health.failure(endpoint) {
+                None => order.push(index),
                 Some(why) => {
-                    failing.get_or_insert((instance.endpoint.clone(), why));
+                    failing.get_or_insert((endpoint.clone(), why));
                 }
             }
         }
-        if instances.is_empty() {
+        if order.is_empty() {
             return Err(match failing {
                 None => InvokeError::NoEndpoint {
                     service: service.name.to_string(),
@@ -81,10 +101,11 @@ impl Route {
                 },
             });
         }
-        let start = service.turn.fetch_add(1, Ordering::Relaxed) % instances.len();
-        instances.rotate_left(start);
+        let start = service.turn.fetch_add(1, Ordering::Relaxed) % order.len();
+        order.rotate_left(start);
         Ok(Self {
-            instances,
+            service: Arc::clone(service),
+            order,
             at: 0,
             moved_on: 0,
         })
@@ -92,13 +113,13 @@ impl Route {
 
     /// Where the next attempt goes.
     pub(crate) fn endpoint(&self) -> &str {
-        &self.instances[self.at].endpoint
+        &self.service.instances[self.order[self.at]].endpoint
     }
 
     /// Whether, after an attempt the provider never received, an instance not yet tried so
     /// is left to move on to.
     pub(crate) fn can_move_on(&self) -> bool {
-        self.moved_on + 1 < self.instances.len()
+        self.moved_on + 1 < self.order.len()
     }
 
     /// After an attempt the provider never received: moves on to the next instance (call
@@ -110,7 +131,7 @@ impl Route {
 
     /// Before a retry: moves on to the next instance (back to the first after the last).
     pub(crate) fn advance(&mut self) {
-        self.at = (self.at + 1) % self.instances.len();
+        self.at = (self.at + 1) % self.order.len();
     }
 }
 
@@ -123,7 +144,7 @@ mod tests {
     use crate::registry::instance::Contract;
     use crate::registry::lease::Lease;
     use crate::registry::validate::validate_service;
-    use crate::registry::{InstanceId, ServiceName, ServiceSpec, ToolSpec};
+    use crate::registry::{Instance, InstanceId, ServiceName, ServiceSpec, ToolSpec};
 
     /// A contract of `version` with one tool, `work`, described as `description`.
     fn contract(version: &str, description: &str) -> Arc<Contract> {
@@ -156,12 +177,12 @@ mod tests {
         })
     }
 
-    fn service(instances: Vec<Arc<Instance>>) -> ServiceEntry {
+    fn service(instances: Vec<Arc<Instance>>) -> Arc<ServiceEntry> {
         let name = ServiceName::parse("svc").expect("valid");
-        ServiceEntry::new(TenantId(0), name, instances)
+        Arc::new(ServiceEntry::new(TenantId(0), name, instances))
     }
 
-    fn same(endpoints: &[(&str, &str)]) -> ServiceEntry {
+    fn same(endpoints: &[(&str, &str)]) -> Arc<ServiceEntry> {
         let contract = contract("1.0.0", "works");
         let instances = endpoints
             .iter()
@@ -179,7 +200,7 @@ mod tests {
         seen
     }
 
-    fn route(entry: &ServiceEntry, health: &ProviderHealthBook) -> Result<Route, InvokeError> {
+    fn route(entry: &Arc<ServiceEntry>, health: &ProviderHealthBook) -> Result<Route, InvokeError> {
         Route::of(entry, &entry.tools[0], health)
     }
 
@@ -219,6 +240,26 @@ mod tests {
             let mut next = route(&entry, &health).expect("routes");
             assert_eq!(tried(&mut next), ["http://lb:1"]);
         }
+    }
+
+    #[test]
+    fn many_replicas_sharing_addresses_count_once_each() {
+        let ids: Vec<(String, String)> = (0..12)
+            .map(|n| (format!("r{n}"), format!("http://host{}:1", n % 4)))
+            .collect();
+        let pairs: Vec<(&str, &str)> = ids.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        let entry = same(&pairs);
+        let mut seen = tried(&mut route(&entry, &ProviderHealthBook::default()).expect("routes"));
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                "http://host0:1",
+                "http://host1:1",
+                "http://host2:1",
+                "http://host3:1"
+            ]
+        );
     }
 
     #[test]
