@@ -140,6 +140,15 @@ impl MemoryStore {
     }
 }
 
+/// Every tenant's live instances at the monotonic time `now`.
+fn live_instances(snapshot: &Snapshot, now: u64) -> impl Iterator<Item = &Arc<Instance>> {
+    snapshot
+        .tenants
+        .values()
+        .flat_map(|index| index.services.values())
+        .flat_map(move |entry| entry.live_instances_at(now))
+}
+
 /// The service without the instance holding `lease` nor any lapsed one; `None` when no live
 /// instance is left.
 fn remaining_instances(entry: &ServiceEntry, lease: LeaseId) -> Option<ServiceEntry> {
@@ -421,12 +430,7 @@ impl RegistryStore for MemoryStore {
 
     fn endpoints(&self) -> std::collections::HashSet<String> {
         let snapshot = self.snapshot.load();
-        let now = monotonic_now();
-        snapshot
-            .tenants
-            .values()
-            .flat_map(|index| index.services.values())
-            .flat_map(|entry| entry.live_instances_at(now))
+        live_instances(&snapshot, monotonic_now())
             .filter(|instance| !instance.endpoint.is_empty())
             .map(|instance| instance.endpoint.clone())
             .collect()
@@ -450,13 +454,7 @@ impl RegistryStore for MemoryStore {
 
     fn instance_count(&self) -> u64 {
         let snapshot = self.snapshot.load();
-        let now = monotonic_now();
-        snapshot
-            .tenants
-            .values()
-            .flat_map(|index| index.services.values())
-            .map(|entry| entry.live_instances_at(now).count() as u64)
-            .sum()
+        live_instances(&snapshot, monotonic_now()).count() as u64
     }
 
     fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>> {
