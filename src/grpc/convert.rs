@@ -195,7 +195,7 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
         tool_schema: json_to_struct(&tool.input_schema_json()),
         output_schema: tool.output_schema_json().as_ref().and_then(json_to_struct),
         service_name: service.name.to_string(),
-        service_version: service.version.clone(),
+        service_version: service.version().to_owned(),
         capabilities: tool
             .capabilities
             .iter()
@@ -252,10 +252,10 @@ fn instances_to_pb(
 pub fn discovery_info(service: &ServiceEntry, health: &ProviderHealthBook) -> pb::DiscoveryInfo {
     pb::DiscoveryInfo {
         service_name: service.name.to_string(),
-        service_version: service.version.clone(),
+        service_version: service.version().to_owned(),
         endpoint: service.endpoint().to_owned(),
         available_tools: service
-            .tools
+            .tools()
             .iter()
             .map(|tool| tool_to_pb(tool, service))
             .collect(),

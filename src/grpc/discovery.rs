@@ -72,13 +72,13 @@ impl DiscoveryService for DiscoveryApi {
         Span::current().record("service", spec.name.as_str());
         let entry = self.registry.register(meta.tenant, &spec)?;
         let instance = entry.last_registered();
-        tracing::info!(tools = entry.tools.len(), instance = %instance.id, instances = entry.instances.len(), lease_id = %instance.lease.id, "service registered");
+        tracing::info!(tools = entry.tools().len(), instance = %instance.id, instances = entry.instances.len(), lease_id = %instance.lease.id, "service registered");
         Ok(Response::new(pb::RegisterServiceResponse {
             meta: Some(meta.response()),
             lease_id: instance.lease.id.to_string(),
             expires_at: Some(instance.lease.expires_at().into()),
             tools: entry
-                .tools
+                .tools()
                 .iter()
                 .map(|tool| convert::tool_to_pb(tool, &entry))
                 .collect(),

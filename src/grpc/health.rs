@@ -71,9 +71,9 @@ impl HealthService for HealthApi {
                     as i32,
                 timestamp: Some(SystemTime::now().into()),
                 uptime_seconds: service.uptime_seconds(),
-                tools_count: u32::try_from(service.tools.len()).unwrap_or(u32::MAX),
+                tools_count: u32::try_from(service.tools().len()).unwrap_or(u32::MAX),
                 tools: service
-                    .tools
+                    .tools()
                     .iter()
                     .map(|tool| tool.name.to_string())
                     .collect(),

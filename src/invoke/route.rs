@@ -201,7 +201,7 @@ mod tests {
     }
 
     fn route(entry: &Arc<ServiceEntry>, health: &ProviderHealthBook) -> Result<Route, InvokeError> {
-        Route::of(entry, &entry.tools[0], health)
+        Route::of(entry, &entry.tools()[0], health)
     }
 
     #[test]
@@ -293,7 +293,7 @@ mod tests {
             instance("new", "http://new:1", &new),
             instance("old", "http://old:1", &old),
         ]);
-        assert_eq!(entry.version, "1.1.0");
+        assert_eq!(entry.version(), "1.1.0");
         let health = ProviderHealthBook::default();
         for _ in 0..3 {
             let mut next = route(&entry, &health).expect("routes");
@@ -311,7 +311,7 @@ mod tests {
         let mut leader = instance("new", "http://new:1", &new);
         Arc::get_mut(&mut leader).expect("unshared").lease = Lease::new(Duration::from_millis(200));
         let entry = service(vec![instance("old", "http://old:1", &old), leader]);
-        assert_eq!(entry.version, "1.1.0");
+        assert_eq!(entry.version(), "1.1.0");
         std::thread::sleep(Duration::from_millis(300));
         assert!(matches!(
             route(&entry, &health),

@@ -12,7 +12,6 @@
 //! after the wheel's tick has moved past it, so an eviction could be observed more than 1 s
 //! late, which the lease contract does not allow.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -205,12 +204,10 @@ impl RegistryStore for MemoryStore {
             .map(|instance| Arc::clone(instance))
             .collect();
         instances.push(Arc::clone(&registered));
-        let entry = ServiceEntry::new(tenant, name, instances);
-        if let Some(old) = old {
-            entry
-                .turn
-                .store(old.turn.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
+        let entry = match old {
+            Some(old) => old.with_instances(instances),
+            None => ServiceEntry::new(tenant, name, instances),
+        };
         // A lapsed lease not yet swept (the sweep runs within milliseconds) still counts.
         let before = index.map_or_else(Usage::default, TenantIndex::usage);
         let replaced = old.map_or_else(Usage::default, |old| old.usage());
@@ -395,7 +392,7 @@ impl RegistryStore for MemoryStore {
                 .services
                 .values()
                 .filter(|entry| entry.is_live_at(now))
-                .map(|entry| entry.tools.len())
+                .map(|entry| entry.tools().len())
                 .sum()
         })
     }

@@ -245,10 +245,6 @@ pub struct ServiceEntry {
     pub tenant: TenantId,
     /// The service's name.
     pub name: ServiceName,
-    /// The service's version: the leading contract's.
-    pub version: String,
-    /// The tools offered, sorted by name: the leading contract's.
-    pub tools: Vec<Arc<RegisteredTool>>,
     /// The leading contract: the one of the highest version among the live instances (the
     /// most recent registration's among equals) when the entry was made.
     pub contract: Arc<Contract>,
@@ -274,8 +270,6 @@ impl ServiceEntry {
         Self {
             tenant,
             name,
-            version: contract.version.clone(),
-            tools: contract.tools.clone(),
             contract,
             instances,
             turn: AtomicUsize::new(0),
@@ -290,6 +284,16 @@ impl ServiceEntry {
             .turn
             .store(self.turn.load(Ordering::Relaxed), Ordering::Relaxed);
         entry
+    }
+
+    /// The service's version: the leading contract's.
+    pub fn version(&self) -> &str {
+        &self.contract.version
+    }
+
+    /// The tools offered, sorted by name: the leading contract's.
+    pub fn tools(&self) -> &[Arc<RegisteredTool>] {
+        &self.contract.tools
     }
 
     /// The instances whose lease is live at the monotonic time `now`, oldest first.
@@ -356,10 +360,7 @@ impl ServiceEntry {
 
     /// Finds one of the service's tools by name.
     pub fn tool(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
-        self.tools
-            .binary_search_by(|tool| tool.name.as_str().cmp(name))
-            .ok()
-            .map(|index| &self.tools[index])
+        self.contract.tool(name)
     }
 
     /// What this service counts against its tenant's quota: one service, and the tools of

@@ -91,7 +91,8 @@ pub fn check(
                         reason: MissingReason::ToolNotOffered,
                         detail: format!(
                             "service {} {} does not offer tool {tool}",
-                            entry.name, entry.version
+                            entry.name,
+                            entry.version()
                         ),
                     }),
             ),

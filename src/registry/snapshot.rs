@@ -61,7 +61,7 @@ pub(super) fn insert_service(snapshot: &mut Snapshot, entry: &Arc<ServiceEntry>)
     let usage = entry.usage();
     index.tools_held += usage.tools;
     index.tool_bytes += usage.tool_bytes;
-    for tool in &entry.tools {
+    for tool in entry.tools() {
         let key = (
             tool.name.as_str().to_owned(),
             entry.name.as_str().to_owned(),
@@ -94,7 +94,7 @@ pub(super) fn remove_service(
     let usage = removed.usage();
     index.tools_held -= usage.tools;
     index.tool_bytes -= usage.tool_bytes;
-    for tool in &removed.tools {
+    for tool in removed.tools() {
         index
             .tools
             .remove(&(tool.name.as_str().to_owned(), name.as_str().to_owned()));
@@ -107,7 +107,7 @@ pub(super) fn remove_service(
 
 pub(super) fn tool_changes(old: &ServiceEntry, new: &ServiceEntry) -> Vec<ToolChange> {
     let mut changes = Vec::new();
-    for tool in &new.tools {
+    for tool in new.tools() {
         let old_sha = old
             .tool(tool.name.as_str())
             .map(|t| t.definition_sha256.clone());
@@ -119,7 +119,7 @@ pub(super) fn tool_changes(old: &ServiceEntry, new: &ServiceEntry) -> Vec<ToolCh
             });
         }
     }
-    for tool in &old.tools {
+    for tool in old.tools() {
         if new.tool(tool.name.as_str()).is_none() {
             changes.push(ToolChange {
                 tool: tool.name.clone(),
