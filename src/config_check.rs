@@ -7,6 +7,18 @@ impl ServerConfig {
     /// be used; the error says which setting to change.
     pub(super) fn check(&self) -> Result<(), String> {
         self.metrics_address()?;
+        self.mcp_address()?;
+        if self
+            .mcp_allowed_hosts
+            .split(',')
+            .all(|host| host.trim().is_empty())
+        {
+            return Err(
+                "mcp_allowed_hosts is empty: list the hosts MCP clients reach toolplane by \
+                 (comma-separated, as in their Host header), or * to accept any"
+                    .to_owned(),
+            );
+        }
         if !self.otlp_endpoint.is_empty() {
             crate::otlp::check_endpoint(&self.otlp_endpoint).map_err(|error| error.to_string())?;
         }

@@ -159,6 +159,45 @@ fn metrics_are_served_only_where_asked() {
 }
 
 #[test]
+fn the_mcp_endpoint_is_served_only_where_asked_and_answers_the_hosts_listed() {
+    let none = ServerConfig::load(None, env(&[])).expect("valid");
+    assert_eq!(none.mcp_address(), Ok(None));
+    assert_eq!(
+        none.server_options().mcp.allowed_hosts,
+        ["localhost", "127.0.0.1", "::1"]
+    );
+    let set = ServerConfig::load(
+        None,
+        env(&[
+            ("TOOLPLANE_MCP_LISTEN", "0.0.0.0:8080"),
+            (
+                "TOOLPLANE_MCP_ALLOWED_HOSTS",
+                "toolplane, toolplane.tools.svc:8080",
+            ),
+        ]),
+    )
+    .expect("valid");
+    assert_eq!(
+        set.mcp_address(),
+        Ok(Some("0.0.0.0:8080".parse().expect("address")))
+    );
+    assert_eq!(
+        set.server_options().mcp.allowed_hosts,
+        ["toolplane", "toolplane.tools.svc:8080"]
+    );
+    let any =
+        ServerConfig::load(None, env(&[("TOOLPLANE_MCP_ALLOWED_HOSTS", "*")])).expect("valid");
+    assert!(any.server_options().mcp.allowed_hosts.is_empty());
+    for (key, value, named) in [
+        ("TOOLPLANE_MCP_LISTEN", "port 8080", "mcp_listen"),
+        ("TOOLPLANE_MCP_ALLOWED_HOSTS", " , ", "mcp_allowed_hosts"),
+    ] {
+        let error = ServerConfig::load(None, env(&[(key, value)])).expect_err("refused");
+        assert!(error.to_string().contains(named), "{error}");
+    }
+}
+
+#[test]
 fn spans_are_exported_only_to_an_otlp_endpoint() {
     let none = ServerConfig::load(None, env(&[])).expect("valid");
     assert_eq!(none.server_options().otlp, None);

@@ -13,6 +13,24 @@ pub const MAX_CORRELATION_ID_LEN: usize = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct TenantId(pub u64);
 
+/// The request header naming the tenant where a request carries no envelope (grpc.health.v1
+/// calls, the MCP endpoint).
+pub const TENANT_HEADER: &str = "toolplane-tenant-id";
+
+impl TenantId {
+    /// The tenant a [`TENANT_HEADER`] value names: tenant 0 without the header, [`None`] when
+    /// the value is not an unsigned integer.
+    pub fn from_header(value: Option<&[u8]>) -> Option<Self> {
+        match value {
+            None => Some(Self::default()),
+            Some(bytes) => std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+                .map(Self),
+        }
+    }
+}
+
 impl fmt::Display for TenantId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

@@ -14,6 +14,8 @@
 //! - [`provider`]: the provider SDK (seed 001) and the example Structs tools (seed 004).
 //! - [`grpc`]: thin adapters per gRPC service, the provider client, error mapping, assembly,
 //!   and the per-RPC call counts.
+//! - [`mcp`]: the MCP endpoint: the registered tools served to MCP clients over Streamable
+//!   HTTP.
 //! - [`metrics`]: the Prometheus metrics endpoint: the server's state, calls by gRPC method
 //!   and code, the process's own numbers.
 //! - [`cli`]: how the client commands print tables and JSON; `audit verify`.
@@ -32,6 +34,7 @@ pub mod envelope;
 pub mod grpc;
 pub mod invoke;
 pub mod json;
+pub mod mcp;
 pub mod metrics;
 pub mod otlp;
 pub mod pb;

@@ -65,6 +65,9 @@ enum Command {
         /// Address to serve Prometheus metrics on, as GET /metrics over HTTP/1.1 [default: none, or `metrics_listen` from the config file or TOOLPLANE_METRICS_LISTEN].
         #[arg(long)]
         metrics_listen: Option<std::net::SocketAddr>,
+        /// Address to serve the registered tools to MCP clients on, as MCP's Streamable HTTP at /mcp [default: none, or `mcp_listen` from the config file or TOOLPLANE_MCP_LISTEN].
+        #[arg(long)]
+        mcp_listen: Option<std::net::SocketAddr>,
         /// Config file [default: ./toolplane.toml when it exists].
         #[arg(long, env = "TOOLPLANE_CONFIG")]
         config: Option<PathBuf>,
@@ -201,6 +204,7 @@ fn main() -> ExitCode {
             Command::Serve {
                 listen,
                 metrics_listen,
+                mcp_listen,
                 config,
                 log_format,
             } => {
@@ -216,6 +220,7 @@ fn main() -> ExitCode {
                 let addresses = cli::serve::Addresses {
                     listen,
                     metrics_listen,
+                    mcp_listen,
                 };
                 (
                     threads,

@@ -8,9 +8,15 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogFormat, ServerConfig};
 
-/// Logs to stderr in `format`, at the level `RUST_LOG` sets (default `info`).
+/// What is logged without `RUST_LOG`: INFO and above, but nothing of the MCP SDK's own, which
+/// logs every MCP session's start and end at INFO and a client's mistakes and departures at
+/// WARN and ERROR (`RUST_LOG=info,rmcp=debug` shows them).
+pub const DEFAULT_LOG_FILTER: &str = "info,rmcp=off";
+
+/// Logs to stderr in `format`, at the level `RUST_LOG` sets (default [`DEFAULT_LOG_FILTER`]).
 pub fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
@@ -28,6 +34,8 @@ pub struct Addresses {
     pub listen: Option<std::net::SocketAddr>,
     /// `--metrics-listen`.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `--mcp-listen`.
+    pub mcp_listen: Option<std::net::SocketAddr>,
 }
 
 /// Binds `address`; answers the listener and the address it is bound to.
@@ -61,16 +69,26 @@ pub async fn serve(
     let Some((listener, bound)) = bind(addresses.listen.unwrap_or(config.listen)).await else {
         return ExitCode::from(2);
     };
-    let metrics_listener = match metrics_address {
-        Some(address) => match bind(address).await {
-            Some((listener, bound)) => {
-                tracing::info!(address = %bound, "metrics served at /metrics");
-                Some(listener)
-            }
-            None => return ExitCode::from(2),
-        },
-        None => None,
-    };
+    let mcp_address = addresses
+        .mcp_listen
+        .or_else(|| config.mcp_address().unwrap_or_default());
+    let mut side = crate::grpc::SideListeners::default();
+    for (address, slot, what) in [
+        (
+            metrics_address,
+            &mut side.metrics,
+            "metrics served at /metrics",
+        ),
+        (mcp_address, &mut side.mcp, "MCP served at /mcp"),
+    ] {
+        if let Some(address) = address {
+            let Some((listener, bound)) = bind(address).await else {
+                return ExitCode::from(2);
+            };
+            tracing::info!(address = %bound, "{what}");
+            *slot = Some(listener);
+        }
+    }
     let options = config.server_options();
     if let Err(error) = crate::grpc::server::check_tls_files(&options) {
         tracing::error!(%error, "cannot start");
@@ -89,7 +107,7 @@ pub async fn serve(
     let shutdown = crate::grpc::shutdown_signal();
     // Tests and scripts read the address from this line.
     tracing::info!(address = %bound, "toolplane serving");
-    match crate::grpc::serve_with_metrics(listener, metrics_listener, options, shutdown).await {
+    match crate::grpc::serve_with(listener, side, options, shutdown).await {
         Ok(()) => {
             tracing::info!("toolplane stopped");
             ExitCode::SUCCESS

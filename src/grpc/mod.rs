@@ -36,4 +36,5 @@ pub mod trace_headers;
 mod unary_calls;
 pub mod unary_client;
 
-pub use server::{ServeError, ServerOptions, serve, serve_with_metrics, shutdown_signal};
+pub use server::{ServeError, ServerOptions, SideListeners, serve, serve_with};
+pub use serving::shutdown_signal;

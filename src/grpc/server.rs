@@ -46,6 +46,7 @@ use crate::invoke::heavy::{self, HeavyWork};
 use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, RecordError, RecordLog};
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
+use crate::mcp::{McpEndpoint, McpTools};
 use crate::metrics::MetricsSources;
 use crate::otlp::{OtlpError, OtlpExport};
 use crate::pb;
@@ -133,6 +134,8 @@ pub struct ServerOptions {
     pub tls_reload_interval: Duration,
     /// Which responses are compressed (see [`super::response_compression`]).
     pub response_compression: ResponseCompression,
+    /// Who may reach the MCP endpoint, when one is served (see [`crate::mcp::http`]).
+    pub mcp: McpEndpoint,
 }
 
 impl ServerOptions {
@@ -174,6 +177,7 @@ impl Default for ServerOptions {
             tls: None,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
             response_compression: ResponseCompression::default(),
+            mcp: McpEndpoint::loopback(),
         }
     }
 }
@@ -229,17 +233,26 @@ pub async fn serve(
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    serve_with_metrics(listener, None, options, shutdown).await
+    serve_with(listener, SideListeners::default(), options, shutdown).await
 }
 
-/// As [`serve`], and answers Prometheus scrapes (`GET /metrics`, see [`crate::metrics`]) on
-/// `metrics_listener` when given, until the server has drained.
-pub async fn serve_with_metrics(
+/// The listeners a server may have beside its gRPC port's, each served until it has drained.
+#[derive(Debug, Default)]
+pub struct SideListeners {
+    /// Prometheus scrapes (`GET /metrics`, see [`crate::metrics`]).
+    pub metrics: Option<TcpListener>,
+    /// The MCP endpoint (`/mcp`, see [`crate::mcp`]).
+    pub mcp: Option<TcpListener>,
+}
+
+/// As [`serve`], with the endpoints of `side` beside the gRPC port.
+pub async fn serve_with(
     listener: TcpListener,
-    metrics_listener: Option<TcpListener>,
+    side: SideListeners,
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let metrics_listener = side.metrics;
     let served_tls = options
         .tls
         .as_ref()
@@ -328,6 +341,13 @@ pub async fn serve_with_metrics(
             };
             AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
         });
+    // Aborted, with its connections, when this function returns.
+    let _mcp = side.mcp.map(|listener| {
+        let tools = McpTools::new(registry.clone(), invoker.clone());
+        let served =
+            crate::mcp::http::serve(listener, tools, options.mcp.clone(), served_tls.clone());
+        AbortOnDrop(tokio::spawn(served))
+    });
     tokio::spawn(run_health_checks(
         store,
         caller,
@@ -464,37 +484,5 @@ async fn shrink_rate_limits(limits: Arc<RateLimits>, serving: ServingState) {
             () = tokio::time::sleep(RATE_LIMIT_SHRINK_INTERVAL) => limits.shrink(),
             () = super::serving::shutting_down(&mut stopping) => return,
         }
-    }
-}
-
-/// Completes on SIGINT or SIGTERM, listening from the call on (call it inside a tokio
-/// runtime, before announcing that the server serves).
-pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    // The handlers are installed here, not when the future is first polled: a signal that
-    // comes after the caller has announced it is serving, before its server awaits this, is
-    // not lost (nor does it kill the process undrained, as the default action would).
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let terminate = signal(SignalKind::terminate());
-        let interrupt = signal(SignalKind::interrupt());
-        async move {
-            match (terminate, interrupt) {
-                (Ok(mut terminate), Ok(mut interrupt)) => {
-                    tokio::select! {
-                        _ = terminate.recv() => {}
-                        _ = interrupt.recv() => {}
-                    }
-                }
-                (Err(error), _) | (_, Err(error)) => {
-                    tracing::warn!(%error, "cannot listen for SIGTERM and SIGINT; only Ctrl-C stops the process");
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    async {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

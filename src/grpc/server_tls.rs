@@ -86,6 +86,8 @@ pub enum ServerTlsError {
 pub struct ServedTls {
     config: Arc<ArcSwap<ServerConfig>>,
     names: TlsSettingNames,
+    /// The ALPN protocols offered instead of `h2` alone ([`Self::for_http1_and_h2`]).
+    alpn: Option<Vec<Vec<u8>>>,
 }
 
 impl std::fmt::Debug for ServedTls {
@@ -110,7 +112,18 @@ impl ServedTls {
         Ok(Self {
             config: Arc::new(ArcSwap::from(server_config(files, names)?)),
             names,
+            alpn: None,
         })
+    }
+
+    /// The same TLS (the same files, reloaded with it) for a port that serves HTTP/1.1 as well
+    /// as HTTP/2, as the MCP endpoint does: both are offered by ALPN.
+    pub fn for_http1_and_h2(&self) -> Self {
+        Self {
+            config: Arc::clone(&self.config),
+            names: self.names,
+            alpn: Some(vec![b"h2".to_vec(), b"http/1.1".to_vec()]),
+        }
     }
 
     /// Builds the configuration from `files` again (they were renewed on disk) and accepts
@@ -121,7 +134,15 @@ impl ServedTls {
     }
 
     fn acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(self.config.load_full())
+        let config = self.config.load_full();
+        match &self.alpn {
+            None => TlsAcceptor::from(config),
+            Some(protocols) => {
+                let mut config = ServerConfig::clone(&config);
+                config.alpn_protocols.clone_from(protocols);
+                TlsAcceptor::from(Arc::new(config))
+            }
+        }
     }
 }
 
@@ -166,12 +187,21 @@ fn server_config(
 }
 
 /// The connections a server accepts on `listener` over TLS, with Nagle off and writes
-/// coalesced; a connection whose handshake fails or outlasts [`HANDSHAKE_TIMEOUT`] is closed
-/// (and logged at DEBUG) without ending the stream.
+/// coalesced (as its HTTP/2 wants, see `coalesce`); see [`handshaken`].
 pub fn incoming(
     listener: TcpListener,
     tls: ServedTls,
 ) -> impl Stream<Item = io::Result<CoalescingIo<TlsStream<TcpStream>>>> + Send + 'static {
+    handshaken(listener, tls).map(|accepted| accepted.map(CoalescingIo::new))
+}
+
+/// The connections a server accepts on `listener` over TLS, with Nagle off; a connection
+/// whose handshake fails or outlasts [`HANDSHAKE_TIMEOUT`] is closed (and logged at DEBUG)
+/// without ending the stream.
+pub fn handshaken(
+    listener: TcpListener,
+    tls: ServedTls,
+) -> impl Stream<Item = io::Result<TlsStream<TcpStream>>> + Send + 'static {
     let accepting = TcpIncoming::from(listener).with_nodelay(Some(true));
     let state = (Box::pin(accepting), FuturesUnordered::new(), tls);
     futures_util::stream::unfold(state, |(mut accepting, mut handshakes, tls)| async move {
@@ -185,10 +215,7 @@ pub fn incoming(
                     None => return None,
                 },
                 Some(done) = handshakes.next(), if !handshakes.is_empty() => match done {
-                    Ok(stream) => {
-                        let io = CoalescingIo::new(stream);
-                        return Some((Ok(io), (accepting, handshakes, tls)));
-                    }
+                    Ok(stream) => return Some((Ok(stream), (accepting, handshakes, tls))),
                     Err(error) => tracing::debug!(%error, "a caller's TLS handshake failed"),
                 },
             }

@@ -53,3 +53,35 @@ impl ServingState {
 pub(crate) async fn shutting_down(serving: &mut watch::Receiver<bool>) {
     let _ = serving.wait_for(|serving| !*serving).await;
 }
+
+/// Completes on SIGINT or SIGTERM, listening from the call on (call it inside a tokio
+/// runtime, before announcing that the server serves).
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    // The handlers are installed here, not when the future is first polled: a signal that
+    // comes after the caller has announced it is serving, before its server awaits this, is
+    // not lost (nor does it kill the process undrained, as the default action would).
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let terminate = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        async move {
+            match (terminate, interrupt) {
+                (Ok(mut terminate), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = terminate.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
+                }
+                (Err(error), _) | (_, Err(error)) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM and SIGINT; only Ctrl-C stops the process");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

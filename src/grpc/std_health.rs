@@ -28,8 +28,7 @@ use crate::invoke::health::ProviderHealthBook;
 use crate::registry::store::RegistryEvent;
 use crate::registry::{Registry, ServiceName};
 
-/// The request header naming the tenant of a grpc.health.v1 call.
-pub const TENANT_HEADER: &str = "toolplane-tenant-id";
+use crate::envelope::TENANT_HEADER;
 
 /// The gRPC services whose health is the server's own.
 pub const SERVER_SERVICES: &[&str] = &[
@@ -85,19 +84,12 @@ impl StandardHealth {
 }
 
 fn tenant_of<T>(request: &Request<T>) -> Result<TenantId, Status> {
-    match request.metadata().get(TENANT_HEADER) {
-        None => Ok(TenantId::default()),
-        Some(value) => value
-            .to_str()
-            .ok()
-            .and_then(|text| text.trim().parse().ok())
-            .map(TenantId)
-            .ok_or_else(|| {
-                Status::invalid_argument(format!(
-                    "header {TENANT_HEADER} must be an unsigned integer"
-                ))
-            }),
-    }
+    let value = request.metadata().get(TENANT_HEADER);
+    TenantId::from_header(value.map(|value| value.as_bytes())).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "header {TENANT_HEADER} must be an unsigned integer"
+        ))
+    })
 }
 
 fn answer(status: ServingStatus) -> HealthCheckResponse {

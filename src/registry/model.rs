@@ -107,6 +107,18 @@ pub enum Capability {
     Retry,
 }
 
+impl Capability {
+    /// The capability's name in lowercase: `batching`, `streaming`, `caching` or `retry`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Batching => "batching",
+            Self::Streaming => "streaming",
+            Self::Caching => "caching",
+            Self::Retry => "retry",
+        }
+    }
+}
+
 /// Health of the control plane or a service (seed 002 `HealthState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HealthState {

@@ -38,6 +38,15 @@ pub fn test_options() -> ServerOptions {
     }
 }
 
+/// A listener on a free loopback port, and its address.
+async fn side_listener() -> (tokio::net::TcpListener, SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("bound address");
+    (listener, addr)
+}
+
 impl TestServer {
     pub async fn start() -> Self {
         Self::start_with(test_options()).await
@@ -55,7 +64,9 @@ impl TestServer {
         let give_up = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             match tokio::net::TcpListener::bind(addr).await {
-                Ok(listener) => return Self::serve_on(listener, None, options),
+                Ok(listener) => {
+                    return Self::serve_on(listener, Default::default(), options);
+                }
                 Err(error) if std::time::Instant::now() < give_up => {
                     eprintln!("binding {addr} again: {error}; retrying");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -67,35 +78,40 @@ impl TestServer {
 
     /// Starts a server that serves metrics too; answers it and the metrics address.
     pub async fn start_with_metrics(options: ServerOptions) -> (Self, SocketAddr) {
-        let metrics = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let metrics_addr = metrics.local_addr().expect("bound address");
-        let loopback = "127.0.0.1:0".parse().expect("loopback");
-        let server = Self::start_serving(loopback, Some(metrics), options).await;
-        (server, metrics_addr)
+        let (metrics, metrics_addr) = side_listener().await;
+        let side = toolplane::grpc::SideListeners {
+            metrics: Some(metrics),
+            mcp: None,
+        };
+        (Self::start_serving(side, options).await, metrics_addr)
     }
 
-    async fn start_serving(
-        addr: SocketAddr,
-        metrics: Option<tokio::net::TcpListener>,
-        options: ServerOptions,
-    ) -> Self {
-        let listener = tokio::net::TcpListener::bind(addr)
+    /// Starts a server that serves MCP too; answers it and the MCP endpoint's address.
+    pub async fn start_with_mcp(options: ServerOptions) -> (Self, SocketAddr) {
+        let (mcp, mcp_addr) = side_listener().await;
+        let side = toolplane::grpc::SideListeners {
+            metrics: None,
+            mcp: Some(mcp),
+        };
+        (Self::start_serving(side, options).await, mcp_addr)
+    }
+
+    async fn start_serving(side: toolplane::grpc::SideListeners, options: ServerOptions) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
-        Self::serve_on(listener, metrics, options)
+        Self::serve_on(listener, side, options)
     }
 
     fn serve_on(
         listener: tokio::net::TcpListener,
-        metrics: Option<tokio::net::TcpListener>,
+        side: toolplane::grpc::SideListeners,
         options: ServerOptions,
     ) -> Self {
         let addr = listener.local_addr().expect("bound address");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            toolplane::grpc::serve_with_metrics(listener, metrics, options, async {
+            toolplane::grpc::serve_with(listener, side, options, async {
                 let _ = stopped.await;
             })
             .await

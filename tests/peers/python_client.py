@@ -24,24 +24,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
 import toolplane_stubs
+from peer_checks import CHECKS, check, expect
 
 TENANT = 0
-CHECKS = []
-
-
-def check(name):
-    """Registers a check: a function run in order, reported by its name."""
-
-    def register(function):
-        CHECKS.append((name, function))
-        return function
-
-    return register
-
-
-def expect(condition, what):
-    if not condition:
-        raise AssertionError(what)
 
 
 class Toolplane:

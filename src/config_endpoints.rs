@@ -1,0 +1,60 @@
+//! The endpoints beside the gRPC port a configuration asks for: metrics and MCP.
+
+use std::net::SocketAddr;
+
+use super::ServerConfig;
+use crate::mcp::McpEndpoint;
+
+impl ServerConfig {
+    /// The address to serve metrics on, if any.
+    pub fn metrics_address(&self) -> Result<Option<SocketAddr>, String> {
+        side_address(
+            "metrics_listen",
+            &self.metrics_listen,
+            "0.0.0.0:9090",
+            "metrics",
+        )
+    }
+
+    /// Who may reach the MCP endpoint: the hosts listed, or any when `*` is among them.
+    pub fn mcp_endpoint(&self) -> McpEndpoint {
+        let hosts: Vec<&str> = self.mcp_allowed_hosts.split(',').map(str::trim).collect();
+        let allowed_hosts = if hosts.contains(&"*") {
+            Vec::new()
+        } else {
+            hosts
+                .into_iter()
+                .filter(|host| !host.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        McpEndpoint { allowed_hosts }
+    }
+
+    /// The address to serve the MCP endpoint on, if any.
+    pub fn mcp_address(&self) -> Result<Option<SocketAddr>, String> {
+        side_address(
+            "mcp_listen",
+            &self.mcp_listen,
+            "0.0.0.0:8080",
+            "MCP endpoint",
+        )
+    }
+}
+
+/// The address a side endpoint's `setting` names, if any.
+fn side_address(
+    setting: &str,
+    value: &str,
+    example: &str,
+    what: &str,
+) -> Result<Option<SocketAddr>, String> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    value.parse().map(Some).map_err(|error| {
+        format!(
+            "{setting} {value:?} is not an address such as {example} ({error}); leave it empty to serve no {what}"
+        )
+    })
+}

@@ -1,0 +1,88 @@
+//! A `tools/call` outcome in MCP's terms: what the tool answered, a tool error the client's
+//! model sees and can act on (`isError`), or a JSON-RPC error for a call that names no tool.
+//!
+//! As the MCP specification asks, input that does not match the tool's schema, a provider's
+//! failure, a timeout and a rate limit are tool errors, so a model can correct itself or try
+//! again; an unknown or ambiguous tool name is a protocol error (`-32602`, invalid params).
+//! Each answer's `_meta` carries the invocation record's id and, on failure, the reason gRPC
+//! callers get in `ErrorInfo`.
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject};
+use serde_json::{Value, json};
+
+use super::tools::meta_keys;
+use crate::invoke::{Failed, InvokeError, Invoked, reason_of};
+use crate::registry::RegistryError;
+
+/// The answer to a call that ran (whether or not the tool succeeded).
+pub fn succeeded(invoked: Invoked) -> CallToolResult {
+    let mut meta = JsonObject::new();
+    meta.insert(
+        meta_keys::INVOCATION_ID.into(),
+        json!(invoked.record.invocation_id),
+    );
+    if !invoked.warnings.is_empty() {
+        meta.insert(meta_keys::WARNINGS.into(), json!(invoked.warnings));
+    }
+    // MCP's structured content is an object; any other output is answered as JSON text only.
+    let result = match invoked.output {
+        output @ Value::Object(_) => CallToolResult::structured(output),
+        output => CallToolResult::success(vec![ContentBlock::text(output.to_string())]),
+    };
+    result.with_meta(Some(MetaObject(meta)))
+}
+
+/// The answer to a call that failed: a tool error, or a protocol error when the call named no
+/// tool it could be (or the server itself failed).
+pub fn failed(failed: Failed) -> Result<CallToolResult, ErrorData> {
+    let reason = reason_of(&failed.error);
+    let invocation_id = failed
+        .record
+        .as_ref()
+        .map(|record| record.invocation_id.clone())
+        .unwrap_or_default();
+    let data = Some(json!({ "reason": reason, "invocation_id": invocation_id }));
+    let text = match failed.error {
+        InvokeError::Request(inner) => {
+            return Err(ErrorData::invalid_params(inner.to_string(), data));
+        }
+        InvokeError::Resolve(RegistryError::AmbiguousTool { tool, candidates }) => {
+            let names: Vec<String> = candidates
+                .iter()
+                .map(|service| format!("{service}.{tool}"))
+                .collect();
+            let message = format!(
+                "tool {tool} is offered by several services; call it as one of {}",
+                names.join(", ")
+            );
+            return Err(ErrorData::invalid_params(message, data));
+        }
+        InvokeError::Resolve(inner) => {
+            return Err(ErrorData::invalid_params(inner.to_string(), data));
+        }
+        InvokeError::SchemaUnavailable { .. } | InvokeError::Records(_) => {
+            return Err(ErrorData::internal_error(failed.error.to_string(), data));
+        }
+        InvokeError::InvalidInput { tool, violations } => {
+            let mut text = format!("the arguments do not match the input schema of tool {tool}:");
+            for violation in &violations {
+                text.push_str(&format!("\n- {}", violation.description));
+            }
+            text
+        }
+        error @ (InvokeError::RateLimited { .. }
+        | InvokeError::TooManyInFlight { .. }
+        | InvokeError::NoEndpoint { .. }
+        | InvokeError::NoInstanceOffers { .. }
+        | InvokeError::ProviderUnhealthy { .. }
+        | InvokeError::Timeout { .. }
+        | InvokeError::Provider { .. }
+        | InvokeError::CheckTimeout { .. }
+        | InvokeError::OutputCheckTimeout { .. }) => error.to_string(),
+    };
+    let mut meta = JsonObject::new();
+    meta.insert(meta_keys::INVOCATION_ID.into(), json!(invocation_id));
+    meta.insert(meta_keys::ERROR_REASON.into(), json!(reason));
+    Ok(CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(MetaObject(meta))))
+}

@@ -1,0 +1,226 @@
+//! How a tenant's registered tools look to an MCP client: the `tools/list` entry of each, and
+//! the tool and service a `tools/call` name stands for.
+//!
+//! A tool is listed under its own name (toolplane's tool names are MCP's: 1-128 of
+//! `[A-Za-z0-9_.-]`). MCP names are unique per server, so a name several services offer is
+//! listed once per service as `SERVICE.TOOL` (service names are DNS labels, without dots).
+//! A call names one or the other; a plain name offered by one service is that tool even when it
+//! also reads as `SERVICE.TOOL`.
+
+use std::sync::Arc;
+
+use rmcp::model::{JsonObject, MetaObject, Tool};
+use serde_json::{Value, json};
+
+use crate::envelope::TenantId;
+use crate::registry::{Registry, ServiceName, ToolName, ToolRef};
+
+/// The `_meta` keys toolplane adds to what it lists and answers (a `toolplane/` prefix, as MCP
+/// asks of implementation-specific keys).
+pub mod meta_keys {
+    /// The service offering the tool.
+    pub const SERVICE: &str = "toolplane/service";
+    /// That service's version.
+    pub const SERVICE_VERSION: &str = "toolplane/service_version";
+    /// The tool's name as registered (the listed name may be `SERVICE.TOOL`).
+    pub const TOOL: &str = "toolplane/tool";
+    /// The capabilities the tool declared (`retry`, `streaming`, ...).
+    pub const CAPABILITIES: &str = "toolplane/capabilities";
+    /// sha256 of the tool's definition, as in `GetTool` and the invocation records.
+    pub const DEFINITION_SHA256: &str = "toolplane/definition_sha256";
+    /// The invocation record's id (on a call's answer).
+    pub const INVOCATION_ID: &str = "toolplane/invocation_id";
+    /// Why a call failed: the `ErrorInfo` reason gRPC callers get.
+    pub const ERROR_REASON: &str = "toolplane/error_reason";
+    /// The provider's warnings and output-schema mismatches.
+    pub const WARNINGS: &str = "toolplane/warnings";
+}
+
+/// The name a tool is listed under: its own, or `SERVICE.TOOL` when `offered_by` (the number of
+/// the tenant's services offering a tool of that name) is more than one.
+pub fn listed_name(found: &ToolRef, offered_by: usize) -> String {
+    if offered_by > 1 {
+        format!("{}.{}", found.service.name, found.tool.name)
+    } else {
+        found.tool.name.to_string()
+    }
+}
+
+/// The `tools/list` entry of a tool listed as `name`. The input schema is the registered one;
+/// the output schema is given only when it describes an object, as MCP requires (a tool whose
+/// output is no object still answers, in text).
+pub fn listed_tool(found: &ToolRef, name: String) -> Tool {
+    let tool = &found.tool;
+    let input_schema = match serde_json::from_str::<Value>(&tool.input_schema) {
+        Ok(Value::Object(schema)) => schema,
+        // Registration accepts only schemas that are JSON objects.
+        _ => JsonObject::new(),
+    };
+    let output_schema = tool
+        .output_schema
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|schema| match schema {
+            Value::Object(schema) if schema.get("type") == Some(&json!("object")) => Some(schema),
+            _ => None,
+        });
+    let capabilities: Vec<&str> = tool
+        .capabilities
+        .iter()
+        .map(|capability| capability.as_str())
+        .collect();
+    let mut meta = JsonObject::new();
+    meta.insert(
+        meta_keys::SERVICE.into(),
+        json!(found.service.name.as_str()),
+    );
+    meta.insert(
+        meta_keys::SERVICE_VERSION.into(),
+        json!(found.service.version()),
+    );
+    meta.insert(meta_keys::TOOL.into(), json!(tool.name.as_str()));
+    meta.insert(meta_keys::CAPABILITIES.into(), json!(capabilities));
+    meta.insert(
+        meta_keys::DEFINITION_SHA256.into(),
+        json!(tool.definition_sha256),
+    );
+    let mut listed = Tool::new(name, tool.description.clone(), Arc::new(input_schema));
+    if let Some(schema) = output_schema {
+        listed = listed.with_raw_output_schema(Arc::new(schema));
+    }
+    listed.meta = Some(MetaObject(meta));
+    listed
+}
+
+/// The tool a `tools/call` name stands for, and its service when the name is `SERVICE.TOOL`.
+/// A name that is neither a tool name nor a service's tool is [`None`].
+pub fn resolve_name(
+    registry: &Registry,
+    tenant: TenantId,
+    name: &str,
+) -> Option<(ToolName, Option<ServiceName>)> {
+    let plain = ToolName::parse(name).ok();
+    if let Some(tool) = &plain
+        && registry.store().tools_named(tenant, tool).len() == 1
+    {
+        return plain.map(|tool| (tool, None));
+    }
+    let qualified = name.split_once('.').and_then(|(service, tool)| {
+        let service = ServiceName::parse(service).ok()?;
+        let tool = ToolName::parse(tool).ok()?;
+        registry
+            .get_tool(tenant, &tool, Some(&service))
+            .ok()
+            .map(|_| (tool, Some(service)))
+    });
+    // Otherwise the plain name, which the invocation engine finds ambiguous or unknown.
+    qualified.or_else(|| plain.map(|tool| (tool, None)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::memory::MemoryStore;
+    use crate::registry::model::{ServiceSpec, ToolSpec};
+    use crate::registry::{RegistrationLimits, RegistryStore};
+
+    fn registry() -> Registry {
+        let store: Arc<dyn RegistryStore> = MemoryStore::start(64, 0);
+        Registry::new(store, RegistrationLimits::default(), 16)
+    }
+
+    fn register(registry: &Registry, service: &str, tools: &[&str], output: Option<Value>) {
+        let spec = ServiceSpec {
+            name: service.into(),
+            version: "1.0.0".into(),
+            endpoint: String::new(),
+            tools: tools
+                .iter()
+                .map(|name| ToolSpec {
+                    name: (*name).into(),
+                    description: format!("{name} of {service}"),
+                    input_schema: Some(json!({"type": "object"})),
+                    output_schema: output.clone(),
+                    capabilities: Vec::new(),
+                    timeout_ms: None,
+                })
+                .collect(),
+            ttl: None,
+            instance_id: String::new(),
+        };
+        registry.register(TenantId(1), &spec).expect("registered");
+    }
+
+    fn resolved(registry: &Registry, name: &str) -> Option<(String, Option<String>)> {
+        resolve_name(registry, TenantId(1), name)
+            .map(|(tool, service)| (tool.to_string(), service.map(|s| s.to_string())))
+    }
+
+    #[tokio::test]
+    async fn a_name_two_services_offer_is_listed_and_called_as_service_dot_tool() {
+        let registry = registry();
+        register(&registry, "alpha", &["search", "only.alpha"], None);
+        register(&registry, "beta", &["search"], None);
+        let names: Vec<String> = registry
+            .all_tools(TenantId(1))
+            .iter()
+            .map(|found| {
+                let offered_by = registry
+                    .store()
+                    .tools_named(TenantId(1), &found.tool.name)
+                    .len();
+                listed_name(found, offered_by)
+            })
+            .collect();
+        assert_eq!(names, ["only.alpha", "alpha.search", "beta.search"]);
+        assert_eq!(
+            resolved(&registry, "beta.search"),
+            Some(("search".into(), Some("beta".into())))
+        );
+        // A unique plain name wins, even when it also reads as SERVICE.TOOL.
+        assert_eq!(
+            resolved(&registry, "only.alpha"),
+            Some(("only.alpha".into(), None))
+        );
+        // Ambiguous or unknown names go to the engine as they are, which says so.
+        assert_eq!(resolved(&registry, "search"), Some(("search".into(), None)));
+        assert_eq!(
+            resolved(&registry, "gamma.search"),
+            Some(("gamma.search".into(), None))
+        );
+        assert_eq!(resolved(&registry, "no tool!"), None);
+    }
+
+    #[tokio::test]
+    async fn an_output_schema_is_listed_only_when_it_describes_an_object() {
+        let registry = registry();
+        register(
+            &registry,
+            "objects",
+            &["obj"],
+            Some(json!({"type": "object"})),
+        );
+        register(
+            &registry,
+            "numbers",
+            &["num"],
+            Some(json!({"type": "number"})),
+        );
+        for found in registry.all_tools(TenantId(1)) {
+            let listed = listed_tool(&found, found.tool.name.to_string());
+            let meta = listed.meta.as_ref().expect("meta");
+            assert_eq!(
+                meta.0[meta_keys::SERVICE],
+                json!(found.service.name.as_str())
+            );
+            assert_eq!(
+                listed.output_schema.is_some(),
+                found.tool.name.as_str() == "obj"
+            );
+            assert_eq!(
+                Value::Object((*listed.input_schema).clone()),
+                json!({"type": "object"})
+            );
+        }
+    }
+}

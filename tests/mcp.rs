@@ -1,0 +1,207 @@
+//! toolplane's MCP endpoint (`mcp_listen`): the registered tools served to MCP clients over
+//! MCP's Streamable HTTP transport at `/mcp`. The official MCP Python SDK lists and calls them
+//! in both protocol eras (`tests/peers/python_mcp_client.py`); plain HTTP requests check what
+//! the endpoint refuses; a client with and without a certificate checks it over mutual TLS; and
+//! the MCP conformance suite runs the scenarios that apply to a server of tools.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+use common::process::{Runtime, peer, peer_script, proto_dir};
+use common::provider::start_structs_provider;
+use common::tls::TestCa;
+use toolplane::grpc::ServerOptions;
+use toolplane::grpc::server_tls::ServerTlsFiles;
+use toolplane::mcp::McpEndpoint;
+
+/// The longest the Python client's checks may run before it is killed and the test fails.
+const SCRIPT_LIMIT: Duration = Duration::from_secs(120);
+
+/// An `initialize` request of protocol 2025-11-25.
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"toolplane-tests","version":"1"}}}"#;
+
+/// Runs a peer to the end, killed past [`SCRIPT_LIMIT`], and answers what it printed.
+async fn run_to_end(mut command: Command) -> Output {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    tokio::task::spawn_blocking(move || {
+        let mut child = command.spawn().expect("start the peer");
+        let started = Instant::now();
+        while child.try_wait().expect("poll the peer").is_none() {
+            if started.elapsed() > SCRIPT_LIMIT {
+                child.kill().expect("kill the peer");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().expect("the peer's output")
+    })
+    .await
+    .expect("the peer ran")
+}
+
+fn initialize(client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(INITIALIZE)
+}
+
+/// The MCP Python SDK: tools/list with paging and toolplane's `_meta`; tools/call through the
+/// engine (structured output, the invocation record, schema errors as tool errors); names two
+/// services offer called as SERVICE.TOOL; tenants by header; tools/list_changed on a
+/// 2026-07-28 `subscriptions/listen` stream and on a 2025-11-25 session, whose calls share a
+/// correlation id.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_python_sdk_lists_and_calls_the_registered_tools() {
+    let Some(mut command) = peer_script(Runtime::Python, "python_mcp_client.py") else {
+        return;
+    };
+    let (server, mcp) = TestServer::start_with_mcp(ServerOptions::default()).await;
+    let provider = start_structs_provider(&server).await;
+    command
+        .arg(server.addr.to_string())
+        .arg(proto_dir())
+        .arg(format!("http://{mcp}/mcp"))
+        .arg(format!("http://{}", provider.addr));
+    let output = run_to_end(command).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stdout}");
+    assert!(
+        output.status.success() && stdout.trim_end().ends_with("checks passed"),
+        "the Python MCP client failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    server.stop().await;
+}
+
+/// The scenarios of the MCP conformance suite that a server of tools alone can pass (the
+/// others call the suite's own test tools, resources and prompts).
+const CONFORMANCE_SCENARIOS: &[&str] = &[
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "dns-rebinding-protection",
+    "server-sse-multiple-streams",
+];
+
+/// The MCP conformance suite (`@modelcontextprotocol/conformance`) passes the endpoint in each
+/// scenario that applies to it, with the Structs provider's tools registered.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_conformance_suite_passes_the_endpoint() {
+    let (Some(node), Some(suite)) = (
+        peer("mcp-conformance/node_modules/.bin/node"),
+        peer("mcp-conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+    ) else {
+        return;
+    };
+    let (server, mcp) = TestServer::start_with_mcp(ServerOptions::default()).await;
+    let _provider = start_structs_provider(&server).await;
+    for scenario in CONFORMANCE_SCENARIOS {
+        let mut command = Command::new(&node);
+        command.arg(&suite).args([
+            "server",
+            "--url",
+            &format!("http://{mcp}/mcp"),
+            "--scenario",
+            scenario,
+        ]);
+        let output = run_to_end(command).await;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains(", 0 failed"),
+            "scenario {scenario} failed ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    server.stop().await;
+}
+
+/// Requests to another Host than the allowed ones are refused (DNS rebinding), other paths are
+/// not found, and `*` in `mcp_allowed_hosts` (an empty list here) accepts any host.
+#[tokio::test]
+async fn the_endpoint_refuses_unknown_hosts_and_other_paths() {
+    let (server, mcp) = TestServer::start_with_mcp(ServerOptions::default()).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{mcp}/mcp");
+    let answer = initialize(&client, &url).send().await.expect("answered");
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
+    assert!(answer.headers().contains_key("mcp-session-id"));
+    let answer = initialize(&client, &url)
+        .header("host", "attacker.example")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 403);
+    let answer = client
+        .get(format!("http://{mcp}/metrics"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 404);
+    server.stop().await;
+
+    let options = ServerOptions {
+        mcp: McpEndpoint {
+            allowed_hosts: Vec::new(),
+        },
+        ..ServerOptions::default()
+    };
+    let (server, mcp) = TestServer::start_with_mcp(options).await;
+    let answer = initialize(&client, &format!("http://{mcp}/mcp"))
+        .header("host", "toolplane.tools.svc.cluster.local")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200);
+    server.stop().await;
+}
+
+/// With TLS served, the MCP endpoint is served in TLS too, with the same certificate, and asks
+/// for the same client certificates: a client presenting one the CA signed is answered, one
+/// presenting none gets no connection.
+#[tokio::test]
+async fn with_tls_served_the_endpoint_takes_only_callers_with_a_certificate() {
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (cert_file, key_file) = ca.server(&["127.0.0.1"]).write(dir.path(), "server");
+    let options = ServerOptions {
+        tls: Some(ServerTlsFiles {
+            cert_file,
+            key_file,
+            client_ca_file: Some(ca.write(dir.path(), "clients-ca")),
+        }),
+        ..ServerOptions::default()
+    };
+    let (server, mcp) = TestServer::start_with_mcp(options).await;
+    let url = format!("https://127.0.0.1:{}/mcp", mcp.port());
+    let trusting = || {
+        reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(ca.pem().as_bytes()).expect("CA certificate"),
+            )
+    };
+    let issued = ca.client("mcp-client");
+    let identity =
+        reqwest::Identity::from_pem(format!("{}{}", issued.cert_pem, issued.key_pem).as_bytes())
+            .expect("client identity");
+    let with_certificate = trusting().identity(identity).build().expect("client");
+    let answer = initialize(&with_certificate, &url)
+        .send()
+        .await
+        .expect("answered over TLS");
+    assert_eq!(answer.status(), 200);
+    let without = trusting().build().expect("client");
+    let refused = initialize(&without, &url).send().await;
+    assert!(
+        refused.is_err(),
+        "answered without a certificate: {refused:?}"
+    );
+    server.stop().await;
+}
