@@ -29,6 +29,7 @@ use crate::grpc::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
+use crate::mcp::import::McpImportConfig;
 use crate::otlp::{OtlpExport, OtlpProtocol};
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::DEFAULT_EVENT_BUFFER;
@@ -83,6 +84,9 @@ pub struct ServerConfig {
     /// The `Host` header values (hosts, or `host:port`) MCP requests may carry, comma-separated;
     /// `*` accepts any. Others are refused, against DNS rebinding from a browser.
     pub mcp_allowed_hosts: String,
+    /// MCP servers whose tools are imported as services (file only), as `[[mcp_imports]]`
+    /// tables with `service`, `url`, `tenant` (0) and `refresh_interval` (60s).
+    pub mcp_imports: Vec<McpImportConfig>,
     /// The OTLP collector spans are exported to (`http://host:4317` over gRPC,
     /// `http://host:4318` over HTTP, or `https://` for TLS); empty exports none.
     pub otlp_endpoint: String,
@@ -232,6 +236,7 @@ impl Default for ServerConfig {
             metrics_listen: String::new(),
             mcp_listen: String::new(),
             mcp_allowed_hosts: crate::mcp::http::LOOPBACK_HOSTS.join(","),
+            mcp_imports: Vec::new(),
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),
             otlp_ca_file: String::new(),
@@ -374,6 +379,12 @@ impl ServerConfig {
             provider_tls: self.provider_tls(),
             tls: self.served_tls(),
             mcp: self.mcp_endpoint(),
+            // Checked when the configuration was loaded.
+            mcp_imports: self
+                .mcp_imports
+                .iter()
+                .filter_map(|import| import.check(self.max_ttl).ok())
+                .collect(),
             tls_reload_interval: self.tls_reload_interval,
             response_compression: self.response_compression,
             limits: RegistrationLimits {

@@ -8,6 +8,16 @@ impl ServerConfig {
     pub(super) fn check(&self) -> Result<(), String> {
         self.metrics_address()?;
         self.mcp_address()?;
+        let mut imported = std::collections::HashSet::new();
+        for import in &self.mcp_imports {
+            let import = import.check(self.max_ttl)?;
+            if !imported.insert((import.tenant, import.service.clone())) {
+                return Err(format!(
+                    "mcp_imports: service {} of tenant {} is imported twice",
+                    import.service, import.tenant
+                ));
+            }
+        }
         if self
             .mcp_allowed_hosts
             .split(',')

@@ -198,6 +198,42 @@ fn the_mcp_endpoint_is_served_only_where_asked_and_answers_the_hosts_listed() {
 }
 
 #[test]
+fn mcp_imports_are_read_from_the_file_and_checked() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let file = dir.path().join("toolplane.toml");
+    let imports = r#"
+        [[mcp_imports]]
+        service = "github"
+        url = "http://127.0.0.1:3001/mcp"
+        refresh_interval = "30s"
+
+        [[mcp_imports]]
+        service = "github"
+        url = "http://127.0.0.1:3001/mcp"
+        tenant = 7
+    "#;
+    std::fs::write(&file, imports).expect("written");
+    let config = ServerConfig::load(Some(&file), env(&[])).expect("valid");
+    let checked = config.server_options().mcp_imports;
+    assert_eq!(checked.len(), 2);
+    assert_eq!(
+        checked[0].refresh_interval,
+        std::time::Duration::from_secs(30)
+    );
+    assert_eq!(
+        checked[1].refresh_interval,
+        std::time::Duration::from_secs(60)
+    );
+    std::fs::write(
+        &file,
+        format!("{imports}\n[[mcp_imports]]\nservice = \"github\"\nurl = \"http://other/mcp\"\n"),
+    )
+    .expect("written");
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("imported twice");
+    assert!(error.to_string().contains("imported twice"), "{error}");
+}
+
+#[test]
 fn spans_are_exported_only_to_an_otlp_endpoint() {
     let none = ServerConfig::load(None, env(&[])).expect("valid");
     assert_eq!(none.server_options().otlp, None);

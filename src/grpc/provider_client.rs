@@ -213,6 +213,11 @@ impl ProviderCaller for GrpcProviderCaller {
             })
         })
     }
+
+    fn check_health(&self, endpoint: &str) -> BoxFuture<'static, Result<(), String>> {
+        let (caller, endpoint) = (self.clone(), endpoint.to_owned());
+        Box::pin(async move { GrpcProviderCaller::check_health(&caller, &endpoint).await })
+    }
 }
 
 /// Checks every registered endpoint each `interval`, the first time one `interval` after the
@@ -224,7 +229,7 @@ impl ProviderCaller for GrpcProviderCaller {
 /// registration: when a new service is first checked would depend on the machine's load.
 pub async fn run_health_checks(
     store: Arc<dyn RegistryStore>,
-    caller: GrpcProviderCaller,
+    caller: Arc<dyn ProviderCaller>,
     book: Arc<ProviderHealthBook>,
     interval: Duration,
     mut serving: tokio::sync::watch::Receiver<bool>,

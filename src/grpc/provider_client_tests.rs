@@ -44,7 +44,7 @@ fn start_checks(
     let (serving, watching) = watch::channel(true);
     tokio::spawn(run_health_checks(
         store,
-        GrpcProviderCaller::default(),
+        Arc::new(GrpcProviderCaller::default()),
         Arc::clone(&book),
         interval,
         watching,

@@ -41,11 +41,14 @@ use crate::agent::runner::AgentRunner;
 use crate::agent::store::{
     AgentStore, DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
 };
+use crate::invoke::caller::ByEndpointScheme;
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::heavy::{self, HeavyWork};
 use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, RecordError, RecordLog};
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
+use crate::mcp::client::McpCaller;
+use crate::mcp::import::McpImport;
 use crate::mcp::{McpEndpoint, McpTools};
 use crate::metrics::MetricsSources;
 use crate::otlp::{OtlpError, OtlpExport};
@@ -136,6 +139,8 @@ pub struct ServerOptions {
     pub response_compression: ResponseCompression,
     /// Who may reach the MCP endpoint, when one is served (see [`crate::mcp::http`]).
     pub mcp: McpEndpoint,
+    /// The MCP servers whose tools are imported as services (see [`crate::mcp::import`]).
+    pub mcp_imports: Vec<McpImport>,
 }
 
 impl ServerOptions {
@@ -178,6 +183,7 @@ impl Default for ServerOptions {
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
             response_compression: ResponseCompression::default(),
             mcp: McpEndpoint::loopback(),
+            mcp_imports: Vec::new(),
         }
     }
 }
@@ -285,8 +291,13 @@ pub async fn serve_with(
     let serving = ServingState::new();
     let health = Arc::new(ProviderHealthBook::default());
     let heavy_work = HeavyWork::new(heavy::default_permits());
-    let caller =
-        GrpcProviderCaller::with_heavy_work(heavy_work.clone()).with_tls(provider_tls.clone());
+    let mcp_caller = McpCaller::default();
+    let caller = Arc::new(ByEndpointScheme {
+        grpc: Arc::new(
+            GrpcProviderCaller::with_heavy_work(heavy_work.clone()).with_tls(provider_tls.clone()),
+        ),
+        mcp: Arc::new(mcp_caller.clone()),
+    });
     super::tls_reload::watch_all(
         served_tls.clone().zip(options.tls.clone()),
         (provider_tls, options.provider_tls.clone()),
@@ -298,7 +309,7 @@ pub async fn serve_with(
     let model = model_provider(options.model.as_ref())?;
     let invoker = Invoker::new(
         registry.clone(),
-        Arc::new(caller.clone()),
+        caller.clone(),
         Arc::clone(&limits),
         Arc::clone(&health),
         records,
@@ -341,6 +352,8 @@ pub async fn serve_with(
             };
             AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
         });
+    // Ended when this function returns.
+    let _imports = crate::mcp::import::spawn_all(&options.mcp_imports, &registry, &mcp_caller);
     // Aborted, with its connections, when this function returns.
     let _mcp = side.mcp.map(|listener| {
         let tools = McpTools::new(registry.clone(), invoker.clone());

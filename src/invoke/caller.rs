@@ -134,4 +134,42 @@ pub trait ProviderCaller: Send + Sync + Debug {
         &self,
         call: ProviderCall,
     ) -> BoxFuture<'static, Result<ProviderReply, ProviderFailure>>;
+
+    /// Checks that the provider at `endpoint` answers; the error says what went wrong.
+    fn check_health(&self, endpoint: &str) -> BoxFuture<'static, Result<(), String>>;
+}
+
+pub use crate::registry::validate::MCP_ENDPOINT_PREFIX;
+
+/// Calls providers over the transport their endpoint names: MCP for an `mcp+http://` or
+/// `mcp+https://` endpoint (an MCP server's URL), gRPC's ToolProviderService for any other.
+#[derive(Debug, Clone)]
+pub struct ByEndpointScheme {
+    /// The caller of gRPC providers.
+    pub grpc: std::sync::Arc<dyn ProviderCaller>,
+    /// The caller of MCP servers.
+    pub mcp: std::sync::Arc<dyn ProviderCaller>,
+}
+
+impl ByEndpointScheme {
+    fn caller_for(&self, endpoint: &str) -> &dyn ProviderCaller {
+        if endpoint.starts_with(MCP_ENDPOINT_PREFIX) {
+            self.mcp.as_ref()
+        } else {
+            self.grpc.as_ref()
+        }
+    }
+}
+
+impl ProviderCaller for ByEndpointScheme {
+    fn call(
+        &self,
+        call: ProviderCall,
+    ) -> BoxFuture<'static, Result<ProviderReply, ProviderFailure>> {
+        self.caller_for(&call.endpoint).call(call)
+    }
+
+    fn check_health(&self, endpoint: &str) -> BoxFuture<'static, Result<(), String>> {
+        self.caller_for(endpoint).check_health(endpoint)
+    }
 }

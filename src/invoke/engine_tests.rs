@@ -30,6 +30,10 @@ impl ProviderCaller for StandIn {
         }
         .boxed()
     }
+
+    fn check_health(&self, _: &str) -> BoxFuture<'static, Result<(), String>> {
+        async { Ok(()) }.boxed()
+    }
 }
 
 fn engine(panics: bool) -> Invoker {

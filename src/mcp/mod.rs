@@ -1,15 +1,20 @@
-//! MCP (the Model Context Protocol): toolplane serves its registered tools to MCP clients.
+//! MCP (the Model Context Protocol): toolplane serves its registered tools to MCP clients, and
+//! imports the tools of MCP servers as services.
 //!
 //! - [`http`]: the endpoint, MCP's Streamable HTTP transport at `/mcp` on `mcp_listen`.
 //! - [`handler`]: `tools/list` over the caller's tenant's tools and `tools/call` through the
 //!   invocation engine (validated, bounded and recorded as `InvokeTool` calls are).
 //! - [`tools`]: how a registered tool is listed, and which tool a called name stands for.
 //! - [`answer`]: a call's outcome as an MCP result, tool error or protocol error.
+//! - [`client`]: calling the tools of MCP servers (services whose endpoint is an MCP URL).
+//! - [`import`]: the tools of configured MCP servers, registered as services.
 //! - [`list_changed`]: `notifications/tools/list_changed` when the tenant's tools change.
 
 pub mod answer;
+pub mod client;
 pub mod handler;
 pub mod http;
+pub mod import;
 pub mod list_changed;
 pub mod tools;
 

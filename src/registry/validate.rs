@@ -34,6 +34,9 @@ pub const DEFAULT_MAX_SCHEMA_DEPTH: usize = 24;
 pub const DEFAULT_MAX_SERVICES_PER_TENANT: usize = 10_000;
 /// Default most live instances of one service.
 pub const DEFAULT_MAX_INSTANCES_PER_SERVICE: u64 = 256;
+/// The scheme prefix of an endpoint that is an MCP server's URL (`mcp+http://...`): the
+/// service's tools are called over MCP, not gRPC.
+pub const MCP_ENDPOINT_PREFIX: &str = "mcp+";
 /// The longest endpoint URI accepted.
 const MAX_ENDPOINT_LEN: usize = 2048;
 /// The most backtracking steps one `pattern` (or `patternProperties`) match may take. Patterns
@@ -214,13 +217,19 @@ fn check_endpoint(endpoint: &str) -> Result<(), String> {
     }
     let problem = || {
         format!(
-            "endpoint {endpoint:?} must be an http:// or https:// URI with a host, e.g. http://10.0.0.7:7001"
+            "endpoint {endpoint:?} must be an http:// or https:// URI with a host, e.g. \
+             http://10.0.0.7:7001, or an MCP server's URL after mcp+, e.g. \
+             mcp+http://10.0.0.7:3001/mcp"
         )
     };
     if endpoint.len() > MAX_ENDPOINT_LEN {
         return Err(format!("endpoint must be at most {MAX_ENDPOINT_LEN} bytes"));
     }
-    let uri: http::Uri = endpoint.parse().map_err(|_| problem())?;
+    // An MCP server's URL is an http:// or https:// URI too, after the prefix.
+    let url = endpoint
+        .strip_prefix(MCP_ENDPOINT_PREFIX)
+        .unwrap_or(endpoint);
+    let uri: http::Uri = url.parse().map_err(|_| problem())?;
     let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
     let host_ok = uri.host().is_some_and(|host| !host.is_empty());
     if scheme_ok && host_ok {
@@ -391,102 +400,5 @@ pub fn violation_message(error: &jsonschema::ValidationError<'_>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits() -> RegistrationLimits {
-        RegistrationLimits::default()
-    }
-
-    #[test]
-    fn a_valid_draft7_schema_compiles() {
-        let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 8}},
-                            "definitions": {"x": {"type": "string"}}, "required": ["n"]});
-        let validator = compile_schema(&schema, &limits()).expect("valid schema");
-        assert!(validator.is_valid(&json!({"n": 8})));
-        assert!(!validator.is_valid(&json!({"n": 7})));
-    }
-
-    #[test]
-    fn a_bad_type_names_the_pointer() {
-        let schema = json!({"type": "object", "properties": {"n": {"type": "strin"}}});
-        let error = compile_schema(&schema, &limits()).expect_err("bad type");
-        assert!(error.contains("/properties/n/type"), "{error}");
-    }
-
-    #[test]
-    fn external_refs_are_rejected_and_internal_ones_allowed() {
-        let external = json!({"$ref": "https://example.com/schema.json"});
-        let error = compile_schema(&external, &limits()).expect_err("external ref");
-        assert!(error.contains("external $ref"), "{error}");
-        let internal = json!({"$ref": "#/definitions/a", "definitions": {"a": {"type": "string"}}});
-        assert!(compile_schema(&internal, &limits()).is_ok());
-    }
-
-    #[test]
-    fn dollar_schema_picks_the_draft() {
-        // `prefixItems` only exists from draft 2020-12 on.
-        let schema = json!({"$schema": "https://json-schema.org/draft/2020-12/schema",
-                            "type": "array", "prefixItems": [{"type": "integer"}]});
-        let validator = compile_schema(&schema, &limits()).expect("2020-12 schema");
-        assert!(!validator.is_valid(&json!(["x"])));
-    }
-
-    #[test]
-    fn size_and_depth_limits_hold() {
-        let mut deep = json!({"type": "string"});
-        for _ in 0..40 {
-            deep = json!({"items": deep});
-        }
-        assert!(
-            compile_schema(&deep, &limits())
-                .expect_err("too deep")
-                .contains("levels deep")
-        );
-        let big = json!({"description": "x".repeat(70 * 1024)});
-        assert!(
-            compile_schema(&big, &limits())
-                .expect_err("too big")
-                .contains("bytes")
-        );
-    }
-
-    #[test]
-    fn hash_ignores_key_order_and_changes_with_content() {
-        let name = ToolName::parse("t").expect("valid");
-        let a = definition_sha256(&name, "d", &json!({"a": 1, "b": 2}), None);
-        let b = definition_sha256(&name, "d", &json!({"b": 2, "a": 1}), None);
-        let c = definition_sha256(&name, "changed", &json!({"a": 1, "b": 2}), None);
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-        assert_eq!(a.len(), 64);
-    }
-
-    /// A pattern that backtracks exponentially is stopped at the limit and named as such;
-    /// look-around that does not backtrack much works as before.
-    #[test]
-    fn backtracking_patterns_are_bounded() {
-        let schema = json!({"type": "string", "pattern": "^(a|a)*(?=b)$"});
-        let validator = compile_schema(&schema, &limits()).expect("compiles");
-        // 14 characters take about 30,000 backtracking steps: within the engine's default
-        // limit ("does not match"), over toolplane's.
-        let value = json!("a".repeat(14));
-        let messages: Vec<String> = validator
-            .iter_errors(&value)
-            .map(|error| violation_message(&error))
-            .collect();
-        assert_eq!(messages.len(), 1, "{messages:?}");
-        assert!(
-            messages[0].contains("more than 10000 backtracking steps"),
-            "{messages:?}"
-        );
-        assert!(!validator.is_valid(&value));
-
-        let schema = json!({"type": "string", "pattern": "^(?=.*[0-9])(?=.*[a-z]).{8,}$"});
-        let validator = compile_schema(&schema, &limits()).expect("compiles");
-        assert!(validator.is_valid(&json!("passw0rd-passw0rd")));
-        let value = json!("password-password");
-        let error = validator.iter_errors(&value).next().expect("no digit");
-        assert!(violation_message(&error).contains("does not match"));
-    }
-}
+#[path = "validate_tests.rs"]
+mod tests;

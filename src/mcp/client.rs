@@ -1,0 +1,318 @@
+//! Calling the tools of MCP servers: the provider caller for services whose endpoint is an MCP
+//! server's Streamable HTTP URL written `mcp+http://...` or `mcp+https://...` (the services
+//! [`super::import`] registers, or any provider registering such an endpoint).
+//!
+//! One MCP session per endpoint is opened on first use (protocol 2025-11-25, the initialize
+//! handshake) and shared by every call to it, and by the import of that server's tools; a session whose connection is lost is opened
+//! again on the next call. A call is `tools/call` with the input as its arguments; its answer
+//! becomes the tool's output: the `structuredContent` when the server sent one, else the text of
+//! a single text block as a JSON string, else the content blocks as a JSON array. A result
+//! marked `isError` is the tool's failure (gRPC code UNKNOWN, reason `TOOL_FAILED`, the text as
+//! its message). A health check is an MCP `ping`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use rmcp::ClientHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
+    ErrorCode, Implementation, ProtocolVersion, RequestMetaObject,
+};
+use rmcp::service::NotificationContext;
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
+    ServiceError,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::invoke::caller::{
+    FailureKind, MCP_ENDPOINT_PREFIX, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply,
+};
+
+/// The longest an MCP session may take to open (connect and initialize).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a health check's `ping` may take.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// gRPC codes an MCP failure is reported with.
+mod code {
+    pub(super) const UNKNOWN: i32 = 2;
+    pub(super) const INVALID_ARGUMENT: i32 = 3;
+    pub(super) const NOT_FOUND: i32 = 5;
+    pub(super) const INTERNAL: i32 = 13;
+}
+
+/// A session with one MCP server.
+pub type McpSession = RunningService<RoleClient, SessionEvents>;
+
+/// The client side of a session: how toolplane introduces itself (protocol 2025-11-25, the
+/// initialize handshake, which servers of every recent version answer), and a wake-up for
+/// whoever follows the server's tool list ([`super::import`]) when the server says it changed.
+#[derive(Debug, Clone)]
+pub struct SessionEvents {
+    config: ClientConfig,
+    /// Notified on each `notifications/tools/list_changed`.
+    pub tools_changed: Arc<Notify>,
+}
+
+impl Default for SessionEvents {
+    fn default() -> Self {
+        Self {
+            config: ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("toolplane", env!("CARGO_PKG_VERSION")),
+            )
+            .with_protocol_version(ProtocolVersion::V_2025_11_25),
+            tools_changed: Arc::new(Notify::new()),
+        }
+    }
+}
+
+impl ClientHandler for SessionEvents {
+    fn get_info(&self) -> ClientConfig {
+        self.config.clone()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed.notify_one();
+    }
+}
+
+/// Opens a session with the MCP server at `url` (an `http://` or `https://` URL).
+async fn connect(url: &str) -> Result<McpSession, String> {
+    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+    let opening =
+        SessionEvents::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
+    match tokio::time::timeout(CONNECT_TIMEOUT, opening).await {
+        Ok(Ok(session)) => Ok(session),
+        Ok(Err(error)) => Err(describe_connect_error(url, &error)),
+        Err(_) => Err(format!(
+            "MCP server {url} did not complete the initialize handshake within {CONNECT_TIMEOUT:?}"
+        )),
+    }
+}
+
+fn describe_connect_error(url: &str, error: &ClientInitializeError) -> String {
+    format!("cannot open an MCP session with {url}: {error}")
+}
+
+/// Calls tools of MCP servers, one shared session per endpoint.
+#[derive(Debug, Clone)]
+pub struct McpCaller {
+    sessions: moka::future::Cache<String, Arc<McpSession>>,
+}
+
+impl Default for McpCaller {
+    fn default() -> Self {
+        // The MCP SDK's HTTP client (reqwest 0.13, built without a rustls crypto provider of its
+        // own) uses the process's default one: ring, as the rest of toolplane's TLS does.
+        let _already_installed =
+            tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+        Self {
+            sessions: moka::future::Cache::builder().max_capacity(10_000).build(),
+        }
+    }
+}
+
+fn unavailable(message: String, unsent: bool) -> ProviderFailure {
+    ProviderFailure {
+        kind: FailureKind::Unavailable,
+        reason: "TOOL_UNAVAILABLE".to_owned(),
+        message,
+        unsent,
+    }
+}
+
+impl McpCaller {
+    /// The session with `endpoint`'s server (`mcp+` and its URL), opened now when there is none
+    /// (or it closed); the error says why it cannot be opened.
+    pub async fn session(&self, endpoint: &str) -> Result<Arc<McpSession>, String> {
+        if let Some(session) = self.sessions.get(endpoint).await {
+            if !session.is_transport_closed() {
+                return Ok(session);
+            }
+            self.sessions.invalidate(endpoint).await;
+        }
+        let url = endpoint
+            .strip_prefix(MCP_ENDPOINT_PREFIX)
+            .unwrap_or(endpoint)
+            .to_owned();
+        self.sessions
+            .try_get_with(endpoint.to_owned(), async move {
+                connect(&url).await.map(Arc::new)
+            })
+            .await
+            .map_err(|error| error.to_string())
+    }
+
+    /// Forgets `session` with `endpoint`'s server (it failed), so the next use opens another;
+    /// a newer session already opened in its place stays.
+    pub async fn forget(&self, endpoint: &str, session: &Arc<McpSession>) {
+        if let Some(current) = self.sessions.get(endpoint).await
+            && Arc::ptr_eq(&current, session)
+        {
+            self.sessions.invalidate(endpoint).await;
+        }
+    }
+
+    /// Runs one `tools/call`.
+    async fn call_tool(self, call: ProviderCall) -> Result<ProviderReply, ProviderFailure> {
+        let Value::Object(arguments) = &*call.input else {
+            return Err(ProviderFailure {
+                kind: FailureKind::Other(code::INVALID_ARGUMENT),
+                reason: "TOOL_FAILED".to_owned(),
+                message: "an MCP tool takes an object of arguments".to_owned(),
+                unsent: true,
+            });
+        };
+        let session = self
+            .session(&call.endpoint)
+            .await
+            .map_err(|message| unavailable(message, true))?;
+        let mut params =
+            CallToolRequestParams::new(call.tool.clone()).with_arguments(arguments.clone());
+        if let Some(trace) = &call.trace {
+            let mut meta = RequestMetaObject::new();
+            meta.set_traceparent(trace.traceparent());
+            if let Some(state) = trace.tracestate() {
+                meta.set_tracestate(state);
+            }
+            params.meta = Some(meta);
+        }
+        let answer = match tokio::time::timeout(call.timeout, session.call_tool(params)).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                return Err(ProviderFailure {
+                    kind: FailureKind::DeadlineExceeded,
+                    reason: "TOOL_TIMEOUT".to_owned(),
+                    message: format!("the MCP server did not answer within {:?}", call.timeout),
+                    unsent: false,
+                });
+            }
+        };
+        match answer {
+            Ok(result) => reply_of(result),
+            Err(ServiceError::McpError(error)) => Err(ProviderFailure {
+                kind: FailureKind::Other(match error.code {
+                    ErrorCode::INVALID_PARAMS => code::INVALID_ARGUMENT,
+                    ErrorCode::METHOD_NOT_FOUND => code::NOT_FOUND,
+                    _ => code::INTERNAL,
+                }),
+                reason: "TOOL_FAILED".to_owned(),
+                message: format!("the MCP server refused the call: {}", error.message),
+                unsent: false,
+            }),
+            Err(other) => {
+                self.forget(&call.endpoint, &session).await;
+                Err(unavailable(
+                    format!("the MCP session failed: {other}"),
+                    false,
+                ))
+            }
+        }
+    }
+
+    /// An MCP `ping` of `endpoint`'s server.
+    async fn ping(self, endpoint: String) -> Result<(), String> {
+        let session = self.session(&endpoint).await?;
+        match tokio::time::timeout(PING_TIMEOUT, session.send_request(ping_request())).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => {
+                self.forget(&endpoint, &session).await;
+                Err(format!("MCP ping failed: {error}"))
+            }
+            Err(_) => Err(format!("MCP ping unanswered within {PING_TIMEOUT:?}")),
+        }
+    }
+}
+
+fn ping_request() -> rmcp::model::ClientRequest {
+    rmcp::model::ClientRequest::PingRequest(rmcp::model::PingRequest::default())
+}
+
+/// A `tools/call` result as the tool's output or failure (see the module docs).
+pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure> {
+    if result.is_error == Some(true) {
+        return Err(ProviderFailure {
+            kind: FailureKind::Other(code::UNKNOWN),
+            reason: "TOOL_FAILED".to_owned(),
+            message: texts(&result.content).unwrap_or_else(|| "the tool failed".to_owned()),
+            unsent: false,
+        });
+    }
+    let output = match (result.structured_content, result.content.as_slice()) {
+        (Some(structured), _) => structured,
+        (None, [ContentBlock::Text(text)]) => Value::String(text.text.clone()),
+        (None, blocks) => serde_json::to_value(blocks).unwrap_or(Value::Null),
+    };
+    Ok(ProviderReply {
+        output,
+        output_wire: None,
+        output_bytes: 0,
+        warnings: Vec::new(),
+    })
+}
+
+/// The text blocks of `content`, joined by newlines; `None` when there is none.
+fn texts(content: &[ContentBlock]) -> Option<String> {
+    let texts: Vec<&str> = content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    (!texts.is_empty()).then(|| texts.join("\n"))
+}
+
+impl ProviderCaller for McpCaller {
+    fn call(
+        &self,
+        call: ProviderCall,
+    ) -> BoxFuture<'static, Result<ProviderReply, ProviderFailure>> {
+        self.clone().call_tool(call).boxed()
+    }
+
+    fn check_health(&self, endpoint: &str) -> BoxFuture<'static, Result<(), String>> {
+        self.clone().ping(endpoint.to_owned()).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_result_becomes_structured_content_else_its_text_else_its_blocks() {
+        let structured = CallToolResult::structured(json!({"sum": 3}));
+        assert_eq!(
+            reply_of(structured).expect("output").output,
+            json!({"sum": 3})
+        );
+        let text = CallToolResult::success(vec![ContentBlock::text("{\"not\": \"parsed\"}")]);
+        assert_eq!(
+            reply_of(text).expect("output").output,
+            json!("{\"not\": \"parsed\"}")
+        );
+        let blocks =
+            CallToolResult::success(vec![ContentBlock::text("a"), ContentBlock::text("b")]);
+        assert_eq!(
+            reply_of(blocks).expect("output").output,
+            json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+        );
+    }
+
+    #[test]
+    fn a_result_marked_as_an_error_is_the_tools_failure_with_its_text() {
+        let failed = CallToolResult::error(vec![ContentBlock::text("no such file")]);
+        let failure = reply_of(failed).expect_err("a failure");
+        assert_eq!(failure.kind, FailureKind::Other(code::UNKNOWN));
+        assert_eq!(failure.reason, "TOOL_FAILED");
+        assert_eq!(failure.message, "no such file");
+        assert!(!failure.unsent);
+    }
+}

@@ -1,0 +1,255 @@
+//! Importing the tools of an MCP server (`[[mcp_imports]]`): a real MCP server built with the
+//! official MCP Python SDK (`tests/peers/python_mcp_server.py`) has its tools registered as a
+//! service, discovered and invoked through toolplane over MCP, followed when it says its tool
+//! list changed, and expired while it is gone.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::invoke_fixture::invoker;
+use common::process::{Runtime, peer_script};
+use common::{TestServer, meta, reason};
+use serde_json::{Value, json};
+use tonic::Code;
+use toolplane::envelope::TenantId;
+use toolplane::grpc::ServerOptions;
+use toolplane::json::{json_to_struct, struct_to_json, value_to_json};
+use toolplane::mcp::import::McpImport;
+use toolplane::pb;
+use toolplane::registry::ServiceName;
+
+/// The MCP server, stopped when dropped.
+struct PythonMcpServer {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for PythonMcpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl PythonMcpServer {
+    /// Starts the server on `port` (0 picks a free one) once it says it is listening; `None`
+    /// when the Python peers are not installed (the test is skipped).
+    fn start(port: u16) -> Option<Self> {
+        let mut command = peer_script(Runtime::Python, "python_mcp_server.py")?;
+        let mut child = command
+            .arg(port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the Python MCP server");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let marker = "Uvicorn running on http://127.0.0.1:";
+        let port = loop {
+            let line = lines
+                .next()
+                .expect("the server says where it listens")
+                .expect("a line of its log");
+            if let Some(rest) = line.split(marker).nth(1) {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                break digits.parse().expect("a port");
+            }
+        };
+        // Its log is drained on, so it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Some(Self { child, port })
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+fn import_of(server: &PythonMcpServer, refresh_interval: Duration) -> ServerOptions {
+    ServerOptions {
+        mcp_imports: vec![McpImport {
+            service: ServiceName::parse("python-tools").expect("a service name"),
+            url: server.url(),
+            tenant: TenantId(0),
+            refresh_interval,
+        }],
+        ..ServerOptions::default()
+    }
+}
+
+/// The imported service, once `ready` says it is as expected (within 15 s).
+async fn wait_for_service(
+    server: &TestServer,
+    ready: impl Fn(Option<&pb::DiscoveryInfo>) -> bool,
+) -> Option<pb::DiscoveryInfo> {
+    let mut discovery = server.discovery().await;
+    let give_up = Instant::now() + Duration::from_secs(15);
+    loop {
+        let found = discovery
+            .get_service(pb::GetServiceRequest {
+                meta: meta(0),
+                service_name: "python-tools".into(),
+            })
+            .await
+            .ok()
+            .and_then(|answer| answer.into_inner().service);
+        if ready(found.as_ref()) {
+            return found;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the import never got there: {found:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn invoke(
+    server: &TestServer,
+    tool: &str,
+    input: Value,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    invoker(server)
+        .await
+        .invoke_tool(pb::InvokeToolRequest {
+            meta: meta(0),
+            tool_name: tool.into(),
+            input: json_to_struct(&input),
+            ..Default::default()
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+fn output(answer: &pb::InvokeToolResponse) -> Value {
+    answer
+        .output
+        .as_ref()
+        .map(|value| value_to_json(value).expect("JSON"))
+        .unwrap_or(Value::Null)
+}
+
+/// The server's tools are registered (pydantic schemas with `$defs` and `$ref` included) at
+/// its URL after `mcp+`, checked by toolplane against their schemas, and called over MCP:
+/// structured answers, text answers, the tool's own failure, each recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
+    let Some(mcp) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
+    let service = wait_for_service(&server, |found| found.is_some())
+        .await
+        .expect("imported");
+    assert_eq!(service.endpoint, format!("mcp+{}", mcp.url()));
+    let mut names: Vec<&str> = service
+        .available_tools
+        .iter()
+        .map(|tool| tool.tool_name.as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["add", "distance", "fail", "grow", "shout"]);
+    let distance = server
+        .discovery()
+        .await
+        .get_tool(pb::GetToolRequest {
+            meta: meta(0),
+            tool_name: "distance".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("listed")
+        .into_inner()
+        .tool
+        .expect("a tool");
+    let schema = struct_to_json(distance.tool_schema.as_ref().expect("a schema")).expect("JSON");
+    assert!(schema["$defs"]["Point"].is_object(), "{schema}");
+
+    let added = invoke(&server, "add", json!({"a": 2, "b": 40}))
+        .await
+        .expect("added");
+    assert_eq!(output(&added), json!({"result": 42}));
+    let record = added.record.expect("a record");
+    assert_eq!(
+        (record.service_name.as_str(), record.status()),
+        ("python-tools", pb::InvocationStatus::Succeeded)
+    );
+    let far = json!({"start": {"x": 0, "y": 0}, "end": {"x": 3, "y": 4}});
+    let measured = invoke(&server, "distance", far).await.expect("measured");
+    assert_eq!(output(&measured)["result"].as_f64(), Some(5.0));
+    let shouted = invoke(&server, "shout", json!({"text": "hi"}))
+        .await
+        .expect("shouted");
+    assert_eq!(output(&shouted), json!("HI"));
+
+    // Checked here against the imported schema ($ref into $defs): the server is not called.
+    let refused = invoke(
+        &server,
+        "distance",
+        json!({"start": {"x": 0}, "end": {"x": 1, "y": 1}}),
+    )
+    .await
+    .expect_err("a point without y");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    let failed = invoke(&server, "fail", json!({"why": "on purpose"}))
+        .await
+        .expect_err("the tool fails");
+    assert_eq!(failed.code(), Code::Unknown, "{failed:?}");
+    assert_eq!(reason(&failed), "TOOL_FAILED");
+    server.stop().await;
+}
+
+/// A server saying its tool list changed is listed again at once, not at the next refresh.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_list_change_the_server_announces_is_imported_at_once() {
+    let Some(mcp) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(600))).await;
+    wait_for_service(&server, |found| found.is_some()).await;
+    invoke(&server, "grow", json!({"name": "late_tool"}))
+        .await
+        .expect("grown");
+    wait_for_service(&server, |found| {
+        found.is_some_and(|service| {
+            service
+                .available_tools
+                .iter()
+                .any(|tool| tool.tool_name == "late_tool")
+        })
+    })
+    .await;
+    let late = invoke(&server, "late_tool", json!({}))
+        .await
+        .expect("called");
+    assert_eq!(output(&late), json!("late_tool"));
+    server.stop().await;
+}
+
+/// While the server is gone its service expires (its lease is no longer renewed), and it is
+/// imported again when the server is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_servers_service_expires_and_comes_back_with_it() {
+    let Some(mcp) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let port = mcp.port;
+    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(1))).await;
+    wait_for_service(&server, |found| found.is_some()).await;
+    drop(mcp);
+    wait_for_service(&server, |found| found.is_none()).await;
+    let unavailable = invoke(&server, "add", json!({"a": 1, "b": 1}))
+        .await
+        .expect_err("nothing to call");
+    assert_eq!(unavailable.code(), Code::NotFound, "{unavailable:?}");
+    let _back = PythonMcpServer::start(port).expect("started again");
+    wait_for_service(&server, |found| found.is_some()).await;
+    let added = invoke(&server, "add", json!({"a": 1, "b": 1}))
+        .await
+        .expect("added");
+    assert_eq!(output(&added), json!({"result": 2}));
+    server.stop().await;
+}

@@ -1,0 +1,59 @@
+"""An MCP server built with the official MCP Python SDK (MCPServer), serving MCP's Streamable
+HTTP transport at /mcp, for toolplane to import: tools with plain and pydantic-model parameters
+(whose schemas use $defs and $ref), structured and text answers, a tool that fails, and one
+that adds a tool at run time and tells its client the tool list changed.
+
+Run by tests/mcp_import.rs:
+
+    python python_mcp_server.py PORT
+"""
+
+import sys
+
+from pydantic import BaseModel
+
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("python-tools")
+
+
+class Point(BaseModel):
+    x: float
+    y: float
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Adds two integers."""
+    return a + b
+
+
+@server.tool()
+def distance(start: Point, end: Point) -> float:
+    """The distance between two points."""
+    return ((start.x - end.x) ** 2 + (start.y - end.y) ** 2) ** 0.5
+
+
+@server.tool(structured_output=False)
+def shout(text: str) -> str:
+    """The text in capitals, as plain text."""
+    return text.upper()
+
+
+@server.tool()
+def fail(why: str) -> str:
+    """Always fails, saying why."""
+    raise ValueError(why)
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool called NAME that answers its own name, and tells the client the tool list
+    changed."""
+    server.add_tool(lambda: name, name=name, description="added at run time")
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+if __name__ == "__main__":
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
