@@ -17,7 +17,7 @@ use tonic::Code;
 use toolplane::envelope::TenantId;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::{json_to_struct, struct_to_json, value_to_json};
-use toolplane::mcp::import::McpImport;
+use toolplane::mcp::import::{McpImport, Secret};
 use toolplane::pb;
 use toolplane::registry::ServiceName;
 
@@ -38,9 +38,15 @@ impl PythonMcpServer {
     /// Starts the server on `port` (0 picks a free one) once it says it is listening; `None`
     /// when the Python peers are not installed (the test is skipped).
     fn start(port: u16) -> Option<Self> {
+        Self::start_with(port, &[])
+    }
+
+    /// As [`Self::start`], with the script's further arguments (a bearer token to ask for).
+    fn start_with(port: u16, args: &[&str]) -> Option<Self> {
         let mut command = peer_script(Runtime::Python, "python_mcp_server.py")?;
         let mut child = command
             .arg(port.to_string())
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -69,12 +75,21 @@ impl PythonMcpServer {
 }
 
 fn import_of(server: &PythonMcpServer, refresh_interval: Duration) -> ServerOptions {
+    import_with_token(server, refresh_interval, None)
+}
+
+fn import_with_token(
+    server: &PythonMcpServer,
+    refresh_interval: Duration,
+    token: Option<&str>,
+) -> ServerOptions {
     ServerOptions {
         mcp_imports: vec![McpImport {
             service: ServiceName::parse("python-tools").expect("a service name"),
             url: server.url(),
             tenant: TenantId(0),
             refresh_interval,
+            bearer_token: token.map(|token| Secret(token.to_owned())),
         }],
         ..ServerOptions::default()
     }
@@ -252,4 +267,38 @@ async fn an_unreachable_servers_service_expires_and_comes_back_with_it() {
         .expect("added");
     assert_eq!(output(&added), json!({"result": 2}));
     server.stop().await;
+}
+
+/// A server asking for a bearer token is imported and called with the one configured (and is
+/// not imported without it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_asking_for_a_bearer_token_is_sent_the_one_configured() {
+    let Some(mcp) = PythonMcpServer::start_with(0, &["s3cret"]) else {
+        return;
+    };
+    let without = TestServer::start_with(import_of(&mcp, Duration::from_secs(1))).await;
+    let with = TestServer::start_with(import_with_token(
+        &mcp,
+        Duration::from_secs(1),
+        Some("s3cret"),
+    ))
+    .await;
+    wait_for_service(&with, |found| found.is_some()).await;
+    let added = invoke(&with, "add", json!({"a": 20, "b": 22}))
+        .await
+        .expect("added");
+    assert_eq!(output(&added), json!({"result": 42}));
+    // Refused all along: the import without the token has tried at least twice by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut discovery = without.discovery().await;
+    let missing = discovery
+        .get_service(pb::GetServiceRequest {
+            meta: meta(0),
+            service_name: "python-tools".into(),
+        })
+        .await
+        .expect_err("never imported");
+    assert_eq!(missing.code(), Code::NotFound);
+    with.stop().await;
+    without.stop().await;
 }

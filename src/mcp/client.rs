@@ -10,6 +10,7 @@
 //! marked `isError` is the tool's failure (gRPC code UNKNOWN, reason `TOOL_FAILED`, the text as
 //! its message). A health check is an MCP `ping`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,9 +27,11 @@ use rmcp::service::{
     ServiceError,
 };
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::Value;
 use tokio::sync::Notify;
 
+use super::import::Secret;
 use crate::invoke::caller::{
     FailureKind, MCP_ENDPOINT_PREFIX, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply,
 };
@@ -81,9 +84,14 @@ impl ClientHandler for SessionEvents {
     }
 }
 
-/// Opens a session with the MCP server at `url` (an `http://` or `https://` URL).
-async fn connect(url: &str) -> Result<McpSession, String> {
-    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+/// Opens a session with the MCP server at `url` (an `http://` or `https://` URL), sending
+/// `bearer_token` as `Authorization: Bearer ...` when given.
+async fn connect(url: &str, bearer_token: Option<String>) -> Result<McpSession, String> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(token) = bearer_token {
+        config = config.auth_header(token);
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
     let opening =
         SessionEvents::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
     match tokio::time::timeout(CONNECT_TIMEOUT, opening).await {
@@ -103,6 +111,8 @@ fn describe_connect_error(url: &str, error: &ClientInitializeError) -> String {
 #[derive(Debug, Clone)]
 pub struct McpCaller {
     sessions: moka::future::Cache<String, Arc<McpSession>>,
+    /// The bearer tokens sent to the servers of some endpoints (imports that have one).
+    tokens: Arc<HashMap<String, Secret>>,
 }
 
 impl Default for McpCaller {
@@ -113,6 +123,7 @@ impl Default for McpCaller {
             tokio_rustls::rustls::crypto::ring::default_provider().install_default();
         Self {
             sessions: moka::future::Cache::builder().max_capacity(10_000).build(),
+            tokens: Arc::default(),
         }
     }
 }
@@ -127,6 +138,14 @@ fn unavailable(message: String, unsent: bool) -> ProviderFailure {
 }
 
 impl McpCaller {
+    /// A caller sending each endpoint's bearer token in `tokens` to its server.
+    pub fn with_tokens(tokens: HashMap<String, Secret>) -> Self {
+        Self {
+            tokens: Arc::new(tokens),
+            ..Self::default()
+        }
+    }
+
     /// The session with `endpoint`'s server (`mcp+` and its URL), opened now when there is none
     /// (or it closed); the error says why it cannot be opened.
     pub async fn session(&self, endpoint: &str) -> Result<Arc<McpSession>, String> {
@@ -140,9 +159,10 @@ impl McpCaller {
             .strip_prefix(MCP_ENDPOINT_PREFIX)
             .unwrap_or(endpoint)
             .to_owned();
+        let token = self.tokens.get(endpoint).map(|secret| secret.0.clone());
         self.sessions
             .try_get_with(endpoint.to_owned(), async move {
-                connect(&url).await.map(Arc::new)
+                connect(&url, token).await.map(Arc::new)
             })
             .await
             .map_err(|error| error.to_string())

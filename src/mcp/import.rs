@@ -10,7 +10,8 @@
 //! outside `[A-Za-z0-9_.-]`, a schema that does not compile) is left out, with a warning. While
 //! the server cannot be reached, toolplane tries again (1 s, doubling up to the refresh
 //! interval) and the lease is not renewed, so the service expires after `3 x refresh_interval`
-//! (at most `max_ttl`) and comes back when the server does.
+//! (at most `max_ttl`) and comes back when the server does. A `bearer_token_env` names the
+//! environment variable whose value is sent as `Authorization: Bearer ...` to the server.
 
 use std::time::Duration;
 
@@ -47,6 +48,20 @@ pub struct McpImportConfig {
     /// How often the server's tools are listed again.
     #[serde(default = "default_refresh_interval", with = "humantime_serde")]
     pub refresh_interval: Duration,
+    /// The environment variable holding a bearer token sent to the server
+    /// (`Authorization: Bearer ...`), when it asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token_env: Option<String>,
+}
+
+/// A secret: shown as `[redacted]` wherever it is printed for debugging.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
 }
 
 fn default_refresh_interval() -> Duration {
@@ -64,6 +79,15 @@ pub struct McpImport {
     pub tenant: TenantId,
     /// How often the tools are listed again.
     pub refresh_interval: Duration,
+    /// The bearer token sent to the server, if any.
+    pub bearer_token: Option<Secret>,
+}
+
+impl McpImport {
+    /// The endpoint its service is registered with: the server's URL after `mcp+`.
+    pub fn endpoint(&self) -> String {
+        format!("{MCP_ENDPOINT_PREFIX}{}", self.url)
+    }
 }
 
 impl McpImportConfig {
@@ -91,11 +115,21 @@ impl McpImportConfig {
                 max_ttl / 2
             ));
         }
+        let bearer_token = match &self.bearer_token_env {
+            None => None,
+            Some(variable) => Some(Secret(std::env::var(variable).map_err(|_| {
+                format!(
+                    "mcp_imports: bearer_token_env of service {service} names {variable}, \
+                     which is not set (or not UTF-8) in toolplane's environment"
+                )
+            })?)),
+        };
         Ok(McpImport {
             service,
             url: self.url.clone(),
             tenant: TenantId(self.tenant),
             refresh_interval: self.refresh_interval,
+            bearer_token,
         })
     }
 }
@@ -119,7 +153,7 @@ struct Registered {
 }
 
 async fn run(import: McpImport, registry: Registry, caller: McpCaller) {
-    let endpoint = format!("{MCP_ENDPOINT_PREFIX}{}", import.url);
+    let endpoint = import.endpoint();
     let mut retry = FIRST_RETRY;
     let mut registered: Option<Registered> = None;
     loop {
@@ -247,6 +281,7 @@ mod tests {
             url: url.into(),
             tenant: 3,
             refresh_interval,
+            bearer_token_env: None,
         }
     }
 
@@ -263,6 +298,17 @@ mod tests {
             (import.service.as_str(), import.tenant),
             ("github", TenantId(3))
         );
+        let with_token = McpImportConfig {
+            bearer_token_env: Some("PATH".into()),
+            ..good.clone()
+        };
+        let token = with_token.check(max_ttl).expect("PATH is set").bearer_token;
+        assert_eq!(format!("{token:?}"), "Some([redacted])");
+        let unset = McpImportConfig {
+            bearer_token_env: Some("TOOLPLANE_TEST_VARIABLE_NEVER_SET".into()),
+            ..good
+        };
+        assert!(unset.check(max_ttl).expect_err("unset").contains("not set"));
         for (bad, named) in [
             (
                 entry("GitHub", "http://h/mcp", DEFAULT_REFRESH_INTERVAL),

@@ -5,10 +5,14 @@ that adds a tool at run time and tells its client the tool list changed.
 
 Run by tests/mcp_import.rs:
 
-    python python_mcp_server.py PORT
+    python python_mcp_server.py PORT [BEARER_TOKEN]
+
+With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401.
 """
 
 import sys
+
+import uvicorn
 
 from pydantic import BaseModel
 
@@ -55,5 +59,23 @@ async def grow(name: str, ctx: Context) -> str:
     return "grown"
 
 
+def require_token(app, token):
+    """The ASGI app `app`, answering 401 to HTTP requests without the bearer token."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": b"a bearer token is required"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 if __name__ == "__main__":
-    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    app = server.streamable_http_app(host="127.0.0.1")
+    if len(sys.argv) > 2:
+        app = require_token(app, sys.argv[2])
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]))
