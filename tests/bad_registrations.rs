@@ -157,7 +157,8 @@ async fn missing_tool_schema() {
     assert_eq!(field_of(&error), "registration.tools[0].tool_schema");
 }
 
-/// Versions must be semantic, endpoints http(s) URIs, TTLs within bounds, capabilities set.
+/// Versions must be semantic, endpoints http(s) URIs (or MCP URLs, not started servers), TTLs
+/// within bounds, capabilities set.
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_version_endpoint_ttl_and_capability_are_all_reported() {
     let mut bad = registration("svc", vec![simple_tool("t")]);
@@ -185,6 +186,13 @@ async fn bad_version_endpoint_ttl_and_capability_are_all_reported() {
     unspecified.capabilities = vec![pb::ServiceCapability::Unspecified as i32];
     let error = rejected(registration("svc", vec![unspecified])).await;
     assert_eq!(field_of(&error), "registration.tools[0].capabilities");
+
+    // An MCP server toolplane would start is an import's alone.
+    let mut started = registration("svc", vec![simple_tool("t")]);
+    started.endpoint = "mcp+stdio://0/svc".into();
+    let error = rejected(started).await;
+    assert_eq!(field_of(&error), "registration.endpoint");
+    assert!(error.message().contains("mcp_imports"), "{error:?}");
 }
 
 /// A tool that names another service than the registration's is rejected.

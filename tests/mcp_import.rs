@@ -10,14 +10,14 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::invoke_fixture::invoker;
-use common::process::{Runtime, peer_script};
+use common::process::{Runtime, peer, peer_script};
 use common::{TestServer, meta, reason};
 use serde_json::{Value, json};
 use tonic::Code;
 use toolplane::envelope::TenantId;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::{json_to_struct, struct_to_json, value_to_json};
-use toolplane::mcp::import::{McpImport, Secret};
+use toolplane::mcp::import::{McpImport, McpSource, Secret};
 use toolplane::pb;
 use toolplane::registry::ServiceName;
 
@@ -86,7 +86,7 @@ fn import_with_token(
     ServerOptions {
         mcp_imports: vec![McpImport {
             service: ServiceName::parse("python-tools").expect("a service name"),
-            url: server.url(),
+            source: McpSource::Http(server.url()),
             tenant: TenantId(0),
             refresh_interval,
             bearer_token: token.map(|token| Secret(token.to_owned())),
@@ -166,7 +166,7 @@ async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
         .map(|tool| tool.tool_name.as_str())
         .collect();
     names.sort_unstable();
-    assert_eq!(names, ["add", "distance", "fail", "grow", "shout"]);
+    assert_eq!(names, ["add", "distance", "fail", "grow", "quit", "shout"]);
     let distance = server
         .discovery()
         .await
@@ -301,4 +301,85 @@ async fn a_server_asking_for_a_bearer_token_is_sent_the_one_configured() {
     assert_eq!(missing.code(), Code::NotFound);
     with.stop().await;
     without.stop().await;
+}
+
+/// A server toolplane starts itself (`command`) is spoken to over its standard input and
+/// output: its tools are imported under `mcp+stdio://TENANT/SERVICE` and called, and it is
+/// started again after its process ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_started_by_command_is_imported_over_stdio() {
+    let Some(python) = peer("venv/bin/python") else {
+        return;
+    };
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_mcp_server.py");
+    let options = ServerOptions {
+        mcp_imports: vec![McpImport {
+            service: ServiceName::parse("python-stdio").expect("a service name"),
+            source: McpSource::Stdio(vec![
+                python.display().to_string(),
+                script.display().to_string(),
+                "stdio".into(),
+            ]),
+            tenant: TenantId(0),
+            refresh_interval: Duration::from_secs(60),
+            bearer_token: None,
+        }],
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start_with(options).await;
+    let mut discovery = server.discovery().await;
+    let give_up = Instant::now() + Duration::from_secs(15);
+    let service = loop {
+        let found = discovery
+            .get_service(pb::GetServiceRequest {
+                meta: meta(0),
+                service_name: "python-stdio".into(),
+            })
+            .await;
+        if let Ok(found) = found {
+            break found.into_inner().service.expect("a service");
+        }
+        assert!(Instant::now() < give_up, "never imported: {found:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(service.endpoint, "mcp+stdio://0/python-stdio");
+    let added = invoke(&server, "add", json!({"a": 5, "b": 6}))
+        .await
+        .expect("added");
+    assert_eq!(output(&added), json!({"result": 11}));
+    server.stop().await;
+}
+
+/// A provider may register an MCP server's URL after `mcp+` itself: the tools it lists are
+/// called over MCP.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registration_with_an_mcp_endpoint_is_called_over_mcp() {
+    let Some(mcp) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let server = TestServer::start().await;
+    let mut registration = common::registration(
+        "registered-mcp",
+        vec![common::tool(
+            "add",
+            json!({"type": "object", "required": ["a", "b"],
+                   "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
+        )],
+    );
+    registration.endpoint = format!("mcp+{}", mcp.url());
+    server
+        .discovery()
+        .await
+        .register_service(pb::RegisterServiceRequest {
+            meta: meta(0),
+            registration: Some(registration),
+        })
+        .await
+        .expect("registered");
+    let added = invoke(&server, "add", json!({"a": 3, "b": 4}))
+        .await
+        .expect("added");
+    assert_eq!(output(&added), json!({"result": 7}));
+    server.stop().await;
 }

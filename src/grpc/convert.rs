@@ -87,6 +87,10 @@ pub fn health_to_pb(state: HealthState) -> pb::HealthState {
     }
 }
 
+/// The endpoints of MCP servers toolplane starts itself, for its imports: never registered
+/// over the wire.
+const STARTED_MCP_SERVER_PREFIX: &str = "mcp+stdio://";
+
 /// Converts a registration into a [`ServiceSpec`], collecting every wire-level violation.
 /// The domain validation (names, schemas, limits) happens in the registry.
 pub fn service_spec(
@@ -169,6 +173,17 @@ pub fn service_spec(
             capabilities,
             timeout_ms: tool.timeout_ms,
         });
+    }
+    if registration.endpoint.starts_with(STARTED_MCP_SERVER_PREFIX) {
+        violations.push(FieldViolation::new(
+            "registration.endpoint",
+            ViolationKind::Field,
+            format!(
+                "endpoint {:?}: {STARTED_MCP_SERVER_PREFIX} endpoints name MCP servers toolplane \
+                 starts for its [[mcp_imports]]; register an mcp+http:// or mcp+https:// URL",
+                registration.endpoint
+            ),
+        ));
     }
     if !violations.is_empty() {
         return Err(RegistryError::InvalidArgument(violations));

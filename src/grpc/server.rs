@@ -291,11 +291,7 @@ pub async fn serve_with(
     let serving = ServingState::new();
     let health = Arc::new(ProviderHealthBook::default());
     let heavy_work = HeavyWork::new(heavy::default_permits());
-    let mcp_caller = McpCaller::with_tokens(
-        (options.mcp_imports.iter())
-            .filter_map(|import| Some((import.endpoint(), import.bearer_token.clone()?)))
-            .collect(),
-    );
+    let mcp_caller = McpCaller::for_imports(&options.mcp_imports);
     let caller = Arc::new(ByEndpointScheme {
         grpc: Arc::new(
             GrpcProviderCaller::with_heavy_work(heavy_work.clone()).with_tls(provider_tls.clone()),

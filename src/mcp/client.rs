@@ -1,6 +1,7 @@
 //! Calling the tools of MCP servers: the provider caller for services whose endpoint is an MCP
 //! server's Streamable HTTP URL written `mcp+http://...` or `mcp+https://...` (the services
-//! [`super::import`] registers, or any provider registering such an endpoint).
+//! [`super::import`] registers, or any provider registering such an endpoint), or
+//! `mcp+stdio://TENANT/SERVICE` for a server an import starts with its command.
 //!
 //! One MCP session per endpoint is opened on first use (protocol 2025-11-25, the initialize
 //! handshake) and shared by every call to it, and by the import of that server's tools; a session whose connection is lost is opened
@@ -26,12 +27,12 @@ use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
     ServiceError,
 };
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::import::Secret;
+use super::import_config::{McpImport, McpSource, Secret};
 use crate::invoke::caller::{
     FailureKind, MCP_ENDPOINT_PREFIX, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply,
 };
@@ -94,17 +95,39 @@ async fn connect(url: &str, bearer_token: Option<String>) -> Result<McpSession, 
     let transport = StreamableHttpClientTransport::from_config(config);
     let opening =
         SessionEvents::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
-    match tokio::time::timeout(CONNECT_TIMEOUT, opening).await {
-        Ok(Ok(session)) => Ok(session),
-        Ok(Err(error)) => Err(describe_connect_error(url, &error)),
-        Err(_) => Err(format!(
-            "MCP server {url} did not complete the initialize handshake within {CONNECT_TIMEOUT:?}"
-        )),
-    }
+    initialized(url, opening).await
 }
 
-fn describe_connect_error(url: &str, error: &ClientInitializeError) -> String {
-    format!("cannot open an MCP session with {url}: {error}")
+/// Starts the MCP server `command` (program first) and opens a session with it over its
+/// standard input and output; its standard error is toolplane's. It is stopped when the
+/// session ends.
+async fn start(command: &[String]) -> Result<McpSession, String> {
+    let shown = command.join(" ");
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| "an empty MCP server command".to_owned())?;
+    let mut process = tokio::process::Command::new(program);
+    process.args(args).kill_on_drop(true);
+    let (transport, _stderr) = TokioChildProcess::builder(process)
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .map_err(|error| format!("cannot start MCP server {shown:?}: {error}"))?;
+    let opening =
+        SessionEvents::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
+    initialized(&shown, opening).await
+}
+
+async fn initialized(
+    server: &str,
+    opening: impl std::future::Future<Output = Result<McpSession, ClientInitializeError>>,
+) -> Result<McpSession, String> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, opening).await {
+        Ok(Ok(session)) => Ok(session),
+        Ok(Err(error)) => Err(format!("cannot open an MCP session with {server}: {error}")),
+        Err(_) => Err(format!(
+            "MCP server {server} did not complete the initialize handshake within {CONNECT_TIMEOUT:?}"
+        )),
+    }
 }
 
 /// Calls tools of MCP servers, one shared session per endpoint.
@@ -113,6 +136,9 @@ pub struct McpCaller {
     sessions: moka::future::Cache<String, Arc<McpSession>>,
     /// The bearer tokens sent to the servers of some endpoints (imports that have one).
     tokens: Arc<HashMap<String, Secret>>,
+    /// The commands that start the servers of `mcp+stdio://` endpoints: only those imports
+    /// configure (a registration cannot make toolplane start a program).
+    commands: Arc<HashMap<String, Vec<String>>>,
 }
 
 impl Default for McpCaller {
@@ -124,6 +150,7 @@ impl Default for McpCaller {
         Self {
             sessions: moka::future::Cache::builder().max_capacity(10_000).build(),
             tokens: Arc::default(),
+            commands: Arc::default(),
         }
     }
 }
@@ -138,10 +165,22 @@ fn unavailable(message: String, unsent: bool) -> ProviderFailure {
 }
 
 impl McpCaller {
-    /// A caller sending each endpoint's bearer token in `tokens` to its server.
-    pub fn with_tokens(tokens: HashMap<String, Secret>) -> Self {
+    /// A caller that knows how to reach the servers of `imports`: the bearer tokens to send
+    /// and the commands that start servers over stdio.
+    pub fn for_imports(imports: &[McpImport]) -> Self {
+        let mut tokens = HashMap::new();
+        let mut commands = HashMap::new();
+        for import in imports {
+            if let Some(token) = &import.bearer_token {
+                tokens.insert(import.endpoint(), token.clone());
+            }
+            if let McpSource::Stdio(command) = &import.source {
+                commands.insert(import.endpoint(), command.clone());
+            }
+        }
         Self {
             tokens: Arc::new(tokens),
+            commands: Arc::new(commands),
             ..Self::default()
         }
     }
@@ -160,9 +199,19 @@ impl McpCaller {
             .unwrap_or(endpoint)
             .to_owned();
         let token = self.tokens.get(endpoint).map(|secret| secret.0.clone());
+        let command = self.commands.get(endpoint).cloned();
+        let stdio = url.starts_with("stdio://");
         self.sessions
             .try_get_with(endpoint.to_owned(), async move {
-                connect(&url, token).await.map(Arc::new)
+                let opened = match command {
+                    Some(command) => start(&command).await,
+                    None if stdio => Err(format!(
+                        "no MCP server command is configured for {url}: only an \
+                         [[mcp_imports]] entry starts a server over stdio"
+                    )),
+                    None => connect(&url, token).await,
+                };
+                opened.map(Arc::new)
             })
             .await
             .map_err(|error| error.to_string())

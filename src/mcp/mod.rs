@@ -8,6 +8,7 @@
 //! - [`answer`]: a call's outcome as an MCP result, tool error or protocol error.
 //! - [`client`]: calling the tools of MCP servers (services whose endpoint is an MCP URL).
 //! - [`import`]: the tools of configured MCP servers, registered as services.
+//! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
 //! - [`list_changed`]: `notifications/tools/list_changed` when the tenant's tools change.
 
 pub mod answer;
@@ -15,6 +16,7 @@ pub mod client;
 pub mod handler;
 pub mod http;
 pub mod import;
+pub mod import_config;
 pub mod list_changed;
 pub mod tools;
 

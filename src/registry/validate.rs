@@ -225,12 +225,16 @@ fn check_endpoint(endpoint: &str) -> Result<(), String> {
     if endpoint.len() > MAX_ENDPOINT_LEN {
         return Err(format!("endpoint must be at most {MAX_ENDPOINT_LEN} bytes"));
     }
-    // An MCP server's URL is an http:// or https:// URI too, after the prefix.
-    let url = endpoint
-        .strip_prefix(MCP_ENDPOINT_PREFIX)
-        .unwrap_or(endpoint);
+    // An MCP server's URL is an http:// or https:// URI too, after the prefix; stdio://
+    // names a server an import starts (calling it works only where one is configured).
+    let (url, schemes): (&str, &[&str]) = match endpoint.strip_prefix(MCP_ENDPOINT_PREFIX) {
+        Some(url) => (url, &["http", "https", "stdio"]),
+        None => (endpoint, &["http", "https"]),
+    };
     let uri: http::Uri = url.parse().map_err(|_| problem())?;
-    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    let scheme_ok = uri
+        .scheme_str()
+        .is_some_and(|scheme| schemes.contains(&scheme));
     let host_ok = uri.host().is_some_and(|host| !host.is_empty());
     if scheme_ok && host_ok {
         Ok(())

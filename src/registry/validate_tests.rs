@@ -67,6 +67,7 @@ fn endpoints_are_grpc_urls_or_mcp_urls_after_mcp_plus() {
         "https://p.example",
         "mcp+http://h:3001/mcp",
         "mcp+https://mcp.example.com/mcp",
+        "mcp+stdio://0/memory",
     ] {
         assert_eq!(check_endpoint(good), Ok(()), "{good}");
     }

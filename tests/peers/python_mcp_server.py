@@ -6,10 +6,13 @@ that adds a tool at run time and tells its client the tool list changed.
 Run by tests/mcp_import.rs:
 
     python python_mcp_server.py PORT [BEARER_TOKEN]
+    python python_mcp_server.py stdio
 
 With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401.
+With `stdio`, it speaks MCP over its standard input and output instead.
 """
 
+import os
 import sys
 
 import uvicorn
@@ -51,6 +54,12 @@ def fail(why: str) -> str:
 
 
 @server.tool()
+def quit() -> str:
+    """Ends the server's process at once, as a crash would."""
+    os._exit(3)
+
+
+@server.tool()
 async def grow(name: str, ctx: Context) -> str:
     """Adds a tool called NAME that answers its own name, and tells the client the tool list
     changed."""
@@ -75,6 +84,9 @@ def require_token(app, token):
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+        sys.exit(0)
     app = server.streamable_http_app(host="127.0.0.1")
     if len(sys.argv) > 2:
         app = require_token(app, sys.argv[2])

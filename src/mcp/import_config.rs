@@ -1,0 +1,242 @@
+//! The `[[mcp_imports]]` entries of the configuration file, and the imports they ask for: a
+//! service name, the MCP server (a Streamable HTTP URL, or a command toolplane starts and
+//! speaks to over stdio), a tenant, a refresh interval and an optional bearer token.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::envelope::TenantId;
+use crate::invoke::caller::MCP_ENDPOINT_PREFIX;
+use crate::registry::ServiceName;
+
+/// How often an imported server's tools are listed again, by default.
+pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
+
+/// One `[[mcp_imports]]` entry of the configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpImportConfig {
+    /// The service the server's tools are registered under (a DNS label).
+    pub service: String,
+    /// The MCP server's Streamable HTTP URL (`http://` or `https://`); or set `command`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub url: String,
+    /// The command (program and arguments) that starts the MCP server, speaking MCP over its
+    /// standard input and output; or set `url`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// The tenant the service is registered in.
+    #[serde(default)]
+    pub tenant: u64,
+    /// How often the server's tools are listed again.
+    #[serde(default = "default_refresh_interval", with = "humantime_serde")]
+    pub refresh_interval: Duration,
+    /// The environment variable holding a bearer token sent to the server
+    /// (`Authorization: Bearer ...`), when it asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token_env: Option<String>,
+}
+
+/// A secret: shown as `[redacted]` wherever it is printed for debugging.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+fn default_refresh_interval() -> Duration {
+    DEFAULT_REFRESH_INTERVAL
+}
+
+/// An import, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpImport {
+    /// The service the tools are registered under.
+    pub service: ServiceName,
+    /// Where the MCP server is.
+    pub source: McpSource,
+    /// The tenant.
+    pub tenant: TenantId,
+    /// How often the tools are listed again.
+    pub refresh_interval: Duration,
+    /// The bearer token sent to the server, if any.
+    pub bearer_token: Option<Secret>,
+}
+
+/// Where an imported MCP server is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpSource {
+    /// Served over Streamable HTTP at this URL.
+    Http(String),
+    /// Started by toolplane with this command (program first), speaking over stdio.
+    Stdio(Vec<String>),
+}
+
+impl std::fmt::Display for McpSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Http(url) => f.write_str(url),
+            Self::Stdio(command) => write!(f, "stdio: {}", command.join(" ")),
+        }
+    }
+}
+
+impl McpImport {
+    /// The endpoint its service is registered with: the server's URL after `mcp+`, or
+    /// `mcp+stdio://TENANT/SERVICE` for a server toolplane starts.
+    pub fn endpoint(&self) -> String {
+        match &self.source {
+            McpSource::Http(url) => format!("{MCP_ENDPOINT_PREFIX}{url}"),
+            McpSource::Stdio(_) => format!(
+                "{MCP_ENDPOINT_PREFIX}stdio://{}/{}",
+                self.tenant, self.service
+            ),
+        }
+    }
+}
+
+impl McpImportConfig {
+    /// The import this entry asks for; the error names what to fix.
+    pub fn check(&self, max_ttl: Duration) -> Result<McpImport, String> {
+        let service = ServiceName::parse(&self.service)
+            .map_err(|problem| format!("mcp_imports: service {:?}: {problem}", self.service))?;
+        let source = match (self.url.is_empty(), self.command.is_empty()) {
+            (false, true) => McpSource::Http(self.checked_url(&service)?),
+            (true, false) => McpSource::Stdio(self.command.clone()),
+            _ => {
+                return Err(format!(
+                    "mcp_imports: service {service} needs either url (a server serving \
+                     Streamable HTTP) or command (a server toolplane starts, over stdio), \
+                     not both"
+                ));
+            }
+        };
+        if self.refresh_interval < Duration::from_secs(1) || self.refresh_interval > max_ttl / 2 {
+            return Err(format!(
+                "mcp_imports: refresh_interval of service {service} must lie between 1s and \
+                 half of max_ttl ({:?}), so the lease is renewed before it runs out",
+                max_ttl / 2
+            ));
+        }
+        let bearer_token = match &self.bearer_token_env {
+            None => None,
+            Some(variable) => Some(Secret(std::env::var(variable).map_err(|_| {
+                format!(
+                    "mcp_imports: bearer_token_env of service {service} names {variable}, \
+                     which is not set (or not UTF-8) in toolplane's environment"
+                )
+            })?)),
+        };
+        Ok(McpImport {
+            service,
+            source,
+            tenant: TenantId(self.tenant),
+            refresh_interval: self.refresh_interval,
+            bearer_token,
+        })
+    }
+
+    fn checked_url(&self, service: &ServiceName) -> Result<String, String> {
+        let uri: http::Uri = self.url.parse().map_err(|_| {
+            format!(
+                "mcp_imports: url {:?} of service {service} is not a URL",
+                self.url
+            )
+        })?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return Err(format!(
+                "mcp_imports: url {:?} of service {service} must be an http:// or https:// URL \
+                 with a host, e.g. http://10.0.0.7:3001/mcp",
+                self.url
+            ));
+        }
+        Ok(self.url.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(service: &str, url: &str, refresh_interval: Duration) -> McpImportConfig {
+        McpImportConfig {
+            service: service.into(),
+            url: url.into(),
+            command: Vec::new(),
+            tenant: 3,
+            refresh_interval,
+            bearer_token_env: None,
+        }
+    }
+
+    #[test]
+    fn an_entry_names_a_service_an_http_url_and_a_refresh_the_lease_outlives() {
+        let max_ttl = Duration::from_secs(3600);
+        let good = entry(
+            "github",
+            "https://mcp.example.com/mcp",
+            DEFAULT_REFRESH_INTERVAL,
+        );
+        let import = good.check(max_ttl).expect("valid");
+        assert_eq!(
+            (import.service.as_str(), import.tenant),
+            ("github", TenantId(3))
+        );
+        let with_token = McpImportConfig {
+            bearer_token_env: Some("PATH".into()),
+            ..good.clone()
+        };
+        let token = with_token.check(max_ttl).expect("PATH is set").bearer_token;
+        assert_eq!(format!("{token:?}"), "Some([redacted])");
+        let unset = McpImportConfig {
+            bearer_token_env: Some("TOOLPLANE_TEST_VARIABLE_NEVER_SET".into()),
+            ..good
+        };
+        assert!(unset.check(max_ttl).expect_err("unset").contains("not set"));
+        let started = McpImportConfig {
+            url: String::new(),
+            command: vec!["npx".into(), "server-memory".into()],
+            ..entry("memory", "", DEFAULT_REFRESH_INTERVAL)
+        };
+        let import = started.check(max_ttl).expect("a command");
+        assert_eq!(import.endpoint(), "mcp+stdio://3/memory");
+        let both = McpImportConfig {
+            command: vec!["npx".into()],
+            ..entry("memory", "http://h/mcp", DEFAULT_REFRESH_INTERVAL)
+        };
+        assert!(
+            both.check(max_ttl)
+                .expect_err("both")
+                .contains("either url")
+        );
+        for (bad, named) in [
+            (
+                entry("GitHub", "http://h/mcp", DEFAULT_REFRESH_INTERVAL),
+                "service",
+            ),
+            (
+                entry("github", "ftp://h/mcp", DEFAULT_REFRESH_INTERVAL),
+                "url",
+            ),
+            (
+                entry("github", "not a url", DEFAULT_REFRESH_INTERVAL),
+                "url",
+            ),
+            (
+                entry("github", "http://h/mcp", Duration::from_millis(500)),
+                "refresh_interval",
+            ),
+            (
+                entry("github", "http://h/mcp", Duration::from_secs(1801)),
+                "refresh_interval",
+            ),
+        ] {
+            let error = bad.check(max_ttl).expect_err("refused");
+            assert!(error.contains(named), "{error}");
+        }
+    }
+}
