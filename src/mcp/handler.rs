@@ -71,6 +71,14 @@ fn correlation_of(extensions: &Extensions) -> Option<String> {
     usable.then(|| session.to_owned())
 }
 
+/// The size of the HTTP request a message came in, from its `content-length` (0 when unknown).
+fn request_bytes(extensions: &Extensions) -> usize {
+    headers(extensions)
+        .and_then(|headers| headers.get(http::header::CONTENT_LENGTH))
+        .and_then(|value| value.to_str().ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The call's W3C trace context: from the request's `_meta` (as MCP's SEP-414 puts it), else
 /// from the HTTP headers.
 fn trace_of(context: &RequestContext<RoleServer>) -> Option<TraceContext> {
@@ -154,7 +162,9 @@ impl ServerHandler for McpTools {
             service,
             input: Value::Object(request.arguments.unwrap_or_default()),
             input_wire: None,
-            input_bytes: 0,
+            // The request's size stands for its arguments' (which make most of it): a large
+            // input is checked off the serving threads, as over gRPC.
+            input_bytes: request_bytes(&context.extensions),
             idempotency_key: None,
             retry: None,
             caller_timeout: None,

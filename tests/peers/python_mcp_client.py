@@ -123,6 +123,15 @@ async def call(tp):
            f"record status: {record.status}")
 
 
+@check("a large input (past 16 KB, checked off the serving threads) is called and answered")
+async def large_input(tp):
+    data = list(range(20000))
+    async with tp.client() as client:
+        result = await client.call_tool(
+            "structs_validate_schema", {"data": data, "schema": {"type": "array"}})
+    expect(not result.is_error and result.structured_content["valid"], f"answer: {result}")
+
+
 @check("arguments the schema refuses are a tool error a model can act on, and recorded")
 async def bad_arguments(tp):
     async with tp.client() as client:
