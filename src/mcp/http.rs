@@ -5,6 +5,8 @@
 //! Sessions are kept in memory (`Mcp-Session-Id`), so a client that initializes receives
 //! `notifications/tools/list_changed` on its GET stream. Requests whose `Host` header is not
 //! one of `mcp_allowed_hosts` are refused (403), which stops DNS rebinding from a browser.
+//! Connections are served as accepted, not through `grpc::coalesce`: its put-off flushes suit
+//! HTTP/2's, and held server-sent events back until the next write.
 
 use std::convert::Infallible;
 use std::sync::Arc;
