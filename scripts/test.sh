@@ -3,8 +3,9 @@
 #
 # First installs the test-only peers into .tools/ (git-ignored): grpcurl, Python's gRPC
 # (grpcio, grpcio-tools, grpcio-health-checking, grpcio-status) and the MCP Python SDK (mcp) from
-# PyPI in a venv; buf, Node's grpc-js and proto-loader, and the MCP conformance suite (with the
-# Node 22 it needs) from npm. Each set is installed again when its pinned versions change.
+# PyPI in a venv; buf, Node's grpc-js and proto-loader, the MCP reference server
+# (server-everything) and the MCP conformance suite (with the Node 22 it needs) from npm. Each
+# set is installed again when its pinned versions change.
 # Then: buf lint, cargo fmt --check, cargo clippy, cargo doc, and cargo test with the peers
 # required (TOOLPLANE_REQUIRE_PEERS=1: a missing peer fails its test instead of skipping it).
 set -euo pipefail
@@ -24,6 +25,7 @@ NODE_PEERS=(
   "@bufbuild/buf@1.75.0"
   "@grpc/grpc-js@1.14.7"
   "@grpc/proto-loader@0.8.1"
+  "@modelcontextprotocol/server-everything@2026.8.31"
 )
 
 # The MCP conformance suite needs Node 22; it comes as an npm package too, in a folder of its own.

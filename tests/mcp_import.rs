@@ -100,13 +100,22 @@ async fn wait_for_service(
     server: &TestServer,
     ready: impl Fn(Option<&pb::DiscoveryInfo>) -> bool,
 ) -> Option<pb::DiscoveryInfo> {
+    wait_for(server, "python-tools", ready).await
+}
+
+/// Service `name`, once `ready` says it is as expected (within 30 s).
+async fn wait_for(
+    server: &TestServer,
+    name: &str,
+    ready: impl Fn(Option<&pb::DiscoveryInfo>) -> bool,
+) -> Option<pb::DiscoveryInfo> {
     let mut discovery = server.discovery().await;
-    let give_up = Instant::now() + Duration::from_secs(15);
+    let give_up = Instant::now() + Duration::from_secs(30);
     loop {
         let found = discovery
             .get_service(pb::GetServiceRequest {
                 meta: meta(0),
-                service_name: "python-tools".into(),
+                service_name: name.into(),
             })
             .await
             .ok()
@@ -328,21 +337,9 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
         ..ServerOptions::default()
     };
     let server = TestServer::start_with(options).await;
-    let mut discovery = server.discovery().await;
-    let give_up = Instant::now() + Duration::from_secs(15);
-    let service = loop {
-        let found = discovery
-            .get_service(pb::GetServiceRequest {
-                meta: meta(0),
-                service_name: "python-stdio".into(),
-            })
-            .await;
-        if let Ok(found) = found {
-            break found.into_inner().service.expect("a service");
-        }
-        assert!(Instant::now() < give_up, "never imported: {found:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let service = wait_for(&server, "python-stdio", |found| found.is_some())
+        .await
+        .expect("imported");
     assert_eq!(service.endpoint, "mcp+stdio://0/python-stdio");
     let added = invoke(&server, "add", json!({"a": 5, "b": 6}))
         .await
@@ -381,5 +378,65 @@ async fn a_registration_with_an_mcp_endpoint_is_called_over_mcp() {
         .await
         .expect("added");
     assert_eq!(output(&added), json!({"result": 7}));
+    server.stop().await;
+}
+
+/// The MCP reference server of the TypeScript SDK (`@modelcontextprotocol/server-everything`),
+/// started over stdio: its tools are imported (as their names and schemas say) and called, a
+/// text answer and a structured one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_reference_server_is_imported_over_stdio() {
+    let Some(server_everything) =
+        peer("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+    else {
+        return;
+    };
+    let options = ServerOptions {
+        mcp_imports: vec![McpImport {
+            service: ServiceName::parse("everything").expect("a service name"),
+            source: McpSource::Stdio(vec![
+                "node".into(),
+                server_everything.display().to_string(),
+                "stdio".into(),
+            ]),
+            tenant: TenantId(0),
+            refresh_interval: Duration::from_secs(60),
+            bearer_token: None,
+        }],
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start_with(options).await;
+    let service = wait_for(&server, "everything", |found| found.is_some())
+        .await
+        .expect("imported");
+    let names: Vec<&str> = service
+        .available_tools
+        .iter()
+        .map(|tool| tool.tool_name.as_str())
+        .collect();
+    assert!(
+        names.contains(&"get-sum") && names.contains(&"echo"),
+        "{names:?}"
+    );
+    let sum = invoke(&server, "get-sum", json!({"a": 2, "b": 3}))
+        .await
+        .expect("summed");
+    assert_eq!(output(&sum), json!("The sum of 2 and 3 is 5."));
+    let weather = invoke(
+        &server,
+        "get-structured-content",
+        json!({"location": "New York"}),
+    )
+    .await
+    .expect("structured");
+    assert!(
+        output(&weather)["temperature"].is_number(),
+        "{:?}",
+        output(&weather)
+    );
+    let refused = invoke(&server, "get-sum", json!({"a": "two", "b": 3}))
+        .await
+        .expect_err("a is a number");
+    assert_eq!(refused.code(), Code::InvalidArgument);
     server.stop().await;
 }
