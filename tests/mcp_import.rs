@@ -254,23 +254,37 @@ async fn a_tool_list_change_the_server_announces_is_imported_at_once() {
 }
 
 /// While the server is gone its service expires (its lease is no longer renewed), and it is
-/// imported again when the server is back.
+/// imported again when the server is back; `toolplane_mcp_imports` follows.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_servers_service_expires_and_comes_back_with_it() {
     let Some(mcp) = PythonMcpServer::start(0) else {
         return;
     };
     let port = mcp.port;
-    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(1))).await;
+    let (server, metrics) =
+        TestServer::start_with_metrics(import_of(&mcp, Duration::from_secs(1))).await;
+    let imports = |state: &'static str| async move {
+        let text = reqwest::get(format!("http://{metrics}/metrics"))
+            .await
+            .expect("scraped")
+            .text()
+            .await
+            .expect("a body");
+        let sample = format!("toolplane_mcp_imports{{state=\"{state}\"}} 1");
+        text.lines().any(|line| line == sample)
+    };
     wait_for_service(&server, |found| found.is_some()).await;
+    assert!(imports("imported").await);
     drop(mcp);
     wait_for_service(&server, |found| found.is_none()).await;
+    assert!(imports("not_imported").await);
     let unavailable = invoke(&server, "add", json!({"a": 1, "b": 1}))
         .await
         .expect_err("nothing to call");
     assert_eq!(unavailable.code(), Code::NotFound, "{unavailable:?}");
     let _back = PythonMcpServer::start(port).expect("started again");
     wait_for_service(&server, |found| found.is_some()).await;
+    assert!(imports("imported").await);
     let added = invoke(&server, "add", json!({"a": 1, "b": 1}))
         .await
         .expect("added");

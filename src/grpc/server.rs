@@ -48,7 +48,7 @@ use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, RecordError, RecordLog};
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
 use crate::mcp::client::McpCaller;
-use crate::mcp::import::McpImport;
+use crate::mcp::import::{ImportStates, McpImport};
 use crate::mcp::{McpEndpoint, McpTools};
 use crate::metrics::MetricsSources;
 use crate::otlp::{OtlpError, OtlpExport};
@@ -292,6 +292,7 @@ pub async fn serve_with(
     let health = Arc::new(ProviderHealthBook::default());
     let heavy_work = HeavyWork::new(heavy::default_permits());
     let mcp_caller = McpCaller::for_imports(&options.mcp_imports);
+    let import_states = ImportStates::new(options.mcp_imports.len());
     let caller = Arc::new(ByEndpointScheme {
         grpc: Arc::new(
             GrpcProviderCaller::with_heavy_work(heavy_work.clone()).with_tls(provider_tls.clone()),
@@ -349,11 +350,13 @@ pub async fn serve_with(
                 serving: serving.clone(),
                 rpcs,
                 agents,
+                mcp_imports: import_states.clone(),
             };
             AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
         });
     // Ended when this function returns.
-    let _imports = crate::mcp::import::spawn_all(&options.mcp_imports, &registry, &mcp_caller);
+    let _imports =
+        crate::mcp::import::spawn_all(&options.mcp_imports, &registry, &mcp_caller, &import_states);
     // Aborted, with its connections, when this function returns.
     let _mcp = side.mcp.map(|listener| {
         let tools = McpTools::new(registry.clone(), invoker.clone());

@@ -13,6 +13,8 @@
 //! (at most `max_ttl`) and comes back when the server does. A `bearer_token_env` names the
 //! environment variable whose value is sent as `Authorization: Bearer ...` to the server.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rmcp::model::Tool;
@@ -32,12 +34,46 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The version an imported service gets when its server names none in semantic versioning.
 const UNVERSIONED: &str = "0.0.0";
 
-/// Runs every import until the returned set is dropped; each uses the session `caller` keeps
-/// with its server, the one its tools are called over.
-pub fn spawn_all(imports: &[McpImport], registry: &Registry, caller: &McpCaller) -> JoinSet<()> {
+/// Whether each import's tools are registered now (its last listing and registration
+/// worked), for the metrics endpoint.
+#[derive(Debug, Clone, Default)]
+pub struct ImportStates(Arc<[AtomicBool]>);
+
+impl ImportStates {
+    /// The states of `count` imports, none imported yet.
+    pub fn new(count: usize) -> Self {
+        Self((0..count).map(|_| AtomicBool::new(false)).collect())
+    }
+
+    /// How many imports are imported now, and how many are not.
+    pub fn counts(&self) -> (u64, u64) {
+        let imported = self
+            .0
+            .iter()
+            .filter(|state| state.load(Ordering::Relaxed))
+            .count();
+        (imported as u64, (self.0.len() - imported) as u64)
+    }
+
+    fn set(&self, index: usize, imported: bool) {
+        if let Some(state) = self.0.get(index) {
+            state.store(imported, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs every import until the returned set is dropped, each using the session `caller` keeps
+/// with its server (the one its tools are called over), and telling `states` how it goes.
+pub fn spawn_all(
+    imports: &[McpImport],
+    registry: &Registry,
+    caller: &McpCaller,
+    states: &ImportStates,
+) -> JoinSet<()> {
     let mut running = JoinSet::new();
-    for import in imports {
-        running.spawn(run(import.clone(), registry.clone(), caller.clone()));
+    for (index, import) in imports.iter().enumerate() {
+        let state = (states.clone(), index);
+        running.spawn(run(import.clone(), registry.clone(), caller.clone(), state));
     }
     running
 }
@@ -50,7 +86,12 @@ struct Registered {
     tools: Vec<ToolSpec>,
 }
 
-async fn run(import: McpImport, registry: Registry, caller: McpCaller) {
+async fn run(
+    import: McpImport,
+    registry: Registry,
+    caller: McpCaller,
+    (states, index): (ImportStates, usize),
+) {
     let endpoint = import.endpoint();
     let mut retry = FIRST_RETRY;
     let mut registered: Option<Registered> = None;
@@ -68,10 +109,12 @@ async fn run(import: McpImport, registry: Registry, caller: McpCaller) {
                         retry = FIRST_RETRY;
                         let spec = service_spec(&import, &registry, &endpoint, version, &tools);
                         registered = keep_registered(&import, &registry, spec, registered);
+                        states.set(index, registered.is_some());
                     }
                     Err(error) => {
                         tracing::warn!(service = %import.service, source = %import.source, %error, "cannot list the MCP server's tools");
                         caller.forget(&endpoint, &session).await;
+                        states.set(index, false);
                         break;
                     }
                 }
@@ -81,6 +124,7 @@ async fn run(import: McpImport, registry: Registry, caller: McpCaller) {
                 }
             },
             Err(error) => {
+                states.set(index, false);
                 tracing::warn!(service = %import.service, %error, retry_in = ?retry, "cannot reach the MCP server to import");
             }
         }

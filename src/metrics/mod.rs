@@ -28,6 +28,7 @@ use crate::grpc::serving::ServingState;
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::record_stats::DURATION_BUCKETS;
 use crate::invoke::records::{InvocationStatus, RecordLog};
+use crate::mcp::import::ImportStates;
 use crate::registry::store::RegistryStore;
 
 /// Where the metrics are read from.
@@ -45,6 +46,8 @@ pub struct MetricsSources {
     pub rpcs: Arc<RpcStats>,
     /// The agents and their conversations.
     pub agents: Arc<AgentStore>,
+    /// Whether each MCP import's tools are registered now.
+    pub mcp_imports: ImportStates,
 }
 
 /// The text a scrape is answered with (OpenMetrics text format).
@@ -181,6 +184,19 @@ impl Collector for MetricsSources {
             "1 while the server is serving, 0 once it has begun to shut down.",
             u64::from(self.serving.is_serving()),
         )?;
+        let (imported, not_imported) = self.mcp_imports.counts();
+        let mut imports = encoder.encode_descriptor(
+            "toolplane_mcp_imports",
+            "The configured MCP imports, by whether their tools are registered now \
+             (not_imported: not yet, or the server cannot be reached or its tools registered).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (state, count) in [("imported", imported), ("not_imported", not_imported)] {
+            imports
+                .encode_family(&[("state", state)])?
+                .encode_gauge(&i64::try_from(count).unwrap_or(i64::MAX))?;
+        }
         encode_agents(&mut encoder, &self.agents)?;
         rpc::encode(&mut encoder, &self.rpcs)?;
         process::encode(&mut encoder)
@@ -234,6 +250,7 @@ pub(crate) fn test_sources() -> MetricsSources {
         serving: ServingState::new(),
         rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
         agents: Arc::new(AgentStore::new(10, 0, 0)),
+        mcp_imports: ImportStates::new(2),
     }
 }
 
@@ -294,6 +311,8 @@ mod tests {
             "toolplane_agents{state=\"toolcall\"} 0",
             "toolplane_agent_turns_running 0",
             "toolplane_agent_conversation_bytes 0",
+            "toolplane_mcp_imports{state=\"imported\"} 0",
+            "toolplane_mcp_imports{state=\"not_imported\"} 2",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
