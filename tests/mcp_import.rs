@@ -83,10 +83,25 @@ fn import_with_token(
     refresh_interval: Duration,
     token: Option<&str>,
 ) -> ServerOptions {
+    importing(
+        "python-tools",
+        McpSource::Http(server.url()),
+        refresh_interval,
+        token,
+    )
+}
+
+/// Server options importing `source`'s tools as `service` of tenant 0.
+fn importing(
+    service: &str,
+    source: McpSource,
+    refresh_interval: Duration,
+    token: Option<&str>,
+) -> ServerOptions {
     ServerOptions {
         mcp_imports: vec![McpImport {
-            service: ServiceName::parse("python-tools").expect("a service name"),
-            source: McpSource::Http(server.url()),
+            service: ServiceName::parse(service).expect("a service name"),
+            source,
             tenant: TenantId(0),
             refresh_interval,
             bearer_token: token.map(|token| Secret(token.to_owned())),
@@ -336,20 +351,17 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
     };
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_mcp_server.py");
-    let options = ServerOptions {
-        mcp_imports: vec![McpImport {
-            service: ServiceName::parse("python-stdio").expect("a service name"),
-            source: McpSource::Stdio(vec![
-                python.display().to_string(),
-                script.display().to_string(),
-                "stdio".into(),
-            ]),
-            tenant: TenantId(0),
-            refresh_interval: Duration::from_secs(60),
-            bearer_token: None,
-        }],
-        ..ServerOptions::default()
-    };
+    let command = vec![
+        python.display().to_string(),
+        script.display().to_string(),
+        "stdio".into(),
+    ];
+    let options = importing(
+        "python-stdio",
+        McpSource::Stdio(command),
+        Duration::from_secs(60),
+        None,
+    );
     let server = TestServer::start_with(options).await;
     let service = wait_for(&server, "python-stdio", |found| found.is_some())
         .await
@@ -405,20 +417,17 @@ async fn the_typescript_reference_server_is_imported_over_stdio() {
     else {
         return;
     };
-    let options = ServerOptions {
-        mcp_imports: vec![McpImport {
-            service: ServiceName::parse("everything").expect("a service name"),
-            source: McpSource::Stdio(vec![
-                "node".into(),
-                server_everything.display().to_string(),
-                "stdio".into(),
-            ]),
-            tenant: TenantId(0),
-            refresh_interval: Duration::from_secs(60),
-            bearer_token: None,
-        }],
-        ..ServerOptions::default()
-    };
+    let command = vec![
+        "node".into(),
+        server_everything.display().to_string(),
+        "stdio".into(),
+    ];
+    let options = importing(
+        "everything",
+        McpSource::Stdio(command),
+        Duration::from_secs(60),
+        None,
+    );
     let server = TestServer::start_with(options).await;
     let service = wait_for(&server, "everything", |found| found.is_some())
         .await
