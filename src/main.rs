@@ -123,6 +123,9 @@ enum Command {
         /// Only records of calls made in this W3C trace (32 lowercase hex digits).
         #[arg(long)]
         trace_id: Option<String>,
+        /// Only records with this correlation id (the envelope's, or an MCP session's id).
+        #[arg(long)]
+        correlation_id: Option<String>,
         /// How many records.
         #[arg(long, default_value_t = 50)]
         limit: i32,
@@ -359,13 +362,16 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
         Command::Records {
             tool,
             trace_id,
+            correlation_id,
             limit,
             client,
         } => {
-            let records = connect(&client)
-                .await?
-                .records(tool.as_deref(), trace_id.as_deref(), limit)
-                .await?;
+            let filter = toolplane::client::RecordFilter {
+                tool: tool.as_deref(),
+                trace_id: trace_id.as_deref(),
+                correlation_id: correlation_id.as_deref(),
+            };
+            let records = connect(&client).await?.records(&filter, limit).await?;
             if client.json {
                 print_json(&records.iter().map(cli::record_json).collect());
             } else {

@@ -231,5 +231,20 @@ fn example_provider_walkthrough() {
     assert_eq!(traced.as_array().map(Vec::len), Some(1), "{traced}");
     assert_eq!(traced[0]["correlation_id"], "walkthrough", "{traced}");
     assert_eq!(traced[0]["trace_id"], trace_id, "{traced}");
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "records",
+        "--endpoint",
+        &endpoint,
+        "--correlation-id",
+        "walkthrough",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let correlated: serde_json::Value = serde_json::from_str(&stdout).expect("records JSON");
+    assert_eq!(correlated.as_array().map(Vec::len), Some(1), "{correlated}");
+    assert_eq!(
+        correlated[0]["correlation_id"], "walkthrough",
+        "{correlated}"
+    );
     assert_eq!(server.terminate().code(), Some(0));
 }

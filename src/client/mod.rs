@@ -120,6 +120,17 @@ impl fmt::Display for MissingTools {
     }
 }
 
+/// Which invocation records [`ToolplaneClient::records`] lists; unset filters pass all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordFilter<'a> {
+    /// Only records of this tool.
+    pub tool: Option<&'a str>,
+    /// Only records of calls made in this W3C trace.
+    pub trace_id: Option<&'a str>,
+    /// Only records with this correlation id (an MCP session's calls share its session id).
+    pub correlation_id: Option<&'a str>,
+}
+
 /// A typed toolplane client for one tenant.
 #[derive(Debug, Clone)]
 pub struct ToolplaneClient {
@@ -338,18 +349,17 @@ impl ToolplaneClient {
         Ok(self.invoke.clone().invoke_tool(request).await?.into_inner())
     }
 
-    /// Up to `limit` recent invocation records (newest first), filtered by tool and by W3C
-    /// trace id.
+    /// Up to `limit` recent invocation records (newest first) that pass `filter`.
     pub async fn records(
         &self,
-        tool: Option<&str>,
-        trace_id: Option<&str>,
+        filter: &RecordFilter<'_>,
         limit: i32,
     ) -> Result<Vec<pb::InvocationRecord>, ClientError> {
         let request = pb::ListInvocationRecordsRequest {
             meta: self.meta(),
-            tool_name: tool.unwrap_or_default().to_owned(),
-            trace_id: trace_id.unwrap_or_default().to_owned(),
+            tool_name: filter.tool.unwrap_or_default().to_owned(),
+            trace_id: filter.trace_id.unwrap_or_default().to_owned(),
+            correlation_id: filter.correlation_id.unwrap_or_default().to_owned(),
             page_size: limit,
             ..Default::default()
         };
