@@ -343,7 +343,7 @@ async fn a_server_asking_for_a_bearer_token_is_sent_the_one_configured() {
 
 /// A server toolplane starts itself (`command`) is spoken to over its standard input and
 /// output: its tools are imported under `mcp+stdio://TENANT/SERVICE` and called, and it is
-/// started again after its process ended.
+/// started again after its process ended, the import following the new process.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_started_by_command_is_imported_over_stdio() {
     let Some(python) = peer("venv/bin/python") else {
@@ -371,6 +371,27 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
         .await
         .expect("added");
     assert_eq!(output(&added), json!({"result": 11}));
+    // The server's process ends in the middle of a call: that call fails, the next starts it
+    // again.
+    let crashed = invoke(&server, "quit", json!({}))
+        .await
+        .expect_err("the server is gone");
+    assert_eq!(crashed.code(), Code::Unavailable, "{crashed:?}");
+    let again = invoke(&server, "add", json!({"a": 1, "b": 2}))
+        .await
+        .expect("started again");
+    assert_eq!(output(&again), json!({"result": 3}));
+    // The import follows the new process's session: its list_changed is heard at once, not at
+    // the next refresh (a minute away).
+    invoke(&server, "grow", json!({"name": "after_restart"}))
+        .await
+        .expect("grown");
+    wait_for(&server, "python-stdio", |found| {
+        found.is_some_and(|service| {
+            (service.available_tools.iter()).any(|tool| tool.tool_name == "after_restart")
+        })
+    })
+    .await;
     server.stop().await;
 }
 

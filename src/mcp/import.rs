@@ -21,7 +21,7 @@ use rmcp::model::Tool;
 use serde_json::Value;
 use tokio::task::JoinSet;
 
-use super::client::McpCaller;
+use super::client::{McpCaller, McpSession};
 pub use super::import_config::{
     DEFAULT_REFRESH_INTERVAL, McpImport, McpImportConfig, McpSource, Secret,
 };
@@ -31,6 +31,8 @@ use crate::registry::{LeaseId, Registry};
 
 /// The first wait before trying an unreachable server again.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// How often an import checks that its session is still open.
+const SESSION_CHECK: Duration = Duration::from_secs(1);
 /// The version an imported service gets when its server names none in semantic versioning.
 const UNVERSIONED: &str = "0.0.0";
 
@@ -121,6 +123,9 @@ async fn run(
                 tokio::select! {
                     () = tokio::time::sleep(import.refresh_interval) => {}
                     () = session.service().tools_changed.notified() => {}
+                    // A call found it broken, or a server toolplane started exited: follow the
+                    // session opened in its place, and list again on it.
+                    () = closed(&session) => break,
                 }
             },
             Err(error) => {
@@ -130,6 +135,13 @@ async fn run(
         }
         tokio::time::sleep(retry).await;
         retry = (retry * 2).min(import.refresh_interval);
+    }
+}
+
+/// Completes once `session` has closed (checked every [`SESSION_CHECK`]).
+async fn closed(session: &McpSession) {
+    while !session.is_transport_closed() {
+        tokio::time::sleep(SESSION_CHECK).await;
     }
 }
 
