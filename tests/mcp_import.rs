@@ -118,6 +118,20 @@ async fn wait_for_service(
     wait_for(server, "python-tools", ready).await
 }
 
+/// A server importing, as `service`, the MCP server that `command` and a last argument `stdio`
+/// start (refreshed every minute), and the service once imported.
+async fn import_started(service: &str, command: &[String]) -> (TestServer, pb::DiscoveryInfo) {
+    let mut command = command.to_vec();
+    command.push("stdio".into());
+    let source = McpSource::Stdio(command);
+    let server =
+        TestServer::start_with(importing(service, source, Duration::from_secs(60), None)).await;
+    let imported = wait_for(&server, service, |found| found.is_some())
+        .await
+        .expect("imported");
+    (server, imported)
+}
+
 /// Service `name`, once `ready` says it is as expected (within 30 s).
 async fn wait_for(
     server: &TestServer,
@@ -351,21 +365,8 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
     };
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_mcp_server.py");
-    let command = vec![
-        python.display().to_string(),
-        script.display().to_string(),
-        "stdio".into(),
-    ];
-    let options = importing(
-        "python-stdio",
-        McpSource::Stdio(command),
-        Duration::from_secs(60),
-        None,
-    );
-    let server = TestServer::start_with(options).await;
-    let service = wait_for(&server, "python-stdio", |found| found.is_some())
-        .await
-        .expect("imported");
+    let command = [python.display().to_string(), script.display().to_string()];
+    let (server, service) = import_started("python-stdio", &command).await;
     assert_eq!(service.endpoint, "mcp+stdio://0/python-stdio");
     let added = invoke(&server, "add", json!({"a": 5, "b": 6}))
         .await
@@ -438,21 +439,8 @@ async fn the_typescript_reference_server_is_imported_over_stdio() {
     else {
         return;
     };
-    let command = vec![
-        "node".into(),
-        server_everything.display().to_string(),
-        "stdio".into(),
-    ];
-    let options = importing(
-        "everything",
-        McpSource::Stdio(command),
-        Duration::from_secs(60),
-        None,
-    );
-    let server = TestServer::start_with(options).await;
-    let service = wait_for(&server, "everything", |found| found.is_some())
-        .await
-        .expect("imported");
+    let command = ["node".to_owned(), server_everything.display().to_string()];
+    let (server, service) = import_started("everything", &command).await;
     let names: Vec<&str> = service
         .available_tools
         .iter()

@@ -13,6 +13,7 @@ use crate::registry::lease::monotonic_now;
 use crate::registry::model::{HealthState, ServiceEntry};
 use crate::registry::preflight::{MissingReason, MissingTool, Requirement};
 use crate::registry::store::{ChangeKind, RegistryEvent, ToolChange};
+use crate::registry::validate::MCP_STDIO_ENDPOINT_PREFIX;
 use crate::registry::{
     Capability, FieldViolation, LeaseId, RegisteredTool, RegistryError, ServiceName, ServiceSpec,
     ToolName, ToolSpec, ViolationKind,
@@ -86,10 +87,6 @@ pub fn health_to_pb(state: HealthState) -> pb::HealthState {
         HealthState::Unhealthy => pb::HealthState::Unhealthy,
     }
 }
-
-/// The endpoints of MCP servers toolplane starts itself, for its imports: never registered
-/// over the wire.
-const STARTED_MCP_SERVER_PREFIX: &str = "mcp+stdio://";
 
 /// Converts a registration into a [`ServiceSpec`], collecting every wire-level violation.
 /// The domain validation (names, schemas, limits) happens in the registry.
@@ -174,12 +171,12 @@ pub fn service_spec(
             timeout_ms: tool.timeout_ms,
         });
     }
-    if registration.endpoint.starts_with(STARTED_MCP_SERVER_PREFIX) {
+    if registration.endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX) {
         violations.push(FieldViolation::new(
             "registration.endpoint",
             ViolationKind::Field,
             format!(
-                "endpoint {:?}: {STARTED_MCP_SERVER_PREFIX} endpoints name MCP servers toolplane \
+                "endpoint {:?}: {MCP_STDIO_ENDPOINT_PREFIX} endpoints name MCP servers toolplane \
                  starts for its [[mcp_imports]]; register an mcp+http:// or mcp+https:// URL",
                 registration.endpoint
             ),

@@ -139,7 +139,7 @@ pub trait ProviderCaller: Send + Sync + Debug {
     fn check_health(&self, endpoint: &str) -> BoxFuture<'static, Result<(), String>>;
 }
 
-pub use crate::registry::validate::MCP_ENDPOINT_PREFIX;
+pub use crate::registry::validate::{MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX};
 
 /// Calls providers over the transport their endpoint names: MCP for an `mcp+http://` or
 /// `mcp+https://` endpoint (an MCP server's URL), gRPC's ToolProviderService for any other.

@@ -4,8 +4,8 @@
 //! `mcp+stdio://TENANT/SERVICE` for a server an import starts with its command.
 //!
 //! One MCP session per endpoint is opened on first use (protocol 2025-11-25, the initialize
-//! handshake) and shared by every call to it, and by the import of that server's tools; a session whose connection is lost is opened
-//! again on the next call. A call is `tools/call` with the input as its arguments; its answer
+//! handshake) and shared by every call to it, and by the import of that server's tools; a
+//! session whose connection is lost is opened again on the next call. A call is `tools/call` with the input as its arguments; its answer
 //! becomes the tool's output: the `structuredContent` when the server sent one, else the text of
 //! a single text block as a JSON string, else the content blocks as a JSON array. A result
 //! marked `isError` is the tool's failure (gRPC code UNKNOWN, reason `TOOL_FAILED`, the text as
@@ -34,7 +34,8 @@ use tokio::sync::Notify;
 
 use super::import_config::{McpImport, McpSource, Secret};
 use crate::invoke::caller::{
-    FailureKind, MCP_ENDPOINT_PREFIX, ProviderCall, ProviderCaller, ProviderFailure, ProviderReply,
+    FailureKind, MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX, ProviderCall, ProviderCaller,
+    ProviderFailure, ProviderReply,
 };
 
 /// The longest an MCP session may take to open (connect and initialize).
@@ -200,7 +201,7 @@ impl McpCaller {
             .to_owned();
         let token = self.tokens.get(endpoint).map(|secret| secret.0.clone());
         let command = self.commands.get(endpoint).cloned();
-        let stdio = url.starts_with("stdio://");
+        let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
         self.sessions
             .try_get_with(endpoint.to_owned(), async move {
                 let opened = match command {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::envelope::TenantId;
-use crate::invoke::caller::MCP_ENDPOINT_PREFIX;
+use crate::invoke::caller::{MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX};
 use crate::registry::ServiceName;
 
 /// How often an imported server's tools are listed again, by default.
@@ -92,7 +92,7 @@ impl McpImport {
         match &self.source {
             McpSource::Http(url) => format!("{MCP_ENDPOINT_PREFIX}{url}"),
             McpSource::Stdio(_) => format!(
-                "{MCP_ENDPOINT_PREFIX}stdio://{}/{}",
+                "{MCP_STDIO_ENDPOINT_PREFIX}{}/{}",
                 self.tenant, self.service
             ),
         }

@@ -37,6 +37,9 @@ pub const DEFAULT_MAX_INSTANCES_PER_SERVICE: u64 = 256;
 /// The scheme prefix of an endpoint that is an MCP server's URL (`mcp+http://...`): the
 /// service's tools are called over MCP, not gRPC.
 pub const MCP_ENDPOINT_PREFIX: &str = "mcp+";
+/// The prefix of the endpoint of an MCP server toolplane starts itself, over stdio, for an
+/// import (`mcp+stdio://TENANT/SERVICE`): never registered over the wire.
+pub const MCP_STDIO_ENDPOINT_PREFIX: &str = "mcp+stdio://";
 /// The longest endpoint URI accepted.
 const MAX_ENDPOINT_LEN: usize = 2048;
 /// The most backtracking steps one `pattern` (or `patternProperties`) match may take. Patterns
