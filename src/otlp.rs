@@ -6,10 +6,10 @@
 //! OTLP/gRPC goes through tonic (opentelemetry-otlp's exporter); to an `https://` collector
 //! over a channel whose connections make their TLS with the configuration installed when they
 //! open, so renewed files reach the next connection. OTLP/HTTP (`http/protobuf`, the protobuf
-//! bodies POSTed to `/v1/traces`) goes through the same exporter with this crate's reqwest
-//! client: opentelemetry-otlp's own reqwest client is a later reqwest major version than the
-//! one the agents' chat models are called with, and would bring a second HTTP and TLS stack
-//! into the build; `ReqwestClient` adapts the one already here.
+//! bodies POSTed to `/v1/traces`) goes through the same exporter with a reqwest client made
+//! here (`ReqwestClient`) rather than opentelemetry-http's, so that its TLS is toolplane's
+//! (ring, the files named) and renewed files reach the next export: each export uses the
+//! client installed then.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,7 +22,10 @@ use serde::{Deserialize, Serialize};
 use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::rustls::pki_types::ServerName;
 
-use crate::grpc::outgoing_tls::{ALPN_H2, OutgoingTlsError, OutgoingTlsFiles, OutgoingTlsSettings};
+use crate::grpc::outgoing_tls::{
+    ALPN_H2, ALPN_HTTP, OutgoingTlsError, OutgoingTlsFiles, OutgoingTlsSettings,
+    http_client_builder,
+};
 
 /// The settings that name the files of TLS to the collector, as errors call them.
 pub const OTLP_TLS_SETTINGS: OutgoingTlsSettings = OutgoingTlsSettings {
@@ -30,8 +33,6 @@ pub const OTLP_TLS_SETTINGS: OutgoingTlsSettings = OutgoingTlsSettings {
     client_cert_file: "otlp_client_cert_file",
     client_key_file: "otlp_client_key_file",
 };
-/// OTLP/HTTP over TLS offers HTTP/2 and HTTP/1.1 and takes what the collector picks.
-const ALPN_HTTP: &[&[u8]] = &[b"h2", b"http/1.1"];
 /// How long the exporter waits for the collector to take one batch.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long opening a connection to the collector may take.
@@ -266,12 +267,7 @@ fn tls_channel(
 
 /// The OTLP/HTTP client: with `tls` for an `https://` collector.
 fn http_client(tls: Option<&ClientConfig>) -> Result<reqwest::Client, reqwest::Error> {
-    let builder = reqwest::Client::builder().timeout(EXPORT_TIMEOUT);
-    match tls {
-        Some(config) => builder.use_preconfigured_tls(config.clone()),
-        None => builder,
-    }
-    .build()
+    http_client_builder(tls).timeout(EXPORT_TIMEOUT).build()
 }
 
 /// The URL OTLP/HTTP trace exports are POSTed to: `endpoint` + `/v1/traces` when it names no
@@ -287,8 +283,8 @@ fn http_traces_url(endpoint: &str) -> String {
     }
 }
 
-/// opentelemetry-http's client trait over this crate's reqwest (see the module docs); each
-/// export uses the client installed then.
+/// opentelemetry-http's client trait over a reqwest client made here (see the module docs);
+/// each export uses the client installed then.
 #[derive(Debug)]
 struct ReqwestClient(Arc<ArcSwap<reqwest::Client>>);
 

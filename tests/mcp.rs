@@ -126,7 +126,7 @@ async fn the_mcp_conformance_suite_passes_the_endpoint() {
 #[tokio::test]
 async fn the_endpoint_refuses_unknown_hosts_and_other_paths() {
     let (server, mcp) = TestServer::start_with_mcp(ServerOptions::default()).await;
-    let client = reqwest::Client::new();
+    let client = common::http_client();
     let url = format!("http://{mcp}/mcp");
     let answer = initialize(&client, &url).send().await.expect("answered");
     assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
@@ -179,13 +179,14 @@ async fn with_tls_served_the_endpoint_takes_only_callers_with_a_certificate() {
     };
     let (server, mcp) = TestServer::start_with_mcp(options).await;
     let url = format!("https://127.0.0.1:{}/mcp", mcp.port());
+    // reqwest's own TLS setup (a client certificate here) uses the process's crypto provider.
+    let _already_installed =
+        tokio_rustls::rustls::crypto::ring::default_provider().install_default();
     let trusting = || {
         reqwest::Client::builder()
-            .use_rustls_tls()
-            .tls_built_in_root_certs(false)
-            .add_root_certificate(
-                reqwest::Certificate::from_pem(ca.pem().as_bytes()).expect("CA certificate"),
-            )
+            .tls_certs_only([
+                reqwest::Certificate::from_pem(ca.pem().as_bytes()).expect("CA certificate")
+            ])
     };
     let issued = ca.client("mcp-client");
     let identity =

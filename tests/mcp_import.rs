@@ -293,7 +293,9 @@ async fn an_unreachable_servers_service_expires_and_comes_back_with_it() {
     let (server, metrics) =
         TestServer::start_with_metrics(import_of(&mcp, Duration::from_secs(1))).await;
     let imports = |state: &'static str| async move {
-        let text = reqwest::get(format!("http://{metrics}/metrics"))
+        let text = common::http_client()
+            .get(format!("http://{metrics}/metrics"))
+            .send()
             .await
             .expect("scraped")
             .text()

@@ -61,7 +61,7 @@ async fn a_scrape_reports_invocations_and_the_registry() {
         .await
         .expect_err("rejected");
 
-    let http = reqwest::Client::new();
+    let http = http_client();
     let answer = scrape(&http, metrics, "/metrics").await;
     assert_eq!(answer.status(), 200);
     let content_type = answer.headers()["content-type"]
@@ -145,7 +145,7 @@ async fn a_scrape_reports_invocations_and_the_registry() {
     provider.stop().await;
     server.stop().await;
     // The endpoint's task is aborted as the server returns, and dropped soon after.
-    let short = reqwest::Client::builder()
+    let short = toolplane::grpc::outgoing_tls::http_client_builder(None)
         .timeout(std::time::Duration::from_secs(1))
         .build()
         .expect("client");
@@ -225,7 +225,7 @@ async fn a_scrape_reports_calls_by_method_and_code() {
     assert_eq!(ended.code(), tonic::Code::DeadlineExceeded, "{ended:?}");
     assert!(ended.message().contains("stream ends here"), "{ended:?}");
 
-    let http = reqwest::Client::new();
+    let http = http_client();
     let watch_services = "grpc_method=\"WatchServices\",grpc_service=\"toolplane.v1.DiscoveryService\",grpc_type=\"server_stream\"";
     let get_tool = "grpc_method=\"GetTool\",grpc_service=\"toolplane.v1.DiscoveryService\",grpc_type=\"unary\"";
     let expected = [
@@ -289,7 +289,7 @@ async fn a_scrape_reports_the_agents_and_their_conversations() {
         .await
         .expect("turn completes");
 
-    let http = reqwest::Client::new();
+    let http = http_client();
     let text = scrape_text(&http, metrics).await;
     for (name, value) in [
         ("toolplane_agents{state=\"idle\"}", 2.0),

@@ -2,6 +2,7 @@
 //! by OpenAI, vLLM, Ollama and llama.cpp's server. Tools are advertised as function tools,
 //! `tool_calls` are parsed, and streaming reads the server-sent events.
 
+use crate::grpc::outgoing_tls::http_client_builder;
 use crate::trace_context::TraceContext;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -111,7 +112,7 @@ struct PartialCall {
 impl OpenAiClient {
     /// A client for `config`.
     pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
-        let http = reqwest::Client::builder()
+        let http = http_client_builder(None)
             .timeout(config.timeout)
             .build()
             .map_err(|e| ModelError(format!("cannot build the HTTP client: {e}")))?;

@@ -9,7 +9,7 @@
 //! uses.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
@@ -17,6 +17,16 @@ use super::tls_files::{TlsFileError, ca_certificates, certificates, private_key}
 
 /// The ALPN of gRPC connections: HTTP/2 alone.
 pub const ALPN_H2: &[&[u8]] = &[b"h2"];
+/// The ALPN of HTTP connections (OTLP/HTTP, chat models, MCP servers): HTTP/2 and HTTP/1.1,
+/// whichever the server picks.
+pub const ALPN_HTTP: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// The settings of no files: the TLS of HTTP clients no setting configures.
+const NO_SETTINGS: OutgoingTlsSettings = OutgoingTlsSettings {
+    ca_file: "",
+    client_cert_file: "",
+    client_key_file: "",
+};
 
 /// The files that say how toolplane connects to an `https://` server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -123,6 +133,24 @@ impl OutgoingTlsFiles {
         config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
         Ok(Arc::new(config))
     }
+}
+
+/// A reqwest client builder whose TLS is `tls` or, when `None`, checks servers against the
+/// public CAs and presents no client certificate (offering [`ALPN_HTTP`]), made with the ring
+/// provider. Every reqwest client of toolplane starts here: reqwest is built without a crypto
+/// provider of its own (as toolplane's TLS uses ring, its default aws-lc would be a second
+/// one), and its own TLS setup would panic without a provider installed process-wide.
+pub fn http_client_builder(tls: Option<&ClientConfig>) -> reqwest::ClientBuilder {
+    static PUBLIC: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    let config = match tls {
+        Some(config) => config.clone(),
+        None => ClientConfig::clone(PUBLIC.get_or_init(|| {
+            OutgoingTlsFiles::default()
+                .client_config(&NO_SETTINGS, ALPN_HTTP)
+                .expect("the public CAs and no client certificate read no file")
+        })),
+    };
+    reqwest::Client::builder().tls_backend_preconfigured(config)
 }
 
 /// The public CAs (Mozilla's list, as webpki-roots carries it).

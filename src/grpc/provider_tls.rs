@@ -16,7 +16,9 @@ use arc_swap::ArcSwap;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::ClientConfig;
 
-use super::outgoing_tls::{ALPN_H2, OutgoingTlsError, OutgoingTlsFiles, OutgoingTlsSettings};
+use super::outgoing_tls::{
+    ALPN_H2, ALPN_HTTP, OutgoingTlsError, OutgoingTlsFiles, OutgoingTlsSettings,
+};
 
 /// The settings that name the files of TLS to providers.
 pub const PROVIDER_TLS_SETTINGS: OutgoingTlsSettings = OutgoingTlsSettings {
@@ -85,6 +87,14 @@ impl ProviderTls {
     /// The connector that opens TLS over a new provider connection.
     pub(crate) fn connector(&self) -> TlsConnector {
         TlsConnector::from(self.config.load_full())
+    }
+
+    /// The configuration of a new HTTP connection to a provider (an MCP server at an
+    /// `mcp+https://` endpoint): as gRPC's, offering HTTP/2 and HTTP/1.1.
+    pub(crate) fn http_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::clone(&self.config.load());
+        config.alpn_protocols = ALPN_HTTP.iter().map(|protocol| protocol.to_vec()).collect();
+        config
     }
 
     /// What a provider's certificate that could not be verified was checked against, for

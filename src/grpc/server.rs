@@ -291,7 +291,7 @@ pub async fn serve_with(
     let serving = ServingState::new();
     let health = Arc::new(ProviderHealthBook::default());
     let heavy_work = HeavyWork::new(heavy::default_permits());
-    let mcp_caller = McpCaller::for_imports(&options.mcp_imports);
+    let mcp_caller = McpCaller::for_imports(&options.mcp_imports, provider_tls.clone());
     let import_states = ImportStates::new(options.mcp_imports.len());
     let caller = Arc::new(ByEndpointScheme {
         grpc: Arc::new(

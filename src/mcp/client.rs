@@ -33,6 +33,8 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::import_config::{McpImport, McpSource, Secret};
+use crate::grpc::outgoing_tls::http_client_builder;
+use crate::grpc::provider_tls::ProviderTls;
 use crate::invoke::caller::{
     FailureKind, MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX, ProviderCall, ProviderCaller,
     ProviderFailure, ProviderReply,
@@ -87,13 +89,21 @@ impl ClientHandler for SessionEvents {
 }
 
 /// Opens a session with the MCP server at `url` (an `http://` or `https://` URL), sending
-/// `bearer_token` as `Authorization: Bearer ...` when given.
-async fn connect(url: &str, bearer_token: Option<String>) -> Result<McpSession, String> {
+/// `bearer_token` as `Authorization: Bearer ...` when given, over TLS as `tls` says (the TLS
+/// to providers: `provider_ca_file` and the client certificate).
+async fn connect(
+    url: &str,
+    bearer_token: Option<String>,
+    tls: &ProviderTls,
+) -> Result<McpSession, String> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
     if let Some(token) = bearer_token {
         config = config.auth_header(token);
     }
-    let transport = StreamableHttpClientTransport::from_config(config);
+    let client = http_client_builder(Some(&tls.http_config()))
+        .build()
+        .map_err(|error| format!("cannot make an HTTP client for {url}: {error}"))?;
+    let transport = StreamableHttpClientTransport::with_client(client, config);
     let opening =
         SessionEvents::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
     initialized(url, opening).await
@@ -140,18 +150,19 @@ pub struct McpCaller {
     /// The commands that start the servers of `mcp+stdio://` endpoints: only those imports
     /// configure (a registration cannot make toolplane start a program).
     commands: Arc<HashMap<String, Vec<String>>>,
+    /// How `mcp+https://` servers are reached: the TLS to providers.
+    tls: ProviderTls,
 }
 
 impl Default for McpCaller {
+    /// A caller with no imports' tokens or commands, checking servers' certificates against
+    /// the public CAs.
     fn default() -> Self {
-        // The MCP SDK's HTTP client (reqwest 0.13, built without a rustls crypto provider of its
-        // own) uses the process's default one: ring, as the rest of toolplane's TLS does.
-        let _already_installed =
-            tokio_rustls::rustls::crypto::ring::default_provider().install_default();
         Self {
             sessions: moka::future::Cache::builder().max_capacity(10_000).build(),
             tokens: Arc::default(),
             commands: Arc::default(),
+            tls: ProviderTls::default(),
         }
     }
 }
@@ -166,9 +177,10 @@ fn unavailable(message: String, unsent: bool) -> ProviderFailure {
 }
 
 impl McpCaller {
-    /// A caller that knows how to reach the servers of `imports`: the bearer tokens to send
-    /// and the commands that start servers over stdio.
-    pub fn for_imports(imports: &[McpImport]) -> Self {
+    /// A caller that knows how to reach the servers of `imports` (the bearer tokens to send
+    /// and the commands that start servers over stdio) and `https` servers (`tls`, the TLS to
+    /// providers, read again when its files are renewed).
+    pub fn for_imports(imports: &[McpImport], tls: ProviderTls) -> Self {
         let mut tokens = HashMap::new();
         let mut commands = HashMap::new();
         for import in imports {
@@ -182,6 +194,7 @@ impl McpCaller {
         Self {
             tokens: Arc::new(tokens),
             commands: Arc::new(commands),
+            tls,
             ..Self::default()
         }
     }
@@ -201,6 +214,7 @@ impl McpCaller {
             .to_owned();
         let token = self.tokens.get(endpoint).map(|secret| secret.0.clone());
         let command = self.commands.get(endpoint).cloned();
+        let tls = self.tls.clone();
         let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
         self.sessions
             .try_get_with(endpoint.to_owned(), async move {
@@ -210,7 +224,7 @@ impl McpCaller {
                         "no MCP server command is configured for {url}: only an \
                          [[mcp_imports]] entry starts a server over stdio"
                     )),
-                    None => connect(&url, token).await,
+                    None => connect(&url, token, &tls).await,
                 };
                 opened.map(Arc::new)
             })

@@ -159,6 +159,15 @@ impl Drop for TestServer {
     }
 }
 
+/// A plain HTTP client (reqwest, which toolplane builds without a crypto provider of its own,
+/// given toolplane's ring-based TLS configuration).
+#[allow(dead_code)]
+pub fn http_client() -> reqwest::Client {
+    toolplane::grpc::outgoing_tls::http_client_builder(None)
+        .build()
+        .expect("an HTTP client")
+}
+
 pub fn meta(tenant: u64) -> Option<pb::Meta> {
     Some(request_meta(TenantId(tenant), "test-correlation"))
 }
