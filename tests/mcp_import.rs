@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::invoke_fixture::invoker;
-use common::process::{Runtime, peer, peer_script};
+use common::mcp_server::PythonMcpServer;
+use common::process::peer;
 use common::{TestServer, meta, reason};
 use serde_json::{Value, json};
 use tonic::Code;
@@ -20,59 +19,6 @@ use toolplane::json::{json_to_struct, struct_to_json, value_to_json};
 use toolplane::mcp::import::{McpImport, McpSource, Secret};
 use toolplane::pb;
 use toolplane::registry::ServiceName;
-
-/// The MCP server, stopped when dropped.
-struct PythonMcpServer {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for PythonMcpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl PythonMcpServer {
-    /// Starts the server on `port` (0 picks a free one) once it says it is listening; `None`
-    /// when the Python peers are not installed (the test is skipped).
-    fn start(port: u16) -> Option<Self> {
-        Self::start_with(port, &[])
-    }
-
-    /// As [`Self::start`], with the script's further arguments (a bearer token to ask for).
-    fn start_with(port: u16, args: &[&str]) -> Option<Self> {
-        let mut command = peer_script(Runtime::Python, "python_mcp_server.py")?;
-        let mut child = command
-            .arg(port.to_string())
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the Python MCP server");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let mut lines = BufReader::new(stderr).lines();
-        let marker = "Uvicorn running on http://127.0.0.1:";
-        let port = loop {
-            let line = lines
-                .next()
-                .expect("the server says where it listens")
-                .expect("a line of its log");
-            if let Some(rest) = line.split(marker).nth(1) {
-                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                break digits.parse().expect("a port");
-            }
-        };
-        // Its log is drained on, so it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Some(Self { child, port })
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-}
 
 fn import_of(server: &PythonMcpServer, refresh_interval: Duration) -> ServerOptions {
     import_with_token(server, refresh_interval, None)

@@ -14,11 +14,12 @@ use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use tokio_rustls::TlsConnector;
-use tokio_rustls::rustls::ClientConfig;
+use tokio_rustls::rustls::{self, ClientConfig};
 
 use super::outgoing_tls::{
     ALPN_H2, ALPN_HTTP, OutgoingTlsError, OutgoingTlsFiles, OutgoingTlsSettings,
 };
+use super::stream_errors::refusal_hint;
 
 /// The settings that name the files of TLS to providers.
 pub const PROVIDER_TLS_SETTINGS: OutgoingTlsSettings = OutgoingTlsSettings {
@@ -108,6 +109,35 @@ impl ProviderTls {
     }
 }
 
+impl ProviderTls {
+    /// What to add to the message of a connection to a provider that failed with `error` (or
+    /// an error under it): what a certificate that could not be verified was checked against,
+    /// or why a provider that ended the TLS handshake likely did; empty for other failures.
+    pub(crate) fn failure_hint(&self, error: &(dyn std::error::Error + 'static)) -> String {
+        let mut text = String::new();
+        let mut current = Some(error);
+        while let Some(error) = current {
+            if let Some(rustls::Error::InvalidCertificate(_)) = error.downcast_ref() {
+                return format!(
+                    "; its certificate was checked against {}",
+                    self.checked_against()
+                );
+            }
+            text.push_str(&error.to_string());
+            text.push('\n');
+            // An I/O error's `source` skips the error it wraps: go into that one.
+            current = match error
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+            {
+                Some(wrapped) => Some(wrapped as &(dyn std::error::Error + 'static)),
+                None => error.source(),
+            };
+        }
+        refusal_hint(&text).to_owned()
+    }
+}
+
 /// The client configuration `files` describe for providers, every file read now.
 fn built(files: &OutgoingTlsFiles) -> Result<Arc<ClientConfig>, OutgoingTlsError> {
     files.client_config(&PROVIDER_TLS_SETTINGS, ALPN_H2)
@@ -189,6 +219,23 @@ mod tests {
             .expect_err("mismatched")
             .to_string();
         assert!(text.contains("cannot be used together"), "{text}");
+    }
+
+    #[test]
+    fn a_failure_hint_finds_the_certificate_error_inside_nested_io_errors() {
+        let certificate =
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let nested = std::io::Error::other(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            certificate,
+        ));
+        let hint = ProviderTls::default().failure_hint(&nested);
+        assert!(hint.contains("checked against the public CAs"), "{hint}");
+        let refused = std::io::Error::other("received fatal alert: CertificateRequired");
+        let hint = ProviderTls::default().failure_hint(&refused);
+        assert!(hint.contains("set provider_client_cert_file"), "{hint}");
+        let refused_connection = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(ProviderTls::default().failure_hint(&refused_connection), "");
     }
 
     #[test]

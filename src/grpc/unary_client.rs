@@ -27,7 +27,6 @@ use http::{HeaderValue, Method, Request, Uri};
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tonic::Status;
 
@@ -35,7 +34,7 @@ use super::answer::read_answer;
 use super::coalesce::CoalescingIo;
 use super::deadline::grpc_timeout;
 use super::provider_tls::ProviderTls;
-use super::stream_errors::{not_sent, refusal_hint, transport, unprocessed};
+use super::stream_errors::{not_sent, transport, unprocessed};
 use super::unary_calls::Calls;
 
 /// The header a call's deadline travels in.
@@ -374,14 +373,9 @@ impl UnaryChannel {
                 ))
             })?
             .map_err(|error| {
-                let hint = match (&self.tls, tls_error(&error)) {
-                    (Some((tls, _)), Some(rustls::Error::InvalidCertificate(_))) => {
-                        format!(
-                            "; its certificate was checked against {}",
-                            tls.checked_against()
-                        )
-                    }
-                    _ => refusal_hint(&error.to_string()).to_owned(),
+                let hint = match &self.tls {
+                    Some((tls, _)) => tls.failure_hint(&error),
+                    None => String::new(),
                 };
                 Status::unavailable(format!("cannot connect to {authority}: {error}{hint}"))
             })
@@ -394,11 +388,6 @@ fn host(authority: &Authority) -> &str {
         .host()
         .trim_start_matches('[')
         .trim_end_matches(']')
-}
-
-/// The TLS error an I/O error carries, if it does.
-fn tls_error(error: &std::io::Error) -> Option<&rustls::Error> {
-    error.get_ref()?.downcast_ref::<rustls::Error>()
 }
 
 /// Starts HTTP/2 on an open connection, and the task that drives it. Until the provider's

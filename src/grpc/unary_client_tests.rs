@@ -1,6 +1,7 @@
 //! Tests of the unary client: endpoints, framing, status mapping, and calls to real servers.
 use super::*;
 use crate::grpc::answer::{from_http_status, unframe};
+use crate::grpc::stream_errors::refusal_hint;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use tonic::Code;

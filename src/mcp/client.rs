@@ -27,7 +27,9 @@ use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
     ServiceError,
 };
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -106,7 +108,7 @@ async fn connect(
     let transport = StreamableHttpClientTransport::with_client(client, config);
     let opening =
         SessionEvents::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
-    initialized(url, opening).await
+    initialized(url, opening, Some(tls)).await
 }
 
 /// Starts the MCP server `command` (program first) and opens a session with it over its
@@ -125,20 +127,59 @@ async fn start(command: &[String]) -> Result<McpSession, String> {
         .map_err(|error| format!("cannot start MCP server {shown:?}: {error}"))?;
     let opening =
         SessionEvents::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
-    initialized(&shown, opening).await
+    initialized(&shown, opening, None).await
 }
 
+/// The session `opening` opens with `server`, or why it could not be opened (over TLS as
+/// `tls` says, when it is an HTTP server).
 async fn initialized(
     server: &str,
     opening: impl std::future::Future<Output = Result<McpSession, ClientInitializeError>>,
+    tls: Option<&ProviderTls>,
 ) -> Result<McpSession, String> {
     match tokio::time::timeout(CONNECT_TIMEOUT, opening).await {
         Ok(Ok(session)) => Ok(session),
-        Ok(Err(error)) => Err(format!("cannot open an MCP session with {server}: {error}")),
+        Ok(Err(error)) => Err(opening_failure(server, &error, tls)),
         Err(_) => Err(format!(
             "MCP server {server} did not complete the initialize handshake within {CONNECT_TIMEOUT:?}"
         )),
     }
+}
+
+/// Why a session with `server` could not be opened: for a failure to reach it, the errors
+/// that made it, innermost last (the SDK's own wording names its transport's Rust type), and
+/// what the TLS to providers adds (see [`ProviderTls::failure_hint`]).
+fn opening_failure(
+    server: &str,
+    error: &ClientInitializeError,
+    tls: Option<&ProviderTls>,
+) -> String {
+    let ClientInitializeError::TransportError { error, .. } = error else {
+        return format!("cannot open an MCP session with {server}: {error}");
+    };
+    // The HTTP client's own error, which the SDK's error holds without naming as its source.
+    let failed: &(dyn std::error::Error + 'static) = match error.error.downcast_ref() {
+        Some(StreamableHttpError::<reqwest::Error>::Client(http)) => http,
+        _ => error.error.as_ref(),
+    };
+    let mut causes = Vec::new();
+    let mut current = Some(failed);
+    while let Some(cause) = current {
+        let text = cause.to_string();
+        // Wrappers repeat what they wrap.
+        if !causes
+            .last()
+            .is_some_and(|last: &String| last.contains(&text))
+        {
+            causes.push(text);
+        }
+        current = cause.source();
+    }
+    let hint = tls.map_or_else(String::new, |tls| tls.failure_hint(failed));
+    format!(
+        "cannot reach MCP server {server}: {}{hint}",
+        causes.join(": ")
+    )
 }
 
 /// Calls tools of MCP servers, one shared session per endpoint.

@@ -307,6 +307,7 @@ pub fn violations(status: &tonic::Status) -> Vec<(String, String)> {
 pub mod agent_fixture;
 pub mod collector;
 pub mod invoke_fixture;
+pub mod mcp_server;
 pub mod process;
 pub mod provider;
 pub mod proxy;

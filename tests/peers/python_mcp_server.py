@@ -5,14 +5,18 @@ that adds a tool at run time and tells its client the tool list changed.
 
 Run by tests/mcp_import.rs:
 
-    python python_mcp_server.py PORT [BEARER_TOKEN]
+    python python_mcp_server.py PORT [BEARER_TOKEN] [--tls-cert F --tls-key F [--tls-client-ca F]]
     python python_mcp_server.py stdio
 
 With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401.
+With --tls-cert and --tls-key, it serves HTTPS with that certificate; with --tls-client-ca
+too, it accepts only clients presenting a certificate that CA signed.
 With `stdio`, it speaks MCP over its standard input and output instead.
 """
 
+import argparse
 import os
+import ssl
 import sys
 
 import uvicorn
@@ -84,10 +88,22 @@ def require_token(app, token):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "stdio":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port")
+    parser.add_argument("token", nargs="?")
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
+    parser.add_argument("--tls-client-ca")
+    args = parser.parse_args()
+    if args.port == "stdio":
         server.run("stdio")
         sys.exit(0)
     app = server.streamable_http_app(host="127.0.0.1")
-    if len(sys.argv) > 2:
-        app = require_token(app, sys.argv[2])
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]))
+    if args.token:
+        app = require_token(app, args.token)
+    tls = {}
+    if args.tls_cert:
+        tls = {"ssl_certfile": args.tls_cert, "ssl_keyfile": args.tls_key}
+    if args.tls_client_ca:
+        tls.update(ssl_ca_certs=args.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    uvicorn.run(app, host="127.0.0.1", port=int(args.port), **tls)
