@@ -80,6 +80,9 @@ pub(super) struct InspectedOutput {
     pub(super) output_sha256: String,
     /// Its mismatches with the tool's output schema.
     pub(super) warnings: Vec<String>,
+    /// Whether it matches the tool's output schema (true when there is none, or it could not
+    /// be checked).
+    pub(super) conforms: bool,
 }
 
 /// Digests `output` and checks it against the tool's output schema; like
@@ -89,25 +92,31 @@ pub(super) fn inspect_output(
     found: &ToolRef,
     output: Value,
 ) -> InspectedOutput {
+    let (warnings, conforms) = output_warnings(validators, found, &output);
     InspectedOutput {
         output_sha256: canonical_sha256(&output),
-        warnings: output_warnings(validators, found, &output),
+        warnings,
+        conforms,
         output,
     }
 }
 
 /// The output's mismatches with the tool's output schema, as warnings (the output is passed
-/// on all the same).
-fn output_warnings(validators: &ValidatorCache, found: &ToolRef, output: &Value) -> Vec<String> {
+/// on all the same), and whether it matches.
+fn output_warnings(
+    validators: &ValidatorCache,
+    found: &ToolRef,
+    output: &Value,
+) -> (Vec<String>, bool) {
     let validator = match validators.output(&found.tool) {
-        None => return Vec::new(),
+        None => return (Vec::new(), true),
         Some(Ok(validator)) => validator,
-        Some(Err(problem)) => return vec![format!("output not checked: {problem}")],
+        Some(Err(problem)) => return (vec![format!("output not checked: {problem}")], true),
     };
     if validator.is_valid(output) {
-        return Vec::new();
+        return (Vec::new(), true);
     }
-    validator
+    let mismatches = validator
         .iter_errors(output)
         .take(MAX_REPORTED_VIOLATIONS)
         .map(|error| {
@@ -121,5 +130,6 @@ fn output_warnings(validators: &ValidatorCache, found: &ToolRef, output: &Value)
                 violation_message(&error)
             )
         })
-        .collect()
+        .collect();
+    (mismatches, false)
 }

@@ -75,6 +75,8 @@ pub struct Invoked {
     pub output_wire: Option<WireForm>,
     /// The provider's warnings and output-schema mismatches.
     pub warnings: Vec<String>,
+    /// Whether the output matches the tool's output schema (true when it has none).
+    pub output_conforms: bool,
     /// The record written.
     pub record: Arc<InvocationRecord>,
 }
@@ -445,6 +447,7 @@ impl Invoker {
                     output,
                     output_sha256,
                     warnings: mismatches,
+                    conforms,
                 } = inspected;
                 let mut warnings = reply.warnings;
                 warnings.extend(mismatches);
@@ -453,6 +456,7 @@ impl Invoker {
                         output,
                         output_wire: reply.output_wire,
                         warnings,
+                        output_conforms: conforms,
                         record,
                     }),
                     Err(error) => Err(Failed {

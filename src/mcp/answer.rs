@@ -15,13 +15,35 @@ use super::tools::meta_keys;
 use crate::invoke::{Failed, InvokeError, Invoked, reason_of};
 use crate::registry::RegistryError;
 
-/// The answer to a call that ran (whether or not the tool succeeded).
+/// The `toolplane/error_reason` of an output that does not match its tool's output schema.
+pub const OUTPUT_MISMATCH_REASON: &str = "VALIDATION_OUTPUT";
+
+/// The answer to a call that ran (whether or not the tool succeeded). An output that does not
+/// match the tool's output schema (passed on to gRPC callers with warnings) is a tool error
+/// here, giving the mismatches and the output as text: MCP has a server's structured results
+/// match the output schema it lists, and clients check them.
 pub fn succeeded(invoked: Invoked) -> CallToolResult {
     let mut meta = JsonObject::new();
     meta.insert(
         meta_keys::INVOCATION_ID.into(),
         json!(invoked.record.invocation_id),
     );
+    if !invoked.output_conforms {
+        let mut text = format!(
+            "the output of tool {} does not match its output schema:",
+            invoked.record.tool_name
+        );
+        for warning in &invoked.warnings {
+            text.push_str(&format!("\n- {warning}"));
+        }
+        text.push_str(&format!("\nthe output was: {}", invoked.output));
+        meta.insert(
+            meta_keys::ERROR_REASON.into(),
+            json!(OUTPUT_MISMATCH_REASON),
+        );
+        return CallToolResult::error(vec![ContentBlock::text(text)])
+            .with_meta(Some(MetaObject(meta)));
+    }
     if !invoked.warnings.is_empty() {
         meta.insert(meta_keys::WARNINGS.into(), json!(invoked.warnings));
     }

@@ -44,11 +44,14 @@ class Toolplane:
         self.mcp_url = mcp_url
         self.structs_endpoint = structs_endpoint
 
-    def register(self, service, tool_names, tenant=0, endpoint="http://127.0.0.1:7001"):
+    def register(self, service, tool_names, tenant=0, endpoint="http://127.0.0.1:7001",
+                 output_schema=None):
         tools = []
         for name in tool_names:
             tool = self.tool_pb2.ToolRegistration(tool_name=name, description=f"{name} of {service}")
             json_format.ParseDict({"type": "object"}, tool.tool_schema)
+            if output_schema is not None:
+                json_format.ParseDict(output_schema, tool.output_schema)
             tools.append(tool)
         registration = self.discovery_pb2.ServiceRegistration(
             service_name=service, service_version="1.0.0", endpoint=endpoint, tools=tools)
@@ -217,6 +220,27 @@ async def legacy_session(tp):
                                         {"alpha_matter": 1, "generator_type": "reactor"})
     other = tp.record(result.meta["toolplane/invocation_id"])
     expect(other.correlation_id != first.correlation_id, "two sessions share a correlation id")
+
+
+@check("an output its own output schema refuses is a tool error giving the mismatch and output")
+async def output_mismatch(tp):
+    # Last: it offers a third structs_validate_entity_id.
+    tp.register("structs-strict", ["structs_validate_entity_id"], endpoint=tp.structs_endpoint,
+                output_schema={"type": "object", "required": ["nonexistent"]})
+    async with tp.client() as client:
+        tools = (await all_tools(client))[0]
+        strict = next(tool for tool in tools
+                      if tool.name == "structs-strict.structs_validate_entity_id")
+        expect(strict.output_schema["required"] == ["nonexistent"], strict.output_schema)
+        result = await client.call_tool(strict.name, {"id": "1-42"})
+    expect(result.is_error, f"not an error: {result}")
+    expect(result.meta["toolplane/error_reason"] == "VALIDATION_OUTPUT", f"meta: {result.meta}")
+    text = result.content[0].text
+    expect("does not match its output schema" in text and "nonexistent" in text, text)
+    expect('"valid":true' in text, f"the output is not given: {text}")
+    record = tp.record(result.meta["toolplane/invocation_id"])
+    expect(tp.invoke_pb2.InvocationStatus.Name(record.status) == "INVOCATION_STATUS_SUCCEEDED",
+           f"record status: {record.status}")
 
 
 async def run(tp):
