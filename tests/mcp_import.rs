@@ -133,7 +133,8 @@ fn output(answer: &pb::InvokeToolResponse) -> Value {
 
 /// The server's tools are registered (pydantic schemas with `$defs` and `$ref` included) at
 /// its URL after `mcp+`, checked by toolplane against their schemas, and called over MCP:
-/// structured answers, text answers, the tool's own failure, each recorded.
+/// structured answers, text answers, the tool's own failure, each recorded. Tools annotated
+/// read-only or idempotent declare the retry capability.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
     let Some(mcp) = PythonMcpServer::start(0) else {
@@ -151,6 +152,18 @@ async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
         .collect();
     names.sort_unstable();
     assert_eq!(names, ["add", "distance", "fail", "grow", "quit", "shout"]);
+    // Read-only and idempotent tools (MCP annotations) are safe to retry; the others are not.
+    let retry = pb::ServiceCapability::Retry as i32;
+    for tool in &service.available_tools {
+        let safe = matches!(tool.tool_name.as_str(), "add" | "distance");
+        assert_eq!(
+            tool.capabilities.contains(&retry),
+            safe,
+            "{}: {:?}",
+            tool.tool_name,
+            tool.capabilities
+        );
+    }
     let distance = server
         .discovery()
         .await

@@ -25,7 +25,7 @@ use super::client::{McpCaller, McpSession};
 pub use super::import_config::{
     DEFAULT_REFRESH_INTERVAL, McpImport, McpImportConfig, McpSource, Secret,
 };
-use crate::registry::model::{ServiceSpec, ToolSpec};
+use crate::registry::model::{Capability, ServiceSpec, ToolSpec};
 use crate::registry::validate::validate_service;
 use crate::registry::{LeaseId, Registry};
 
@@ -178,8 +178,13 @@ fn service_spec(
     spec
 }
 
-/// An MCP tool as a toolplane tool.
+/// An MCP tool as a toolplane tool. One the server marks read-only or idempotent (its
+/// `readOnlyHint` or `idempotentHint` annotation) declares [`Capability::Retry`], so a caller's
+/// retry policy applies to it; no other tool does.
 fn tool_spec(tool: &Tool) -> ToolSpec {
+    let safe_to_retry = tool.annotations.as_ref().is_some_and(|annotations| {
+        annotations.read_only_hint == Some(true) || annotations.idempotent_hint == Some(true)
+    });
     ToolSpec {
         name: tool.name.to_string(),
         description: tool.description.as_deref().unwrap_or_default().to_owned(),
@@ -188,7 +193,11 @@ fn tool_spec(tool: &Tool) -> ToolSpec {
             .output_schema
             .as_ref()
             .map(|schema| Value::Object((**schema).clone())),
-        capabilities: Vec::new(),
+        capabilities: if safe_to_retry {
+            vec![Capability::Retry]
+        } else {
+            Vec::new()
+        },
         timeout_ms: None,
     }
 }

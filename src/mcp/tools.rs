@@ -9,10 +9,11 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{JsonObject, MetaObject, Tool};
+use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
 use crate::envelope::TenantId;
+use crate::registry::model::Capability;
 use crate::registry::{Registry, ServiceName, ToolName, ToolRef};
 
 /// The `_meta` keys toolplane adds to what it lists and answers (a `toolplane/` prefix, as MCP
@@ -48,7 +49,8 @@ pub fn listed_name(found: &ToolRef, offered_by: usize) -> String {
 
 /// The `tools/list` entry of a tool listed as `name`. The input schema is the registered one;
 /// the output schema is given only when it describes an object, as MCP requires (a tool whose
-/// output is no object still answers, in text).
+/// output is no object still answers, in text); a tool declaring [`Capability::Retry`] is
+/// annotated `idempotentHint`.
 pub fn listed_tool(found: &ToolRef, name: String) -> Tool {
     let tool = &found.tool;
     let input_schema = match serde_json::from_str::<Value>(&tool.input_schema) {
@@ -87,6 +89,11 @@ pub fn listed_tool(found: &ToolRef, name: String) -> Tool {
     let mut listed = Tool::new(name, tool.description.clone(), Arc::new(input_schema));
     if let Some(schema) = output_schema {
         listed = listed.with_raw_output_schema(Arc::new(schema));
+    }
+    // A tool safe to retry after a transient failure is one calling twice does no more than
+    // calling once: MCP's idempotentHint.
+    if tool.capabilities.contains(&Capability::Retry) {
+        listed = listed.with_annotations(ToolAnnotations::new().idempotent(true));
     }
     listed.meta = Some(MetaObject(meta));
     listed

@@ -109,6 +109,10 @@ async def listing(tp):
     expect(power.output_schema["type"] == "object", f"output schema: {power.output_schema}")
     expect(power.meta["toolplane/service"] == "structs", f"meta: {power.meta}")
     expect(power.meta["toolplane/capabilities"] == ["caching", "retry"], f"meta: {power.meta}")
+    expect(power.annotations is not None and power.annotations.idempotent_hint is True,
+           f"a tool safe to retry is not annotated idempotent: {power.annotations}")
+    bulk = next(tool for tool in tools if tool.name == "a_0000")
+    expect(bulk.annotations is None, f"annotations of a tool without retry: {bulk.annotations}")
 
 
 @check("tools/call runs the tool through toolplane: structured output and its record")

@@ -1,7 +1,8 @@
 """An MCP server built with the official MCP Python SDK (MCPServer), serving MCP's Streamable
 HTTP transport at /mcp, for toolplane to import: tools with plain and pydantic-model parameters
 (whose schemas use $defs and $ref), structured and text answers, a tool that fails, and one
-that adds a tool at run time and tells its client the tool list changed.
+that adds a tool at run time and tells its client the tool list changed; `add` is annotated
+read-only and `distance` idempotent.
 
 Run by tests/mcp_import.rs:
 
@@ -24,6 +25,7 @@ import uvicorn
 from pydantic import BaseModel
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
 
 server = MCPServer("python-tools")
 
@@ -33,13 +35,13 @@ class Point(BaseModel):
     y: float
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def add(a: int, b: int) -> int:
     """Adds two integers."""
     return a + b
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(idempotentHint=True, readOnlyHint=False))
 def distance(start: Point, end: Point) -> float:
     """The distance between two points."""
     return ((start.x - end.x) ** 2 + (start.y - end.y) ** 2) ** 0.5
