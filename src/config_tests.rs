@@ -211,11 +211,22 @@ fn mcp_imports_are_read_from_the_file_and_checked() {
         service = "github"
         url = "http://127.0.0.1:3001/mcp"
         tenant = 7
+
+        [[mcp_imports]]
+        service = "memory"
+        command = ["python3", "memory.py"]
+        env = { LOG_LEVEL = "warning" }
+        pass_env = ["PATH"]
     "#;
     std::fs::write(&file, imports).expect("written");
     let config = ServerConfig::load(Some(&file), env(&[])).expect("valid");
     let checked = config.server_options().mcp_imports;
-    assert_eq!(checked.len(), 2);
+    assert_eq!(checked.len(), 3);
+    let crate::mcp::import::McpSource::Stdio(started) = &checked[2].source else {
+        panic!("a started server: {:?}", checked[2].source);
+    };
+    let names: Vec<&str> = started.env.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["LOG_LEVEL", "PATH"]);
     assert_eq!(
         checked[0].refresh_interval,
         std::time::Duration::from_secs(30)

@@ -16,7 +16,7 @@ use tonic::Code;
 use toolplane::envelope::TenantId;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::{json_to_struct, struct_to_json, value_to_json};
-use toolplane::mcp::import::{McpImport, McpSource, Secret};
+use toolplane::mcp::import::{INHERITED_ENV, McpImport, McpSource, Secret, StdioServer};
 use toolplane::pb;
 use toolplane::registry::ServiceName;
 
@@ -65,11 +65,20 @@ async fn wait_for_service(
 }
 
 /// A server importing, as `service`, the MCP server that `command` and a last argument `stdio`
-/// start (refreshed every minute), and the service once imported.
-async fn import_started(service: &str, command: &[String]) -> (TestServer, pb::DiscoveryInfo) {
+/// start with the variables `env` (refreshed every minute), and the service once imported.
+async fn import_started(
+    service: &str,
+    command: &[String],
+    env: &[(&str, &str)],
+) -> (TestServer, pb::DiscoveryInfo) {
     let mut command = command.to_vec();
     command.push("stdio".into());
-    let source = McpSource::Stdio(command);
+    let source = McpSource::Stdio(StdioServer {
+        command,
+        env: (env.iter())
+            .map(|(name, value)| ((*name).to_owned(), Secret((*value).to_owned())))
+            .collect(),
+    });
     let server =
         TestServer::start_with(importing(service, source, Duration::from_secs(60), None)).await;
     let imported = wait_for(&server, service, |found| found.is_some())
@@ -151,7 +160,10 @@ async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
         .map(|tool| tool.tool_name.as_str())
         .collect();
     names.sort_unstable();
-    assert_eq!(names, ["add", "distance", "fail", "grow", "quit", "shout"]);
+    assert_eq!(
+        names,
+        ["add", "distance", "fail", "getenv", "grow", "quit", "shout"]
+    );
     // Read-only and idempotent tools (MCP annotations) are safe to retry; the others are not.
     let retry = pb::ServiceCapability::Retry as i32;
     for tool in &service.available_tools {
@@ -327,8 +339,26 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_mcp_server.py");
     let command = [python.display().to_string(), script.display().to_string()];
-    let (server, service) = import_started("python-stdio", &command).await;
+    let env = [("TOOLPLANE_TEST_SET", "set-value")];
+    let (server, service) = import_started("python-stdio", &command, &env).await;
     assert_eq!(service.endpoint, "mcp+stdio://0/python-stdio");
+    // Its environment: the variables its entry sets, and of toolplane's only the few every
+    // MCP SDK's stdio client hands on.
+    let getenv = async |name: &str| {
+        let answer = invoke(&server, "getenv", json!({ "name": name }))
+            .await
+            .expect("getenv");
+        output(&answer)["result"]
+            .as_str()
+            .expect("a string")
+            .to_owned()
+    };
+    assert_eq!(getenv("TOOLPLANE_TEST_SET").await, "set-value");
+    assert_eq!(getenv("PATH").await, std::env::var("PATH").expect("PATH"));
+    let (withheld, _) = std::env::vars()
+        .find(|(name, value)| !INHERITED_ENV.contains(&name.as_str()) && !value.is_empty())
+        .expect("a variable of the test's environment beyond the inherited ones");
+    assert_eq!(getenv(&withheld).await, "", "{withheld} was handed on");
     let added = invoke(&server, "add", json!({"a": 5, "b": 6}))
         .await
         .expect("added");
@@ -401,7 +431,7 @@ async fn the_typescript_reference_server_is_imported_over_stdio() {
         return;
     };
     let command = ["node".to_owned(), server_everything.display().to_string()];
-    let (server, service) = import_started("everything", &command).await;
+    let (server, service) = import_started("everything", &command, &[]).await;
     let names: Vec<&str> = service
         .available_tools
         .iter()

@@ -34,7 +34,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::import_config::{McpImport, McpSource, Secret};
+use super::import_config::{INHERITED_ENV, McpImport, McpSource, Secret, StdioServer};
 use crate::grpc::outgoing_tls::http_client_builder;
 use crate::grpc::provider_tls::ProviderTls;
 use crate::invoke::caller::{
@@ -111,16 +111,25 @@ async fn connect(
     initialized(url, opening, Some(tls)).await
 }
 
-/// Starts the MCP server `command` (program first) and opens a session with it over its
-/// standard input and output; its standard error is toolplane's. It is stopped when the
-/// session ends.
-async fn start(command: &[String]) -> Result<McpSession, String> {
-    let shown = command.join(" ");
-    let (program, args) = command
+/// Starts the MCP server `server` and opens a session with it over its standard input and
+/// output; its standard error is toolplane's. It gets the [`INHERITED_ENV`] variables of
+/// toolplane's environment and its own, no others. It is stopped when the session ends.
+async fn start(server: &StdioServer) -> Result<McpSession, String> {
+    let shown = server.command.join(" ");
+    let (program, args) = server
+        .command
         .split_first()
         .ok_or_else(|| "an empty MCP server command".to_owned())?;
     let mut process = tokio::process::Command::new(program);
-    process.args(args).kill_on_drop(true);
+    process.args(args).env_clear().kill_on_drop(true);
+    for name in INHERITED_ENV {
+        if let Some(value) = std::env::var_os(name) {
+            process.env(name, value);
+        }
+    }
+    for (name, value) in &server.env {
+        process.env(name, &value.0);
+    }
     let (transport, _stderr) = TokioChildProcess::builder(process)
         .stderr(std::process::Stdio::inherit())
         .spawn()
@@ -190,7 +199,7 @@ pub struct McpCaller {
     tokens: Arc<HashMap<String, Secret>>,
     /// The commands that start the servers of `mcp+stdio://` endpoints: only those imports
     /// configure (a registration cannot make toolplane start a program).
-    commands: Arc<HashMap<String, Vec<String>>>,
+    commands: Arc<HashMap<String, StdioServer>>,
     /// How `mcp+https://` servers are reached: the TLS to providers.
     tls: ProviderTls,
 }
@@ -228,8 +237,8 @@ impl McpCaller {
             if let Some(token) = &import.bearer_token {
                 tokens.insert(import.endpoint(), token.clone());
             }
-            if let McpSource::Stdio(command) = &import.source {
-                commands.insert(import.endpoint(), command.clone());
+            if let McpSource::Stdio(server) = &import.source {
+                commands.insert(import.endpoint(), server.clone());
             }
         }
         Self {
@@ -260,7 +269,7 @@ impl McpCaller {
         self.sessions
             .try_get_with(endpoint.to_owned(), async move {
                 let opened = match command {
-                    Some(command) => start(&command).await,
+                    Some(server) => start(&server).await,
                     None if stdio => Err(format!(
                         "no MCP server command is configured for {url}: only an \
                          [[mcp_imports]] entry starts a server over stdio"

@@ -23,7 +23,8 @@ use tokio::task::JoinSet;
 
 use super::client::{McpCaller, McpSession};
 pub use super::import_config::{
-    DEFAULT_REFRESH_INTERVAL, McpImport, McpImportConfig, McpSource, Secret,
+    DEFAULT_REFRESH_INTERVAL, INHERITED_ENV, McpImport, McpImportConfig, McpSource, Secret,
+    StdioServer,
 };
 use crate::registry::model::{Capability, ServiceSpec, ToolSpec};
 use crate::registry::validate::validate_service;

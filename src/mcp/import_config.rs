@@ -1,7 +1,9 @@
 //! The `[[mcp_imports]]` entries of the configuration file, and the imports they ask for: a
 //! service name, the MCP server (a Streamable HTTP URL, or a command toolplane starts and
-//! speaks to over stdio), a tenant, a refresh interval and an optional bearer token.
+//! speaks to over stdio, with the environment it is started with), a tenant, a refresh
+//! interval and an optional bearer token.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +14,12 @@ use crate::registry::ServiceName;
 
 /// How often an imported server's tools are listed again, by default.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The variables of toolplane's environment a server it starts inherits, beside the ones its
+/// entry sets or passes on: the ones the MCP SDKs' stdio clients hand on (Python's
+/// `DEFAULT_INHERITED_ENV_VARS`, TypeScript's `getDefaultEnvironment`), so a server is not
+/// given toolplane's other secrets.
+pub const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
 
 /// One `[[mcp_imports]]` entry of the configuration file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +44,13 @@ pub struct McpImportConfig {
     /// (`Authorization: Bearer ...`), when it asks for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bearer_token_env: Option<String>,
+    /// Variables set for a server toolplane starts (`command` only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Variables of toolplane's environment handed on to a server it starts (`command` only),
+    /// beside [`INHERITED_ENV`]; each must be set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pass_env: Vec<String>,
 }
 
 /// A secret: shown as `[redacted]` wherever it is printed for debugging.
@@ -72,15 +87,35 @@ pub struct McpImport {
 pub enum McpSource {
     /// Served over Streamable HTTP at this URL.
     Http(String),
-    /// Started by toolplane with this command (program first), speaking over stdio.
-    Stdio(Vec<String>),
+    /// Started by toolplane, speaking over stdio.
+    Stdio(StdioServer),
+}
+
+/// A server toolplane starts: its command and the variables it is started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StdioServer {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// The variables set for it beside the [`INHERITED_ENV`] ones: the entry's `env`, and the
+    /// values of its `pass_env` variables.
+    pub env: Vec<(String, Secret)>,
+}
+
+impl StdioServer {
+    /// A server started by `command` with no variables beside the inherited ones.
+    pub fn command(command: Vec<String>) -> Self {
+        Self {
+            command,
+            env: Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Display for McpSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Http(url) => f.write_str(url),
-            Self::Stdio(command) => write!(f, "stdio: {}", command.join(" ")),
+            Self::Stdio(server) => write!(f, "stdio: {}", server.command.join(" ")),
         }
     }
 }
@@ -105,8 +140,19 @@ impl McpImportConfig {
         let service = ServiceName::parse(&self.service)
             .map_err(|problem| format!("mcp_imports: service {:?}: {problem}", self.service))?;
         let source = match (self.url.is_empty(), self.command.is_empty()) {
-            (false, true) => McpSource::Http(self.checked_url(&service)?),
-            (true, false) => McpSource::Stdio(self.command.clone()),
+            (false, true) if self.env.is_empty() && self.pass_env.is_empty() => {
+                McpSource::Http(self.checked_url(&service)?)
+            }
+            (false, true) => {
+                return Err(format!(
+                    "mcp_imports: env and pass_env of service {service} are for a server \
+                     toolplane starts (command), not one at a url"
+                ));
+            }
+            (true, false) => McpSource::Stdio(StdioServer {
+                command: self.command.clone(),
+                env: self.environment(&service)?,
+            }),
             _ => {
                 return Err(format!(
                     "mcp_imports: service {service} needs either url (a server serving \
@@ -140,6 +186,37 @@ impl McpImportConfig {
         })
     }
 
+    /// The variables a server started for `service` is given beside the inherited ones.
+    fn environment(&self, service: &ServiceName) -> Result<Vec<(String, Secret)>, String> {
+        let bad_name = |name: &str| name.is_empty() || name.contains(['=', '\0']);
+        let mut env = Vec::new();
+        for (name, value) in &self.env {
+            if bad_name(name) || value.contains('\0') {
+                return Err(format!(
+                    "mcp_imports: env of service {service} sets {name:?}: a variable's name is \
+                     not empty and holds no '=' or NUL, its value no NUL"
+                ));
+            }
+            env.push((name.clone(), Secret(value.clone())));
+        }
+        for name in &self.pass_env {
+            if bad_name(name) {
+                return Err(format!(
+                    "mcp_imports: pass_env of service {service} names {name:?}, which is no \
+                     variable name"
+                ));
+            }
+            let value = std::env::var(name).map_err(|_| {
+                format!(
+                    "mcp_imports: pass_env of service {service} names {name}, which is not \
+                     set (or not UTF-8) in toolplane's environment"
+                )
+            })?;
+            env.push((name.clone(), Secret(value)));
+        }
+        Ok(env)
+    }
+
     fn checked_url(&self, service: &ServiceName) -> Result<String, String> {
         let uri: http::Uri = self.url.parse().map_err(|_| {
             format!(
@@ -170,6 +247,8 @@ mod tests {
             tenant: 3,
             refresh_interval,
             bearer_token_env: None,
+            env: BTreeMap::new(),
+            pass_env: Vec::new(),
         }
     }
 
@@ -204,6 +283,46 @@ mod tests {
         };
         let import = started.check(max_ttl).expect("a command");
         assert_eq!(import.endpoint(), "mcp+stdio://3/memory");
+        let with_env = McpImportConfig {
+            env: BTreeMap::from([("LOG_LEVEL".to_owned(), "debug".to_owned())]),
+            pass_env: vec!["PATH".into()],
+            ..started.clone()
+        };
+        let McpSource::Stdio(server) = with_env.check(max_ttl).expect("valid").source else {
+            panic!("a started server");
+        };
+        let names: Vec<&str> = server.env.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["LOG_LEVEL", "PATH"]);
+        assert_eq!(
+            format!("{:?}", server.env[0]),
+            "(\"LOG_LEVEL\", [redacted])"
+        );
+        for (bad, named) in [
+            (
+                McpImportConfig {
+                    pass_env: vec!["TOOLPLANE_TEST_VARIABLE_NEVER_SET".into()],
+                    ..started.clone()
+                },
+                "not set",
+            ),
+            (
+                McpImportConfig {
+                    env: BTreeMap::from([("A=B".to_owned(), "c".to_owned())]),
+                    ..started.clone()
+                },
+                "env of service memory",
+            ),
+            (
+                McpImportConfig {
+                    pass_env: vec!["PATH".into()],
+                    ..entry("memory", "http://h/mcp", DEFAULT_REFRESH_INTERVAL)
+                },
+                "not one at a url",
+            ),
+        ] {
+            let error = bad.check(max_ttl).expect_err("refused");
+            assert!(error.contains(named), "{error}");
+        }
         let both = McpImportConfig {
             command: vec!["npx".into()],
             ..entry("memory", "http://h/mcp", DEFAULT_REFRESH_INTERVAL)

@@ -60,6 +60,12 @@ def fail(why: str) -> str:
 
 
 @server.tool()
+def getenv(name: str) -> str:
+    """The value of the environment variable NAME in the server's process ("" when unset)."""
+    return os.environ.get(name, "")
+
+
+@server.tool()
 def quit() -> str:
     """Ends the server's process at once, as a crash would."""
     os._exit(3)
