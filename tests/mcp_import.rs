@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::invoke_fixture::invoker;
-use common::mcp_server::PythonMcpServer;
+use common::mcp_server::{PythonMcpServer, register_add_at};
 use common::process::peer;
 use common::{TestServer, meta, reason};
 use serde_json::{Value, json};
@@ -395,24 +395,7 @@ async fn a_registration_with_an_mcp_endpoint_is_called_over_mcp() {
         return;
     };
     let server = TestServer::start().await;
-    let mut registration = common::registration(
-        "registered-mcp",
-        vec![common::tool(
-            "add",
-            json!({"type": "object", "required": ["a", "b"],
-                   "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
-        )],
-    );
-    registration.endpoint = format!("mcp+{}", mcp.url());
-    server
-        .discovery()
-        .await
-        .register_service(pb::RegisterServiceRequest {
-            meta: meta(0),
-            registration: Some(registration),
-        })
-        .await
-        .expect("registered");
+    register_add_at(&server, "registered-mcp", &mcp.url()).await;
     let added = invoke(&server, "add", json!({"a": 3, "b": 4}))
         .await
         .expect("added");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::TestServer;
 use common::invoke_fixture::invoker;
-use common::mcp_server::PythonMcpServer;
+use common::mcp_server::{PythonMcpServer, register_add_at};
 use common::tls::TestCa;
 use serde_json::{Value, json};
 use toolplane::envelope::TenantId;
@@ -71,28 +71,6 @@ async fn invoke(server: &TestServer, tool: &str, input: Value) -> Result<Value, 
         .as_ref()
         .map(|value| value_to_json(value).expect("JSON"))
         .unwrap_or(Value::Null))
-}
-
-/// Registers `url` after `mcp+` as the endpoint of service `mcp-tls` offering `add`.
-async fn register_mcp_endpoint(server: &TestServer, url: &str) {
-    let mut registration = common::registration(
-        "mcp-tls",
-        vec![common::tool(
-            "add",
-            json!({"type": "object", "required": ["a", "b"],
-                   "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
-        )],
-    );
-    registration.endpoint = format!("mcp+{url}");
-    server
-        .discovery()
-        .await
-        .register_service(pb::RegisterServiceRequest {
-            meta: common::meta(0),
-            registration: Some(registration),
-        })
-        .await
-        .expect("registered");
 }
 
 /// An HTTPS MCP server whose certificate a cluster's own CA signed, and which takes only
@@ -155,7 +133,7 @@ async fn an_https_server_that_cannot_be_verified_or_refuses_toolplane_is_not_cal
     };
 
     let untrusting = TestServer::start().await;
-    register_mcp_endpoint(&untrusting, &mcp.url()).await;
+    register_add_at(&untrusting, "mcp-tls", &mcp.url()).await;
     let refused = invoke(&untrusting, "add", json!({"a": 1, "b": 1}))
         .await
         .expect_err("an unverifiable certificate");
@@ -175,7 +153,7 @@ async fn an_https_server_that_cannot_be_verified_or_refuses_toolplane_is_not_cal
         ..ServerOptions::default()
     })
     .await;
-    register_mcp_endpoint(&without_certificate, &mcp.url()).await;
+    register_add_at(&without_certificate, "mcp-tls", &mcp.url()).await;
     let refused = invoke(&without_certificate, "add", json!({"a": 1, "b": 1}))
         .await
         .expect_err("no client certificate");
@@ -192,7 +170,7 @@ async fn an_https_server_that_cannot_be_verified_or_refuses_toolplane_is_not_cal
         ..ServerOptions::default()
     })
     .await;
-    register_mcp_endpoint(&trusting, &mcp.url()).await;
+    register_add_at(&trusting, "mcp-tls", &mcp.url()).await;
     let added = invoke(&trusting, "add", json!({"a": 1, "b": 1}))
         .await
         .expect("called");

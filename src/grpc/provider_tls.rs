@@ -107,9 +107,7 @@ impl ProviderTls {
             "the public CAs (set provider_ca_file to the CA that signed it)"
         }
     }
-}
 
-impl ProviderTls {
     /// What to add to the message of a connection to a provider that failed with `error` (or
     /// an error under it): what a certificate that could not be verified was checked against,
     /// or why a provider that ended the TLS handshake likely did; empty for other failures.

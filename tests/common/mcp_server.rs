@@ -4,6 +4,10 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 
+use serde_json::json;
+use toolplane::pb;
+
+use super::TestServer;
 use super::process::{Runtime, peer_script};
 
 /// The MCP server, stopped when dropped.
@@ -72,4 +76,27 @@ impl PythonMcpServer {
     pub fn url(&self) -> String {
         format!("{}://127.0.0.1:{}/mcp", self.scheme, self.port)
     }
+}
+
+/// Registers, as `service` of tenant 0, the server at `url` (an MCP server's URL, registered
+/// after `mcp+`) offering its tool `add`.
+pub async fn register_add_at(server: &TestServer, service: &str, url: &str) {
+    let mut registration = super::registration(
+        service,
+        vec![super::tool(
+            "add",
+            json!({"type": "object", "required": ["a", "b"],
+                   "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}),
+        )],
+    );
+    registration.endpoint = format!("mcp+{url}");
+    server
+        .discovery()
+        .await
+        .register_service(pb::RegisterServiceRequest {
+            meta: super::meta(0),
+            registration: Some(registration),
+        })
+        .await
+        .expect("registered");
 }
