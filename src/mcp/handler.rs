@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::answer;
 use super::list_changed;
-use super::tools::{listed_name, listed_tool, resolve_name};
+use super::tools::{listed_name, listed_tool, offered_counts, resolve_name};
 use crate::envelope::{MAX_CORRELATION_ID_LEN, RequestMeta, TENANT_HEADER, TenantId};
 use crate::invoke::{Invocation, Invoker};
 use crate::registry::{Registry, ToolFilter};
@@ -122,17 +122,10 @@ impl ServerHandler for McpTools {
             .registry
             .list_tools(tenant, &ToolFilter::default(), LIST_PAGE_SIZE, &cursor)
             .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
-        let tools = page
-            .items
-            .iter()
-            .map(|found| {
-                let offered_by = self
-                    .registry
-                    .store()
-                    .tools_named(tenant, &found.tool.name)
-                    .len();
-                listed_tool(found, listed_name(found, offered_by))
-            })
+        let store = self.registry.store();
+        let counts = offered_counts(&page.items, |name| store.tools_named(tenant, name).len());
+        let tools = (page.items.iter().zip(counts))
+            .map(|(found, offered_by)| listed_tool(found, listed_name(found, offered_by)))
             .collect();
         let mut result = ListToolsResult::with_all_items(tools);
         result.next_cursor = page.next_page_token;

@@ -47,6 +47,26 @@ pub fn listed_name(found: &ToolRef, offered_by: usize) -> String {
     }
 }
 
+/// How many services offer the tool of each entry of `page` (tools sorted by name, then
+/// service): the length of its run of equal names, except for the runs at the page's edges,
+/// which may go on beyond it and are counted by `offered_by` (a store lookup).
+pub fn offered_counts(page: &[ToolRef], offered_by: impl Fn(&ToolName) -> usize) -> Vec<usize> {
+    let mut counts = Vec::with_capacity(page.len());
+    let mut start = 0;
+    while start < page.len() {
+        let name = &page[start].tool.name;
+        let run = page[start..]
+            .iter()
+            .take_while(|found| &found.tool.name == name)
+            .count();
+        let at_edge = start == 0 || start + run == page.len();
+        let count = if at_edge { offered_by(name) } else { run };
+        counts.extend(std::iter::repeat_n(count, run));
+        start += run;
+    }
+    counts
+}
+
 /// The `tools/list` entry of a tool listed as `name`. The input schema is the registered one;
 /// the output schema is given only when it describes an object, as MCP requires (a tool whose
 /// output is no object still answers, in text); a tool declaring [`Capability::Retry`] is
@@ -196,6 +216,18 @@ mod tests {
             Some(("gamma.search".into(), None))
         );
         assert_eq!(resolved(&registry, "no tool!"), None);
+        // Counted from the page, the store asked only about the runs at its edges.
+        register(&registry, "gamma", &["search", "zeta"], None);
+        register(&registry, "delta", &["only.alpha", "zeta"], None);
+        let all = registry.all_tools(TenantId(1));
+        let looked_up = std::sync::Mutex::new(Vec::new());
+        let counts = offered_counts(&all[1..all.len() - 1], |name| {
+            looked_up.lock().expect("lock").push(name.to_string());
+            registry.store().tools_named(TenantId(1), name).len()
+        });
+        // only.alpha (delta) | search (alpha beta gamma) | zeta (delta), zeta (gamma) cut off.
+        assert_eq!(counts, [2, 3, 3, 3, 2]);
+        assert_eq!(*looked_up.lock().expect("lock"), ["only.alpha", "zeta"]);
     }
 
     #[tokio::test]
