@@ -169,6 +169,8 @@ fn the_manifests_agree_with_each_other_and_the_dockerfile() {
     for probe in ["readinessProbe", "livenessProbe"] {
         assert_eq!(container[probe]["httpGet"]["port"], "metrics", "{probe}");
     }
+    let scrape = &deployment["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(scrape["prometheus.io/port"], ports["metrics"].to_string());
 
     let mounts: Vec<&str> = container["volumeMounts"]
         .as_array()
@@ -294,10 +296,16 @@ async fn the_server_runs_as_the_deployment_starts_it() {
     let served = served_addresses(&mut lines);
     std::thread::spawn(move || lines.for_each(drop));
     let metrics = &served["metrics served at /metrics"];
+    let scrape = &objects["Deployment"]["spec"]["template"]["metadata"]["annotations"];
+    let metrics_path = scrape["prometheus.io/path"].as_str().expect("a path");
     let grpc = &served["toolplane serving"];
     let mcp = &served["MCP served at /mcp"];
 
     let http = common::http_client();
+    let scraped = (http.get(format!("http://{metrics}{metrics_path}")).send())
+        .await
+        .expect("scraped");
+    assert_eq!(scraped.status(), 200, "{metrics_path}");
     for probe in ["readinessProbe", "livenessProbe"] {
         let path = container[probe]["httpGet"]["path"]
             .as_str()
