@@ -132,6 +132,12 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Check a server configuration as `serve` would read it, without serving: settings, TLS
+    /// files, the records directory. Exit 0 when it can be used, 2 when not.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Work with invocation record logs.
     Audit {
         #[command(subcommand)]
@@ -198,6 +204,18 @@ fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
         builder.worker_threads(worker_threads);
     }
     builder.enable_all().build()
+}
+
+/// What `toolplane config` does.
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Read the configuration (defaults < file < TOOLPLANE_* environment) and check what
+    /// `serve` checks before it serves; print what it would serve.
+    Check {
+        /// Config file [default: ./toolplane.toml when it exists].
+        #[arg(long, env = "TOOLPLANE_CONFIG")]
+        config: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -380,6 +398,9 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Audit { command } => Ok(command.run()),
+        Command::Config {
+            command: ConfigCommand::Check { config },
+        } => Ok(cli::config_check::run(config.as_deref())),
         Command::Agent { command, client } => run_agent(command, &client).await,
         Command::Health { service, client } => {
             let service = service.unwrap_or_default();

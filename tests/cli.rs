@@ -137,6 +137,47 @@ fn bad_config_is_refused() {
     assert!(stderr.contains("unknown_key"), "{stderr}");
 }
 
+/// `toolplane config check` reads a configuration as `serve` does and refuses, with exit 2 and
+/// the setting named, what `serve` would refuse at its start (a bad setting, an unreadable TLS
+/// file, a records directory that does not exist); a usable one exits 0 saying what it serves.
+#[test]
+fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("toolplane.toml");
+    let check = |text: &str| {
+        std::fs::write(&path, text).expect("write config");
+        toolplane_cli(&["config", "check", "--config", &path.to_string_lossy()])
+    };
+    let records = dir.path().join("records.jsonl");
+    let (code, stdout, stderr) = check(&format!(
+        "listen = \"0.0.0.0:50051\"\nmetrics_listen = \"0.0.0.0:9090\"\nrecords_path = {:?}\n",
+        records.display().to_string()
+    ));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("configuration ok"), "{stdout}");
+    assert!(
+        stdout.contains("gRPC:        0.0.0.0:50051 (plain text)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("metrics:     0.0.0.0:9090"), "{stdout}");
+    assert!(!records.exists(), "a check writes nothing");
+    for (text, named) in [
+        ("max_ttl = \"1s\"\nmin_ttl = \"2s\"\n", "ttl"),
+        (
+            "tls_cert_file = \"/nonexistent/cert.pem\"\ntls_key_file = \"/nonexistent/key.pem\"\n",
+            "tls_cert_file /nonexistent/cert.pem",
+        ),
+        (
+            "records_path = \"/nonexistent/dir/records.jsonl\"\n",
+            "its directory /nonexistent/dir does not exist",
+        ),
+    ] {
+        let (code, _, stderr) = check(text);
+        assert_eq!(code, 2, "{text}");
+        assert!(stderr.contains(named), "{text}: {stderr}");
+    }
+}
+
 /// `toolplane agent create|list|show|chat` against the real server and example provider: chat
 /// streams the answer to stdout and the steps of the turn to stderr.
 #[test]

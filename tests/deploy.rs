@@ -245,10 +245,11 @@ fn served_addresses(lines: impl Iterator<Item = String>) -> HashMap<String, Stri
     found
 }
 
-/// The server, started as the Deployment starts it (its arguments and environment, the
-/// ConfigMap's file) with only the listen addresses moved to free loopback ports and the
-/// records to a temporary directory, answers its probes, gRPC health and an MCP client naming
-/// the Service by its in-cluster name, and exits 0 on SIGTERM.
+/// `toolplane config check` passes the ConfigMap's file; the server, started as the Deployment
+/// starts it (its arguments and environment, the ConfigMap's file) with only the listen
+/// addresses moved to free loopback ports and the records to a temporary directory, answers
+/// its probes, gRPC health and an MCP client naming the Service by its in-cluster name, and
+/// exits 0 on SIGTERM.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_server_runs_as_the_deployment_starts_it() {
     let Some(objects) = objects() else {
@@ -274,6 +275,26 @@ async fn the_server_runs_as_the_deployment_starts_it() {
         + 1;
     let mut args = args;
     args[config_index] = config_path.display().to_string();
+    let records = dir.path().join("records.jsonl");
+    // `config check` takes the ConfigMap's file as it is (its records directory aside, which
+    // is the volume's).
+    let check = Command::new(env!("CARGO_BIN_EXE_toolplane"))
+        .args(["config", "check", "--config"])
+        .arg(&config_path)
+        .env_clear()
+        .env("TOOLPLANE_RECORDS_PATH", &records)
+        .output()
+        .expect("run config check");
+    let summary = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{check:?}");
+    for line in [
+        "gRPC:        0.0.0.0:50051 (plain text)",
+        "metrics:     0.0.0.0:9090",
+        "MCP:         0.0.0.0:8080",
+    ] {
+        assert!(summary.contains(line), "{summary}");
+    }
+
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolplane"));
     command.args(&args).env_clear();
     for variable in container["env"].as_array().into_iter().flatten() {
@@ -282,7 +303,6 @@ async fn the_server_runs_as_the_deployment_starts_it() {
             variable["value"].as_str().expect("a value"),
         );
     }
-    let records = dir.path().join("records.jsonl");
     command
         .env("TOOLPLANE_LISTEN", "127.0.0.1:0")
         .env("TOOLPLANE_METRICS_LISTEN", "127.0.0.1:0")

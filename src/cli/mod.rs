@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod audit;
+pub mod config_check;
 pub mod serve;
 
 use comfy_table::{Table, presets::NOTHING};

@@ -1,0 +1,114 @@
+//! `toolplane config check`: reads a configuration as `serve` does (defaults < file <
+//! `TOOLPLANE_*` environment) and checks what `serve` checks before it serves (the settings,
+//! the TLS files it serves and connects with, the chat model's settings, the records file's
+//! directory), without binding an address or writing a file, so a configuration can be
+//! checked before it is rolled out (a ConfigMap, say).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::config::ServerConfig;
+use crate::grpc::outgoing_tls::ALPN_H2;
+use crate::grpc::server::{ServerOptions, check_tls_files, model_provider};
+use crate::otlp::OTLP_TLS_SETTINGS;
+
+/// Checks the configuration `file` (or `./toolplane.toml` when it exists) with the process's
+/// environment laid over it; prints what it would serve and exits 0, or prints why it cannot
+/// be used and exits 2, as `serve` would.
+pub fn run(file: Option<&Path>) -> ExitCode {
+    let checked = ServerConfig::load(file, std::env::vars())
+        .map_err(|error| error.to_string())
+        .and_then(|config| {
+            let options = config.server_options();
+            check_files(&options)?;
+            Ok(summary(&config, &options))
+        });
+    match checked {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Reads the files `options` name, as the server does when it starts.
+fn check_files(options: &ServerOptions) -> Result<(), String> {
+    check_tls_files(options).map_err(|error| error.to_string())?;
+    if let Some(export) = &options.otlp {
+        export
+            .tls
+            .client_config(&OTLP_TLS_SETTINGS, ALPN_H2)
+            .map_err(|error| error.to_string())?;
+    }
+    model_provider(options.model.as_ref()).map_err(|error| format!("model client: {error}"))?;
+    if let Some(path) = &options.records_path {
+        let directory = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        if !directory.is_dir() {
+            return Err(format!(
+                "records_path {}: its directory {} does not exist",
+                path.display(),
+                directory.display()
+            ));
+        }
+        if path.is_dir() {
+            return Err(format!(
+                "records_path {} is a directory: name the file records are written to",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What a server with this configuration serves, one line each.
+fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
+    let grpc_tls = match &options.tls {
+        None => "plain text",
+        Some(files) if files.client_ca_file.is_some() => "TLS, client certificates required",
+        Some(_) => "TLS",
+    };
+    let or_off = |address: &str| {
+        if address.is_empty() {
+            "off".to_owned()
+        } else {
+            address.to_owned()
+        }
+    };
+    let records = options.records_path.as_ref().map_or_else(
+        || "in memory only".to_owned(),
+        |path| path.display().to_string(),
+    );
+    let spans = options.otlp.as_ref().map_or_else(
+        || "off".to_owned(),
+        |export| format!("{} to {}", export.protocol, export.endpoint),
+    );
+    let imports: Vec<String> = options
+        .mcp_imports
+        .iter()
+        .map(|import| format!("{} ({})", import.service, import.source))
+        .collect();
+    [
+        "configuration ok".to_owned(),
+        format!("  gRPC:        {} ({grpc_tls})", config.listen),
+        format!("  metrics:     {}", or_off(&config.metrics_listen)),
+        format!("  MCP:         {}", or_off(&config.mcp_listen)),
+        format!("  records:     {records}"),
+        format!("  spans:       {spans}"),
+        format!(
+            "  MCP imports: {}",
+            if imports.is_empty() {
+                "none".to_owned()
+            } else {
+                imports.join(", ")
+            }
+        ),
+    ]
+    .join("\n")
+}
