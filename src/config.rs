@@ -84,6 +84,10 @@ pub struct ServerConfig {
     /// The `Host` header values (hosts, or `host:port`) MCP requests may carry, comma-separated;
     /// `*` accepts any. Others are refused, against DNS rebinding from a browser.
     pub mcp_allowed_hosts: String,
+    /// The most MCP sessions held at once (a client of the 2025-era protocols opens one and
+    /// keeps it until it ends it or leaves it idle for 5 minutes); one more is refused 503.
+    /// 0 sets no limit.
+    pub mcp_max_sessions: usize,
     /// MCP servers whose tools are imported as services (file only), as `[[mcp_imports]]`
     /// tables with `service`, `url`, `tenant` (0) and `refresh_interval` (60s).
     pub mcp_imports: Vec<McpImportConfig>,
@@ -236,6 +240,7 @@ impl Default for ServerConfig {
             metrics_listen: String::new(),
             mcp_listen: String::new(),
             mcp_allowed_hosts: crate::mcp::http::LOOPBACK_HOSTS.join(","),
+            mcp_max_sessions: crate::mcp::http::DEFAULT_MAX_SESSIONS,
             mcp_imports: Vec::new(),
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),

@@ -16,7 +16,8 @@ impl ServerConfig {
         )
     }
 
-    /// Who may reach the MCP endpoint: the hosts listed, or any when `*` is among them.
+    /// Who may reach the MCP endpoint (the hosts listed, or any when `*` is among them), and
+    /// how many sessions it holds.
     pub fn mcp_endpoint(&self) -> McpEndpoint {
         let hosts: Vec<&str> = self.mcp_allowed_hosts.split(',').map(str::trim).collect();
         let allowed_hosts = if hosts.contains(&"*") {
@@ -28,7 +29,10 @@ impl ServerConfig {
                 .map(str::to_owned)
                 .collect()
         };
-        McpEndpoint { allowed_hosts }
+        McpEndpoint {
+            allowed_hosts,
+            max_sessions: self.mcp_max_sessions,
+        }
     }
 
     /// The address to serve the MCP endpoint on, if any.

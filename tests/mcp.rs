@@ -148,6 +148,7 @@ async fn the_endpoint_refuses_unknown_hosts_and_other_paths() {
     let options = ServerOptions {
         mcp: McpEndpoint {
             allowed_hosts: Vec::new(),
+            ..McpEndpoint::loopback()
         },
         ..ServerOptions::default()
     };
@@ -204,5 +205,63 @@ async fn with_tls_served_the_endpoint_takes_only_callers_with_a_certificate() {
         refused.is_err(),
         "answered without a certificate: {refused:?}"
     );
+    server.stop().await;
+}
+
+/// Past `mcp_max_sessions` sessions, an `initialize` is refused 503 with `Retry-After` and a
+/// JSON-RPC error naming the setting, until a session ends; requests of 2026-07-28 clients,
+/// which open no session, are answered all the same.
+#[tokio::test]
+async fn sessions_past_the_limit_are_refused_until_one_ends() {
+    let options = ServerOptions {
+        mcp: McpEndpoint {
+            max_sessions: 2,
+            ..McpEndpoint::loopback()
+        },
+        ..ServerOptions::default()
+    };
+    let (server, mcp) = TestServer::start_with_mcp(options).await;
+    let client = common::http_client();
+    let url = format!("http://{mcp}/mcp");
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let answer = initialize(&client, &url).send().await.expect("answered");
+        assert_eq!(answer.status(), 200);
+        sessions.push(answer.headers()["mcp-session-id"].clone());
+    }
+    let refused = initialize(&client, &url).send().await.expect("answered");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let error: serde_json::Value = refused.json().await.expect("JSON");
+    let message = error["error"]["message"].as_str().expect("a message");
+    assert!(message.contains("mcp_max_sessions"), "{message}");
+
+    let sessionless = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .body(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{
+                "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        )
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(sessionless.status(), 200);
+    let listed = sessionless.text().await.expect("a body");
+    assert!(listed.contains(r#""tools":[]"#), "{listed}");
+
+    let ended = client
+        .delete(&url)
+        .header("mcp-session-id", sessions[0].clone())
+        .send()
+        .await
+        .expect("answered");
+    assert!(ended.status().is_success(), "{}", ended.status());
+    let answer = initialize(&client, &url).send().await.expect("answered");
+    assert_eq!(answer.status(), 200);
     server.stop().await;
 }

@@ -3,7 +3,8 @@
 //! serves TLS (the same certificate, and the same client certificates asked for).
 //!
 //! Sessions are kept in memory (`Mcp-Session-Id`), so a client that initializes receives
-//! `notifications/tools/list_changed` on its GET stream. Requests whose `Host` header is not
+//! `notifications/tools/list_changed` on its GET stream; at most `max_sessions` at once, as they
+//! share the server's memory. Requests whose `Host` header is not
 //! one of `mcp_allowed_hosts` are refused (403), which stops DNS rebinding from a browser.
 //! Connections are served as accepted, not through `grpc::coalesce`: its put-off flushes suit
 //! HTTP/2's, and held server-sent events back until the next write.
@@ -36,12 +37,19 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often an open SSE stream is sent a comment, so proxies keep it open.
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// Who may reach the MCP endpoint.
+/// Who may reach the MCP endpoint, and how many sessions it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpEndpoint {
     /// The `Host` header values (a host, or `host:port`) requests may carry; empty accepts any.
     pub allowed_hosts: Vec<String>,
+    /// The most sessions held at once (2025-era clients open one each); 0 sets no limit.
+    pub max_sessions: usize,
 }
+
+/// The most MCP sessions held at once, by default.
+pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
+/// How long a client refused a session is told to wait before it tries again.
+const SESSION_RETRY_AFTER_SECONDS: u64 = 5;
 
 /// The hosts the MCP endpoint answers to by default: the loopback names.
 pub const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1"];
@@ -51,6 +59,7 @@ impl McpEndpoint {
     pub fn loopback() -> Self {
         Self {
             allowed_hosts: LOOPBACK_HOSTS.iter().map(|&host| host.to_owned()).collect(),
+            max_sessions: DEFAULT_MAX_SESSIONS,
         }
     }
 }
@@ -70,11 +79,12 @@ pub async fn serve(
     if endpoint.allowed_hosts.is_empty() {
         config = config.disable_allowed_hosts();
     }
-    let service: McpService = StreamableHttpService::new(
-        move || Ok(tools.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service = Endpoint {
+        mcp: StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions), config),
+        sessions,
+        max_sessions: endpoint.max_sessions,
+    };
     match tls {
         Some(tls) => {
             let incoming = crate::grpc::server_tls::handshaken(listener, tls.for_http1_and_h2());
@@ -87,9 +97,75 @@ pub async fn serve(
     }
 }
 
+/// The endpoint's service: the SDK's, and the sessions it holds.
+#[derive(Clone)]
+struct Endpoint {
+    mcp: McpService,
+    sessions: Arc<LocalSessionManager>,
+    max_sessions: usize,
+}
+
+impl Endpoint {
+    /// Answers `request`: 404 off [`MCP_PATH`], 503 for a request that would open one session
+    /// more than `max_sessions`, else as the SDK does.
+    async fn answer(
+        mut self,
+        request: Request<Incoming>,
+    ) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
+        if request.uri().path() != MCP_PATH {
+            return Ok(not_found());
+        }
+        if self.max_sessions > 0 && opens_a_session(&request) {
+            let held = self.sessions.sessions.read().await.len();
+            if held >= self.max_sessions {
+                return Ok(too_many_sessions(self.max_sessions));
+            }
+        }
+        self.mcp.call(request).await
+    }
+}
+
+/// Whether `request` would open a session: a POST without a session, of a client of the
+/// 2025-era protocols (an `initialize`; clients of 2026-07-28 name their protocol version on
+/// every request and open none).
+fn opens_a_session(request: &Request<Incoming>) -> bool {
+    let headers = request.headers();
+    request.method() == hyper::Method::POST
+        && !headers.contains_key("mcp-session-id")
+        && !headers.contains_key("mcp-protocol-version")
+}
+
+/// The answer to a request for a session over the limit: 503 with `Retry-After`, and a
+/// JSON-RPC error saying what to do.
+fn too_many_sessions(max_sessions: usize) -> Response<BoxBody<Bytes, Infallible>> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32000,
+            "message": format!(
+                "toolplane holds its most MCP sessions ({max_sessions}, mcp_max_sessions): \
+                 end unused sessions (HTTP DELETE) or try again later"
+            ),
+        },
+    });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from(SESSION_RETRY_AFTER_SECONDS),
+    );
+    response
+}
+
 async fn serve_incoming<IO>(
     incoming: impl Stream<Item = std::io::Result<IO>> + Send + 'static,
-    service: McpService,
+    service: Endpoint,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -113,18 +189,12 @@ async fn serve_incoming<IO>(
     }
 }
 
-async fn serve_connection<IO>(io: IO, service: McpService)
+async fn serve_connection<IO>(io: IO, service: Endpoint)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
-        let mut service = service.clone();
-        async move {
-            if request.uri().path() != MCP_PATH {
-                return Ok::<_, Infallible>(not_found());
-            }
-            service.call(request).await
-        }
+        service.clone().answer(request)
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
