@@ -210,7 +210,7 @@ async fn with_tls_served_the_endpoint_takes_only_callers_with_a_certificate() {
 
 /// Past `mcp_max_sessions` sessions, an `initialize` is refused 503 with `Retry-After` and a
 /// JSON-RPC error naming the setting, until a session ends; requests of 2026-07-28 clients,
-/// which open no session, are answered all the same.
+/// which open no session, are answered all the same. `toolplane_mcp_sessions` counts them.
 #[tokio::test]
 async fn sessions_past_the_limit_are_refused_until_one_ends() {
     let options = ServerOptions {
@@ -220,7 +220,7 @@ async fn sessions_past_the_limit_are_refused_until_one_ends() {
         },
         ..ServerOptions::default()
     };
-    let (server, mcp) = TestServer::start_with_mcp(options).await;
+    let (server, mcp, metrics) = TestServer::start_with_mcp_and_metrics(options).await;
     let client = common::http_client();
     let url = format!("http://{mcp}/mcp");
     let mut sessions = Vec::new();
@@ -229,6 +229,18 @@ async fn sessions_past_the_limit_are_refused_until_one_ends() {
         assert_eq!(answer.status(), 200);
         sessions.push(answer.headers()["mcp-session-id"].clone());
     }
+    let scraped = (client.get(format!("http://{metrics}/metrics")).send())
+        .await
+        .expect("scraped")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        scraped
+            .lines()
+            .any(|line| line == "toolplane_mcp_sessions 2"),
+        "{scraped}"
+    );
     let refused = initialize(&client, &url).send().await.expect("answered");
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "5");

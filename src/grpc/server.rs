@@ -49,7 +49,7 @@ use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, Record
 use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
 use crate::mcp::client::McpCaller;
 use crate::mcp::import::{ImportStates, McpImport};
-use crate::mcp::{McpEndpoint, McpTools};
+use crate::mcp::{McpEndpoint, McpSessions, McpTools};
 use crate::metrics::MetricsSources;
 use crate::otlp::{OtlpError, OtlpExport};
 use crate::pb;
@@ -334,6 +334,7 @@ pub async fn serve_with(
     .with_spans(spans.clone());
     // Calls are counted per RPC only when there is an endpoint to report them, or spans to
     // name after their methods.
+    let mcp_sessions = side.mcp.is_some().then(McpSessions::default);
     let rpc_stats = if metrics_listener.is_some() || spans.is_on() {
         Some(Arc::new(served_rpc_stats()?))
     } else {
@@ -351,6 +352,7 @@ pub async fn serve_with(
                 rpcs,
                 agents,
                 mcp_imports: import_states.clone(),
+                mcp_sessions: mcp_sessions.clone(),
             };
             AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
         });
@@ -358,10 +360,10 @@ pub async fn serve_with(
     let _imports =
         crate::mcp::import::spawn_all(&options.mcp_imports, &registry, &mcp_caller, &import_states);
     // Aborted, with its connections, when this function returns.
-    let _mcp = side.mcp.map(|listener| {
+    let _mcp = side.mcp.zip(mcp_sessions).map(|(listener, sessions)| {
         let tools = McpTools::new(registry.clone(), invoker.clone());
-        let served =
-            crate::mcp::http::serve(listener, tools, options.mcp.clone(), served_tls.clone());
+        let (endpoint, tls) = (options.mcp.clone(), served_tls.clone());
+        let served = crate::mcp::http::serve(listener, tools, endpoint, tls, sessions);
         AbortOnDrop(tokio::spawn(served))
     });
     tokio::spawn(run_health_checks(

@@ -66,12 +66,39 @@ impl McpEndpoint {
 
 type McpService = StreamableHttpService<McpTools, LocalSessionManager>;
 
-/// Serves MCP on `listener` until dropped (dropping it closes its connections too).
+/// The MCP endpoint's sessions; cheap to clone, shared with the metrics endpoint.
+#[derive(Clone, Default)]
+pub struct McpSessions(Arc<LocalSessionManager>);
+
+impl std::fmt::Debug for McpSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpSessions").finish_non_exhaustive()
+    }
+}
+
+impl McpSessions {
+    /// How many sessions are held now; `None` in the instant one is being opened or closed.
+    pub fn held_now(&self) -> Option<usize> {
+        self.0
+            .sessions
+            .try_read()
+            .ok()
+            .map(|sessions| sessions.len())
+    }
+
+    async fn held(&self) -> usize {
+        self.0.sessions.read().await.len()
+    }
+}
+
+/// Serves MCP on `listener` with `sessions` until dropped (dropping it closes its connections
+/// too).
 pub async fn serve(
     listener: TcpListener,
     tools: McpTools,
     endpoint: McpEndpoint,
     tls: Option<ServedTls>,
+    sessions: McpSessions,
 ) {
     let mut config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
@@ -79,9 +106,8 @@ pub async fn serve(
     if endpoint.allowed_hosts.is_empty() {
         config = config.disable_allowed_hosts();
     }
-    let sessions = Arc::new(LocalSessionManager::default());
     let service = Endpoint {
-        mcp: StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions), config),
+        mcp: StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions.0), config),
         sessions,
         max_sessions: endpoint.max_sessions,
     };
@@ -101,7 +127,7 @@ pub async fn serve(
 #[derive(Clone)]
 struct Endpoint {
     mcp: McpService,
-    sessions: Arc<LocalSessionManager>,
+    sessions: McpSessions,
     max_sessions: usize,
 }
 
@@ -115,11 +141,11 @@ impl Endpoint {
         if request.uri().path() != MCP_PATH {
             return Ok(not_found());
         }
-        if self.max_sessions > 0 && opens_a_session(&request) {
-            let held = self.sessions.sessions.read().await.len();
-            if held >= self.max_sessions {
-                return Ok(too_many_sessions(self.max_sessions));
-            }
+        if self.max_sessions > 0
+            && opens_a_session(&request)
+            && self.sessions.held().await >= self.max_sessions
+        {
+            return Ok(too_many_sessions(self.max_sessions));
         }
         self.mcp.call(request).await
     }

@@ -28,6 +28,7 @@ use crate::grpc::serving::ServingState;
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::record_stats::DURATION_BUCKETS;
 use crate::invoke::records::{InvocationStatus, RecordLog};
+use crate::mcp::McpSessions;
 use crate::mcp::import::ImportStates;
 use crate::registry::store::RegistryStore;
 
@@ -48,6 +49,8 @@ pub struct MetricsSources {
     pub agents: Arc<AgentStore>,
     /// Whether each MCP import's tools are registered now.
     pub mcp_imports: ImportStates,
+    /// The MCP endpoint's sessions, when it is served.
+    pub mcp_sessions: Option<McpSessions>,
 }
 
 /// The text a scrape is answered with (OpenMetrics text format).
@@ -197,6 +200,14 @@ impl Collector for MetricsSources {
                 .encode_family(&[("state", state)])?
                 .encode_gauge(&i64::try_from(count).unwrap_or(i64::MAX))?;
         }
+        if let Some(held) = self.mcp_sessions.as_ref().and_then(McpSessions::held_now) {
+            gauge(
+                &mut encoder,
+                "toolplane_mcp_sessions",
+                "The MCP sessions held now (at most mcp_max_sessions).",
+                held as u64,
+            )?;
+        }
         encode_agents(&mut encoder, &self.agents)?;
         rpc::encode(&mut encoder, &self.rpcs)?;
         process::encode(&mut encoder)
@@ -251,6 +262,7 @@ pub(crate) fn test_sources() -> MetricsSources {
         rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
         agents: Arc::new(AgentStore::new(10, 0, 0)),
         mcp_imports: ImportStates::new(2),
+        mcp_sessions: Some(McpSessions::default()),
     }
 }
 
@@ -313,6 +325,7 @@ mod tests {
             "toolplane_agent_conversation_bytes 0",
             "toolplane_mcp_imports{state=\"imported\"} 0",
             "toolplane_mcp_imports{state=\"not_imported\"} 2",
+            "toolplane_mcp_sessions 0",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");

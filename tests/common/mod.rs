@@ -96,6 +96,24 @@ impl TestServer {
         (Self::start_serving(side, options).await, mcp_addr)
     }
 
+    /// Starts a server that serves MCP and metrics too; answers it and the MCP endpoint's and
+    /// the metrics endpoint's addresses.
+    pub async fn start_with_mcp_and_metrics(
+        options: ServerOptions,
+    ) -> (Self, SocketAddr, SocketAddr) {
+        let (mcp, mcp_addr) = side_listener().await;
+        let (metrics, metrics_addr) = side_listener().await;
+        let side = toolplane::grpc::SideListeners {
+            metrics: Some(metrics),
+            mcp: Some(mcp),
+        };
+        (
+            Self::start_serving(side, options).await,
+            mcp_addr,
+            metrics_addr,
+        )
+    }
+
     async fn start_serving(side: toolplane::grpc::SideListeners, options: ServerOptions) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
