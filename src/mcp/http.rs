@@ -11,6 +11,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -68,7 +69,11 @@ type McpService = StreamableHttpService<McpTools, LocalSessionManager>;
 
 /// The MCP endpoint's sessions; cheap to clone, shared with the metrics endpoint.
 #[derive(Clone, Default)]
-pub struct McpSessions(Arc<LocalSessionManager>);
+pub struct McpSessions {
+    manager: Arc<LocalSessionManager>,
+    /// How many were held when last counted.
+    last_counted: Arc<AtomicUsize>,
+}
 
 impl std::fmt::Debug for McpSessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -77,17 +82,22 @@ impl std::fmt::Debug for McpSessions {
 }
 
 impl McpSessions {
-    /// How many sessions are held now; `None` in the instant one is being opened or closed.
-    pub fn held_now(&self) -> Option<usize> {
-        self.0
-            .sessions
-            .try_read()
-            .ok()
-            .map(|sessions| sessions.len())
+    /// How many sessions are held now, without waiting: in the instant one is being opened or
+    /// closed, how many were held when last counted.
+    pub fn held_now(&self) -> usize {
+        match self.manager.sessions.try_read() {
+            Ok(sessions) => self.counted(sessions.len()),
+            Err(_) => self.last_counted.load(Ordering::Relaxed),
+        }
     }
 
     async fn held(&self) -> usize {
-        self.0.sessions.read().await.len()
+        self.counted(self.manager.sessions.read().await.len())
+    }
+
+    fn counted(&self, held: usize) -> usize {
+        self.last_counted.store(held, Ordering::Relaxed);
+        held
     }
 }
 
@@ -107,7 +117,11 @@ pub async fn serve(
         config = config.disable_allowed_hosts();
     }
     let service = Endpoint {
-        mcp: StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions.0), config),
+        mcp: StreamableHttpService::new(
+            move || Ok(tools.clone()),
+            Arc::clone(&sessions.manager),
+            config,
+        ),
         sessions,
         max_sessions: endpoint.max_sessions,
     };

@@ -200,12 +200,12 @@ impl Collector for MetricsSources {
                 .encode_family(&[("state", state)])?
                 .encode_gauge(&i64::try_from(count).unwrap_or(i64::MAX))?;
         }
-        if let Some(held) = self.mcp_sessions.as_ref().and_then(McpSessions::held_now) {
+        if let Some(sessions) = &self.mcp_sessions {
             gauge(
                 &mut encoder,
                 "toolplane_mcp_sessions",
                 "The MCP sessions held now (at most mcp_max_sessions).",
-                held as u64,
+                sessions.held_now() as u64,
             )?;
         }
         encode_agents(&mut encoder, &self.agents)?;
