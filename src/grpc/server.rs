@@ -332,9 +332,9 @@ pub async fn serve_with(
         model,
     )
     .with_spans(spans.clone());
+    let mcp_sessions = side.mcp.is_some().then(McpSessions::default);
     // Calls are counted per RPC only when there is an endpoint to report them, or spans to
     // name after their methods.
-    let mcp_sessions = side.mcp.is_some().then(McpSessions::default);
     let rpc_stats = if metrics_listener.is_some() || spans.is_on() {
         Some(Arc::new(served_rpc_stats()?))
     } else {

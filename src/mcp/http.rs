@@ -3,9 +3,9 @@
 //! serves TLS (the same certificate, and the same client certificates asked for).
 //!
 //! Sessions are kept in memory (`Mcp-Session-Id`), so a client that initializes receives
-//! `notifications/tools/list_changed` on its GET stream; at most `max_sessions` at once, as they
-//! share the server's memory. Requests whose `Host` header is not
-//! one of `mcp_allowed_hosts` are refused (403), which stops DNS rebinding from a browser.
+//! `notifications/tools/list_changed` on its GET stream; at most `max_sessions` at once, as
+//! they share the server's memory. Requests whose `Host` header is not one of
+//! `mcp_allowed_hosts` are refused (403), which stops DNS rebinding from a browser.
 //! Connections are served as accepted, not through `grpc::coalesce`: its put-off flushes suit
 //! HTTP/2's, and held server-sent events back until the next write.
 
@@ -147,7 +147,9 @@ struct Endpoint {
 
 impl Endpoint {
     /// Answers `request`: 404 off [`MCP_PATH`], 503 for a request that would open one session
-    /// more than `max_sessions`, else as the SDK does.
+    /// more than `max_sessions`, else as the SDK does. The sessions are counted before the SDK
+    /// opens one, so `initialize` requests arriving at the same instant may each find a place
+    /// and go past the limit by their number (the SDK offers no hook to refuse inside it).
     async fn answer(
         mut self,
         request: Request<Incoming>,
