@@ -149,7 +149,8 @@ impl Endpoint {
     /// Answers `request`: 404 off [`MCP_PATH`], 503 for a request that would open one session
     /// more than `max_sessions`, else as the SDK does. The sessions are counted before the SDK
     /// opens one, so `initialize` requests arriving at the same instant may each find a place
-    /// and go past the limit by their number (the SDK offers no hook to refuse inside it).
+    /// and go past the limit by their number (a session manager of our own refusing inside the
+    /// SDK would close that gap, but the SDK answers its refusals 500).
     async fn answer(
         mut self,
         request: Request<Incoming>,
