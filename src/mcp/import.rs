@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use rmcp::model::Tool;
 use serde_json::Value;
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::client::{McpCaller, McpSession};
 pub use super::import_config::{
@@ -34,6 +36,9 @@ use crate::registry::{LeaseId, Registry};
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// How often an import checks that its session is still open.
 const SESSION_CHECK: Duration = Duration::from_secs(1);
+/// The shortest time between two listings a server's `list_changed` asks for: a server
+/// announcing changes without pause is listed once a second, not back to back.
+pub const MIN_LISTING_GAP: Duration = Duration::from_secs(1);
 /// The version an imported service gets when its server names none in semantic versioning.
 const UNVERSIONED: &str = "0.0.0";
 
@@ -81,6 +86,18 @@ pub fn spawn_all(
     running
 }
 
+/// Returns when the tools are to be listed again: `refresh` after the listing that began at
+/// `listed_at`, or when `changed` is notified (the server's `list_changed`), but no sooner
+/// than [`MIN_LISTING_GAP`] after it.
+async fn next_listing(refresh: Duration, listed_at: Instant, changed: &Notify) {
+    tokio::select! {
+        () = tokio::time::sleep_until(listed_at + refresh) => {}
+        () = changed.notified() => {
+            tokio::time::sleep_until(listed_at + MIN_LISTING_GAP).await;
+        }
+    }
+}
+
 /// What an import registered last: its lease, and the version and tools it registered under
 /// it.
 struct Registered {
@@ -107,6 +124,7 @@ async fn run(
                     .map(|implementation| implementation.version)
                     .filter(|version| semver::Version::parse(version).is_ok())
                     .unwrap_or_else(|| UNVERSIONED.to_owned());
+                let listed_at = Instant::now();
                 match session.list_all_tools().await {
                     Ok(tools) => {
                         retry = FIRST_RETRY;
@@ -121,9 +139,9 @@ async fn run(
                         break;
                     }
                 }
+                let changed = &session.service().tools_changed;
                 tokio::select! {
-                    () = tokio::time::sleep(import.refresh_interval) => {}
-                    () = session.service().tools_changed.notified() => {}
+                    () = next_listing(import.refresh_interval, listed_at, changed) => {}
                     // A call found it broken, or a server toolplane started exited: follow the
                     // session opened in its place, and list again on it.
                     () = closed(&session) => break,
@@ -232,5 +250,37 @@ fn keep_registered(
             tracing::warn!(service = %import.service, %error, "cannot register the MCP server's tools");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REFRESH: Duration = Duration::from_secs(60);
+
+    /// How long `next_listing` takes, in paused time, after `since_listing` has passed.
+    async fn wait_after(since_listing: Duration, changed: &Notify) -> Duration {
+        let listed_at = Instant::now();
+        tokio::time::advance(since_listing).await;
+        let start = Instant::now();
+        next_listing(REFRESH, listed_at, changed).await;
+        Instant::now() - start
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_is_listed_at_once_but_never_sooner_than_the_gap_after_a_listing() {
+        let changed = Notify::new();
+        changed.notify_one();
+        assert_eq!(
+            wait_after(Duration::from_secs(5), &changed).await,
+            Duration::ZERO
+        );
+        changed.notify_one();
+        let waited = wait_after(Duration::from_millis(200), &changed).await;
+        assert_eq!(waited, MIN_LISTING_GAP - Duration::from_millis(200));
+        // Without a change, the refresh interval after the listing.
+        let waited = wait_after(Duration::from_secs(10), &changed).await;
+        assert_eq!(waited, REFRESH - Duration::from_secs(10));
     }
 }
