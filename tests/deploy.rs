@@ -38,11 +38,12 @@ fn manifests() -> Vec<PathBuf> {
 }
 
 /// Every object of the manifests, by kind, read with PyYAML (installed with kubernetes-validate);
-/// `None` when the Python peers are not installed.
+/// `None` when the Python peers are not installed. The Namespace is the first file's: `kubectl
+/// apply -f deploy/kubernetes/` takes the files in name order, and the others are in it.
 fn objects() -> Option<HashMap<String, Value>> {
     let python = peer("venv/bin/python")?;
     let mut objects = HashMap::new();
-    for path in manifests() {
+    for (index, path) in manifests().into_iter().enumerate() {
         let output = Command::new(&python)
             .args([
                 "-c",
@@ -55,6 +56,7 @@ fn objects() -> Option<HashMap<String, Value>> {
         let documents: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON");
         for document in documents {
             let kind = document["kind"].as_str().expect("a kind").to_owned();
+            assert_eq!(kind == "Namespace", index == 0, "{path:?} holds a {kind}");
             assert!(
                 objects.insert(kind.clone(), document).is_none(),
                 "two {kind}s"
