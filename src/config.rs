@@ -29,7 +29,7 @@ use crate::grpc::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
-use crate::mcp::import::McpImportConfig;
+use crate::mcp::import::{McpImport, McpImportConfig};
 use crate::otlp::{OtlpExport, OtlpProtocol};
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::DEFAULT_EVENT_BUFFER;
@@ -91,6 +91,10 @@ pub struct ServerConfig {
     /// MCP servers whose tools are imported as services (file only), as `[[mcp_imports]]`
     /// tables with `service`, `url`, `tenant` (0) and `refresh_interval` (60s).
     pub mcp_imports: Vec<McpImportConfig>,
+    /// [`Self::mcp_imports`], checked when the configuration was loaded (their tokens and
+    /// `pass_env` variables read then, once).
+    #[serde(skip)]
+    checked_mcp_imports: Vec<McpImport>,
     /// The OTLP collector spans are exported to (`http://host:4317` over gRPC,
     /// `http://host:4318` over HTTP, or `https://` for TLS); empty exports none.
     pub otlp_endpoint: String,
@@ -242,6 +246,7 @@ impl Default for ServerConfig {
             mcp_allowed_hosts: crate::mcp::http::LOOPBACK_HOSTS.join(","),
             mcp_max_sessions: crate::mcp::http::DEFAULT_MAX_SESSIONS,
             mcp_imports: Vec::new(),
+            checked_mcp_imports: Vec::new(),
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),
             otlp_ca_file: String::new(),
@@ -337,14 +342,14 @@ impl ServerConfig {
                 table.insert(field, env_value(&value, default));
             }
         }
-        let config: Self =
+        let mut config: Self =
             table
                 .try_into()
                 .map_err(|error: toml::de::Error| ConfigError::Invalid {
                     origin: format!("{origin} + environment"),
                     message: error.message().to_owned(),
                 })?;
-        config
+        config.checked_mcp_imports = config
             .check()
             .map_err(|message| ConfigError::Invalid { origin, message })?;
         Ok(config)
@@ -384,12 +389,7 @@ impl ServerConfig {
             provider_tls: self.provider_tls(),
             tls: self.served_tls(),
             mcp: self.mcp_endpoint(),
-            // Checked when the configuration was loaded.
-            mcp_imports: self
-                .mcp_imports
-                .iter()
-                .filter_map(|import| import.check(self.max_ttl).ok())
-                .collect(),
+            mcp_imports: self.checked_mcp_imports.clone(),
             tls_reload_interval: self.tls_reload_interval,
             response_compression: self.response_compression,
             limits: RegistrationLimits {

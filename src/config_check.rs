@@ -1,22 +1,28 @@
 //! The checks a loaded configuration must pass before it is used.
 
 use super::ServerConfig;
+use crate::mcp::import::McpImport;
 
 impl ServerConfig {
     /// Checks settings that go together, ranges, and TLS files named where they would not
-    /// be used; the error says which setting to change.
-    pub(super) fn check(&self) -> Result<(), String> {
+    /// be used; the error says which setting to change. Answers the MCP imports, checked (their
+    /// token and `pass_env` variables read).
+    pub(super) fn check(&self) -> Result<Vec<McpImport>, String> {
         self.metrics_address()?;
         self.mcp_address()?;
-        let mut imported = std::collections::HashSet::new();
-        for import in &self.mcp_imports {
-            let import = import.check(self.max_ttl)?;
-            if !imported.insert((import.tenant, import.service.clone())) {
+        let mut imports = Vec::with_capacity(self.mcp_imports.len());
+        for entry in &self.mcp_imports {
+            let import = entry.check(self.max_ttl)?;
+            let twice = imports.iter().any(|other: &McpImport| {
+                (other.tenant, &other.service) == (import.tenant, &import.service)
+            });
+            if twice {
                 return Err(format!(
                     "mcp_imports: service {} of tenant {} is imported twice",
                     import.service, import.tenant
                 ));
             }
+            imports.push(import);
         }
         if self
             .mcp_allowed_hosts
@@ -93,7 +99,7 @@ impl ServerConfig {
                     .to_owned(),
             );
         }
-        Ok(())
+        Ok(imports)
     }
 
     /// The first OTLP TLS file setting that is set, if any.
