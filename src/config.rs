@@ -89,7 +89,8 @@ pub struct ServerConfig {
     /// 0 sets no limit.
     pub mcp_max_sessions: usize,
     /// MCP servers whose tools are imported as services (file only), as `[[mcp_imports]]`
-    /// tables with `service`, `url`, `tenant` (0) and `refresh_interval` (60s).
+    /// tables with `service`, `url` or `command` (with `env` and `pass_env`), `tenant` (0),
+    /// `refresh_interval` (60s) and `bearer_token_env`.
     pub mcp_imports: Vec<McpImportConfig>,
     /// [`Self::mcp_imports`], checked when the configuration was loaded (their tokens and
     /// `pass_env` variables read then, once).

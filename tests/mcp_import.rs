@@ -5,20 +5,17 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::invoke_fixture::invoker;
-use common::mcp_server::{PythonMcpServer, register_add_at};
+use common::mcp_server::{PythonMcpServer, importing, invoke, output, register_add_at, wait_for};
 use common::process::peer;
 use common::{TestServer, meta, reason};
-use serde_json::{Value, json};
+use serde_json::json;
 use tonic::Code;
-use toolplane::envelope::TenantId;
 use toolplane::grpc::ServerOptions;
-use toolplane::json::{json_to_struct, struct_to_json, value_to_json};
-use toolplane::mcp::import::{INHERITED_ENV, McpImport, McpSource, Secret, StdioServer};
+use toolplane::json::struct_to_json;
+use toolplane::mcp::import::{INHERITED_ENV, McpSource, Secret, StdioServer};
 use toolplane::pb;
-use toolplane::registry::ServiceName;
 
 fn import_of(server: &PythonMcpServer, refresh_interval: Duration) -> ServerOptions {
     import_with_token(server, refresh_interval, None)
@@ -37,26 +34,7 @@ fn import_with_token(
     )
 }
 
-/// Server options importing `source`'s tools as `service` of tenant 0.
-fn importing(
-    service: &str,
-    source: McpSource,
-    refresh_interval: Duration,
-    token: Option<&str>,
-) -> ServerOptions {
-    ServerOptions {
-        mcp_imports: vec![McpImport {
-            service: ServiceName::parse(service).expect("a service name"),
-            source,
-            tenant: TenantId(0),
-            refresh_interval,
-            bearer_token: token.map(|token| Secret(token.to_owned())),
-        }],
-        ..ServerOptions::default()
-    }
-}
-
-/// The imported service, once `ready` says it is as expected (within 15 s).
+/// The imported service, once `ready` says it is as expected (within 30 s).
 async fn wait_for_service(
     server: &TestServer,
     ready: impl Fn(Option<&pb::DiscoveryInfo>) -> bool,
@@ -85,59 +63,6 @@ async fn import_started(
         .await
         .expect("imported");
     (server, imported)
-}
-
-/// Service `name`, once `ready` says it is as expected (within 30 s).
-async fn wait_for(
-    server: &TestServer,
-    name: &str,
-    ready: impl Fn(Option<&pb::DiscoveryInfo>) -> bool,
-) -> Option<pb::DiscoveryInfo> {
-    let mut discovery = server.discovery().await;
-    let give_up = Instant::now() + Duration::from_secs(30);
-    loop {
-        let found = discovery
-            .get_service(pb::GetServiceRequest {
-                meta: meta(0),
-                service_name: name.into(),
-            })
-            .await
-            .ok()
-            .and_then(|answer| answer.into_inner().service);
-        if ready(found.as_ref()) {
-            return found;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "the import never got there: {found:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn invoke(
-    server: &TestServer,
-    tool: &str,
-    input: Value,
-) -> Result<pb::InvokeToolResponse, tonic::Status> {
-    invoker(server)
-        .await
-        .invoke_tool(pb::InvokeToolRequest {
-            meta: meta(0),
-            tool_name: tool.into(),
-            input: json_to_struct(&input),
-            ..Default::default()
-        })
-        .await
-        .map(tonic::Response::into_inner)
-}
-
-fn output(answer: &pb::InvokeToolResponse) -> Value {
-    answer
-        .output
-        .as_ref()
-        .map(|value| value_to_json(value).expect("JSON"))
-        .unwrap_or(Value::Null)
 }
 
 /// The server's tools are registered (pydantic schemas with `$defs` and `$ref` included) at

@@ -7,20 +7,15 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::TestServer;
-use common::invoke_fixture::invoker;
-use common::mcp_server::{PythonMcpServer, register_add_at};
+use common::mcp_server::{PythonMcpServer, importing, invoke, output, register_add_at, wait_for};
 use common::tls::TestCa;
-use serde_json::{Value, json};
-use toolplane::envelope::TenantId;
+use serde_json::json;
 use toolplane::grpc::ServerOptions;
 use toolplane::grpc::outgoing_tls::{ClientIdentityFiles, OutgoingTlsFiles};
-use toolplane::json::{json_to_struct, value_to_json};
-use toolplane::mcp::import::{McpImport, McpSource};
-use toolplane::pb;
-use toolplane::registry::ServiceName;
+use toolplane::mcp::import::McpSource;
 
 /// A Python MCP server serving TLS with a certificate `ca` signed for 127.0.0.1, asking
 /// callers for a certificate `clients_ca` signed when given.
@@ -55,24 +50,6 @@ fn provider_tls(dir: &Path, ca: &TestCa, clients_ca: Option<&TestCa>) -> Outgoin
     }
 }
 
-async fn invoke(server: &TestServer, tool: &str, input: Value) -> Result<Value, tonic::Status> {
-    let answer = invoker(server)
-        .await
-        .invoke_tool(pb::InvokeToolRequest {
-            meta: common::meta(0),
-            tool_name: tool.into(),
-            input: json_to_struct(&input),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    Ok(answer
-        .output
-        .as_ref()
-        .map(|value| value_to_json(value).expect("JSON"))
-        .unwrap_or(Value::Null))
-}
-
 /// An HTTPS MCP server whose certificate a cluster's own CA signed, and which takes only
 /// callers with a certificate of its clients' CA, is imported (its tools listed and
 /// registered) and called when `provider_ca_file` and the client certificate name them.
@@ -84,39 +61,25 @@ async fn an_https_server_asking_for_a_client_certificate_is_imported_with_the_pr
         return;
     };
     assert!(mcp.url().starts_with("https://"), "{}", mcp.url());
+    let importing_it = importing(
+        "python-tools",
+        McpSource::Http(mcp.url()),
+        Duration::from_secs(60),
+        None,
+    );
     let server = TestServer::start_with(ServerOptions {
-        mcp_imports: vec![McpImport {
-            service: ServiceName::parse("python-tools").expect("a service name"),
-            source: McpSource::Http(mcp.url()),
-            tenant: TenantId(0),
-            refresh_interval: Duration::from_secs(60),
-            bearer_token: None,
-        }],
         provider_tls: provider_tls(dir.path(), &ca, Some(&clients_ca)),
-        ..ServerOptions::default()
+        ..importing_it
     })
     .await;
-    let give_up = Instant::now() + Duration::from_secs(30);
-    let service = loop {
-        let found = server
-            .discovery()
-            .await
-            .get_service(pb::GetServiceRequest {
-                meta: common::meta(0),
-                service_name: "python-tools".into(),
-            })
-            .await;
-        if let Ok(found) = found {
-            break found.into_inner().service.expect("the service");
-        }
-        assert!(Instant::now() < give_up, "never imported: {found:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let service = wait_for(&server, "python-tools", |found| found.is_some())
+        .await
+        .expect("the service");
     assert_eq!(service.endpoint, format!("mcp+{}", mcp.url()));
     let added = invoke(&server, "add", json!({"a": 2, "b": 3}))
         .await
         .expect("called over TLS");
-    assert_eq!(added, json!({"result": 5}));
+    assert_eq!(output(&added), json!({"result": 5}));
     server.stop().await;
 }
 
@@ -174,6 +137,6 @@ async fn an_https_server_that_cannot_be_verified_or_refuses_toolplane_is_not_cal
     let added = invoke(&trusting, "add", json!({"a": 1, "b": 1}))
         .await
         .expect("called");
-    assert_eq!(added, json!({"result": 2}));
+    assert_eq!(output(&added), json!({"result": 2}));
     trusting.stop().await;
 }

@@ -113,27 +113,34 @@ impl ProviderTls {
     /// or why a provider that ended the TLS handshake likely did; empty for other failures.
     pub(crate) fn failure_hint(&self, error: &(dyn std::error::Error + 'static)) -> String {
         let mut text = String::new();
-        let mut current = Some(error);
-        while let Some(error) = current {
-            if let Some(rustls::Error::InvalidCertificate(_)) = error.downcast_ref() {
+        for cause in causes(error) {
+            if let Some(rustls::Error::InvalidCertificate(_)) = cause.downcast_ref() {
                 return format!(
                     "; its certificate was checked against {}",
                     self.checked_against()
                 );
             }
-            text.push_str(&error.to_string());
+            text.push_str(&cause.to_string());
             text.push('\n');
-            // An I/O error's `source` skips the error it wraps: go into that one.
-            current = match error
-                .downcast_ref::<std::io::Error>()
-                .and_then(std::io::Error::get_ref)
-            {
-                Some(wrapped) => Some(wrapped as &(dyn std::error::Error + 'static)),
-                None => error.source(),
-            };
         }
         refusal_hint(&text).to_owned()
     }
+}
+
+/// `error` and the errors under it, outermost first. An I/O error's `source` skips the error it
+/// wraps, so the chain goes into that one instead.
+pub(crate) fn causes<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error), |error| {
+        match error
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(wrapped) => Some(wrapped as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        }
+    })
 }
 
 /// The client configuration `files` describe for providers, every file read now.

@@ -5,8 +5,8 @@
 //!
 //! One MCP session per endpoint is opened on first use (protocol 2025-11-25, the initialize
 //! handshake) and shared by every call to it, and by the import of that server's tools; a
-//! session whose connection is lost is opened again on the next call. A call is `tools/call` with the input as its arguments; its answer
-//! becomes the tool's output: the `structuredContent` when the server sent one, else the text of
+//! session whose connection is lost is opened again on the next call. A call is `tools/call`
+//! with the input as its arguments; its answer becomes the tool's output: the `structuredContent` when the server sent one, else the text of
 //! a single text block as a JSON string, else the content blocks as a JSON array. A result
 //! marked `isError` is the tool's failure (gRPC code UNKNOWN, reason `TOOL_FAILED`, the text as
 //! its message). A health check is an MCP `ping`.
@@ -36,7 +36,7 @@ use tokio::sync::Notify;
 
 use super::import_config::{INHERITED_ENV, McpImport, McpSource, Secret, StdioServer};
 use crate::grpc::outgoing_tls::http_client_builder;
-use crate::grpc::provider_tls::ProviderTls;
+use crate::grpc::provider_tls::{ProviderTls, causes};
 use crate::invoke::caller::{
     FailureKind, MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX, ProviderCall, ProviderCaller,
     ProviderFailure, ProviderReply,
@@ -171,23 +171,18 @@ fn opening_failure(
         Some(StreamableHttpError::<reqwest::Error>::Client(http)) => http,
         _ => error.error.as_ref(),
     };
-    let mut causes = Vec::new();
-    let mut current = Some(failed);
-    while let Some(cause) = current {
+    let mut texts: Vec<String> = Vec::new();
+    for cause in causes(failed) {
         let text = cause.to_string();
         // Wrappers repeat what they wrap.
-        if !causes
-            .last()
-            .is_some_and(|last: &String| last.contains(&text))
-        {
-            causes.push(text);
+        if !texts.last().is_some_and(|last| last.contains(&text)) {
+            texts.push(text);
         }
-        current = cause.source();
     }
     let hint = tls.map_or_else(String::new, |tls| tls.failure_hint(failed));
     format!(
         "cannot reach MCP server {server}: {}{hint}",
-        causes.join(": ")
+        texts.join(": ")
     )
 }
 

@@ -1,17 +1,19 @@
 //! Importing the tools of MCP servers: for each `[[mcp_imports]]` entry, toolplane opens an MCP
-//! session with the server, lists its tools (every page) and registers them as a service of
-//! its own under a lease it keeps alive, with the server's URL (after `mcp+`) as endpoint, so
-//! its tools are discovered, validated, bounded, recorded and invoked like any other (calls go
-//! over MCP, see [`super::client`]).
+//! session with the server (at its URL, or started by its command over stdio), lists its tools
+//! (every page) and registers them as a service of its own under a lease it keeps alive, with
+//! the server's URL after `mcp+` (or `mcp+stdio://TENANT/SERVICE`) as endpoint, so its tools
+//! are discovered, validated, bounded, recorded and invoked like any other (calls go over MCP,
+//! see [`super::client`]).
 //!
-//! The list is read again every `refresh_interval`, and at once when the server sends
-//! `notifications/tools/list_changed`; a changed list registers the service again (an
-//! `UPDATED` event), an unchanged one renews the lease. A tool toolplane cannot take (a name
-//! outside `[A-Za-z0-9_.-]`, a schema that does not compile) is left out, with a warning. While
-//! the server cannot be reached, toolplane tries again (1 s, doubling up to the refresh
-//! interval) and the lease is not renewed, so the service expires after `3 x refresh_interval`
-//! (at most `max_ttl`) and comes back when the server does. A `bearer_token_env` names the
-//! environment variable whose value is sent as `Authorization: Bearer ...` to the server.
+//! The list is read again every `refresh_interval`, and when the server sends
+//! `notifications/tools/list_changed` (at once, but no sooner than [`MIN_LISTING_GAP`] after
+//! the last reading); a changed list registers the service again (an `UPDATED` event), an
+//! unchanged one renews the lease. A tool toolplane cannot take (a name outside
+//! `[A-Za-z0-9_.-]`, a schema that does not compile) is left out, with a warning. While the
+//! server cannot be reached, toolplane tries again (1 s, doubling up to the refresh interval)
+//! and the lease is not renewed, so the service expires after `3 x refresh_interval` (at most
+//! `max_ttl`) and comes back when the server does. A `bearer_token_env` names the environment
+//! variable whose value is sent as `Authorization: Bearer ...` to the server.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

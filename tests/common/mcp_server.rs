@@ -4,8 +4,15 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 
-use serde_json::json;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use toolplane::envelope::TenantId;
+use toolplane::grpc::ServerOptions;
+use toolplane::json::{json_to_struct, value_to_json};
+use toolplane::mcp::import::{McpImport, McpSource, Secret};
 use toolplane::pb;
+use toolplane::registry::ServiceName;
 
 use super::TestServer;
 use super::process::{Runtime, peer_script};
@@ -99,4 +106,78 @@ pub async fn register_add_at(server: &TestServer, service: &str, url: &str) {
         })
         .await
         .expect("registered");
+}
+
+/// Server options importing `source`'s tools as `service` of tenant 0.
+pub fn importing(
+    service: &str,
+    source: McpSource,
+    refresh_interval: Duration,
+    token: Option<&str>,
+) -> ServerOptions {
+    ServerOptions {
+        mcp_imports: vec![McpImport {
+            service: ServiceName::parse(service).expect("a service name"),
+            source,
+            tenant: TenantId(0),
+            refresh_interval,
+            bearer_token: token.map(|token| Secret(token.to_owned())),
+        }],
+        ..ServerOptions::default()
+    }
+}
+
+/// Service `name`, once `ready` says it is as expected (within 30 s).
+pub async fn wait_for(
+    server: &TestServer,
+    name: &str,
+    ready: impl Fn(Option<&pb::DiscoveryInfo>) -> bool,
+) -> Option<pb::DiscoveryInfo> {
+    let mut discovery = server.discovery().await;
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = discovery
+            .get_service(pb::GetServiceRequest {
+                meta: super::meta(0),
+                service_name: name.into(),
+            })
+            .await
+            .ok()
+            .and_then(|answer| answer.into_inner().service);
+        if ready(found.as_ref()) {
+            return found;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the import never got there: {found:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Invokes `tool` of tenant 0 with `input` through toolplane.
+pub async fn invoke(
+    server: &TestServer,
+    tool: &str,
+    input: Value,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    super::invoke_fixture::invoker(server)
+        .await
+        .invoke_tool(pb::InvokeToolRequest {
+            meta: super::meta(0),
+            tool_name: tool.into(),
+            input: json_to_struct(&input),
+            ..Default::default()
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// The output of an invocation, as JSON (null when none).
+pub fn output(answer: &pb::InvokeToolResponse) -> Value {
+    answer
+        .output
+        .as_ref()
+        .map(|value| value_to_json(value).expect("JSON"))
+        .unwrap_or(Value::Null)
 }
