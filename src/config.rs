@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{TenantAccess, TenantAccessRule};
 use crate::agent::openai::OpenAiConfig;
 use crate::agent::store::{
     DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
@@ -96,6 +97,14 @@ pub struct ServerConfig {
     /// `pass_env` variables read then, once).
     #[serde(skip)]
     checked_mcp_imports: Vec<McpImport>,
+    /// Which tenants callers may act for, by the URI or DNS names of their client certificates
+    /// (file only), as `[[tenant_access]]` tables with `identity` and `tenants` (or
+    /// `all_tenants = true`); none lets every caller name any tenant. Needs
+    /// `tls_client_ca_file`.
+    pub tenant_access: Vec<TenantAccessRule>,
+    /// [`Self::tenant_access`], checked when the configuration was loaded.
+    #[serde(skip)]
+    checked_tenant_access: TenantAccess,
     /// The OTLP collector spans are exported to (`http://host:4317` over gRPC,
     /// `http://host:4318` over HTTP, or `https://` for TLS); empty exports none.
     pub otlp_endpoint: String,
@@ -248,6 +257,8 @@ impl Default for ServerConfig {
             mcp_max_sessions: crate::mcp::http::DEFAULT_MAX_SESSIONS,
             mcp_imports: Vec::new(),
             checked_mcp_imports: Vec::new(),
+            tenant_access: Vec::new(),
+            checked_tenant_access: TenantAccess::default(),
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),
             otlp_ca_file: String::new(),
@@ -350,9 +361,11 @@ impl ServerConfig {
                     origin: format!("{origin} + environment"),
                     message: error.message().to_owned(),
                 })?;
-        config.checked_mcp_imports = config
+        let checked = config
             .check()
             .map_err(|message| ConfigError::Invalid { origin, message })?;
+        config.checked_mcp_imports = checked.imports;
+        config.checked_tenant_access = checked.tenant_access;
         Ok(config)
     }
 
@@ -391,6 +404,7 @@ impl ServerConfig {
             tls: self.served_tls(),
             mcp: self.mcp_endpoint(),
             mcp_imports: self.checked_mcp_imports.clone(),
+            tenant_access: self.checked_tenant_access.clone(),
             tls_reload_interval: self.tls_reload_interval,
             response_compression: self.response_compression,
             limits: RegistrationLimits {

@@ -1,13 +1,22 @@
 //! The checks a loaded configuration must pass before it is used.
 
 use super::ServerConfig;
+use crate::access::TenantAccess;
 use crate::mcp::import::McpImport;
+
+/// The parts of a configuration that are checked into forms of their own.
+pub(super) struct Checked {
+    /// The MCP imports, their token and `pass_env` variables read.
+    pub(super) imports: Vec<McpImport>,
+    /// The tenant access rules.
+    pub(super) tenant_access: TenantAccess,
+}
 
 impl ServerConfig {
     /// Checks settings that go together, ranges, and TLS files named where they would not
-    /// be used; the error says which setting to change. Answers the MCP imports, checked (their
-    /// token and `pass_env` variables read).
-    pub(super) fn check(&self) -> Result<Vec<McpImport>, String> {
+    /// be used; the error says which setting to change. Answers the MCP imports and the tenant
+    /// access rules, checked.
+    pub(super) fn check(&self) -> Result<Checked, String> {
         self.metrics_address()?;
         self.mcp_address()?;
         let mut imports = Vec::with_capacity(self.mcp_imports.len());
@@ -99,7 +108,18 @@ impl ServerConfig {
                     .to_owned(),
             );
         }
-        Ok(imports)
+        let tenant_access = TenantAccess::from_rules(&self.tenant_access)?;
+        if !tenant_access.is_open() && self.tls_client_ca_file.is_empty() {
+            return Err(
+                "tenant_access grants tenants by client certificate, but none is asked for: set \
+                 tls_client_ca_file (with tls_cert_file and tls_key_file)"
+                    .to_owned(),
+            );
+        }
+        Ok(Checked {
+            imports,
+            tenant_access,
+        })
     }
 
     /// The first OTLP TLS file setting that is set, if any.

@@ -1,6 +1,7 @@
 //! Unit tests of configuration layering: defaults, file, environment and their checks.
 
 use super::*;
+use crate::envelope::TenantId;
 
 fn env(pairs: &[(&str, &str)]) -> impl Iterator<Item = (String, String)> {
     pairs
@@ -438,4 +439,51 @@ fn response_compression_is_read_from_the_environment() {
             .all(|choice| message.contains(choice)),
         "{message}"
     );
+}
+
+/// `[[tenant_access]]` entries are read from the file and checked: with client certificates
+/// asked for they reach the server's options; without, or badly formed, the error names the
+/// setting or the entry.
+#[test]
+fn tenant_access_is_read_from_the_file_and_needs_client_certificates() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("toolplane.toml");
+    let rules = r#"
+[[tenant_access]]
+identity = "spiffe://cluster.local/ns/agents/sa/planner"
+tenants = [1, 2]
+
+[[tenant_access]]
+identity = "ops.example.com"
+all_tenants = true
+"#;
+    let tls = "tls_cert_file = \"/etc/tls.crt\"\ntls_key_file = \"/etc/tls.key\"\n";
+    let with_ca = format!("{tls}tls_client_ca_file = \"/etc/clients-ca.pem\"\n{rules}");
+    std::fs::write(&file, with_ca).expect("write");
+    let config = ServerConfig::load(Some(&file), env(&[])).expect("valid");
+    let access = config.server_options().tenant_access;
+    assert_eq!(access.identities(), 2);
+    let planner = access.grant_for(vec!["spiffe://cluster.local/ns/agents/sa/planner".into()]);
+    planner.check(TenantId(2)).expect("granted");
+    planner.check(TenantId(3)).expect_err("not granted");
+    let defaults = ServerConfig::load(None, env(&[])).expect("valid");
+    assert!(defaults.server_options().tenant_access.is_open());
+
+    std::fs::write(&file, format!("{tls}{rules}")).expect("write");
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("no client certificates");
+    assert!(
+        error.to_string().contains("set tls_client_ca_file"),
+        "{error}"
+    );
+    let nothing_granted = "[[tenant_access]]\nidentity = \"a.example\"\n";
+    std::fs::write(&file, nothing_granted).expect("write");
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("grants nothing");
+    assert!(
+        error.to_string().contains("tenant_access entry 1"),
+        "{error}"
+    );
+    let misspelt = "[[tenant_access]]\nidentity = \"a.example\"\ntenant = [1]\n";
+    std::fs::write(&file, misspelt).expect("write");
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("unknown field");
+    assert!(error.to_string().contains("tenant"), "{error}");
 }

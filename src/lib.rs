@@ -7,6 +7,7 @@
 //! Crate map:
 //! - [`pb`]: generated protobuf and gRPC code (`toolplane.v1`), nothing else.
 //! - [`envelope`]: the seed 000 envelope meta on every request and response.
+//! - [`access`]: which tenants a caller may act for, by its client certificate's identity.
 //! - [`json`]: `Struct`/`Value` <-> JSON, canonical JSON, sha256.
 //! - [`registry`]: the domain core: leases, validation, schema compilation and the bounded validator cache, the store, watch.
 //! - [`invoke`]: the invocation engine: rate limits, calls in flight, deadlines, retries,
@@ -25,6 +26,7 @@
 //! - [`otlp`]: where and how spans are exported (OTLP/gRPC or OTLP/HTTP, TLS).
 //! - [`spans`]: the spans exported over OTLP when `otlp_endpoint` is set.
 
+pub mod access;
 pub mod agent;
 pub mod bench;
 pub mod cli;

@@ -160,6 +160,10 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
         "{stdout}"
     );
     assert!(stdout.contains("metrics:     0.0.0.0:9090"), "{stdout}");
+    assert!(
+        stdout.contains("tenants:     any tenant a caller names"),
+        "{stdout}"
+    );
     assert!(!records.exists(), "a check writes nothing");
     for (text, named) in [
         ("max_ttl = \"1s\"\nmin_ttl = \"2s\"\n", "ttl"),
@@ -170,6 +174,10 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
         (
             "records_path = \"/nonexistent/dir/records.jsonl\"\n",
             "its directory /nonexistent/dir does not exist",
+        ),
+        (
+            "[[tenant_access]]\nidentity = \"planner.agents.svc\"\ntenants = [1]\n",
+            "set tls_client_ca_file",
         ),
     ] {
         let (code, _, stderr) = check(text);

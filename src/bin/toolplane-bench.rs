@@ -183,11 +183,11 @@ async fn serve_routes(
                     };
                     let served = ServedTls::from_files(&files).map_err(|e| e.to_string())?;
                     let incoming = server_tls::incoming(listener, served);
-                    serve_connections(incoming, service, settings, stop).await;
+                    serve_connections(incoming, service, settings, None, stop).await;
                 }
                 None => {
                     let incoming = toolplane::grpc::coalesce::incoming(listener);
-                    serve_connections(incoming, service, settings, stop).await;
+                    serve_connections(incoming, service, settings, None, stop).await;
                 }
             }
             Ok(())

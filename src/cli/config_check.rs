@@ -89,6 +89,10 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
         || "off".to_owned(),
         |export| format!("{} to {}", export.protocol, export.endpoint),
     );
+    let tenants = match options.tenant_access.identities() {
+        0 => "any tenant a caller names".to_owned(),
+        identities => format!("granted to {identities} certificate identities (tenant_access)"),
+    };
     let imports: Vec<String> = options
         .mcp_imports
         .iter()
@@ -99,6 +103,7 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
         format!("  gRPC:        {} ({grpc_tls})", config.listen),
         format!("  metrics:     {}", or_off(&config.metrics_listen)),
         format!("  MCP:         {}", or_off(&config.mcp_listen)),
+        format!("  tenants:     {tenants}"),
         format!("  records:     {records}"),
         format!("  spans:       {spans}"),
         format!(

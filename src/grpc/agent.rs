@@ -10,7 +10,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::discovery::accept_meta;
+use super::accept::accept;
 use super::invoke::status_to_pb;
 use super::trace_headers::call_trace;
 use crate::agent::AgentError;
@@ -265,8 +265,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::CreateAgentRequest>,
     ) -> Result<Response<pb::CreateAgentResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let agent = self
             .runner
             .store()
@@ -282,8 +281,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::GetAgentRequest>,
     ) -> Result<Response<pb::GetAgentResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let agent = self.runner.store().get(meta.tenant, &request.agent_id)?;
         Ok(Response::new(pb::GetAgentResponse {
             meta: Some(meta.response()),
@@ -296,8 +294,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::ListAgentsRequest>,
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let size = paging::page_size(request.page_size)?;
         let after = paging::decode_sequence_token(&request.page_token, "agents")?;
         let mut agents = self.runner.store().list(meta.tenant, after, size + 1);
@@ -319,8 +316,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::DeleteAgentRequest>,
     ) -> Result<Response<pb::DeleteAgentResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         self.runner.store().delete(meta.tenant, &request.agent_id)?;
         Ok(Response::new(pb::DeleteAgentResponse {
             meta: Some(meta.response()),
@@ -332,8 +328,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::TransitionAgentRequest>,
     ) -> Result<Response<pb::TransitionAgentResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let agent =
             self.runner
                 .transition(meta.tenant, &request.agent_id, state_from_pb(request.to)?)?;
@@ -349,8 +344,7 @@ impl AgentService for AgentApi {
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
         let trace = call_trace(&request);
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let chat = request_from_pb(request.request)?;
         if chat.stream {
             return Err(invalid(
@@ -381,8 +375,7 @@ impl AgentService for AgentApi {
         request: Request<pb::StreamCompleteRequest>,
     ) -> Result<Response<Self::StreamCompleteStream>, Status> {
         let trace = call_trace(&request);
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let chat = request_from_pb(request.request)?;
         let (sender, receiver) = mpsc::channel::<Result<pb::StreamCompleteResponse, Status>>(64);
         let (events, mut turn_events) = mpsc::unbounded_channel();
@@ -434,8 +427,7 @@ impl AgentService for AgentApi {
         &self,
         request: Request<pb::ListMessagesRequest>,
     ) -> Result<Response<pb::ListMessagesResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let agent = self.runner.store().get(meta.tenant, &request.agent_id)?;
         let size = paging::page_size(request.page_size)?;
         let query = format!("messages|{}", agent.id);

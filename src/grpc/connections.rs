@@ -9,6 +9,7 @@
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +24,8 @@ use tower::{Service, ServiceExt};
 
 use super::call_scheduling::{CallScheduling, ConnectionDriver};
 use super::deadline::{CallDeadline, DeadlineBody, timeout_of};
+use super::server_tls::PeerCertificate;
+use crate::access::{CallerGrant, TenantAccess};
 
 /// How every connection is served.
 #[derive(Debug, Clone, Copy)]
@@ -79,16 +82,21 @@ impl<B> AnswerBody for B where
 /// Serves every connection `incoming` yields with `service` until `stop` completes; then stops
 /// accepting, asks each connection to finish (HTTP/2 GOAWAY: calls in flight complete, new
 /// ones are refused) and returns when all have closed.
+///
+/// With `access`, each connection's grant (the tenants its client certificate may act for) is
+/// worked out as it is accepted and handed to each of its calls as a request extension
+/// (`Arc<CallerGrant>`, checked by the adapters as they read the envelope).
 pub async fn serve_connections<S, B, I, IO>(
     incoming: I,
     service: S,
     settings: ConnectionSettings,
+    access: Option<Arc<TenantAccess>>,
     stop: impl Future<Output = ()>,
 ) where
     S: Routes<B>,
     B: AnswerBody,
     I: Stream<Item = std::io::Result<IO>>,
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + PeerCertificate + Unpin + Send + 'static,
 {
     let (stopping, stop_seen) = tokio::sync::watch::channel(());
     {
@@ -99,7 +107,10 @@ pub async fn serve_connections<S, B, I, IO>(
                 () = &mut stop => break,
                 accepted = incoming.next() => match accepted {
                     Some(Ok(io)) => {
-                        let calls = Calls { service: service.clone() };
+                        let grant = access.as_deref().map(|access| {
+                            Arc::new(access.grant_for_certificate(io.peer_certificate()))
+                        });
+                        let calls = Calls { service: service.clone(), grant };
                         tokio::spawn(serve_connection(io, calls, settings, stop_seen.clone()));
                     }
                     Some(Err(error)) => tracing::debug!(%error, "accepting a connection failed"),
@@ -156,6 +167,8 @@ async fn serve_connection<S, B, IO>(
 #[derive(Clone)]
 struct Calls<S> {
     service: S,
+    /// What the connection's caller is granted, where tenant access is ruled.
+    grant: Option<Arc<CallerGrant>>,
 }
 
 impl<S, B> hyper::service::Service<http::Request<Incoming>> for Calls<S>
@@ -177,6 +190,9 @@ where
             deadline.and_then(|timeout| std::time::Instant::now().checked_add(timeout))
         {
             request.extensions_mut().insert(CallDeadline(at));
+        }
+        if let Some(grant) = &self.grant {
+            request.extensions_mut().insert(Arc::clone(grant));
         }
         let answer = self.service.clone().oneshot(request.map(Body::new));
         Box::pin(async move {

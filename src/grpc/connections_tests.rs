@@ -100,6 +100,7 @@ async fn serve_probe(scheduling: CallScheduling) -> UnaryChannel {
         super::super::coalesce::incoming(listener),
         Probe,
         settings,
+        None,
         std::future::pending(),
     ));
     UnaryChannel::new(&format!("http://{addr}"), Duration::from_secs(1)).expect("valid")

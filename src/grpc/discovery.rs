@@ -8,6 +8,7 @@ use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 use tracing::{Span, instrument};
 
+use super::accept::accept;
 use super::convert;
 use super::serving::{ServingState, shutting_down};
 use crate::envelope::RequestMeta;
@@ -37,23 +38,6 @@ impl DiscoveryApi {
     }
 }
 
-/// Reads the envelope and records it on the current RPC span.
-///
-/// Every RPC runs in a span named after it with its `tenant` and `correlation_id`. RegisterService,
-/// DeregisterService, WatchServices, Preflight and the Agent API open it at INFO, so the lines they
-/// log carry it at the default level. The per-call RPCs (Heartbeat, the discovery reads,
-/// GetServiceHealth, InvokeTool and the other ToolInvoke RPCs) open it at DEBUG: at INFO a span
-/// without events writes nothing, and keeping one cost about 5 µs of CPU per InvokeTool call
-/// (BENCHMARKS.md, item 18). Their few events at INFO and above name the tenant, correlation id and
-/// tool themselves.
-pub(crate) fn accept_meta(meta: Option<&pb::Meta>) -> Result<RequestMeta, Status> {
-    let meta = RequestMeta::from_pb(meta)?;
-    let span = Span::current();
-    span.record("tenant", meta.tenant.0);
-    span.record("correlation_id", meta.correlation_id.as_str());
-    Ok(meta)
-}
-
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchServicesResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -66,8 +50,7 @@ impl DiscoveryService for DiscoveryApi {
         &self,
         request: Request<pb::RegisterServiceRequest>,
     ) -> Result<Response<pb::RegisterServiceResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let spec = convert::service_spec(request.registration)?;
         Span::current().record("service", spec.name.as_str());
         let entry = self.registry.register(meta.tenant, &spec)?;
@@ -94,8 +77,7 @@ impl DiscoveryService for DiscoveryApi {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let service = convert::service_name("service_name", &request.service_name)?;
         let lease = convert::lease_id("lease_id", &request.lease_id)?;
         let expires_at = self.registry.heartbeat(meta.tenant, &service, lease)?;
@@ -110,8 +92,7 @@ impl DiscoveryService for DiscoveryApi {
         &self,
         request: Request<pb::DeregisterServiceRequest>,
     ) -> Result<Response<pb::DeregisterServiceResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let service = convert::service_name("service_name", &request.service_name)?;
         let lease = convert::lease_id("lease_id", &request.lease_id)?;
         self.registry.deregister(meta.tenant, &service, lease)?;
@@ -130,8 +111,7 @@ impl DiscoveryService for DiscoveryApi {
         &self,
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let capability = match request.capability {
             0 => None,
             value => Some(convert::capability(value).map_err(|problem| {
@@ -169,8 +149,7 @@ impl DiscoveryService for DiscoveryApi {
         &self,
         request: Request<pb::GetToolRequest>,
     ) -> Result<Response<pb::GetToolResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let tool = convert::tool_name("tool_name", &request.tool_name)?;
         let service = convert::optional_service_name("service_name", &request.service_name)?;
         let found = self
@@ -191,8 +170,7 @@ impl DiscoveryService for DiscoveryApi {
         &self,
         request: Request<pb::ListServicesRequest>,
     ) -> Result<Response<pb::ListServicesResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let page =
             self.registry
                 .list_services(meta.tenant, request.page_size, &request.page_token)?;
@@ -216,8 +194,7 @@ impl DiscoveryService for DiscoveryApi {
         &self,
         request: Request<pb::GetServiceRequest>,
     ) -> Result<Response<pb::GetServiceResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let name = convert::service_name("service_name", &request.service_name)?;
         let service = self.registry.get_service(meta.tenant, &name)?;
         Ok(Response::new(pb::GetServiceResponse {
@@ -233,8 +210,7 @@ impl DiscoveryService for DiscoveryApi {
         &self,
         request: Request<pb::WatchServicesRequest>,
     ) -> Result<Response<Self::WatchServicesStream>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let only = convert::optional_service_name("service_name", &request.service_name)?;
         let start = self.registry.watch(meta.tenant);
         let watch = Watch::start(meta, only, start, &self.serving, &self.health);
@@ -249,8 +225,7 @@ impl DiscoveryService for DiscoveryApi {
         &self,
         request: Request<pb::PreflightRequest>,
     ) -> Result<Response<pb::PreflightResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let requirements = convert::requirements(request.requirements)?;
         let report = self.registry.preflight(meta.tenant, &requirements);
         tracing::info!(

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
+use super::accept::accept;
 use super::convert;
-use super::discovery::accept_meta;
 use super::serving::ServingState;
 use crate::invoke::health::ProviderHealthBook;
 use crate::pb;
@@ -45,8 +45,7 @@ impl HealthService for HealthApi {
         &self,
         request: Request<pb::GetServiceHealthRequest>,
     ) -> Result<Response<pb::GetServiceHealthResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let response = if request.service_name.is_empty() {
             let status = if self.serving.is_serving() {
                 HealthState::Healthy

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
+use super::accept::accept;
 use super::convert;
 use super::deadline::caller_timeout;
-use super::discovery::accept_meta;
 use super::invoke_wire::{InvokeToolRequestWire, InvokeToolResponseWire, InvokeWire};
 use super::raw_message::{RawJsonError, RawMessage, struct_bytes_to_json};
 use super::record_wire::record_bytes;
@@ -144,8 +144,7 @@ impl InvokeWire for InvokeApi {
     ) -> Result<InvokeToolResponseWire, Status> {
         let caller_timeout = caller_timeout(&request);
         let trace = call_trace(&request);
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         tracing::Span::current().record("tool", request.tool_name.as_str());
         let tool = convert::tool_name("tool_name", &request.tool_name)?;
         let service = convert::optional_service_name("service_name", &request.service_name)?;
@@ -257,8 +256,7 @@ impl ToolInvokeService for InvokeApi {
         request: Request<pb::ValidateToolInputRequest>,
     ) -> Result<Response<pb::ValidateToolInputResponse>, Status> {
         let caller_timeout = caller_timeout(&request);
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let tool = convert::tool_name("tool_name", &request.tool_name)?;
         let service = convert::optional_service_name("service_name", &request.service_name)?;
         let input_bytes = request
@@ -288,8 +286,7 @@ impl ToolInvokeService for InvokeApi {
         &self,
         request: Request<pb::ListInvocationRecordsRequest>,
     ) -> Result<Response<pb::ListInvocationRecordsResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let status = match request.status {
             0 => None,
             value => Some(status_from_pb(value).ok_or_else(|| {
@@ -336,8 +333,7 @@ impl ToolInvokeService for InvokeApi {
         &self,
         request: Request<pb::GetInvocationRecordRequest>,
     ) -> Result<Response<pb::GetInvocationRecordResponse>, Status> {
-        let request = request.into_inner();
-        let meta = accept_meta(request.meta.as_ref())?;
+        let (meta, request) = accept(request)?;
         let records = self.invoker.records();
         let found = match records.get(meta.tenant, &request.invocation_id) {
             Some(record) => Some(record),

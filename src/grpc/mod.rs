@@ -1,6 +1,7 @@
 //! The gRPC layer: one thin adapter per service over the domain core, the one mapping from
 //! domain errors to `tonic::Status`, and server assembly.
 
+mod accept;
 pub mod agent;
 mod answer;
 pub mod call_scheduling;
@@ -25,6 +26,7 @@ pub mod response_compression;
 pub mod rpc_metering;
 pub mod rpc_stats;
 pub mod server;
+mod server_options;
 pub mod server_tls;
 pub mod serving;
 pub mod status;

@@ -6,7 +6,6 @@
 //! calls get the grace period to finish, and then the server returns.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,176 +16,53 @@ use tower::Layer;
 
 use tonic::codec::CompressionEncoding;
 
+pub use super::server_options::{
+    DEFAULT_DRAIN_GRACE, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PROVIDER_HEALTH_INTERVAL, ServerOptions,
+};
+
 use super::agent::AgentApi;
-use super::call_scheduling::CallScheduling;
-use super::connections::{ConnectionSettings, serve_connections};
+use super::connections::serve_connections;
 use super::discovery::DiscoveryApi;
 use super::health::HealthApi;
 use super::invoke::InvokeApi;
 use super::invoke_wire::InvokeServer;
-use super::outgoing_tls::{OutgoingTlsError, OutgoingTlsFiles};
+use super::outgoing_tls::OutgoingTlsError;
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::provider_tls::ProviderTls;
-use super::response_compression::{ResponseCompression, ResponseCompressionService};
+use super::response_compression::ResponseCompressionService;
 use super::rpc_metering::RpcMeteringLayer;
 use super::rpc_stats::{DescriptorError, RpcStats};
-use super::server_tls::{ServedTls, ServerTlsError, ServerTlsFiles};
+use super::server_tls::{ServedTls, ServerTlsError};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
-use super::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
+use crate::access::TenantAccess;
 use crate::agent::builtin::BuiltinModel;
 use crate::agent::model::{LlmProvider, ModelError};
 use crate::agent::openai::{OpenAiClient, OpenAiConfig};
 use crate::agent::runner::AgentRunner;
-use crate::agent::store::{
-    AgentStore, DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
-};
+use crate::agent::store::AgentStore;
 use crate::invoke::caller::ByEndpointScheme;
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::heavy::{self, HeavyWork};
-use crate::invoke::limits::{RateLimitConfig, RateLimits};
-use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES, RecordError, RecordLog};
-use crate::invoke::{DEFAULT_MAX_TIMEOUT, Invoker, InvokerOptions};
+use crate::invoke::limits::RateLimits;
+use crate::invoke::records::{RecordError, RecordLog};
+use crate::invoke::{Invoker, InvokerOptions};
 use crate::mcp::client::McpCaller;
-use crate::mcp::import::{ImportStates, McpImport};
-use crate::mcp::{McpEndpoint, McpSessions, McpTools};
+use crate::mcp::import::ImportStates;
+use crate::mcp::{McpSessions, McpTools};
 use crate::metrics::MetricsSources;
-use crate::otlp::{OtlpError, OtlpExport};
+use crate::otlp::OtlpError;
 use crate::pb;
 use crate::pb::agent_service_server::AgentServiceServer;
 use crate::pb::discovery_service_server::DiscoveryServiceServer;
 use crate::pb::health_service_server::HealthServiceServer;
-use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
-use crate::registry::memory::{DEFAULT_EVENT_BUFFER, MemoryStore};
-use crate::registry::{RegistrationLimits, Registry, RegistryStore};
+use crate::registry::memory::MemoryStore;
+use crate::registry::{Registry, RegistryStore};
 use crate::spans::Spans;
 
-/// The default time in-flight calls get to finish after shutdown begins.
-pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(10);
-/// The default interval of provider health checks.
-pub const DEFAULT_PROVIDER_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
-/// Default most streams one caller connection may have open at once: above what gRPC clients
-/// open on one connection in practice (the benchmark opens 100 watches per connection), while
-/// one connection can no longer open streams without end.
-pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1000;
-/// The default time a caller's connection may be silent before it is pinged.
-pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
-/// The default time a ping may go unanswered before the connection is closed.
-pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often idle rate-limit buckets are dropped.
 const RATE_LIMIT_SHRINK_INTERVAL: Duration = Duration::from_secs(60);
-
-/// What the server is built from.
-#[derive(Debug, Clone)]
-pub struct ServerOptions {
-    /// The limits registrations are held to.
-    pub limits: RegistrationLimits,
-    /// How many events a watcher may fall behind before it is ended.
-    pub event_buffer: usize,
-    /// How many gone services' names are remembered, across tenants, so that grpc.health.v1
-    /// answers SERVICE_UNKNOWN for them rather than NOT_FOUND (see `registry::gone`).
-    pub gone_services_remembered: usize,
-    /// How many compiled validators the registry keeps (see `registry::validators`).
-    pub validator_cache_size: u64,
-    /// How long in-flight calls may take to finish after shutdown begins.
-    pub drain_grace: Duration,
-    /// The JSON-lines invocation record log; `None` keeps records in memory only.
-    pub records_path: Option<PathBuf>,
-    /// How many recent records are kept in memory for listing.
-    pub records_in_memory: usize,
-    /// The size in bytes at which the record log file is rotated; 0 never rotates it.
-    pub records_rotate_bytes: u64,
-    /// Rate limits of invocations.
-    pub rate_limits: RateLimitConfig,
-    /// The longest any tool call may take.
-    pub max_invoke_timeout: Duration,
-    /// How often each provider endpoint's health is checked.
-    pub provider_health_interval: Duration,
-    /// How long a caller's connection may be silent before the server sends it an HTTP/2
-    /// PING; zero sends none.
-    pub keepalive_interval: Duration,
-    /// How long that PING may go unanswered before the connection (and every stream on it,
-    /// watches included) is closed: a peer that vanished without closing its connection.
-    pub keepalive_timeout: Duration,
-    /// The most streams (calls and watches) one caller connection may have open at once; a
-    /// gRPC client queues its further calls until one ends; 0 sets no limit.
-    pub max_concurrent_streams: u32,
-    /// Where a connection's calls run (see `grpc::call_scheduling`).
-    pub call_scheduling: CallScheduling,
-    /// The chat model agents use; `None` uses the deterministic built-in model.
-    pub model: Option<OpenAiConfig>,
-    /// The most messages one agent's conversation keeps.
-    pub max_conversation_messages: usize,
-    /// Most bytes of messages (content and metadata) an agent's conversation keeps; the oldest
-    /// turns go first; 0 sets no bound.
-    pub max_conversation_bytes: usize,
-    /// The most agents one tenant may have at once; 0 sets no limit.
-    pub max_agents_per_tenant: usize,
-    /// The OTLP collector spans are exported to, and how; `None` exports none (see
-    /// [`crate::spans`], [`crate::otlp`]).
-    pub otlp: Option<OtlpExport>,
-    /// How `https://` providers are connected to: the CA certificates their certificates
-    /// are checked against and the client certificate toolplane presents (see
-    /// [`super::provider_tls`]).
-    pub provider_tls: OutgoingTlsFiles,
-    /// Serve TLS with these files; `None` serves plain text (see [`super::server_tls`]).
-    pub tls: Option<ServerTlsFiles>,
-    /// How often the TLS files (served, towards providers and the collector) are read again,
-    /// to take renewed certificates (see [`super::tls_reload`]); zero reads them only at the
-    /// start.
-    pub tls_reload_interval: Duration,
-    /// Which responses are compressed (see [`super::response_compression`]).
-    pub response_compression: ResponseCompression,
-    /// Who may reach the MCP endpoint, when one is served (see [`crate::mcp::http`]).
-    pub mcp: McpEndpoint,
-    /// The MCP servers whose tools are imported as services (see [`crate::mcp::import`]).
-    pub mcp_imports: Vec<McpImport>,
-}
-
-impl ServerOptions {
-    /// How the server's connections are served, by these options.
-    pub fn connection_settings(&self) -> ConnectionSettings {
-        ConnectionSettings {
-            scheduling: self.call_scheduling,
-            keepalive_interval: Some(self.keepalive_interval).filter(|i| !i.is_zero()),
-            keepalive_timeout: self.keepalive_timeout,
-            max_concurrent_streams: Some(self.max_concurrent_streams).filter(|max| *max != 0),
-        }
-    }
-}
-
-impl Default for ServerOptions {
-    fn default() -> Self {
-        Self {
-            limits: RegistrationLimits::default(),
-            event_buffer: DEFAULT_EVENT_BUFFER,
-            gone_services_remembered: DEFAULT_GONE_SERVICES_REMEMBERED,
-            validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
-            drain_grace: DEFAULT_DRAIN_GRACE,
-            records_path: None,
-            records_in_memory: DEFAULT_RING_CAPACITY,
-            records_rotate_bytes: DEFAULT_ROTATE_BYTES,
-            rate_limits: RateLimitConfig::default(),
-            max_invoke_timeout: DEFAULT_MAX_TIMEOUT,
-            provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
-            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
-            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
-            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
-            call_scheduling: CallScheduling::default(),
-            model: None,
-            max_conversation_messages: DEFAULT_MAX_MESSAGES,
-            max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
-            max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
-            otlp: None,
-            provider_tls: OutgoingTlsFiles::default(),
-            tls: None,
-            tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
-            response_compression: ResponseCompression::default(),
-            mcp: McpEndpoint::loopback(),
-            mcp_imports: Vec::new(),
-        }
-    }
-}
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -212,6 +88,12 @@ pub enum ServeError {
     /// TLS cannot be served as configured.
     #[error(transparent)]
     ServerTls(#[from] ServerTlsError),
+    /// Tenant access rules were given, but callers are not asked for client certificates.
+    #[error(
+        "tenant_access rules need client certificates: serve TLS (tls_cert_file, tls_key_file) \
+         and set tls_client_ca_file"
+    )]
+    TenantAccessWithoutClientCertificates,
 }
 
 /// Reads and checks the TLS files `options` name (served and towards providers), as
@@ -223,6 +105,22 @@ pub fn check_tls_files(options: &ServerOptions) -> Result<(), ServeError> {
         ServedTls::from_files(files)?;
     }
     Ok(())
+}
+
+/// The tenant access rules `options` give, where there are any; they need client certificates
+/// asked for, as without one a caller has no identity to be granted a tenant.
+fn ruled_access(options: &ServerOptions) -> Result<Option<Arc<TenantAccess>>, ServeError> {
+    if options.tenant_access.is_open() {
+        return Ok(None);
+    }
+    let asks_for_certificates = options
+        .tls
+        .as_ref()
+        .is_some_and(|files| files.client_ca_file.is_some());
+    if !asks_for_certificates {
+        return Err(ServeError::TenantAccessWithoutClientCertificates);
+    }
+    Ok(Some(Arc::new(options.tenant_access.clone())))
 }
 
 /// The chat model agents use: the OpenAI-compatible client when configured, else the built-in.
@@ -265,6 +163,7 @@ pub async fn serve_with(
         .map(ServedTls::from_files)
         .transpose()?;
     let provider_tls = ProviderTls::from_files(&options.provider_tls)?;
+    let access = ruled_access(&options)?;
     let (spans, collector_tls) = match &options.otlp {
         Some(export) => {
             let exporting = Spans::to_otlp(export)?;
@@ -363,7 +262,8 @@ pub async fn serve_with(
     let _mcp = side.mcp.zip(mcp_sessions).map(|(listener, sessions)| {
         let tools = McpTools::new(registry.clone(), invoker.clone());
         let (endpoint, tls) = (options.mcp.clone(), served_tls.clone());
-        let served = crate::mcp::http::serve(listener, tools, endpoint, tls, sessions);
+        let served =
+            crate::mcp::http::serve(listener, tools, endpoint, tls, access.clone(), sessions);
         AbortOnDrop(tokio::spawn(served))
     });
     tokio::spawn(run_health_checks(
@@ -435,12 +335,14 @@ pub async fn serve_with(
             super::server_tls::incoming(listener, tls),
             service,
             settings,
+            access,
             stopped,
         )),
         None => Box::pin(serve_connections(
             super::coalesce::incoming(listener),
             service,
             settings,
+            access,
             stopped,
         )),
     };

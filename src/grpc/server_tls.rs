@@ -186,6 +186,35 @@ fn server_config(
     Ok(Arc::new(config))
 }
 
+/// A served connection's transport, asked for the certificate its caller presented (for
+/// `tenant_access`).
+pub trait PeerCertificate {
+    /// The caller's own certificate (DER), if it presented one.
+    fn peer_certificate(&self) -> Option<&[u8]>;
+}
+
+impl PeerCertificate for TcpStream {
+    fn peer_certificate(&self) -> Option<&[u8]> {
+        None
+    }
+}
+
+impl PeerCertificate for TlsStream<TcpStream> {
+    fn peer_certificate(&self) -> Option<&[u8]> {
+        let (_, session) = self.get_ref();
+        session
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|certificate| certificate.as_ref())
+    }
+}
+
+impl<T: PeerCertificate> PeerCertificate for CoalescingIo<T> {
+    fn peer_certificate(&self) -> Option<&[u8]> {
+        self.get_ref().peer_certificate()
+    }
+}
+
 /// The connections a server accepts on `listener` over TLS, with Nagle off and writes
 /// coalesced (as its HTTP/2 wants, see `coalesce`); see [`handshaken`].
 pub fn incoming(

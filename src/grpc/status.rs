@@ -1,7 +1,8 @@
 //! The one mapping from domain errors to `tonic::Status`, with google.rpc details: ErrorInfo
 //! on every error (reason in the seed 004 categories), BadRequest field violations where a
 //! field is at fault, PreconditionFailure listing the candidates of an ambiguous name,
-//! QuotaFailure naming the quota a refused registration or agent would break.
+//! QuotaFailure naming the quota a refused registration or agent would break; PERMISSION_DENIED
+//! (RESOURCE_ACCESS_DENIED) for a tenant the caller is not granted.
 
 use std::collections::HashMap;
 
@@ -13,6 +14,7 @@ use tonic_types::{
 
 use std::time::Duration;
 
+use crate::access::AccessError;
 use crate::agent::{AgentError, SentinelError};
 use crate::envelope::EnvelopeError;
 use crate::invoke::caller::FailureKind;
@@ -360,5 +362,20 @@ impl From<EnvelopeError> for Status {
                 error.to_string(),
             )],
         )
+    }
+}
+
+impl From<AccessError> for Status {
+    fn from(error: AccessError) -> Self {
+        let message = error.to_string();
+        let (code, message, details) = match error {
+            AccessError::TenantNotGranted { tenant, caller, .. } => status(
+                Code::PermissionDenied,
+                message,
+                "RESOURCE_ACCESS_DENIED",
+                vec![("tenant", tenant.to_string()), ("caller", caller)],
+            ),
+        };
+        Status::with_error_details(code, message, details)
     }
 }

@@ -10,7 +10,8 @@
 //!   keeps the stream open, sending again whenever the status changes.
 //!
 //! grpc.health.v1 requests carry no envelope, so the tenant comes from the
-//! `toolplane-tenant-id` request header (default 0).
+//! `toolplane-tenant-id` request header (default 0); with `tenant_access` rules, asking about
+//! a registered service needs the caller to be granted its tenant.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use crate::invoke::health::ProviderHealthBook;
 use crate::registry::store::RegistryEvent;
 use crate::registry::{Registry, ServiceName};
 
+use super::accept::check_tenant;
 use crate::envelope::TENANT_HEADER;
 
 /// The gRPC services whose health is the server's own.
@@ -37,6 +39,11 @@ pub const SERVER_SERVICES: &[&str] = &[
     "toolplane.v1.ToolInvokeService",
     "toolplane.v1.AgentService",
 ];
+
+/// Whether `service` names the server itself rather than a registered service.
+fn is_the_server(service: &str) -> bool {
+    service.is_empty() || SERVER_SERVICES.contains(&service)
+}
 
 /// Serves `grpc.health.v1.Health` over the registry.
 #[derive(Debug, Clone)]
@@ -59,7 +66,7 @@ impl StandardHealth {
 
     /// The status of `service`; `None` for a name never seen in the tenant (or forgotten).
     fn status(&self, tenant: TenantId, service: &str) -> Option<ServingStatus> {
-        if service.is_empty() || SERVER_SERVICES.contains(&service) {
+        if is_the_server(service) {
             return Some(if self.serving.is_serving() {
                 ServingStatus::Serving
             } else {
@@ -83,13 +90,21 @@ impl StandardHealth {
     }
 }
 
-fn tenant_of<T>(request: &Request<T>) -> Result<TenantId, Status> {
+/// The tenant (from the header) and service a request asks about. A tenant's service needs the
+/// caller to be granted the tenant (`tenant_access`); the server's own health (`""` and
+/// [`SERVER_SERVICES`]) does not, so a monitor's certificate needs no tenant.
+fn accept(request: Request<HealthCheckRequest>) -> Result<(TenantId, String), Status> {
     let value = request.metadata().get(TENANT_HEADER);
-    TenantId::from_header(value.map(|value| value.as_bytes())).ok_or_else(|| {
+    let tenant = TenantId::from_header(value.map(|value| value.as_bytes())).ok_or_else(|| {
         Status::invalid_argument(format!(
             "header {TENANT_HEADER} must be an unsigned integer"
         ))
-    })
+    })?;
+    let (_, extensions, message) = request.into_parts();
+    if !is_the_server(&message.service) {
+        check_tenant(&extensions, tenant)?;
+    }
+    Ok((tenant, message.service))
 }
 
 fn answer(status: ServingStatus) -> HealthCheckResponse {
@@ -104,8 +119,7 @@ impl Health for StandardHealth {
         &self,
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<HealthCheckResponse>, Status> {
-        let tenant = tenant_of(&request)?;
-        let service = request.into_inner().service;
+        let (tenant, service) = accept(request)?;
         match self.status(tenant, &service) {
             Some(status) => Ok(Response::new(answer(status))),
             None => Err(Status::not_found(format!(
@@ -120,8 +134,7 @@ impl Health for StandardHealth {
         &self,
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let tenant = tenant_of(&request)?;
-        let service = request.into_inner().service;
+        let (tenant, service) = accept(request)?;
         // The response stream itself waits for changes: no task or channel per watcher, and
         // nothing is left running once the caller goes away.
         let watch = Watch {

@@ -29,7 +29,9 @@ use tonic::transport::server::TcpIncoming;
 use tower::Service;
 
 use super::handler::McpTools;
-use crate::grpc::server_tls::ServedTls;
+use crate::access::{CallerGrant, TenantAccess};
+use crate::envelope::{TENANT_HEADER, TenantId};
+use crate::grpc::server_tls::{PeerCertificate, ServedTls};
 
 /// The path MCP is served at.
 pub const MCP_PATH: &str = "/mcp";
@@ -102,12 +104,14 @@ impl McpSessions {
 }
 
 /// Serves MCP on `listener` with `sessions` until dropped (dropping it closes its connections
-/// too).
+/// too). With `access`, a request naming (in its `toolplane-tenant-id` header) a tenant its
+/// connection's client certificate is not granted is refused 403.
 pub async fn serve(
     listener: TcpListener,
     tools: McpTools,
     endpoint: McpEndpoint,
     tls: Option<ServedTls>,
+    access: Option<Arc<TenantAccess>>,
     sessions: McpSessions,
 ) {
     let mut config = StreamableHttpServerConfig::default()
@@ -128,11 +132,11 @@ pub async fn serve(
     match tls {
         Some(tls) => {
             let incoming = crate::grpc::server_tls::handshaken(listener, tls.for_http1_and_h2());
-            serve_incoming(incoming, service).await;
+            serve_incoming(incoming, service, access).await;
         }
         None => {
             let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-            serve_incoming(incoming, service).await;
+            serve_incoming(incoming, service, access).await;
         }
     }
 }
@@ -154,9 +158,13 @@ impl Endpoint {
     async fn answer(
         mut self,
         request: Request<Incoming>,
+        grant: Option<Arc<CallerGrant>>,
     ) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
         if request.uri().path() != MCP_PATH {
             return Ok(not_found());
+        }
+        if let Some(refused) = grant.and_then(|grant| refused_tenant(&request, &grant)) {
+            return Ok(refused);
         }
         if self.max_sessions > 0
             && opens_a_session(&request)
@@ -181,36 +189,55 @@ fn opens_a_session(request: &Request<Incoming>) -> bool {
 /// The answer to a request for a session over the limit: 503 with `Retry-After`, and a
 /// JSON-RPC error saying what to do.
 fn too_many_sessions(max_sessions: usize) -> Response<BoxBody<Bytes, Infallible>> {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {
-            "code": -32000,
-            "message": format!(
-                "toolplane holds its most MCP sessions ({max_sessions}, mcp_max_sessions): \
-                 end unused sessions (HTTP DELETE) or try again later"
-            ),
-        },
-    });
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    let headers = response.headers_mut();
-    headers.insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
+    let mut response = json_rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!(
+            "toolplane holds its most MCP sessions ({max_sessions}, mcp_max_sessions): \
+             end unused sessions (HTTP DELETE) or try again later"
+        ),
     );
-    headers.insert(
+    response.headers_mut().insert(
         hyper::header::RETRY_AFTER,
         hyper::header::HeaderValue::from(SESSION_RETRY_AFTER_SECONDS),
     );
     response
 }
 
+/// An HTTP answer of `status` whose body is a JSON-RPC error (no request id) with `message`.
+fn json_rpc_error(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, Infallible>> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": -32000, "message": message },
+    });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The answer to a request naming a tenant `grant` does not cover: 403 and a JSON-RPC error
+/// saying why. A header that names no tenant is left to the handler, which says so.
+fn refused_tenant(
+    request: &Request<Incoming>,
+    grant: &CallerGrant,
+) -> Option<Response<BoxBody<Bytes, Infallible>>> {
+    let header = request.headers().get(TENANT_HEADER);
+    let tenant = TenantId::from_header(header.map(|value| value.as_bytes()))?;
+    let refused = grant.check(tenant).err()?;
+    tracing::info!(%refused, "MCP request refused");
+    Some(json_rpc_error(StatusCode::FORBIDDEN, &refused.to_string()))
+}
+
 async fn serve_incoming<IO>(
     incoming: impl Stream<Item = std::io::Result<IO>> + Send + 'static,
     service: Endpoint,
+    access: Option<Arc<TenantAccess>>,
 ) where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + PeerCertificate + Unpin + Send + 'static,
 {
     let mut incoming = std::pin::pin!(incoming);
     let mut connections = JoinSet::new();
@@ -218,7 +245,10 @@ async fn serve_incoming<IO>(
         tokio::select! {
             accepted = incoming.next() => match accepted {
                 Some(Ok(io)) => {
-                    connections.spawn(serve_connection(io, service.clone()));
+                    let grant = access.as_deref().map(|access| {
+                        Arc::new(access.grant_for_certificate(io.peer_certificate()))
+                    });
+                    connections.spawn(serve_connection(io, service.clone(), grant));
                 }
                 Some(Err(error)) => {
                     // As when out of file descriptors: wait rather than spin.
@@ -232,12 +262,12 @@ async fn serve_incoming<IO>(
     }
 }
 
-async fn serve_connection<IO>(io: IO, service: Endpoint)
+async fn serve_connection<IO>(io: IO, service: Endpoint, grant: Option<Arc<CallerGrant>>)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
-        service.clone().answer(request)
+        service.clone().answer(request, grant.clone())
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder

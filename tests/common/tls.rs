@@ -6,7 +6,7 @@ use toolplane::grpc::server_tls::ServerTlsFiles;
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair,
+    KeyPair, SanType,
 };
 
 /// A certificate authority of its own.
@@ -86,20 +86,40 @@ impl TestCa {
         self.issue(&[name], ExtendedKeyUsagePurpose::ClientAuth)
     }
 
+    /// A client certificate whose one name is the URI `uri` (a SPIFFE id, as service meshes
+    /// issue them).
+    pub fn client_uri(&self, uri: &str) -> Issued {
+        let mut params = CertificateParams::default();
+        params.subject_alt_names = vec![SanType::URI(uri.try_into().expect("an IA5 string"))];
+        self.sign(params, uri, ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
     fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> Issued {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(
+        let params = CertificateParams::new(
             names
                 .iter()
                 .map(|name| (*name).to_owned())
                 .collect::<Vec<_>>(),
         )
         .expect("parameters");
-        params.extended_key_usages = vec![usage];
-        params.distinguished_name.push(
-            DnType::CommonName,
+        self.sign(
+            params,
             names.first().copied().unwrap_or("toolplane test"),
-        );
+            usage,
+        )
+    }
+
+    fn sign(
+        &self,
+        mut params: CertificateParams,
+        common_name: &str,
+        usage: ExtendedKeyUsagePurpose,
+    ) -> Issued {
+        let key = KeyPair::generate().expect("key");
+        params.extended_key_usages = vec![usage];
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         let certificate = params.signed_by(&key, &self.issuer).expect("certificate");
         Issued {
             cert_pem: certificate.pem(),

@@ -1,0 +1,139 @@
+use super::*;
+
+fn rule(identity: &str, tenants: &[u64]) -> TenantAccessRule {
+    TenantAccessRule {
+        identity: identity.to_owned(),
+        tenants: tenants.to_vec(),
+        all_tenants: false,
+    }
+}
+
+fn operator(identity: &str) -> TenantAccessRule {
+    TenantAccessRule {
+        identity: identity.to_owned(),
+        tenants: Vec::new(),
+        all_tenants: true,
+    }
+}
+
+/// A certificate with these subject alternative names, as DER.
+fn certificate(names: Vec<rcgen::SanType>) -> Vec<u8> {
+    let mut params = rcgen::CertificateParams::default();
+    params.subject_alt_names = names;
+    let key = rcgen::KeyPair::generate().expect("key");
+    params
+        .self_signed(&key)
+        .expect("certificate")
+        .der()
+        .to_vec()
+}
+
+fn uri(text: &str) -> rcgen::SanType {
+    rcgen::SanType::URI(text.try_into().expect("an IA5 string"))
+}
+
+fn dns(text: &str) -> rcgen::SanType {
+    rcgen::SanType::DnsName(text.try_into().expect("an IA5 string"))
+}
+
+/// A caller may act for exactly the tenants of the rules naming its identities, together.
+#[test]
+fn a_grant_is_the_union_of_the_rules_naming_the_caller() {
+    let access = TenantAccess::from_rules(&[
+        rule("spiffe://test/ns/a/sa/planner", &[1, 2]),
+        rule("planner.a.svc", &[3]),
+        rule("someone-else", &[4]),
+    ])
+    .expect("valid rules");
+    let grant = access.grant_for(vec![
+        "spiffe://test/ns/a/sa/planner".to_owned(),
+        "planner.a.svc".to_owned(),
+    ]);
+    for tenant in [1, 2, 3] {
+        grant.check(TenantId(tenant)).expect("granted");
+    }
+    let refused = grant.check(TenantId(4)).expect_err("not granted");
+    let text = refused.to_string();
+    assert!(text.contains("tenant 4"), "{text}");
+    assert!(
+        text.contains("spiffe://test/ns/a/sa/planner, planner.a.svc"),
+        "{text}"
+    );
+    assert!(text.contains("grants it tenants 1, 2, 3"), "{text}");
+}
+
+/// An operator's identity may act for any tenant; an identity no rule names, for none.
+#[test]
+fn all_tenants_and_unknown_identities() {
+    let access =
+        TenantAccess::from_rules(&[operator("ops.example"), rule("a", &[1])]).expect("valid");
+    let ops = access.grant_for(vec!["ops.example".to_owned()]);
+    ops.check(TenantId(0)).expect("any tenant");
+    ops.check(TenantId(u64::MAX)).expect("any tenant");
+    let stranger = access.grant_for(vec!["b".to_owned()]);
+    let text = stranger.check(TenantId(0)).expect_err("none").to_string();
+    assert!(text.contains("grants it no tenant"), "{text}");
+    let nameless = access.grant_for(Vec::new());
+    let text = nameless.check(TenantId(1)).expect_err("none").to_string();
+    assert!(
+        text.contains("a certificate with no URI or DNS name"),
+        "{text}"
+    );
+}
+
+/// Rules that grant nothing, grant twice over, or name no identity are refused, each naming
+/// the entry and the fix.
+#[test]
+fn bad_rules_are_refused_with_the_entry_named() {
+    let cases: [(Vec<TenantAccessRule>, &str); 5] = [
+        (vec![rule("a", &[])], "entry 1 (\"a\"): grants nothing"),
+        (
+            vec![TenantAccessRule {
+                all_tenants: true,
+                ..rule("a", &[1])
+            }],
+            "leave tenants out",
+        ),
+        (
+            vec![rule("a", &[1]), rule("a", &[2])],
+            "entry 2 (\"a\"): identity is listed twice",
+        ),
+        (vec![rule("", &[1])], "entry 1 (\"\"): identity must be"),
+        (vec![rule(" a", &[1])], "without spaces"),
+    ];
+    for (rules, expected) in cases {
+        let error = TenantAccess::from_rules(&rules).expect_err("refused");
+        assert!(error.contains(expected), "{error}");
+    }
+    assert!(TenantAccess::from_rules(&[]).expect("no rules").is_open());
+}
+
+/// A certificate's URI names (SPIFFE ids) and DNS names are its identities; its other names
+/// and its subject are not.
+#[test]
+fn identities_are_the_certificate_s_uri_and_dns_names() {
+    let der = certificate(vec![
+        dns("planner.a.svc"),
+        uri("spiffe://test/ns/a/sa/planner"),
+        rcgen::SanType::IpAddress("127.0.0.1".parse().expect("an address")),
+    ]);
+    assert_eq!(
+        certificate_identities(&der),
+        ["spiffe://test/ns/a/sa/planner", "planner.a.svc"]
+    );
+    let access =
+        TenantAccess::from_rules(&[rule("spiffe://test/ns/a/sa/planner", &[7])]).expect("valid");
+    let grant = access.grant_for_certificate(Some(&der));
+    grant.check(TenantId(7)).expect("granted by its URI name");
+    grant.check(TenantId(8)).expect_err("not granted");
+    assert_eq!(
+        certificate_identities(b"not a certificate"),
+        Vec::<String>::new()
+    );
+    assert!(
+        access
+            .grant_for_certificate(None)
+            .check(TenantId(7))
+            .is_err()
+    );
+}
