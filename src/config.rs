@@ -175,7 +175,8 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     /// The JSON-lines invocation record log; empty keeps records in memory only.
     pub records_path: String,
-    /// How many recent invocation records are kept in memory for listing.
+    /// How many recent invocation records are kept in memory, where listing and lookups start
+    /// (older ones are read from the record files).
     pub records_in_memory: usize,
     /// The size in bytes at which the record log file is moved to `PATH.<first sequence>` and
     /// the chain goes on in a new file; 0 never rotates it.

@@ -326,3 +326,97 @@ async fn an_old_record_is_found_in_the_files() {
     assert_eq!(found.record_sha256, made[1].record_sha256);
     restarted.stop().await;
 }
+
+/// One page of ListInvocationRecords for `tenant` (`correlation_id` filters when not empty).
+async fn list_page(
+    server: &TestServer,
+    tenant: u64,
+    correlation_id: &str,
+    page_token: String,
+) -> pb::ListInvocationRecordsResponse {
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    client
+        .list_invocation_records(pb::ListInvocationRecordsRequest {
+            meta: meta(tenant),
+            correlation_id: correlation_id.to_owned(),
+            page_size: 3,
+            page_token,
+            ..Default::default()
+        })
+        .await
+        .expect("listed")
+        .into_inner()
+}
+
+/// Every page of ListInvocationRecords for `tenant`, as the records' sequences.
+async fn list_all(server: &TestServer, tenant: u64, correlation_id: &str) -> Vec<Vec<u64>> {
+    let mut pages = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = list_page(server, tenant, correlation_id, token).await;
+        pages.push(page.records.iter().map(|record| record.sequence).collect());
+        if page.next_page_token.is_empty() {
+            return pages;
+        }
+        token = page.next_page_token;
+    }
+}
+
+/// ListInvocationRecords pages on past the records memory holds into the log's files (the
+/// current one and the rotated ones), newest first, with its filters and the caller's tenant
+/// only, before and after a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn listing_pages_on_into_the_files() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, mut options) = logging_to(&dir);
+    options.records_in_memory = 2;
+    options.records_rotate_bytes = 2000;
+    let server = TestServer::start_with(options.clone()).await;
+    let provider = start_structs_provider(&server).await;
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    for grams in 1..=7 {
+        let parity = if grams % 2 == 0 { "even" } else { "odd" };
+        let input = json!({"alpha_matter": grams, "generator_type": "reactor"});
+        client
+            .invoke_tool(pb::InvokeToolRequest {
+                meta: Some(toolplane::envelope::request_meta(
+                    toolplane::envelope::TenantId(0),
+                    parity,
+                )),
+                tool_name: "structs_calculate_power".into(),
+                input: toolplane::json::json_to_struct(&input),
+                ..Default::default()
+            })
+            .await
+            .expect("succeeds");
+    }
+    // Sequence 8: tenant 5's, refused (no such tool there).
+    client
+        .invoke_tool(pb::InvokeToolRequest {
+            meta: meta(5),
+            tool_name: "structs_calculate_power".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("tenant 5 has no tools");
+    let rotated = std::fs::read_dir(dir.path())
+        .expect("read dir")
+        .filter(|entry| {
+            let name = entry.as_ref().expect("entry").file_name();
+            name.to_string_lossy().starts_with("records.jsonl.")
+        })
+        .count();
+    assert!(rotated >= 2, "the records span files: {rotated} rotated");
+    let expected: Vec<Vec<u64>> = vec![vec![7, 6, 5], vec![4, 3, 2], vec![1]];
+    assert_eq!(list_all(&server, 0, "").await, expected);
+    assert_eq!(list_all(&server, 0, "odd").await, [vec![7, 5, 3], vec![1]]);
+    assert_eq!(list_all(&server, 0, "even").await, [vec![6, 4, 2]]);
+    assert_eq!(list_all(&server, 5, "").await, [vec![8]]);
+    assert_eq!(list_all(&server, 6, "").await, [Vec::<u64>::new()]);
+    provider.stop().await;
+    server.stop().await;
+
+    let restarted = TestServer::start_with(options).await;
+    assert_eq!(list_all(&restarted, 0, "").await, expected);
+    restarted.stop().await;
+}

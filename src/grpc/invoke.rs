@@ -307,10 +307,21 @@ impl ToolInvokeService for InvokeApi {
         let size = paging::page_size(request.page_size)?;
         let query = format!("records|{filter:?}");
         let before = paging::decode_sequence_token(&request.page_token, &query)?;
-        let mut records = self
-            .invoker
-            .records()
-            .list(meta.tenant, &filter, before, size + 1);
+        let log = self.invoker.records();
+        let mut records = log.list(meta.tenant, &filter, before, size + 1);
+        // Past what memory holds: read on in the files, off the serving threads.
+        if records.len() <= size
+            && let Some(below) = log.files_continue_below(before)
+        {
+            let (log, tenant, wanted) = (Arc::clone(log), meta.tenant, size + 1 - records.len());
+            let older = tokio::task::spawn_blocking(move || {
+                log.list_in_files(tenant, &filter, below, wanted)
+            })
+            .await
+            .map_err(|error| Status::internal(format!("record listing failed: {error}")))?
+            .map_err(|error| Status::internal(error.to_string()))?;
+            records.extend(older.into_iter().map(Arc::new));
+        }
         let next_page_token = if records.len() > size {
             records.truncate(size);
             paging::encode_sequence_token(records[size - 1].sequence, &query)

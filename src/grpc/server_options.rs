@@ -53,7 +53,8 @@ pub struct ServerOptions {
     pub drain_grace: Duration,
     /// The JSON-lines invocation record log; `None` keeps records in memory only.
     pub records_path: Option<PathBuf>,
-    /// How many recent records are kept in memory for listing.
+    /// How many recent records are kept in memory, where listing and lookups start (older ones
+    /// are read from the record files).
     pub records_in_memory: usize,
     /// The size in bytes at which the record log file is rotated; 0 never rotates it.
     pub records_rotate_bytes: u64,

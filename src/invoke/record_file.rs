@@ -10,6 +10,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use super::records::InvocationRecord;
+
 /// Where the log's lines go: a file, or a stand-in in unit tests.
 pub(super) trait Sink: Write {
     /// Cuts the sink back to its first `len` bytes.
@@ -111,6 +113,28 @@ pub(super) fn rotated_path(path: &Path, first_sequence: u64) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{first_sequence:0SEQUENCE_DIGITS$}"));
     PathBuf::from(name)
+}
+
+/// The sequence of the first record of a file rotated to `path` (as [`rotated_path`] names
+/// it), read from its name.
+pub(super) fn rotated_first_sequence(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    let (_, digits) = name.rsplit_once('.')?;
+    (digits.len() == SEQUENCE_DIGITS)
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// A whole line of a log file (with its line ending) read as a record, and its text without
+/// the line ending.
+pub(super) fn parse_line(bytes: &[u8]) -> Result<(&str, InvocationRecord), String> {
+    let text = std::str::from_utf8(bytes).map_err(|error| format!("cannot read: {error}"))?;
+    // As `BufRead::lines` ends a line, which `audit verify` reads with.
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    let record = serde_json::from_str::<InvocationRecord>(text)
+        .map_err(|error| format!("not an invocation record: {error}"))?;
+    Ok((text, record))
 }
 
 /// The files rotated from the log at `path`, oldest first (by the first sequence in their

@@ -1,20 +1,29 @@
-//! Finding one record in the log's files, for a record no longer held in memory.
+//! Reading records memory no longer holds from the log's files: one record by id, and pages of
+//! a listing past what memory holds.
 //!
-//! Memory holds the latest `records_in_memory` records; the files hold every one. A record
-//! asked for by id that memory no longer holds is looked for in the current file, then in the
-//! rotated ones, newest first. The files are read line by line and only a line holding the
-//! id's exact JSON (`"invocation_id":"..."`, as every record line writes it) is parsed, so a
-//! lookup costs a sequential read of the files, no more. Lookups run one at a time, so callers
-//! asking for old ids cannot make the server read its files many times over at once.
+//! Memory holds the latest `records_in_memory` records; the files hold every one. The files are
+//! read newest first (the current file, then the rotated ones), line by line, and only lines
+//! that can be what is asked for are parsed: for an id, a line holding the id's exact JSON
+//! (`"invocation_id":"..."`, as every record line writes it); for a listing, a line of the
+//! tenant (`,"tenant_id":N,`) whose sequence (`,"sequence":N,`) lies below the page's start.
+//! (A string value holds a quote only escaped, so these cannot match inside one.) So a lookup
+//! or a page costs a sequential read of the files, no more.
+//! File reads run one at a time, so callers asking for old records cannot make the server read
+//! its files many times over at once.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::record_file::rotated_files;
+use super::record_file::{rotated_files, rotated_first_sequence};
+use super::record_filter::RecordFilter;
 use super::records::{InvocationRecord, RecordError, RecordLog, parse_line};
 use crate::envelope::TenantId;
+
+/// The read buffer of a file being searched.
+const READ_BUFFER_BYTES: usize = 256 * 1024;
 
 impl RecordLog {
     /// One record of `tenant`: from memory, else from the log's files. Blocking (it may read
@@ -27,55 +36,188 @@ impl RecordLog {
         if let Some(record) = self.get(tenant, invocation_id) {
             return Ok(Some(record));
         }
-        let Some(path) = self.file_path() else {
+        let Some(current) = self.current_file() else {
             return Ok(None);
         };
         let _one_at_a_time = self.file_lookups();
-        let io = |path: PathBuf| move |source| RecordError::Io { path, source };
-        let mut files = rotated_files(&path).map_err(io(path.clone()))?;
-        files.push(path);
-        for file in files.iter().rev() {
-            if let Some(record) =
-                find_in_file(file, tenant, invocation_id).map_err(io(file.clone()))?
-            {
+        let id = serde_json::to_string(invocation_id).expect("a string always serializes");
+        let needle = format!("\"invocation_id\":{id}");
+        let finder = memchr::memmem::Finder::new(needle.as_bytes());
+        for (file, _) in files_newest_first(&current)? {
+            let mut found = None;
+            each_line(&file, |line| {
+                if finder.find(line).is_none() {
+                    return true;
+                }
+                if let Ok((_, record)) = parse_line(line)
+                    && record.invocation_id == invocation_id
+                    && record.tenant_id == tenant.0
+                {
+                    found = Some(record);
+                    return false;
+                }
+                true
+            })
+            .map_err(io_error(&file))?;
+            if let Some(record) = found {
                 return Ok(Some(Arc::new(record)));
             }
         }
         Ok(None)
     }
+
+    /// Where a listing whose page starts below `before` (from the top without one) goes on in
+    /// the files once memory's records are listed: below the oldest record memory holds.
+    /// `None` when the log has no files, or memory holds every record below `before` that the
+    /// log has.
+    pub fn files_continue_below(&self, before: Option<u64>) -> Option<u64> {
+        let current = self.current_file()?;
+        let below = current.oldest_held?.min(before.unwrap_or(u64::MAX));
+        (below > 1).then_some(below)
+    }
+
+    /// Up to `limit` records of `tenant` matching `filter` with sequences below `below`, newest
+    /// first, read from the log's files (see [`Self::files_continue_below`]). Blocking: call it
+    /// off the serving threads.
+    pub fn list_in_files(
+        &self,
+        tenant: TenantId,
+        filter: &RecordFilter,
+        below: u64,
+        limit: usize,
+    ) -> Result<Vec<InvocationRecord>, RecordError> {
+        let Some(current) = self.current_file() else {
+            return Ok(Vec::new());
+        };
+        let _one_at_a_time = self.file_lookups();
+        let needle = format!(",\"tenant_id\":{},", tenant.0);
+        let finder = memchr::memmem::Finder::new(needle.as_bytes());
+        let sequence_of = SequenceReader::default();
+        let mut page = Vec::new();
+        for (file, first_sequence) in files_newest_first(&current)? {
+            let wanted = limit - page.len();
+            if wanted == 0 {
+                break;
+            }
+            if first_sequence >= below {
+                continue;
+            }
+            // Lines run in sequence order: the newest `wanted` matches below `below` are the
+            // last ones seen before the first line at or past it.
+            let mut newest = VecDeque::with_capacity(wanted);
+            each_line(&file, |line| {
+                let Some(sequence) = sequence_of.line(line) else {
+                    return true;
+                };
+                if sequence >= below {
+                    return false;
+                }
+                if finder.find(line).is_some()
+                    && let Ok((_, record)) = parse_line(line)
+                    && record.tenant_id == tenant.0
+                    && filter.matches(&record)
+                {
+                    if newest.len() == wanted {
+                        newest.pop_front();
+                    }
+                    newest.push_back(record);
+                }
+                true
+            })
+            .map_err(io_error(&file))?;
+            page.extend(newest.into_iter().rev());
+        }
+        Ok(page)
+    }
 }
 
-/// The record of `tenant` with `invocation_id` in the file at `path`, if it is there. A file
-/// gone meanwhile (rotated while the lookup ran) holds nothing.
-fn find_in_file(
-    path: &Path,
-    tenant: TenantId,
-    invocation_id: &str,
-) -> std::io::Result<Option<InvocationRecord>> {
+/// The log's current file, as [`RecordLog::current_file`] answers it.
+#[derive(Debug)]
+pub(super) struct CurrentFile {
+    /// Where it is.
+    pub(super) path: PathBuf,
+    /// The sequence of its first record.
+    pub(super) first_sequence: u64,
+    /// The oldest sequence memory holds; `None` when it holds none.
+    pub(super) oldest_held: Option<u64>,
+}
+
+/// The log's files, newest first, each with the sequence of its first record: the current
+/// file, then the rotated ones.
+fn files_newest_first(current: &CurrentFile) -> Result<Vec<(PathBuf, u64)>, RecordError> {
+    let rotated = rotated_files(&current.path).map_err(io_error(&current.path))?;
+    let mut files = vec![(current.path.clone(), current.first_sequence)];
+    files.extend(rotated.into_iter().rev().map(|file| {
+        let first = rotated_first_sequence(&file).unwrap_or(0);
+        (file, first)
+    }));
+    Ok(files)
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError {
+    let path = path.to_owned();
+    move |source| RecordError::Io { path, source }
+}
+
+/// Calls `each` with every whole line of the file at `path` (line ending included) until it
+/// answers `false`. A last line without its newline is being written, not a record yet; a file
+/// gone meanwhile (rotated while it was being read) has no lines.
+fn each_line(path: &Path, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result<()> {
     let file = match File::open(path) {
         Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(error) => return Err(error),
     };
-    let id = serde_json::to_string(invocation_id).expect("a string always serializes");
-    let needle = format!("\"invocation_id\":{id}");
-    let finder = memchr::memmem::Finder::new(needle.as_bytes());
-    let mut reader = BufReader::with_capacity(256 * 1024, file);
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, file);
     let mut line = Vec::new();
     loop {
         line.clear();
-        // A last line without its newline is being written: not a record yet.
         if reader.read_until(b'\n', &mut line)? == 0 || line.last() != Some(&b'\n') {
-            return Ok(None);
+            return Ok(());
         }
-        if finder.find(&line).is_none() {
-            continue;
+        if !each(&line) {
+            return Ok(());
         }
-        if let Ok((_, record)) = parse_line(&line)
-            && record.invocation_id == invocation_id
-            && record.tenant_id == tenant.0
-        {
-            return Ok(Some(record));
+    }
+}
+
+/// Reads a record line's sequence without parsing the line.
+struct SequenceReader {
+    field: memchr::memmem::Finder<'static>,
+}
+
+impl Default for SequenceReader {
+    fn default() -> Self {
+        Self {
+            field: memchr::memmem::Finder::new(b",\"sequence\":"),
         }
+    }
+}
+
+impl SequenceReader {
+    /// The sequence of a record line (`,"sequence":N,` among its canonical fields); `None` for
+    /// a line without one.
+    fn line(&self, line: &[u8]) -> Option<u64> {
+        let at = self.field.find(line)? + self.field.needle().len();
+        let rest = &line[at..];
+        let digits = rest.iter().take_while(|byte| byte.is_ascii_digit()).count();
+        std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_s_sequence_is_read_without_parsing_it() {
+        let reader = SequenceReader::default();
+        let line = br#"{"prev_record_sha256":"00","sequence":42,"service_name":"s"}"#;
+        assert_eq!(reader.line(line), Some(42));
+        // A value holding the field's name holds its quotes escaped.
+        let line = br#"{"correlation_id":"x\",\"sequence\":1","sequence":7}"#;
+        assert_eq!(reader.line(line), Some(7));
+        assert_eq!(reader.line(br#"{"sequence":42}"#), None);
+        assert_eq!(reader.line(br#"{"a":1,"sequence":,}"#), None);
     }
 }

@@ -21,8 +21,10 @@ use serde::{Deserialize, Serialize};
 
 use super::audit::{ChainBroken, ChainCheck};
 pub use super::record_canonical::{content_sha256, record_line};
+pub(super) use super::record_file::parse_line;
 use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
 pub use super::record_filter::RecordFilter;
+use super::record_lookup::CurrentFile;
 use super::record_stats::InvocationStats;
 use crate::envelope::TenantId;
 
@@ -406,9 +408,16 @@ impl RecordLog {
         self.lock().stats.clone()
     }
 
-    /// The path of the log's file, when it has one.
-    pub(super) fn file_path(&self) -> Option<PathBuf> {
-        self.lock().file.as_ref().map(|file| file.path().to_owned())
+    /// The log's current file, where it has one: its path, the sequence of its first record
+    /// (of the next one while it is empty), and the oldest sequence memory holds.
+    pub(super) fn current_file(&self) -> Option<CurrentFile> {
+        let state = self.lock();
+        let file = state.file.as_ref()?;
+        Some(CurrentFile {
+            path: file.path().to_owned(),
+            first_sequence: state.file_first_sequence,
+            oldest_held: state.ring.front().map(|record| record.sequence),
+        })
     }
 
     /// Waits for the file lookups before this one to finish.
@@ -428,18 +437,6 @@ impl RecordLog {
             .find(|r| r.tenant_id == tenant.0 && r.invocation_id == invocation_id)
             .cloned()
     }
-}
-
-/// A whole line of a log file (with its line ending) read as a record, and its text without
-/// the line ending.
-pub(super) fn parse_line(bytes: &[u8]) -> Result<(&str, InvocationRecord), String> {
-    let text = std::str::from_utf8(bytes).map_err(|error| format!("cannot read: {error}"))?;
-    // As `BufRead::lines` ends a line, which `audit verify` reads with.
-    let text = text.strip_suffix('\n').unwrap_or(text);
-    let text = text.strip_suffix('\r').unwrap_or(text);
-    let record = serde_json::from_str::<InvocationRecord>(text)
-        .map_err(|error| format!("not an invocation record: {error}"))?;
-    Ok((text, record))
 }
 
 /// Fills the room the current file left in the ring with the latest records of the rotated
