@@ -1,30 +1,41 @@
 //! Tenant access: which tenants a caller may act for, by the identity its client certificate
-//! names (`[[tenant_access]]` in `toolplane.toml`).
+//! names or the bearer token it sends (`[[tenant_access]]` in `toolplane.toml`).
 //!
-//! Without rules every caller may name any tenant, as before. With rules (which need mutual TLS,
-//! `tls_client_ca_file`), each connection's client certificate is read once, when it is
-//! accepted: its URI names (SPIFFE ids such as `spiffe://cluster.local/ns/agents/sa/planner`,
-//! as service meshes and cert-manager issue them) and DNS names are its identities, and the
-//! tenants the rules grant any of them are the tenants its calls may name. A call naming another
-//! tenant is refused before anything is read or changed. A certificate whose identities no rule
-//! lists is granted no tenant.
+//! Without rules every caller may name any tenant, as before. With rules, each connection's
+//! client certificate (mutual TLS, `tls_client_ca_file`) is read once, when it is accepted: its
+//! URI names (SPIFFE ids such as `spiffe://cluster.local/ns/agents/sa/planner`, as service
+//! meshes and cert-manager issue them) and DNS names are its identities, and the tenants the
+//! rules grant any of them are the tenants its calls may name. A call that sends
+//! `authorization: Bearer TOKEN` is granted the tenants of the rule holding that token too
+//! (tokens are read from environment variables the rules name, and kept only as sha256
+//! digests); a token no rule holds is refused as unauthenticated. A call naming a tenant it is
+//! not granted is refused before anything is read or changed.
 //!
-//! Identities are compared exactly (no wildcards): a rule names one certificate identity.
+//! Identities and tokens are compared exactly (no wildcards).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use crate::envelope::TenantId;
 
-/// One `[[tenant_access]]` entry: the tenants a certificate identity may act for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One `[[tenant_access]]` entry: the tenants a certificate identity, or the callers sending a
+/// bearer token, may act for.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantAccessRule {
-    /// A URI name (e.g. a SPIFFE id) or DNS name of client certificates, compared exactly.
+    /// A URI name (e.g. a SPIFFE id) or DNS name of client certificates, compared exactly;
+    /// empty in an entry of a token.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub identity: String,
+    /// The environment variable holding a bearer token (`authorization: Bearer TOKEN`) that
+    /// grants this entry's tenants; empty in an entry of an identity.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token_env: String,
     /// The tenants it may act for.
     #[serde(default)]
     pub tenants: Vec<u64>,
@@ -65,59 +76,126 @@ impl fmt::Display for Tenants {
     }
 }
 
-/// The tenant access rules, checked: an identity to the tenants it is granted.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// The tenant access rules, checked: an identity, or a token's digest, to the tenants it is
+/// granted.
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct TenantAccess {
     grants: HashMap<String, Tenants>,
+    tokens: HashMap<[u8; 32], TokenGrant>,
+}
+
+/// What one bearer token grants, and how errors name it (by its variable, never its value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TokenGrant {
+    variable: String,
+    tenants: Tenants,
+}
+
+impl fmt::Debug for TenantAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TenantAccess")
+            .field("identities", &self.grants)
+            .field("tokens", &self.tokens.values().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl TenantAccess {
-    /// The rules, checked: each names an identity, once, and either tenants or `all_tenants`.
-    /// The error says which entry is at fault and how.
+    /// The rules, checked, their tokens read from the process's environment: see
+    /// [`Self::from_rules_with`].
     pub fn from_rules(rules: &[TenantAccessRule]) -> Result<Self, String> {
-        let mut grants = HashMap::with_capacity(rules.len());
+        Self::from_rules_with(rules, |variable| std::env::var(variable).ok())
+    }
+
+    /// The rules, checked: each names an identity or a token variable (set, and not empty),
+    /// once, and either tenants or `all_tenants`; `env` reads a variable. The error says which
+    /// entry is at fault and how.
+    pub fn from_rules_with(
+        rules: &[TenantAccessRule],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let mut access = Self::default();
         for (index, rule) in rules.iter().enumerate() {
-            let at = format!("tenant_access entry {} ({:?})", index + 1, rule.identity);
-            let identity = rule.identity.trim();
-            if identity.is_empty() || identity != rule.identity {
-                return Err(format!(
-                    "{at}: identity must be a certificate's URI or DNS name, without spaces"
-                ));
-            }
-            let tenants = match (rule.all_tenants, rule.tenants.is_empty()) {
-                (true, true) => Tenants::All,
-                (false, false) => {
-                    Tenants::Only(rule.tenants.iter().copied().map(TenantId).collect())
-                }
-                (true, false) => {
-                    return Err(format!(
-                        "{at}: all_tenants = true grants every tenant; leave tenants out"
-                    ));
-                }
-                (false, true) => {
-                    return Err(format!(
-                        "{at}: grants nothing; list its tenants (tenants = [1, 2]) or set \
-                         all_tenants = true"
-                    ));
-                }
+            let named = if rule.token_env.is_empty() {
+                &rule.identity
+            } else {
+                &rule.token_env
             };
-            if grants.insert(identity.to_owned(), tenants).is_some() {
+            let at = format!("tenant_access entry {} ({named:?})", index + 1);
+            let tenants = rule_tenants(rule).map_err(|problem| format!("{at}: {problem}"))?;
+            let twice = match (rule.identity.as_str(), rule.token_env.as_str()) {
+                ("", "") => {
+                    return Err(format!(
+                        "{at}: name a certificate's URI or DNS name (identity) or the variable \
+                         of a bearer token (token_env)"
+                    ));
+                }
+                (identity, "") if identity.trim() != identity => {
+                    return Err(format!("{at}: identity must be written without spaces"));
+                }
+                (identity, "") => access.grants.insert(identity.to_owned(), tenants).is_some(),
+                ("", variable) => {
+                    let token = env(variable).filter(|token| !token.is_empty());
+                    let token = token.ok_or_else(|| {
+                        format!("{at}: token_env names {variable}, which is not set or is empty")
+                    })?;
+                    let grant = TokenGrant {
+                        variable: variable.to_owned(),
+                        tenants,
+                    };
+                    let digest = token_digest(token.as_bytes());
+                    access.tokens.insert(digest, grant).is_some()
+                }
+                _ => return Err(format!("{at}: set identity or token_env, not both")),
+            };
+            if twice {
                 return Err(format!(
-                    "{at}: identity is listed twice; give it one entry with all its tenants"
+                    "{at}: its identity or token is in another entry too; give it one entry \
+                     with all its tenants"
                 ));
             }
         }
-        Ok(Self { grants })
+        Ok(access)
     }
 
     /// Whether there are no rules (every caller may name any tenant).
     pub fn is_open(&self) -> bool {
-        self.grants.is_empty()
+        self.grants.is_empty() && self.tokens.is_empty()
     }
 
-    /// How many identities the rules name.
+    /// How many certificate identities the rules name (they need client certificates asked
+    /// for).
     pub fn identities(&self) -> usize {
         self.grants.len()
+    }
+
+    /// How many bearer tokens the rules hold.
+    pub fn tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// What one call is granted: its connection's grant, and the tenants of the bearer token
+    /// its `authorization` header sends, if any. A header that is not a bearer token the rules
+    /// hold is refused.
+    pub fn grant_for_call(
+        &self,
+        connection: &Arc<CallerGrant>,
+        authorization: Option<&[u8]>,
+    ) -> Result<Arc<CallerGrant>, AccessError> {
+        let Some(header) = authorization.filter(|_| !self.tokens.is_empty()) else {
+            return Ok(Arc::clone(connection));
+        };
+        let token = bearer_token(header).ok_or(AccessError::UnknownToken)?;
+        let granted = self
+            .tokens
+            .get(&token_digest(token))
+            .ok_or(AccessError::UnknownToken)?;
+        let mut grant = CallerGrant::clone(connection);
+        grant
+            .identities
+            .push(format!("the bearer token of {}", granted.variable));
+        grant.tenants.add(&granted.tenants);
+        Ok(Arc::new(grant))
     }
 
     /// What a caller presenting `certificate` (DER; `None` for none) is granted: the tenants
@@ -140,6 +218,35 @@ impl TenantAccess {
             tenants,
         }
     }
+}
+
+/// The tenants a rule grants.
+fn rule_tenants(rule: &TenantAccessRule) -> Result<Tenants, &'static str> {
+    match (rule.all_tenants, rule.tenants.is_empty()) {
+        (true, true) => Ok(Tenants::All),
+        (false, false) => Ok(Tenants::Only(
+            rule.tenants.iter().copied().map(TenantId).collect(),
+        )),
+        (true, false) => Err("all_tenants = true grants every tenant; leave tenants out"),
+        (false, true) => {
+            Err("grants nothing; list its tenants (tenants = [1, 2]) or set all_tenants = true")
+        }
+    }
+}
+
+/// The token of an `authorization` header's `Bearer TOKEN` (the scheme in any case).
+fn bearer_token(header: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = header.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then(|| token.trim_ascii())
+        .filter(|token| !token.is_empty())
+}
+
+/// A token as the rules keep it: its sha256, so no token is held in memory as it was sent, and
+/// looking one up compares digests, not the secrets.
+fn token_digest(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
 }
 
 /// The URI and DNS names of a DER certificate, URIs first; none when it cannot be read (rustls
@@ -166,7 +273,7 @@ fn certificate_identities(der: &[u8]) -> Vec<String> {
 /// What one caller (one connection) may act for, worked out when its connection was accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallerGrant {
-    /// The identities its certificate names.
+    /// The identities its certificate names, then the bearer token it sent (by its variable).
     identities: Vec<String>,
     /// The tenants they are granted.
     tenants: Tenants,
@@ -189,10 +296,10 @@ impl CallerGrant {
         })
     }
 
-    /// The caller as an error names it: its certificate's identities.
+    /// The caller as an error names it: its certificate's identities and its token's variable.
     fn caller(&self) -> String {
         if self.identities.is_empty() {
-            "a certificate with no URI or DNS name".to_owned()
+            "no certificate identity or bearer token".to_owned()
         } else {
             self.identities.join(", ")
         }
@@ -202,15 +309,21 @@ impl CallerGrant {
 /// A call its caller may not make.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AccessError {
+    /// The call's `authorization` header is not a bearer token the rules hold.
+    #[error(
+        "the authorization header is not a bearer token tenant_access holds: send \
+         \"authorization: Bearer TOKEN\" with a token of a token_env entry, or none"
+    )]
+    UnknownToken,
     /// The call names a tenant the caller's certificate is not granted.
     #[error(
-        "the caller's certificate ({caller}) may not act for tenant {tenant}: tenant_access \
-         grants it {granted}"
+        "the caller ({caller}) may not act for tenant {tenant}: tenant_access grants it \
+         {granted}"
     )]
     TenantNotGranted {
         /// The tenant the call named.
         tenant: TenantId,
-        /// The identities of the caller's certificate.
+        /// The caller: its certificate's identities and its token's variable.
         caller: String,
         /// What it is granted, as words.
         granted: String,

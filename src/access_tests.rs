@@ -4,15 +4,33 @@ fn rule(identity: &str, tenants: &[u64]) -> TenantAccessRule {
     TenantAccessRule {
         identity: identity.to_owned(),
         tenants: tenants.to_vec(),
-        all_tenants: false,
+        ..TenantAccessRule::default()
     }
 }
 
 fn operator(identity: &str) -> TenantAccessRule {
     TenantAccessRule {
         identity: identity.to_owned(),
-        tenants: Vec::new(),
         all_tenants: true,
+        ..TenantAccessRule::default()
+    }
+}
+
+fn token_rule(variable: &str, tenants: &[u64]) -> TenantAccessRule {
+    TenantAccessRule {
+        token_env: variable.to_owned(),
+        tenants: tenants.to_vec(),
+        ..TenantAccessRule::default()
+    }
+}
+
+/// The environment the token tests read: two tokens.
+fn env(variable: &str) -> Option<String> {
+    match variable {
+        "PLANNER_TOKEN" => Some("s3cret-planner".to_owned()),
+        "OPS_TOKEN" => Some("s3cret-ops".to_owned()),
+        "EMPTY_TOKEN" => Some(String::new()),
+        _ => None,
     }
 }
 
@@ -76,7 +94,7 @@ fn all_tenants_and_unknown_identities() {
     let nameless = access.grant_for(Vec::new());
     let text = nameless.check(TenantId(1)).expect_err("none").to_string();
     assert!(
-        text.contains("a certificate with no URI or DNS name"),
+        text.contains("no certificate identity or bearer token"),
         "{text}"
     );
 }
@@ -85,7 +103,7 @@ fn all_tenants_and_unknown_identities() {
 /// the entry and the fix.
 #[test]
 fn bad_rules_are_refused_with_the_entry_named() {
-    let cases: [(Vec<TenantAccessRule>, &str); 5] = [
+    let cases: Vec<(Vec<TenantAccessRule>, &str)> = vec![
         (vec![rule("a", &[])], "entry 1 (\"a\"): grants nothing"),
         (
             vec![TenantAccessRule {
@@ -96,13 +114,32 @@ fn bad_rules_are_refused_with_the_entry_named() {
         ),
         (
             vec![rule("a", &[1]), rule("a", &[2])],
-            "entry 2 (\"a\"): identity is listed twice",
+            "entry 2 (\"a\"): its identity or token is in another entry too",
         ),
-        (vec![rule("", &[1])], "entry 1 (\"\"): identity must be"),
+        (
+            vec![rule("", &[1])],
+            "entry 1 (\"\"): name a certificate's URI or DNS name",
+        ),
         (vec![rule(" a", &[1])], "without spaces"),
+        (
+            vec![token_rule("UNSET_TOKEN", &[1])],
+            "token_env names UNSET_TOKEN, which is not set or is empty",
+        ),
+        (vec![token_rule("EMPTY_TOKEN", &[1])], "not set or is empty"),
+        (
+            vec![TenantAccessRule {
+                identity: "a".into(),
+                ..token_rule("OPS_TOKEN", &[1])
+            }],
+            "not both",
+        ),
+        (
+            vec![token_rule("OPS_TOKEN", &[1]), token_rule("OPS_TOKEN", &[2])],
+            "entry 2 (\"OPS_TOKEN\"): its identity or token is in another entry too",
+        ),
     ];
     for (rules, expected) in cases {
-        let error = TenantAccess::from_rules(&rules).expect_err("refused");
+        let error = TenantAccess::from_rules_with(&rules, env).expect_err("refused");
         assert!(error.contains(expected), "{error}");
     }
     assert!(TenantAccess::from_rules(&[]).expect("no rules").is_open());
@@ -136,4 +173,64 @@ fn identities_are_the_certificate_s_uri_and_dns_names() {
             .check(TenantId(7))
             .is_err()
     );
+}
+
+/// A call sending a bearer token the rules hold is granted its tenants beside its connection's;
+/// any other `authorization` header is refused, and one without is granted its connection's.
+#[test]
+fn bearer_tokens_add_their_tenants_to_the_call() {
+    let access = TenantAccess::from_rules_with(
+        &[
+            rule("planner.a.svc", &[1]),
+            token_rule("PLANNER_TOKEN", &[2]),
+            TenantAccessRule {
+                token_env: "OPS_TOKEN".into(),
+                all_tenants: true,
+                ..TenantAccessRule::default()
+            },
+        ],
+        env,
+    )
+    .expect("valid");
+    assert_eq!((access.identities(), access.tokens()), (1, 2));
+    let connection = Arc::new(access.grant_for(vec!["planner.a.svc".to_owned()]));
+    let plain = access.grant_for_call(&connection, None).expect("no token");
+    assert!(
+        Arc::ptr_eq(&plain, &connection),
+        "the connection's grant as it is"
+    );
+    let with_token = access
+        .grant_for_call(&connection, Some(b"Bearer s3cret-planner"))
+        .expect("a token held");
+    with_token.check(TenantId(1)).expect("by the certificate");
+    with_token.check(TenantId(2)).expect("by the token");
+    let text = with_token
+        .check(TenantId(3))
+        .expect_err("neither")
+        .to_string();
+    assert!(
+        text.contains("planner.a.svc, the bearer token of PLANNER_TOKEN"),
+        "{text}"
+    );
+    assert!(!text.contains("s3cret"), "a token is never named: {text}");
+    let nameless = Arc::new(access.grant_for(Vec::new()));
+    let ops = access
+        .grant_for_call(&nameless, Some(b"bearer  s3cret-ops "))
+        .expect("the scheme in any case");
+    ops.check(TenantId(99)).expect("every tenant");
+    for header in [
+        &b"Bearer wrong"[..],
+        b"Basic czNjcmV0",
+        b"Bearer ",
+        b"s3cret-ops",
+    ] {
+        assert_eq!(
+            access.grant_for_call(&nameless, Some(header)),
+            Err(AccessError::UnknownToken),
+            "{}",
+            String::from_utf8_lossy(header)
+        );
+    }
+    let debug = format!("{access:?}");
+    assert!(!debug.contains("s3cret"), "{debug}");
 }

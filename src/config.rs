@@ -98,9 +98,9 @@ pub struct ServerConfig {
     #[serde(skip)]
     checked_mcp_imports: Vec<McpImport>,
     /// Which tenants callers may act for, by the URI or DNS names of their client certificates
-    /// (file only), as `[[tenant_access]]` tables with `identity` and `tenants` (or
-    /// `all_tenants = true`); none lets every caller name any tenant. Needs
-    /// `tls_client_ca_file`.
+    /// or the bearer tokens they send (file only), as `[[tenant_access]]` tables with
+    /// `identity` (needs `tls_client_ca_file`) or `token_env`, and `tenants` (or `all_tenants =
+    /// true`); none lets every caller name any tenant.
     pub tenant_access: Vec<TenantAccessRule>,
     /// [`Self::tenant_access`], checked when the configuration was loaded.
     #[serde(skip)]

@@ -109,10 +109,10 @@ impl ServerConfig {
             );
         }
         let tenant_access = TenantAccess::from_rules(&self.tenant_access)?;
-        if !tenant_access.is_open() && self.tls_client_ca_file.is_empty() {
+        if tenant_access.identities() > 0 && self.tls_client_ca_file.is_empty() {
             return Err(
-                "tenant_access grants tenants by client certificate, but none is asked for: set \
-                 tls_client_ca_file (with tls_cert_file and tls_key_file)"
+                "tenant_access grants tenants by client certificate identity, but none is asked \
+                 for: set tls_client_ca_file (with tls_cert_file and tls_key_file)"
                     .to_owned(),
             );
         }

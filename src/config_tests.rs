@@ -482,6 +482,19 @@ all_tenants = true
         error.to_string().contains("tenant_access entry 1"),
         "{error}"
     );
+    // Bearer tokens need no client certificates; their variables must be set.
+    std::fs::write(
+        &file,
+        "[[tenant_access]]\ntoken_env = \"PATH\"\ntenants = [3]\n",
+    )
+    .expect("write");
+    let config = ServerConfig::load(Some(&file), env(&[])).expect("valid without TLS");
+    assert_eq!(config.server_options().tenant_access.tokens(), 1);
+    let unset =
+        "[[tenant_access]]\ntoken_env = \"TOOLPLANE_TEST_VARIABLE_NEVER_SET\"\ntenants = [3]\n";
+    std::fs::write(&file, unset).expect("write");
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("unset");
+    assert!(error.to_string().contains("not set or is empty"), "{error}");
     let misspelt = "[[tenant_access]]\nidentity = \"a.example\"\ntenant = [1]\n";
     std::fs::write(&file, misspelt).expect("write");
     let error = ServerConfig::load(Some(&file), env(&[])).expect_err("unknown field");

@@ -89,9 +89,15 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
         || "off".to_owned(),
         |export| format!("{} to {}", export.protocol, export.endpoint),
     );
-    let tenants = match options.tenant_access.identities() {
-        0 => "any tenant a caller names".to_owned(),
-        identities => format!("granted to {identities} certificate identities (tenant_access)"),
+    let access = &options.tenant_access;
+    let tenants = if access.is_open() {
+        "any tenant a caller names".to_owned()
+    } else {
+        format!(
+            "granted to {} certificate identities and {} bearer tokens (tenant_access)",
+            access.identities(),
+            access.tokens()
+        )
     };
     let imports: Vec<String> = options
         .mcp_imports

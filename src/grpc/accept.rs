@@ -1,9 +1,11 @@
 //! Accepting a request: its envelope read, the tenant it names checked against what the
-//! caller's client certificate is granted ([`crate::access`]), both recorded on the RPC span.
+//! caller's client certificate and bearer token are granted ([`crate::access`]), both recorded
+//! on the RPC span.
 //!
-//! The grant of a connection is worked out once, when it is accepted
-//! ([`super::connections`]), and handed to each of its calls as a request extension; a request
-//! without one comes from a server serving no `tenant_access` rules, and may name any tenant.
+//! The grant of a call is worked out by [`super::connections`] (its connection's, worked out
+//! once as the connection was accepted, with its token's) and handed to it as a request
+//! extension; a request without one comes from a server with no `tenant_access` rules, and may
+//! name any tenant.
 
 use std::sync::Arc;
 

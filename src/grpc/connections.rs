@@ -84,8 +84,9 @@ impl<B> AnswerBody for B where
 /// ones are refused) and returns when all have closed.
 ///
 /// With `access`, each connection's grant (the tenants its client certificate may act for) is
-/// worked out as it is accepted and handed to each of its calls as a request extension
-/// (`Arc<CallerGrant>`, checked by the adapters as they read the envelope).
+/// worked out as it is accepted; each call is handed it, with the tenants of the bearer token
+/// it sends, as a request extension (`Arc<CallerGrant>`, checked by the adapters as they read
+/// the envelope). A call sending a token the rules do not hold is answered UNAUTHENTICATED.
 pub async fn serve_connections<S, B, I, IO>(
     incoming: I,
     service: S,
@@ -107,10 +108,11 @@ pub async fn serve_connections<S, B, I, IO>(
                 () = &mut stop => break,
                 accepted = incoming.next() => match accepted {
                     Some(Ok(io)) => {
-                        let grant = access.as_deref().map(|access| {
-                            Arc::new(access.grant_for_certificate(io.peer_certificate()))
+                        let access = access.as_ref().map(|access| {
+                            let grant = access.grant_for_certificate(io.peer_certificate());
+                            (Arc::clone(access), Arc::new(grant))
                         });
-                        let calls = Calls { service: service.clone(), grant };
+                        let calls = Calls { service: service.clone(), access };
                         tokio::spawn(serve_connection(io, calls, settings, stop_seen.clone()));
                     }
                     Some(Err(error)) => tracing::debug!(%error, "accepting a connection failed"),
@@ -167,8 +169,9 @@ async fn serve_connection<S, B, IO>(
 #[derive(Clone)]
 struct Calls<S> {
     service: S,
-    /// What the connection's caller is granted, where tenant access is ruled.
-    grant: Option<Arc<CallerGrant>>,
+    /// Where tenant access is ruled: the rules, and what the connection's caller is granted
+    /// by its certificate.
+    access: Option<(Arc<TenantAccess>, Arc<CallerGrant>)>,
 }
 
 impl<S, B> hyper::service::Service<http::Request<Incoming>> for Calls<S>
@@ -191,8 +194,17 @@ where
         {
             request.extensions_mut().insert(CallDeadline(at));
         }
-        if let Some(grant) = &self.grant {
-            request.extensions_mut().insert(Arc::clone(grant));
+        if let Some((access, connection)) = &self.access {
+            let authorization = request.headers().get(http::header::AUTHORIZATION);
+            match access.grant_for_call(connection, authorization.map(|value| value.as_bytes())) {
+                Ok(grant) => {
+                    request.extensions_mut().insert(grant);
+                }
+                Err(refused) => {
+                    tracing::info!(%refused, "call refused");
+                    return Box::pin(std::future::ready(Ok(Status::from(refused).into_http())));
+                }
+            }
         }
         let answer = self.service.clone().oneshot(request.map(Body::new));
         Box::pin(async move {

@@ -88,10 +88,11 @@ pub enum ServeError {
     /// TLS cannot be served as configured.
     #[error(transparent)]
     ServerTls(#[from] ServerTlsError),
-    /// Tenant access rules were given, but callers are not asked for client certificates.
+    /// Tenant access rules name certificate identities, but callers are not asked for client
+    /// certificates.
     #[error(
-        "tenant_access rules need client certificates: serve TLS (tls_cert_file, tls_key_file) \
-         and set tls_client_ca_file"
+        "tenant_access entries naming an identity need client certificates: serve TLS \
+         (tls_cert_file, tls_key_file) and set tls_client_ca_file"
     )]
     TenantAccessWithoutClientCertificates,
 }
@@ -107,11 +108,14 @@ pub fn check_tls_files(options: &ServerOptions) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// The tenant access rules `options` give, where there are any; they need client certificates
-/// asked for, as without one a caller has no identity to be granted a tenant.
+/// The tenant access rules `options` give, where there are any; rules naming certificate
+/// identities need client certificates asked for, as without one a caller has no identity.
 fn ruled_access(options: &ServerOptions) -> Result<Option<Arc<TenantAccess>>, ServeError> {
     if options.tenant_access.is_open() {
         return Ok(None);
+    }
+    if options.tenant_access.identities() == 0 {
+        return Ok(Some(Arc::new(options.tenant_access.clone())));
     }
     let asks_for_certificates = options
         .tls

@@ -103,9 +103,9 @@ pub struct ServerOptions {
     pub mcp: McpEndpoint,
     /// The MCP servers whose tools are imported as services (see [`crate::mcp::import`]).
     pub mcp_imports: Vec<McpImport>,
-    /// Which tenants callers may act for, by their client certificates (see [`crate::access`]);
-    /// no rules lets every caller name any tenant. Rules need client certificates asked for
-    /// (`tls` with a `client_ca_file`).
+    /// Which tenants callers may act for, by their client certificates or bearer tokens (see
+    /// [`crate::access`]); no rules lets every caller name any tenant. Rules naming certificate
+    /// identities need client certificates asked for (`tls` with a `client_ca_file`).
     pub tenant_access: TenantAccess,
 }
 

@@ -369,6 +369,12 @@ impl From<AccessError> for Status {
     fn from(error: AccessError) -> Self {
         let message = error.to_string();
         let (code, message, details) = match error {
+            AccessError::UnknownToken => status(
+                Code::Unauthenticated,
+                message,
+                "RESOURCE_ACCESS_DENIED",
+                Vec::new(),
+            ),
             AccessError::TenantNotGranted { tenant, caller, .. } => status(
                 Code::PermissionDenied,
                 message,

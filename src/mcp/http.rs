@@ -29,7 +29,7 @@ use tonic::transport::server::TcpIncoming;
 use tower::Service;
 
 use super::handler::McpTools;
-use crate::access::{CallerGrant, TenantAccess};
+use crate::access::{AccessError, CallerGrant, TenantAccess};
 use crate::envelope::{TENANT_HEADER, TenantId};
 use crate::grpc::server_tls::{PeerCertificate, ServedTls};
 
@@ -105,7 +105,8 @@ impl McpSessions {
 
 /// Serves MCP on `listener` with `sessions` until dropped (dropping it closes its connections
 /// too). With `access`, a request naming (in its `toolplane-tenant-id` header) a tenant its
-/// connection's client certificate is not granted is refused 403.
+/// caller is not granted (by its client certificate or bearer token) is refused 403, and one
+/// sending a bearer token the rules do not hold 401.
 pub async fn serve(
     listener: TcpListener,
     tools: McpTools,
@@ -158,12 +159,12 @@ impl Endpoint {
     async fn answer(
         mut self,
         request: Request<Incoming>,
-        grant: Option<Arc<CallerGrant>>,
+        access: Option<ConnectionAccess>,
     ) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
         if request.uri().path() != MCP_PATH {
             return Ok(not_found());
         }
-        if let Some(refused) = grant.and_then(|grant| refused_tenant(&request, &grant)) {
+        if let Some(refused) = access.and_then(|access| refused_tenant(&request, &access)) {
             return Ok(refused);
         }
         if self.max_sessions > 0
@@ -219,17 +220,41 @@ fn json_rpc_error(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, 
     response
 }
 
-/// The answer to a request naming a tenant `grant` does not cover: 403 and a JSON-RPC error
-/// saying why. A header that names no tenant is left to the handler, which says so.
+/// Where tenant access is ruled: the rules, and what a connection's caller is granted by its
+/// certificate.
+type ConnectionAccess = (Arc<TenantAccess>, Arc<CallerGrant>);
+
+/// The answer to a request naming a tenant its caller is not granted (by its certificate or
+/// the bearer token it sends): 403 and a JSON-RPC error saying why; to one sending a token the
+/// rules do not hold, 401. A header that names no tenant is left to the handler, which says so.
 fn refused_tenant(
     request: &Request<Incoming>,
-    grant: &CallerGrant,
+    (access, connection): &ConnectionAccess,
 ) -> Option<Response<BoxBody<Bytes, Infallible>>> {
-    let header = request.headers().get(TENANT_HEADER);
-    let tenant = TenantId::from_header(header.map(|value| value.as_bytes()))?;
-    let refused = grant.check(tenant).err()?;
+    let headers = request.headers();
+    let authorization = headers.get(hyper::header::AUTHORIZATION);
+    let refused = match access.grant_for_call(connection, authorization.map(|v| v.as_bytes())) {
+        Ok(grant) => {
+            let header = headers.get(TENANT_HEADER);
+            let tenant = TenantId::from_header(header.map(|value| value.as_bytes()))?;
+            grant.check(tenant).err()?
+        }
+        Err(refused) => refused,
+    };
     tracing::info!(%refused, "MCP request refused");
-    Some(json_rpc_error(StatusCode::FORBIDDEN, &refused.to_string()))
+    Some(match refused {
+        AccessError::UnknownToken => {
+            let mut response = json_rpc_error(StatusCode::UNAUTHORIZED, &refused.to_string());
+            response.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer"),
+            );
+            response
+        }
+        AccessError::TenantNotGranted { .. } => {
+            json_rpc_error(StatusCode::FORBIDDEN, &refused.to_string())
+        }
+    })
 }
 
 async fn serve_incoming<IO>(
@@ -245,10 +270,11 @@ async fn serve_incoming<IO>(
         tokio::select! {
             accepted = incoming.next() => match accepted {
                 Some(Ok(io)) => {
-                    let grant = access.as_deref().map(|access| {
-                        Arc::new(access.grant_for_certificate(io.peer_certificate()))
+                    let access = access.as_ref().map(|access| {
+                        let grant = access.grant_for_certificate(io.peer_certificate());
+                        (Arc::clone(access), Arc::new(grant))
                     });
-                    connections.spawn(serve_connection(io, service.clone(), grant));
+                    connections.spawn(serve_connection(io, service.clone(), access));
                 }
                 Some(Err(error)) => {
                     // As when out of file descriptors: wait rather than spin.
@@ -262,12 +288,12 @@ async fn serve_incoming<IO>(
     }
 }
 
-async fn serve_connection<IO>(io: IO, service: Endpoint, grant: Option<Arc<CallerGrant>>)
+async fn serve_connection<IO>(io: IO, service: Endpoint, access: Option<ConnectionAccess>)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
-        service.clone().answer(request, grant.clone())
+        service.clone().answer(request, access.clone())
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
