@@ -306,6 +306,33 @@ impl CallerGrant {
     }
 }
 
+/// Tenant access on one connection: the rules, and what its caller's certificate is granted,
+/// worked out once as the connection was accepted.
+#[derive(Debug, Clone)]
+pub struct ConnectionAccess {
+    rules: Arc<TenantAccess>,
+    grant: Arc<CallerGrant>,
+}
+
+impl ConnectionAccess {
+    /// Access on a connection whose caller presented `certificate` (DER; `None` for none).
+    pub fn new(rules: &Arc<TenantAccess>, certificate: Option<&[u8]>) -> Self {
+        Self {
+            rules: Arc::clone(rules),
+            grant: Arc::new(rules.grant_for_certificate(certificate)),
+        }
+    }
+
+    /// What a call on the connection whose `authorization` header is this is granted (see
+    /// [`TenantAccess::grant_for_call`]).
+    pub fn grant_for_call(
+        &self,
+        authorization: Option<&[u8]>,
+    ) -> Result<Arc<CallerGrant>, AccessError> {
+        self.rules.grant_for_call(&self.grant, authorization)
+    }
+}
+
 /// A call its caller may not make.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AccessError {

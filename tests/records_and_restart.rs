@@ -413,6 +413,20 @@ async fn listing_pages_on_into_the_files() {
     assert_eq!(list_all(&server, 0, "even").await, [vec![6, 4, 2]]);
     assert_eq!(list_all(&server, 5, "").await, [vec![8]]);
     assert_eq!(list_all(&server, 6, "").await, [Vec::<u64>::new()]);
+    let client = toolplane::client::ToolplaneClient::connect(
+        &server.endpoint(),
+        toolplane::envelope::TenantId(0),
+    )
+    .await
+    .expect("connected");
+    let filter = toolplane::client::RecordFilter::default();
+    let records = client.records(&filter, 5).await.expect("listed");
+    let sequences: Vec<u64> = records.iter().map(|record| record.sequence).collect();
+    assert_eq!(
+        sequences,
+        [7, 6, 5, 4, 3],
+        "the Rust client reaches into the files too"
+    );
     provider.stop().await;
     server.stop().await;
 

@@ -269,6 +269,22 @@ async fn standard_health_checks_the_tenant_of_the_header() {
     guarded.server.stop().await;
 }
 
+/// An MCP `tools/list` request of protocol 2026-07-28 (no session) for `tenant`.
+fn tools_list(client: &reqwest::Client, url: &str, tenant: &str) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .header("toolplane-tenant-id", tenant)
+        .body(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
+                "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        )
+}
+
 /// The MCP endpoint, served in TLS with the same client certificates, answers a request naming
 /// a tenant the caller is granted and refuses one naming another with 403 and a JSON-RPC error
 /// saying why.
@@ -291,21 +307,7 @@ async fn the_mcp_endpoint_checks_the_tenant_of_each_request() {
             .expect("client")
     };
     let url = format!("https://127.0.0.1:{}/mcp", guarded.mcp.port());
-    let list = |client: &reqwest::Client, tenant: &str| {
-        client
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/list")
-            .header("toolplane-tenant-id", tenant)
-            .body(
-                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
-                    "io.modelcontextprotocol/protocolVersion":"2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities":{}}}}"#,
-            )
-            .send()
-    };
+    let list = |client: &reqwest::Client, tenant: &str| tools_list(client, &url, tenant).send();
     let channel = guarded.channel(&guarded.planner).await;
     let mut discovery = DiscoveryServiceClient::new(channel);
     register_ok(&mut discovery, 1, story_generator()).await;
@@ -530,19 +532,8 @@ async fn the_mcp_endpoint_takes_bearer_tokens() {
     let client = common::http_client();
     let url = format!("http://{mcp}/mcp");
     let list = |tenant: &str, authorization: &str| {
-        client
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/list")
-            .header("toolplane-tenant-id", tenant)
+        tools_list(&client, &url, tenant)
             .header("authorization", authorization)
-            .body(
-                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
-                    "io.modelcontextprotocol/protocolVersion":"2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities":{}}}}"#,
-            )
             .send()
     };
     let bearer = format!("Bearer {PLANNER_TOKEN}");

@@ -131,6 +131,9 @@ pub struct RecordFilter<'a> {
     pub correlation_id: Option<&'a str>,
 }
 
+/// How many records [`ToolplaneClient::records`] answers with a limit of 0.
+pub const DEFAULT_RECORDS: i32 = 100;
+
 /// A typed toolplane client for one tenant.
 #[derive(Debug, Clone)]
 pub struct ToolplaneClient {
@@ -349,27 +352,36 @@ impl ToolplaneClient {
         Ok(self.invoke.clone().invoke_tool(request).await?.into_inner())
     }
 
-    /// Up to `limit` recent invocation records (newest first) that pass `filter`.
+    /// Up to `limit` invocation records (newest first) that pass `filter` (0: up to
+    /// [`DEFAULT_RECORDS`]), following the listing's pages: a page can come back short while
+    /// older records are still being read from the server's record files.
     pub async fn records(
         &self,
         filter: &RecordFilter<'_>,
         limit: i32,
     ) -> Result<Vec<pb::InvocationRecord>, ClientError> {
-        let request = pb::ListInvocationRecordsRequest {
-            meta: self.meta(),
-            tool_name: filter.tool.unwrap_or_default().to_owned(),
-            trace_id: filter.trace_id.unwrap_or_default().to_owned(),
-            correlation_id: filter.correlation_id.unwrap_or_default().to_owned(),
-            page_size: limit,
-            ..Default::default()
-        };
-        Ok(self
-            .invoke
-            .clone()
-            .list_invocation_records(request)
-            .await?
-            .into_inner()
-            .records)
+        // A negative limit is sent as it is, for the server's error.
+        let wanted = if limit == 0 { DEFAULT_RECORDS } else { limit };
+        let mut records = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let left = wanted.saturating_sub(i32::try_from(records.len()).unwrap_or(i32::MAX));
+            let request = pb::ListInvocationRecordsRequest {
+                meta: self.meta(),
+                tool_name: filter.tool.unwrap_or_default().to_owned(),
+                trace_id: filter.trace_id.unwrap_or_default().to_owned(),
+                correlation_id: filter.correlation_id.unwrap_or_default().to_owned(),
+                page_size: left,
+                page_token,
+                ..Default::default()
+            };
+            let page = (self.invoke.clone().list_invocation_records(request).await?).into_inner();
+            records.extend(page.records);
+            page_token = page.next_page_token;
+            if page_token.is_empty() || records.len() >= usize::try_from(wanted).unwrap_or(0) {
+                return Ok(records);
+            }
+        }
     }
 
     /// The health of a service, or of the control plane when `service` is empty.

@@ -25,7 +25,7 @@ use tower::{Service, ServiceExt};
 use super::call_scheduling::{CallScheduling, ConnectionDriver};
 use super::deadline::{CallDeadline, DeadlineBody, timeout_of};
 use super::server_tls::PeerCertificate;
-use crate::access::{CallerGrant, TenantAccess};
+use crate::access::{ConnectionAccess, TenantAccess};
 
 /// How every connection is served.
 #[derive(Debug, Clone, Copy)]
@@ -108,10 +108,9 @@ pub async fn serve_connections<S, B, I, IO>(
                 () = &mut stop => break,
                 accepted = incoming.next() => match accepted {
                     Some(Ok(io)) => {
-                        let access = access.as_ref().map(|access| {
-                            let grant = access.grant_for_certificate(io.peer_certificate());
-                            (Arc::clone(access), Arc::new(grant))
-                        });
+                        let access = access
+                            .as_ref()
+                            .map(|rules| ConnectionAccess::new(rules, io.peer_certificate()));
                         let calls = Calls { service: service.clone(), access };
                         tokio::spawn(serve_connection(io, calls, settings, stop_seen.clone()));
                     }
@@ -169,9 +168,8 @@ async fn serve_connection<S, B, IO>(
 #[derive(Clone)]
 struct Calls<S> {
     service: S,
-    /// Where tenant access is ruled: the rules, and what the connection's caller is granted
-    /// by its certificate.
-    access: Option<(Arc<TenantAccess>, Arc<CallerGrant>)>,
+    /// Where tenant access is ruled: what the connection's caller is granted.
+    access: Option<ConnectionAccess>,
 }
 
 impl<S, B> hyper::service::Service<http::Request<Incoming>> for Calls<S>
@@ -194,9 +192,9 @@ where
         {
             request.extensions_mut().insert(CallDeadline(at));
         }
-        if let Some((access, connection)) = &self.access {
+        if let Some(access) = &self.access {
             let authorization = request.headers().get(http::header::AUTHORIZATION);
-            match access.grant_for_call(connection, authorization.map(|value| value.as_bytes())) {
+            match access.grant_for_call(authorization.map(|value| value.as_bytes())) {
                 Ok(grant) => {
                     request.extensions_mut().insert(grant);
                 }

@@ -18,7 +18,7 @@ use crate::invoke::caller::WireForm;
 use crate::invoke::heavy;
 use crate::invoke::policy::RetryPolicy;
 use crate::invoke::records::{InvocationRecord, InvocationStatus, RecordFilter};
-use crate::invoke::{Failed, Invocation, InvokeError, Invoker, answer_within};
+use crate::invoke::{FILE_BYTES_PER_PAGE, Failed, Invocation, InvokeError, Invoker, answer_within};
 use crate::json::{json_to_value, struct_to_json};
 use crate::pb;
 use crate::pb::tool_invoke_service_server::ToolInvokeService;
@@ -310,21 +310,26 @@ impl ToolInvokeService for InvokeApi {
         let log = self.invoker.records();
         let mut records = log.list(meta.tenant, &filter, before, size + 1);
         // Past what memory holds: read on in the files, off the serving threads.
+        let mut resume_below = None;
         if records.len() <= size
             && let Some(below) = log.files_continue_below(before)
         {
             let (log, tenant, wanted) = (Arc::clone(log), meta.tenant, size + 1 - records.len());
             let older = tokio::task::spawn_blocking(move || {
-                log.list_in_files(tenant, &filter, below, wanted)
+                log.list_in_files(tenant, &filter, (below, wanted), FILE_BYTES_PER_PAGE)
             })
             .await
             .map_err(|error| Status::internal(format!("record listing failed: {error}")))?
             .map_err(|error| Status::internal(error.to_string()))?;
-            records.extend(older.into_iter().map(Arc::new));
+            records.extend(older.records.into_iter().map(Arc::new));
+            resume_below = older.resume_below;
         }
         let next_page_token = if records.len() > size {
             records.truncate(size);
             paging::encode_sequence_token(records[size - 1].sequence, &query)
+        } else if let Some(below) = resume_below {
+            // A short page that stopped reading the files: the next one goes on below it.
+            paging::encode_sequence_token(below, &query)
         } else {
             String::new()
         };

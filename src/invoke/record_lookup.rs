@@ -79,33 +79,43 @@ impl RecordLog {
     /// Up to `limit` records of `tenant` matching `filter` with sequences below `below`, newest
     /// first, read from the log's files (see [`Self::files_continue_below`]). Blocking: call it
     /// off the serving threads.
+    ///
+    /// One call reads whole files, newest first, and no further file once it has read
+    /// `byte_budget` bytes ([`FILE_BYTES_PER_PAGE`] for a listing): a page of a tenant with few
+    /// records in a long history stops there, short, and says where the next page goes on
+    /// ([`FilePage::resume_below`]).
     pub fn list_in_files(
         &self,
         tenant: TenantId,
         filter: &RecordFilter,
-        below: u64,
-        limit: usize,
-    ) -> Result<Vec<InvocationRecord>, RecordError> {
+        (mut below, limit): (u64, usize),
+        byte_budget: u64,
+    ) -> Result<FilePage, RecordError> {
+        let mut page = FilePage::default();
         let Some(current) = self.current_file() else {
-            return Ok(Vec::new());
+            return Ok(page);
         };
         let _one_at_a_time = self.file_lookups();
         let needle = format!(",\"tenant_id\":{},", tenant.0);
         let finder = memchr::memmem::Finder::new(needle.as_bytes());
         let sequence_of = SequenceReader::default();
-        let mut page = Vec::new();
+        let mut bytes_read = 0;
         for (file, first_sequence) in files_newest_first(&current)? {
-            let wanted = limit - page.len();
+            let wanted = limit - page.records.len();
             if wanted == 0 {
                 break;
             }
             if first_sequence >= below {
                 continue;
             }
+            if bytes_read >= byte_budget {
+                page.resume_below = Some(below);
+                break;
+            }
             // Lines run in sequence order: the newest `wanted` matches below `below` are the
             // last ones seen before the first line at or past it.
             let mut newest = VecDeque::with_capacity(wanted);
-            each_line(&file, |line| {
+            bytes_read += each_line(&file, |line| {
                 let Some(sequence) = sequence_of.line(line) else {
                     return true;
                 };
@@ -125,10 +135,26 @@ impl RecordLog {
                 true
             })
             .map_err(io_error(&file))?;
-            page.extend(newest.into_iter().rev());
+            page.records.extend(newest.into_iter().rev());
+            // What is older than this file is in the files after it.
+            below = below.min(first_sequence);
         }
         Ok(page)
     }
+}
+
+/// How many bytes of record files one page of a listing reads at most before it stops at the
+/// end of a file (a file is always read whole, so one page may read a file more).
+pub const FILE_BYTES_PER_PAGE: u64 = 64 * 1024 * 1024;
+
+/// Records read from the files for one page of a listing.
+#[derive(Debug, Default)]
+pub struct FilePage {
+    /// The records, newest first.
+    pub records: Vec<InvocationRecord>,
+    /// Where the listing goes on when the page stopped at its byte budget with files left to
+    /// read: below this sequence.
+    pub resume_below: Option<u64>,
 }
 
 /// The log's current file, as [`RecordLog::current_file`] answers it.
@@ -160,23 +186,24 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError {
 }
 
 /// Calls `each` with every whole line of the file at `path` (line ending included) until it
-/// answers `false`. A last line without its newline is being written, not a record yet; a file
-/// gone meanwhile (rotated while it was being read) has no lines.
-fn each_line(path: &Path, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result<()> {
+/// answers `false`; answers how many bytes were read. A last line without its newline is being
+/// written, not a record yet; a file gone meanwhile (rotated while it was being read) has no
+/// lines.
+fn each_line(path: &Path, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result<u64> {
     let file = match File::open(path) {
         Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(error) => return Err(error),
     };
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, file);
     let mut line = Vec::new();
+    let mut read = 0;
     loop {
         line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 || line.last() != Some(&b'\n') {
-            return Ok(());
-        }
-        if !each(&line) {
-            return Ok(());
+        let length = reader.read_until(b'\n', &mut line)?;
+        read += length as u64;
+        if length == 0 || line.last() != Some(&b'\n') || !each(&line) {
+            return Ok(read);
         }
     }
 }

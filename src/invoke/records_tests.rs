@@ -2,6 +2,7 @@
 
 use super::super::record_file::rotated_path;
 use super::*;
+use crate::invoke::FILE_BYTES_PER_PAGE;
 use crate::invoke::audit::{verify_file, verify_files, verify_files_after};
 use std::time::SystemTime;
 
@@ -349,4 +350,49 @@ fn a_status_is_named_as_the_record_writes_it() {
             serde_json::Value::from(status.name())
         );
     }
+}
+
+/// Listing from the files reads whole files newest first and stops after its byte budget, its
+/// page short, saying where the next goes on; followed to the end, the pages hold every record
+/// of the tenant below memory, newest first, and no other tenant's.
+#[test]
+fn listing_the_files_stops_at_its_budget_and_goes_on_from_there() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.jsonl");
+    // Two records a file; memory holds two.
+    let log = RecordLog::open(&path, 2, line_size() * 5 / 2).expect("open");
+    for number in 0..9 {
+        let tenant = if number % 3 == 2 { 2 } else { 1 };
+        log.append(RecordDraft {
+            tenant: TenantId(tenant),
+            ..draft("t")
+        })
+        .expect("append");
+    }
+    let filter = RecordFilter::default();
+    let below = log
+        .files_continue_below(None)
+        .expect("memory holds 8 and 9");
+    assert_eq!(below, 8);
+    let mut pages = Vec::new();
+    let mut next = Some(below);
+    while let Some(below) = next {
+        // A budget of one byte: each page reads one file.
+        let page = log
+            .list_in_files(TenantId(1), &filter, (below, 10), 1)
+            .expect("read");
+        pages.push(page.records.iter().map(|r| r.sequence).collect::<Vec<_>>());
+        next = page.resume_below;
+    }
+    assert_eq!(pages, [vec![7], vec![5], vec![4], vec![2, 1]]);
+    let whole = log
+        .list_in_files(TenantId(1), &filter, (below, 10), FILE_BYTES_PER_PAGE)
+        .expect("read");
+    let sequences: Vec<u64> = whole.records.iter().map(|r| r.sequence).collect();
+    assert_eq!((sequences, whole.resume_below), (vec![7, 5, 4, 2, 1], None));
+    let limited = log
+        .list_in_files(TenantId(2), &filter, (below, 1), FILE_BYTES_PER_PAGE)
+        .expect("read");
+    assert_eq!(limited.records[0].sequence, 6);
+    assert_eq!(limited.records.len(), 1);
 }

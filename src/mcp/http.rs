@@ -29,7 +29,7 @@ use tonic::transport::server::TcpIncoming;
 use tower::Service;
 
 use super::handler::McpTools;
-use crate::access::{AccessError, CallerGrant, TenantAccess};
+use crate::access::{AccessError, ConnectionAccess, TenantAccess};
 use crate::envelope::{TENANT_HEADER, TenantId};
 use crate::grpc::server_tls::{PeerCertificate, ServedTls};
 
@@ -220,20 +220,16 @@ fn json_rpc_error(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, 
     response
 }
 
-/// Where tenant access is ruled: the rules, and what a connection's caller is granted by its
-/// certificate.
-type ConnectionAccess = (Arc<TenantAccess>, Arc<CallerGrant>);
-
 /// The answer to a request naming a tenant its caller is not granted (by its certificate or
 /// the bearer token it sends): 403 and a JSON-RPC error saying why; to one sending a token the
 /// rules do not hold, 401. A header that names no tenant is left to the handler, which says so.
 fn refused_tenant(
     request: &Request<Incoming>,
-    (access, connection): &ConnectionAccess,
+    access: &ConnectionAccess,
 ) -> Option<Response<BoxBody<Bytes, Infallible>>> {
     let headers = request.headers();
     let authorization = headers.get(hyper::header::AUTHORIZATION);
-    let refused = match access.grant_for_call(connection, authorization.map(|v| v.as_bytes())) {
+    let refused = match access.grant_for_call(authorization.map(|value| value.as_bytes())) {
         Ok(grant) => {
             let header = headers.get(TENANT_HEADER);
             let tenant = TenantId::from_header(header.map(|value| value.as_bytes()))?;
@@ -270,10 +266,9 @@ async fn serve_incoming<IO>(
         tokio::select! {
             accepted = incoming.next() => match accepted {
                 Some(Ok(io)) => {
-                    let access = access.as_ref().map(|access| {
-                        let grant = access.grant_for_certificate(io.peer_certificate());
-                        (Arc::clone(access), Arc::new(grant))
-                    });
+                    let access = access
+                        .as_ref()
+                        .map(|rules| ConnectionAccess::new(rules, io.peer_certificate()));
                     connections.spawn(serve_connection(io, service.clone(), access));
                 }
                 Some(Err(error)) => {
