@@ -7,9 +7,10 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use common::process::peer;
+use common::process::{Runtime, peer, peer_script, proto_dir};
 use common::tls::{Issued, TestCa};
 use common::*;
 use serde_json::json;
@@ -24,6 +25,9 @@ use toolplane::pb;
 use toolplane::pb::agent_service_client::AgentServiceClient;
 use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
 use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
+
+/// The longest the Python client's checks may run before it is killed and the test fails.
+const SCRIPT_LIMIT: Duration = Duration::from_secs(120);
 
 /// The planner's identity: granted tenant 1 only.
 const PLANNER: &str = "spiffe://toolplane.test/ns/agents/sa/planner";
@@ -549,6 +553,71 @@ async fn the_mcp_endpoint_takes_bearer_tokens() {
     assert!(
         message.contains("not a bearer token tenant_access holds"),
         "{message}"
+    );
+    server.stop().await;
+}
+
+/// Python's grpcio over mutual TLS: the certificate's tenant is listed and another refused
+/// PERMISSION_DENIED with its ErrorInfo (read with grpcio-status); a bearer token sent as call
+/// metadata adds its entry's tenant; an unknown token is UNAUTHENTICATED.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_grpcio_client_is_held_to_its_certificate_and_token() {
+    let Some(mut command) = peer_script(Runtime::Python, "python_tenant_access.py") else {
+        return;
+    };
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (cert_file, key_file) = ca.server(&["127.0.0.1"]).write(dir.path(), "server");
+    let ca_file = ca.write(dir.path(), "ca.pem");
+    let rules = [
+        TenantAccessRule {
+            identity: PLANNER.to_owned(),
+            tenants: vec![1],
+            ..TenantAccessRule::default()
+        },
+        TenantAccessRule {
+            token_env: "PLANNER_TOKEN".to_owned(),
+            tenants: vec![2],
+            ..TenantAccessRule::default()
+        },
+    ];
+    let access = TenantAccess::from_rules_with(&rules, |_| Some(PLANNER_TOKEN.to_owned()))
+        .expect("valid rules");
+    let server = TestServer::start_with(ServerOptions {
+        tls: Some(ServerTlsFiles {
+            cert_file,
+            key_file,
+            client_ca_file: Some(ca_file.clone()),
+        }),
+        tenant_access: access,
+        ..test_options()
+    })
+    .await;
+    let (client_cert, client_key) = ca.client_uri(PLANNER).write(dir.path(), "planner");
+    command
+        .arg(server.addr.to_string())
+        .arg(proto_dir())
+        .args([&ca_file, &client_cert, &client_key])
+        .arg(PLANNER_TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let output = tokio::task::spawn_blocking(move || {
+        let mut child = command.spawn().expect("start the Python client");
+        let started = Instant::now();
+        while child.try_wait().expect("poll").is_none() && started.elapsed() < SCRIPT_LIMIT {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        child.wait_with_output().expect("its output")
+    })
+    .await
+    .expect("ran");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("tenant access: 3 checks passed"),
+        "{stdout}\n{stderr}"
     );
     server.stop().await;
 }
