@@ -6,8 +6,8 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use common::TestServer;
 use common::process::{Runtime, peer, peer_script, proto_dir};
@@ -24,21 +24,10 @@ const SCRIPT_LIMIT: Duration = Duration::from_secs(120);
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"toolplane-tests","version":"1"}}}"#;
 
 /// Runs a peer to the end, killed past [`SCRIPT_LIMIT`], and answers what it printed.
-async fn run_to_end(mut command: Command) -> Output {
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    tokio::task::spawn_blocking(move || {
-        let mut child = command.spawn().expect("start the peer");
-        let started = Instant::now();
-        while child.try_wait().expect("poll the peer").is_none() {
-            if started.elapsed() > SCRIPT_LIMIT {
-                child.kill().expect("kill the peer");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        child.wait_with_output().expect("the peer's output")
-    })
-    .await
-    .expect("the peer ran")
+async fn run_to_end(command: Command) -> Output {
+    tokio::task::spawn_blocking(move || common::process::run_to_end(command, SCRIPT_LIMIT))
+        .await
+        .expect("the peer ran")
 }
 
 fn initialize(client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {

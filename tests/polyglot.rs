@@ -7,8 +7,8 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use common::TestServer;
 use common::process::{Runtime, peer_script, proto_dir};
@@ -19,21 +19,8 @@ const SCRIPT_LIMIT: Duration = Duration::from_secs(120);
 
 /// Runs a peer's script to the end (killed past [`SCRIPT_LIMIT`]) and fails the test, with
 /// everything it printed, unless it exits 0 and its last line says how many checks passed.
-fn run_checks(mut command: Command, peer_name: &str) {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|error| panic!("start the {peer_name} client: {error}"));
-    let started = Instant::now();
-    while child.try_wait().expect("poll the client").is_none() {
-        if started.elapsed() > SCRIPT_LIMIT {
-            child.kill().expect("kill the client");
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = child.wait_with_output().expect("the client's output");
+fn run_checks(command: Command, peer_name: &str) {
+    let output = common::process::run_to_end(command, SCRIPT_LIMIT);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr),

@@ -7,10 +7,10 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use common::process::{Runtime, peer, peer_script, proto_dir};
+use common::process::{Runtime, peer, peer_script, proto_dir, run_to_end};
 use common::tls::{Issued, TestCa};
 use common::*;
 use serde_json::json;
@@ -598,20 +598,10 @@ async fn a_python_grpcio_client_is_held_to_its_certificate_and_token() {
         .arg(server.addr.to_string())
         .arg(proto_dir())
         .args([&ca_file, &client_cert, &client_key])
-        .arg(PLANNER_TOKEN)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let output = tokio::task::spawn_blocking(move || {
-        let mut child = command.spawn().expect("start the Python client");
-        let started = Instant::now();
-        while child.try_wait().expect("poll").is_none() && started.elapsed() < SCRIPT_LIMIT {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        child.wait_with_output().expect("its output")
-    })
-    .await
-    .expect("ran");
+        .arg(PLANNER_TOKEN);
+    let output = tokio::task::spawn_blocking(move || run_to_end(command, SCRIPT_LIMIT))
+        .await
+        .expect("ran");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}\n{stderr}");

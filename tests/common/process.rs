@@ -3,8 +3,8 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A `toolplane serve` child process; killed when dropped if still running.
 pub struct ServerProcess {
@@ -248,4 +248,19 @@ pub fn peer_script(runtime: Runtime, script: &str) -> Option<Command> {
     };
     command.arg(script);
     Some(command)
+}
+
+/// Runs a peer's script to the end, killed once it has run `limit`, and answers what it
+/// printed (stdout and stderr captured). Blocking: call it off the test's runtime threads.
+pub fn run_to_end(mut command: Command, limit: Duration) -> Output {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start the peer");
+    let started = Instant::now();
+    while child.try_wait().expect("poll the peer").is_none() {
+        if started.elapsed() > limit {
+            child.kill().expect("kill the peer");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("the peer's output")
 }
