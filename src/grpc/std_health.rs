@@ -11,7 +11,7 @@
 //!
 //! grpc.health.v1 requests carry no envelope, so the tenant comes from the
 //! `toolplane-tenant-id` request header (default 0); with `tenant_access` rules, asking about
-//! a registered service needs the caller to be granted its tenant.
+//! any name but the server's own needs the caller to be granted that tenant.
 
 use std::pin::Pin;
 use std::sync::Arc;
