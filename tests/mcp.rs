@@ -14,7 +14,6 @@ use common::process::{Runtime, peer, peer_script, proto_dir};
 use common::provider::start_structs_provider;
 use common::tls::TestCa;
 use toolplane::grpc::ServerOptions;
-use toolplane::grpc::server_tls::ServerTlsFiles;
 use toolplane::mcp::McpEndpoint;
 
 /// The longest the Python client's checks may run before it is killed and the test fails.
@@ -158,13 +157,8 @@ async fn the_endpoint_refuses_unknown_hosts_and_other_paths() {
 async fn with_tls_served_the_endpoint_takes_only_callers_with_a_certificate() {
     let ca = TestCa::new();
     let dir = tempfile::tempdir().expect("temporary directory");
-    let (cert_file, key_file) = ca.server(&["127.0.0.1"]).write(dir.path(), "server");
     let options = ServerOptions {
-        tls: Some(ServerTlsFiles {
-            cert_file,
-            key_file,
-            client_ca_file: Some(ca.write(dir.path(), "clients-ca")),
-        }),
+        tls: Some(ca.served_to_clients(dir.path())),
         ..ServerOptions::default()
     };
     let (server, mcp) = TestServer::start_with_mcp(options).await;

@@ -18,7 +18,6 @@ use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use tonic_types::StatusExt;
 use toolplane::access::{TenantAccess, TenantAccessRule};
-use toolplane::grpc::server_tls::ServerTlsFiles;
 use toolplane::grpc::{ServeError, ServerOptions, SideListeners};
 use toolplane::json::json_to_struct;
 use toolplane::pb;
@@ -65,13 +64,8 @@ fn rules() -> TenantAccess {
 async fn guarded() -> Guarded {
     let ca = TestCa::new();
     let dir = tempfile::tempdir().expect("temporary directory");
-    let (cert_file, key_file) = ca.server(&["127.0.0.1"]).write(dir.path(), "server");
     let options = ServerOptions {
-        tls: Some(ServerTlsFiles {
-            cert_file,
-            key_file,
-            client_ca_file: Some(ca.write(dir.path(), "ca.pem")),
-        }),
+        tls: Some(ca.served_to_clients(dir.path())),
         tenant_access: rules(),
         ..test_options()
     };
@@ -567,8 +561,11 @@ async fn a_python_grpcio_client_is_held_to_its_certificate_and_token() {
     };
     let ca = TestCa::new();
     let dir = tempfile::tempdir().expect("temporary directory");
-    let (cert_file, key_file) = ca.server(&["127.0.0.1"]).write(dir.path(), "server");
-    let ca_file = ca.write(dir.path(), "ca.pem");
+    let tls = ca.served_to_clients(dir.path());
+    let ca_file = tls
+        .client_ca_file
+        .clone()
+        .expect("asks for client certificates");
     let rules = [
         TenantAccessRule {
             identity: PLANNER.to_owned(),
@@ -584,11 +581,7 @@ async fn a_python_grpcio_client_is_held_to_its_certificate_and_token() {
     let access = TenantAccess::from_rules_with(&rules, |_| Some(PLANNER_TOKEN.to_owned()))
         .expect("valid rules");
     let server = TestServer::start_with(ServerOptions {
-        tls: Some(ServerTlsFiles {
-            cert_file,
-            key_file,
-            client_ca_file: Some(ca_file.clone()),
-        }),
+        tls: Some(tls),
         tenant_access: access,
         ..test_options()
     })

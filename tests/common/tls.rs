@@ -76,6 +76,17 @@ impl TestCa {
         path
     }
 
+    /// TLS for a server on 127.0.0.1 asking callers for certificates this CA signed: a server
+    /// certificate written into `dir` as `server.crt` and `server.key`, and the CA as `ca.pem`.
+    pub fn served_to_clients(&self, dir: &Path) -> ServerTlsFiles {
+        let (cert_file, key_file) = self.server(&["127.0.0.1"]).write(dir, "server");
+        ServerTlsFiles {
+            cert_file,
+            key_file,
+            client_ca_file: Some(self.write(dir, "ca.pem")),
+        }
+    }
+
     /// A server certificate for `names` (DNS names or IP addresses).
     pub fn server(&self, names: &[&str]) -> Issued {
         self.issue(names, ExtendedKeyUsagePurpose::ServerAuth)
