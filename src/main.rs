@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use toolplane::cli;
 use toolplane::cli::agent;
-use toolplane::client::{ClientError, ClientTlsFiles, ToolRequirement, ToolplaneClient};
+use toolplane::client::{
+    BearerToken, ClientError, ClientTlsFiles, ToolRequirement, ToolplaneClient,
+};
 use toolplane::config::{LogFormat, ServerConfig};
 use toolplane::envelope::TenantId;
 
@@ -50,6 +52,11 @@ struct ClientArgs {
         requires = "client_cert_file"
     )]
     client_key_file: Option<PathBuf>,
+    /// A bearer token sent as `authorization: Bearer TOKEN` on every call, for a server whose
+    /// tenant_access grants tenants to tokens; prefer the variable, as other users of the
+    /// machine can read a flag in the process list.
+    #[arg(long, global = true, env = "TOOLPLANE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Print JSON for scripts instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -284,7 +291,14 @@ async fn connect(args: &ClientArgs) -> Result<ToolplaneClient, ClientError> {
         cert_file: args.client_cert_file.clone(),
         key_file: args.client_key_file.clone(),
     };
-    ToolplaneClient::connect_with_tls(&args.endpoint, TenantId(args.tenant), &tls).await
+    // Read before connecting, so a token that cannot be sent is named before anything is.
+    let token = args.token.as_deref().map(BearerToken::new).transpose()?;
+    let client =
+        ToolplaneClient::connect_with_tls(&args.endpoint, TenantId(args.tenant), &tls).await?;
+    Ok(match token {
+        Some(token) => client.with_bearer_token(token),
+        None => client,
+    })
 }
 
 async fn run_client(command: Command) -> Result<ExitCode, ClientError> {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use toolplane::client::ClientTlsFiles;
+use toolplane::client::{BearerToken, ClientTlsFiles};
 use toolplane::envelope::TenantId;
 use toolplane::grpc::server_tls::{ServerTlsFiles, TlsSettingNames};
 use toolplane::provider::structs::structs_tools;
@@ -76,6 +76,11 @@ struct Args {
         requires = "control_plane_cert_file"
     )]
     control_plane_key_file: Option<PathBuf>,
+    /// A bearer token sent on registrations and heartbeats, for a control plane whose
+    /// tenant_access grants tenants to tokens; prefer the variable, as other users of the
+    /// machine can read a flag in the process list.
+    #[arg(long, env = "TOOLPLANE_TOKEN", hide_env_values = true)]
+    control_plane_token: Option<String>,
     /// How often the TLS files (--tls-*, --control-plane-*-file) are read again, so renewed
     /// certificates are used without a restart; 0s reads them only at the start.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
@@ -104,6 +109,18 @@ async fn main() -> ExitCode {
         Err(error) => {
             eprintln!("error: {error}");
             return ExitCode::FAILURE;
+        }
+    };
+    let control_plane_token = match args
+        .control_plane_token
+        .as_deref()
+        .map(BearerToken::new)
+        .transpose()
+    {
+        Ok(token) => token,
+        Err(error) => {
+            eprintln!("error: --control-plane-token (TOOLPLANE_TOKEN): {error}");
+            return ExitCode::from(2);
         }
     };
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
@@ -141,6 +158,7 @@ async fn main() -> ExitCode {
         cert_file: args.control_plane_cert_file.clone(),
         key_file: args.control_plane_key_file.clone(),
     };
+    config.control_plane_token = control_plane_token;
     config.tls_reload_interval = args.tls_reload_interval;
     match ProviderServer::new(tools, config)
         .serve(listener, toolplane::grpc::shutdown_signal())

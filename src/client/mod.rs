@@ -2,6 +2,7 @@
 //! what is missing, paged listings gathered whole, and a client-side discovery cache (seed 000:
 //! discovery results are cached for `DISCOVERY_CACHE_TTL_SECS`, default 300 s).
 
+mod bearer;
 mod requirement;
 mod tls;
 
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
+pub use bearer::{BearerAuth, BearerToken, ClientChannel, InvalidBearerToken};
 pub use requirement::{ParseRequirementError, ToolRequirement};
 pub use tls::{ClientTlsError, ClientTlsFiles};
 
@@ -41,6 +43,9 @@ pub enum ClientError {
     /// The TLS files cannot be used, or do not fit the endpoint.
     #[error(transparent)]
     Tls(#[from] ClientTlsError),
+    /// The bearer token given cannot be sent.
+    #[error(transparent)]
+    BearerToken(#[from] InvalidBearerToken),
     /// The server could not be reached.
     #[error("cannot connect to {endpoint}: {}", error_chain(source))]
     Connect {
@@ -137,10 +142,8 @@ pub const DEFAULT_RECORDS: i32 = 100;
 /// A typed toolplane client for one tenant.
 #[derive(Debug, Clone)]
 pub struct ToolplaneClient {
-    discovery: DiscoveryServiceClient<Channel>,
-    health: HealthServiceClient<Channel>,
-    invoke: ToolInvokeServiceClient<Channel>,
-    agents: AgentServiceClient<Channel>,
+    channel: Channel,
+    auth: BearerAuth,
     tenant: TenantId,
     correlation_id: String,
     cache: moka::future::Cache<String, pb::DiscoveryInfo>,
@@ -190,10 +193,8 @@ impl ToolplaneClient {
     /// A client over an existing channel, with a discovery cache of the given TTL.
     pub fn from_channel(channel: Channel, tenant: TenantId, cache_ttl: Duration) -> Self {
         Self {
-            discovery: DiscoveryServiceClient::new(channel.clone()),
-            health: HealthServiceClient::new(channel.clone()),
-            invoke: ToolInvokeServiceClient::new(channel.clone()),
-            agents: AgentServiceClient::new(channel),
+            channel,
+            auth: BearerAuth::default(),
             tenant,
             correlation_id: uuid::Uuid::new_v4().to_string(),
             cache: moka::future::Cache::builder()
@@ -209,9 +210,22 @@ impl ToolplaneClient {
         self
     }
 
+    /// Sends `token` as `authorization: Bearer TOKEN` on every call from now on (a toolplane
+    /// with `[[tenant_access]]` grants tenants to tokens), the generated clients this client
+    /// hands out included.
+    pub fn with_bearer_token(mut self, token: BearerToken) -> Self {
+        self.auth = BearerAuth::new(Some(token));
+        self
+    }
+
+    /// This client's channel, sending its bearer token.
+    fn channel(&self) -> ClientChannel {
+        self.auth.clone().on(self.channel.clone())
+    }
+
     /// The generated Agent client, for agent calls.
-    pub fn agents(&self) -> AgentServiceClient<Channel> {
-        self.agents.clone()
+    pub fn agents(&self) -> AgentServiceClient<ClientChannel> {
+        AgentServiceClient::new(self.channel())
     }
 
     /// The envelope this client sends.
@@ -220,8 +234,8 @@ impl ToolplaneClient {
     }
 
     /// The generated Discovery client, for calls this wrapper does not cover.
-    pub fn discovery(&self) -> DiscoveryServiceClient<Channel> {
-        self.discovery.clone()
+    pub fn discovery(&self) -> DiscoveryServiceClient<ClientChannel> {
+        DiscoveryServiceClient::new(self.channel())
     }
 
     /// Runs a pre-flight check. Missing required tools are [`ClientError::MissingTools`]; on
@@ -234,12 +248,7 @@ impl ToolplaneClient {
             meta: self.meta(),
             requirements: requirements.iter().map(ToolRequirement::to_pb).collect(),
         };
-        let response = self
-            .discovery
-            .clone()
-            .preflight(request)
-            .await?
-            .into_inner();
+        let response = self.discovery().preflight(request).await?.into_inner();
         for service in &response.services {
             self.cache
                 .insert(service.service_name.clone(), service.clone())
@@ -262,8 +271,7 @@ impl ToolplaneClient {
             service_name: name.to_owned(),
         };
         let service = self
-            .discovery
-            .clone()
+            .discovery()
             .get_service(request)
             .await?
             .into_inner()
@@ -288,12 +296,7 @@ impl ToolplaneClient {
                 page_size: 0,
                 page_token,
             };
-            let page = self
-                .discovery
-                .clone()
-                .list_services(request)
-                .await?
-                .into_inner();
+            let page = self.discovery().list_services(request).await?.into_inner();
             services.extend(page.services);
             if page.next_page_token.is_empty() {
                 return Ok(services);
@@ -316,12 +319,7 @@ impl ToolplaneClient {
                 page_token,
                 ..Default::default()
             };
-            let page = self
-                .discovery
-                .clone()
-                .list_tools(request)
-                .await?
-                .into_inner();
+            let page = self.discovery().list_tools(request).await?.into_inner();
             tools.extend(page.tools);
             if page.next_page_token.is_empty() {
                 return Ok(tools);
@@ -349,7 +347,10 @@ impl ToolplaneClient {
         if let Some(timeout) = timeout {
             request.set_timeout(timeout);
         }
-        Ok(self.invoke.clone().invoke_tool(request).await?.into_inner())
+        Ok(ToolInvokeServiceClient::new(self.channel())
+            .invoke_tool(request)
+            .await?
+            .into_inner())
     }
 
     /// Up to `limit` invocation records (newest first) that pass `filter` (0: up to
@@ -375,7 +376,10 @@ impl ToolplaneClient {
                 page_token,
                 ..Default::default()
             };
-            let page = (self.invoke.clone().list_invocation_records(request).await?).into_inner();
+            let page = (ToolInvokeServiceClient::new(self.channel())
+                .list_invocation_records(request)
+                .await?)
+                .into_inner();
             records.extend(page.records);
             page_token = page.next_page_token;
             if page_token.is_empty() || records.len() >= usize::try_from(wanted).unwrap_or(0) {
@@ -390,9 +394,7 @@ impl ToolplaneClient {
             meta: self.meta(),
             service_name: service.to_owned(),
         };
-        Ok(self
-            .health
-            .clone()
+        Ok(HealthServiceClient::new(self.channel())
             .get_service_health(request)
             .await?
             .into_inner())

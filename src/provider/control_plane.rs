@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::server::{ProviderConfig, ProviderError};
+use crate::client::{BearerAuth, ClientChannel};
 use crate::grpc::server_tls::{ServedTls, watched_files};
 use crate::grpc::tls_reload;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
@@ -34,6 +35,7 @@ const CONTROL_PLANE_PING_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub(super) struct ControlPlane {
     channel: Arc<ArcSwap<Channel>>,
+    auth: BearerAuth,
 }
 
 impl ControlPlane {
@@ -42,12 +44,13 @@ impl ControlPlane {
     pub(super) fn new(config: &ProviderConfig) -> Result<Self, ProviderError> {
         Ok(Self {
             channel: Arc::new(ArcSwap::from_pointee(channel(config)?)),
+            auth: BearerAuth::new(config.control_plane_token.clone()),
         })
     }
 
-    /// A client on the current channel.
-    pub(super) fn client(&self) -> DiscoveryServiceClient<Channel> {
-        DiscoveryServiceClient::new(Channel::clone(&self.channel.load()))
+    /// A client on the current channel, sending the control-plane bearer token if any.
+    pub(super) fn client(&self) -> DiscoveryServiceClient<ClientChannel> {
+        DiscoveryServiceClient::new(self.auth.clone().on(Channel::clone(&self.channel.load())))
     }
 
     /// Reads the TLS files again and makes the next calls go over a new connection made with

@@ -22,7 +22,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use super::control_plane::{ControlPlane, reload_tls_files};
 use super::tools::{RegisteredTools, ToolContext, ToolError, ToolInvocation};
-use crate::client::{ClientTlsError, ClientTlsFiles};
+use crate::client::{BearerToken, ClientTlsError, ClientTlsFiles};
 use crate::envelope::{RequestMeta, TenantId, request_meta};
 use crate::grpc::deadline::caller_timeout;
 use crate::grpc::panics::panic_message;
@@ -67,6 +67,9 @@ pub struct ProviderConfig {
     /// the public CAs and presents no client certificate. Files with an `http://` control
     /// plane are an error.
     pub control_plane_tls: ClientTlsFiles,
+    /// A bearer token sent on registrations, heartbeats and deregistrations, for a control
+    /// plane whose `[[tenant_access]]` grants tenants to tokens.
+    pub control_plane_token: Option<BearerToken>,
     /// How often the TLS files (`tls`, `control_plane_tls`) are read again, so renewed
     /// certificates are used without a restart; zero reads them only at the start.
     pub tls_reload_interval: Duration,
@@ -92,6 +95,7 @@ impl ProviderConfig {
             tls_setting_names: PROVIDER_TLS_SETTINGS,
             control_plane: control_plane.to_owned(),
             control_plane_tls: ClientTlsFiles::default(),
+            control_plane_token: None,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
             instance_id: String::new(),
             tenant: TenantId::default(),

@@ -1,0 +1,165 @@
+//! Bearer tokens sent by toolplane's own clients to a server whose `[[tenant_access]]` grants
+//! tenants to tokens: the `toolplane` CLI (`--token`, `TOOLPLANE_TOKEN`), the example provider
+//! (`--control-plane-token`), and the Rust client (`ToolplaneClient::with_bearer_token`).
+
+mod common;
+
+use std::process::Command;
+
+use common::process::{
+    ChildGuard, ServerProcess, invoke_structs_damage, toolplane_cli, wait_for_structs_provider_with,
+};
+use common::*;
+use tonic::Code;
+use toolplane::access::{TenantAccess, TenantAccessRule};
+use toolplane::client::{BearerToken, ClientError, ToolplaneClient};
+use toolplane::envelope::TenantId;
+use toolplane::grpc::ServerOptions;
+use toolplane::pb;
+
+/// The token granting tenant 1.
+const TOKEN: &str = "planner-token-7d2e";
+
+/// A `toolplane serve` process whose config grants tenant 1 to callers sending [`TOKEN`], and
+/// the directory holding its config file.
+fn token_guarded_process() -> (ServerProcess, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let config = dir.path().join("toolplane.toml");
+    std::fs::write(
+        &config,
+        "[[tenant_access]]\ntoken_env = \"PLANNER_TOKEN\"\ntenants = [1]\n",
+    )
+    .expect("write the config");
+    let config = config.to_str().expect("a UTF-8 path").to_owned();
+    let server = ServerProcess::start(&[("TOOLPLANE_CONFIG", &config), ("PLANNER_TOKEN", TOKEN)]);
+    (server, dir)
+}
+
+/// The example provider registers in tenant 1 with its token; the CLI, given the token as a
+/// flag or in `TOOLPLANE_TOKEN`, lists and invokes its tools there, and is refused tenant 2
+/// (PERMISSION_DENIED naming the token's variable), refused tenant 1 without the token, and
+/// refused UNAUTHENTICATED with a token no entry holds. A token a header cannot carry is an
+/// error before anything is sent, and is not printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_and_the_example_provider_send_their_tokens() {
+    let (server, _dir) = token_guarded_process();
+    let endpoint = server.endpoint();
+    let _provider = ChildGuard::structs_provider_with(
+        &endpoint,
+        &["--tenant", "1", "--control-plane-token", TOKEN],
+    );
+    let with_token = ["--endpoint", &endpoint, "--tenant", "1", "--token", TOKEN];
+    wait_for_structs_provider_with(&with_token);
+    invoke_structs_damage(&with_token);
+
+    let from_variable = |tenant: &str, token: &str| {
+        Command::new(env!("CARGO_BIN_EXE_toolplane"))
+            .args([
+                "tools",
+                "--json",
+                "--endpoint",
+                &endpoint,
+                "--tenant",
+                tenant,
+            ])
+            .env("TOOLPLANE_TOKEN", token)
+            .output()
+            .expect("run toolplane tools")
+    };
+    let listed = from_variable("1", TOKEN);
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(stdout.contains("structs_calculate_damage"), "{stdout}");
+
+    let refused = from_variable("2", TOKEN);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("PermissionDenied"), "{stderr}");
+    assert!(
+        stderr.contains("the bearer token of PLANNER_TOKEN"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("[RESOURCE_ACCESS_DENIED]"), "{stderr}");
+
+    let (code, _, stderr) = toolplane_cli(&["tools", "--endpoint", &endpoint, "--tenant", "1"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("PermissionDenied") && stderr.contains("no certificate identity"),
+        "{stderr}"
+    );
+
+    let unknown = from_variable("1", "guessed");
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert_eq!(unknown.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("Unauthenticated"), "{stderr}");
+
+    let unsendable = from_variable("1", "two words");
+    let stderr = String::from_utf8_lossy(&unsendable.stderr);
+    assert_eq!(unsendable.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bearer token holds a character"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("words"),
+        "the token is not printed: {stderr}"
+    );
+}
+
+/// The Rust client sends its token on every call it makes and on the generated clients it
+/// hands out; without one it is refused, and the server's refusal comes back typed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rust_client_sends_its_token_on_every_call() {
+    let rules = [TenantAccessRule {
+        token_env: "PLANNER_TOKEN".to_owned(),
+        tenants: vec![1],
+        ..TenantAccessRule::default()
+    }];
+    let access =
+        TenantAccess::from_rules_with(&rules, |_| Some(TOKEN.to_owned())).expect("valid rules");
+    let server = TestServer::start_with(ServerOptions {
+        tenant_access: access,
+        ..test_options()
+    })
+    .await;
+    let without = ToolplaneClient::connect(&server.endpoint(), TenantId(1))
+        .await
+        .expect("connected");
+    let client = without
+        .clone()
+        .with_bearer_token(BearerToken::new(TOKEN).expect("a valid token"));
+
+    client
+        .discovery()
+        .register_service(pb::RegisterServiceRequest {
+            meta: client.meta(),
+            registration: Some(story_generator()),
+        })
+        .await
+        .expect("granted on the generated Discovery client");
+    let services = client.all_services().await.expect("granted");
+    assert_eq!(services.len(), 1);
+    assert_eq!(client.all_tools(None).await.expect("granted").len(), 2);
+    client.health("story-generator").await.expect("granted");
+    client
+        .records(&Default::default(), 0)
+        .await
+        .expect("granted");
+    client
+        .agents()
+        .list_agents(pb::ListAgentsRequest {
+            meta: client.meta(),
+            ..Default::default()
+        })
+        .await
+        .expect("granted on the generated Agent client");
+
+    match without.all_services().await {
+        Err(ClientError::Rpc(status)) => {
+            assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+            assert_eq!(reason(&status), "RESOURCE_ACCESS_DENIED");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    server.stop().await;
+}
