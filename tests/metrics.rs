@@ -305,3 +305,49 @@ async fn a_scrape_reports_the_agents_and_their_conversations() {
     assert!(bytes >= "hello".len() as f64 * 2.0, "{bytes}");
     server.stop().await;
 }
+
+/// Under `[[tenant_access]]`, refused calls are counted by method and code like the rest: a
+/// call sending a bearer token no entry holds (refused as its connection reads it, before the
+/// services) as `Unauthenticated`, and a call naming a tenant its token is not granted as
+/// `PermissionDenied`, so an alert on either sees guessing and misconfigured callers.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_calls_are_counted_by_code() {
+    use toolplane::access::{TenantAccess, TenantAccessRule};
+    let rules = [TenantAccessRule {
+        token_env: "PLANNER_TOKEN".to_owned(),
+        tenants: vec![1],
+        ..TenantAccessRule::default()
+    }];
+    let access =
+        TenantAccess::from_rules_with(&rules, |_| Some("planner-token".to_owned())).expect("valid");
+    let (server, metrics) = TestServer::start_with_metrics(toolplane::grpc::ServerOptions {
+        tenant_access: access,
+        ..test_options()
+    })
+    .await;
+    let mut discovery = server.discovery().await;
+    for (tenant, token, code) in [
+        (1, "Bearer guessed", tonic::Code::Unauthenticated),
+        (1, "Bearer other-guess", tonic::Code::Unauthenticated),
+        (2, "Bearer planner-token", tonic::Code::PermissionDenied),
+    ] {
+        let mut request = tonic::Request::new(toolplane::pb::ListServicesRequest {
+            meta: meta(tenant),
+            ..Default::default()
+        });
+        request
+            .metadata_mut()
+            .insert("authorization", token.parse().expect("ascii"));
+        let refused = discovery.list_services(request).await.expect_err("refused");
+        assert_eq!(refused.code(), code, "{refused:?}");
+    }
+    let text = scrape_text(&http_client(), metrics).await;
+    let list_services = "grpc_method=\"ListServices\",grpc_service=\"toolplane.v1.DiscoveryService\",grpc_type=\"unary\"";
+    for (code, count) in [("Unauthenticated", 2.0), ("PermissionDenied", 1.0)] {
+        let name = format!("grpc_server_handled_total{{grpc_code=\"{code}\",{list_services}}}");
+        assert_eq!(sample(&text, &name), Some(count), "{name} in\n{text}");
+    }
+    let started = format!("grpc_server_started_total{{{list_services}}}");
+    assert_eq!(sample(&text, &started), Some(3.0), "{text}");
+    server.stop().await;
+}

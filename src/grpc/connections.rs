@@ -24,8 +24,20 @@ use tower::{Service, ServiceExt};
 
 use super::call_scheduling::{CallScheduling, ConnectionDriver};
 use super::deadline::{CallDeadline, DeadlineBody, timeout_of};
+use super::rpc_stats::RpcStats;
 use super::server_tls::PeerCertificate;
 use crate::access::{ConnectionAccess, TenantAccess};
+
+/// Tenant access as the connections rule it: the rules, and the stats that count the calls
+/// refused here, before they reach the metered services (an unknown bearer token).
+#[derive(Debug, Clone)]
+pub struct RuledAccess {
+    /// The `[[tenant_access]]` rules.
+    pub rules: Arc<TenantAccess>,
+    /// Where refused calls are counted, as the metering layer counts the rest; `None` counts
+    /// nothing (no metrics endpoint and no spans).
+    pub counted_in: Option<Arc<RpcStats>>,
+}
 
 /// How every connection is served.
 #[derive(Debug, Clone, Copy)]
@@ -86,12 +98,13 @@ impl<B> AnswerBody for B where
 /// With `access`, each connection's grant (the tenants its client certificate may act for) is
 /// worked out as it is accepted; each call is handed it, with the tenants of the bearer token
 /// it sends, as a request extension (`Arc<CallerGrant>`, checked by the adapters as they read
-/// the envelope). A call sending a token the rules do not hold is answered UNAUTHENTICATED.
+/// the envelope). A call sending a token the rules do not hold is answered UNAUTHENTICATED,
+/// and counted in `access.counted_in`.
 pub async fn serve_connections<S, B, I, IO>(
     incoming: I,
     service: S,
     settings: ConnectionSettings,
-    access: Option<Arc<TenantAccess>>,
+    access: Option<RuledAccess>,
     stop: impl Future<Output = ()>,
 ) where
     S: Routes<B>,
@@ -108,9 +121,12 @@ pub async fn serve_connections<S, B, I, IO>(
                 () = &mut stop => break,
                 accepted = incoming.next() => match accepted {
                     Some(Ok(io)) => {
-                        let access = access
-                            .as_ref()
-                            .map(|rules| ConnectionAccess::new(rules, io.peer_certificate()));
+                        let access = access.as_ref().map(|ruled| {
+                            (
+                                ConnectionAccess::new(&ruled.rules, io.peer_certificate()),
+                                ruled.counted_in.clone(),
+                            )
+                        });
                         let calls = Calls { service: service.clone(), access };
                         tokio::spawn(serve_connection(io, calls, settings, stop_seen.clone()));
                     }
@@ -168,8 +184,9 @@ async fn serve_connection<S, B, IO>(
 #[derive(Clone)]
 struct Calls<S> {
     service: S,
-    /// Where tenant access is ruled: what the connection's caller is granted.
-    access: Option<ConnectionAccess>,
+    /// Where tenant access is ruled: what the connection's caller is granted, and where calls
+    /// refused here are counted.
+    access: Option<(ConnectionAccess, Option<Arc<RpcStats>>)>,
 }
 
 impl<S, B> hyper::service::Service<http::Request<Incoming>> for Calls<S>
@@ -192,7 +209,7 @@ where
         {
             request.extensions_mut().insert(CallDeadline(at));
         }
-        if let Some(access) = &self.access {
+        if let Some((access, counted_in)) = &self.access {
             let authorization = request.headers().get(http::header::AUTHORIZATION);
             match access.grant_for_call(authorization.map(|value| value.as_bytes())) {
                 Ok(grant) => {
@@ -200,7 +217,11 @@ where
                 }
                 Err(refused) => {
                     tracing::info!(%refused, "call refused");
-                    return Box::pin(std::future::ready(Ok(Status::from(refused).into_http())));
+                    let status = Status::from(refused);
+                    if let Some(stats) = counted_in {
+                        stats.refused(request.uri().path(), status.code());
+                    }
+                    return Box::pin(std::future::ready(Ok(status.into_http())));
                 }
             }
         }

@@ -215,6 +215,14 @@ impl RpcStats {
         stats.handling_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// Counts a call to the method at `path` refused with `code` before it reached the
+    /// services (so before the metering layer saw it), as started and handled at once.
+    pub fn refused(&self, path: &str, code: Code) {
+        let method = self.method_of(path);
+        self.started(method);
+        self.handled(method, code, Duration::ZERO);
+    }
+
     /// Every method, the `unknown` one last.
     pub fn methods(&self) -> &[MethodStats] {
         &self.methods

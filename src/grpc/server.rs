@@ -22,7 +22,7 @@ pub use super::server_options::{
 };
 
 use super::agent::AgentApi;
-use super::connections::serve_connections;
+use super::connections::{RuledAccess, serve_connections};
 use super::discovery::DiscoveryApi;
 use super::health::HealthApi;
 use super::invoke::InvokeApi;
@@ -327,6 +327,10 @@ pub async fn serve_with(
     let settings = options.connection_settings();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let routes = ResponseCompressionService::new(routes, options.response_compression);
+    let access = access.map(|rules| RuledAccess {
+        rules,
+        counted_in: rpc_stats.clone(),
+    });
     let service = RpcMeteringLayer::new(rpc_stats, spans.clone())
         .layer(super::panics::catch_panics().layer(routes));
     let stopped = async {
