@@ -7,21 +7,24 @@
 //! meshes and cert-manager issue them) and DNS names are its identities, and the tenants the
 //! rules grant any of them are the tenants its calls may name. A call that sends
 //! `authorization: Bearer TOKEN` is granted the tenants of the rule holding that token too
-//! (tokens are read from environment variables the rules name, and kept only as sha256
-//! digests); a token no rule holds is refused as unauthenticated. A call naming a tenant it is
-//! not granted is refused before anything is read or changed.
+//! (tokens are read from environment variables or files the rules name, and kept only as
+//! sha256 digests: [`tokens`]); a token no rule holds is refused as unauthenticated. A call
+//! naming a tenant it is not granted is refused before anything is read or changed.
 //!
 //! Identities and tokens are compared exactly (no wildcards).
 
+mod tokens;
+
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use crate::envelope::TenantId;
+use tokens::Tokens;
 
 /// One `[[tenant_access]]` entry: the tenants a certificate identity, or the callers sending a
 /// bearer token, may act for.
@@ -36,6 +39,11 @@ pub struct TenantAccessRule {
     /// grants this entry's tenants; empty in an entry of an identity.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub token_env: String,
+    /// A file holding bearer tokens, one per line, each granting this entry's tenants; read
+    /// again when it changes (every `tls_reload_interval`), so a rotated token needs no
+    /// restart. Empty in an entry of an identity or a variable.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token_file: String,
     /// The tenants it may act for.
     #[serde(default)]
     pub tenants: Vec<u64>,
@@ -78,26 +86,11 @@ impl fmt::Display for Tenants {
 
 /// The tenant access rules, checked: an identity, or a token's digest, to the tenants it is
 /// granted.
-#[derive(Clone, PartialEq, Eq, Default)]
+/// Clones share the tokens, so a token file read again is seen by every clone.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TenantAccess {
     grants: HashMap<String, Tenants>,
-    tokens: HashMap<[u8; 32], TokenGrant>,
-}
-
-/// What one bearer token grants, and how errors name it (by its variable, never its value).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct TokenGrant {
-    variable: String,
-    tenants: Tenants,
-}
-
-impl fmt::Debug for TenantAccess {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TenantAccess")
-            .field("identities", &self.grants)
-            .field("tokens", &self.tokens.values().collect::<Vec<_>>())
-            .finish()
-    }
+    tokens: Arc<Tokens>,
 }
 
 impl TenantAccess {
@@ -107,60 +100,66 @@ impl TenantAccess {
         Self::from_rules_with(rules, |variable| std::env::var(variable).ok())
     }
 
-    /// The rules, checked: each names an identity or a token variable (set, and not empty),
-    /// once, and either tenants or `all_tenants`; `env` reads a variable. The error says which
-    /// entry is at fault and how.
+    /// The rules, checked: each names an identity, a token variable (set, and not empty) or a
+    /// token file (readable, holding a token), once, and either tenants or `all_tenants`;
+    /// `env` reads a variable. The error says which entry is at fault and how.
     pub fn from_rules_with(
         rules: &[TenantAccessRule],
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
-        let mut access = Self::default();
+        let mut grants = HashMap::new();
+        let mut tokens = Tokens::default();
         for (index, rule) in rules.iter().enumerate() {
-            let named = if rule.token_env.is_empty() {
-                &rule.identity
-            } else {
-                &rule.token_env
-            };
+            let names = [&rule.identity, &rule.token_env, &rule.token_file];
+            let named = names
+                .iter()
+                .find(|name| !name.is_empty())
+                .map_or("", |name| name);
             let at = format!("tenant_access entry {} ({named:?})", index + 1);
             let tenants = rule_tenants(rule).map_err(|problem| format!("{at}: {problem}"))?;
-            let twice = match (rule.identity.as_str(), rule.token_env.as_str()) {
-                ("", "") => {
+            match names.map(|name| name.as_str()) {
+                ["", "", ""] => {
                     return Err(format!(
-                        "{at}: name a certificate's URI or DNS name (identity) or the variable \
-                         of a bearer token (token_env)"
+                        "{at}: name a certificate's URI or DNS name (identity), the variable \
+                         of a bearer token (token_env) or a file of bearer tokens (token_file)"
                     ));
                 }
-                (identity, "") if identity.trim() != identity => {
+                [identity, "", ""] if identity.trim() != identity => {
                     return Err(format!("{at}: identity must be written without spaces"));
                 }
-                (identity, "") => access.grants.insert(identity.to_owned(), tenants).is_some(),
-                ("", variable) => {
-                    let token = env(variable).filter(|token| !token.is_empty());
+                [identity, "", ""] => {
+                    if grants.insert(identity.to_owned(), tenants).is_some() {
+                        return Err(format!(
+                            "{at}: its identity is in another entry too; give it one entry \
+                             with all its tenants"
+                        ));
+                    }
+                }
+                ["", variable, ""] => {
+                    let token = env(variable).filter(|token| !token.trim().is_empty());
                     let token = token.ok_or_else(|| {
                         format!("{at}: token_env names {variable}, which is not set or is empty")
                     })?;
-                    let grant = TokenGrant {
-                        variable: variable.to_owned(),
-                        tenants,
-                    };
-                    let digest = token_digest(token.as_bytes());
-                    access.tokens.insert(digest, grant).is_some()
+                    tokens.add_variable(at, variable, &token, tenants);
                 }
-                _ => return Err(format!("{at}: set identity or token_env, not both")),
-            };
-            if twice {
-                return Err(format!(
-                    "{at}: its identity or token is in another entry too; give it one entry \
-                     with all its tenants"
-                ));
+                ["", "", file] => tokens.add_file(at, file, tenants),
+                _ => {
+                    return Err(format!(
+                        "{at}: set one of identity, token_env and token_file, not several"
+                    ));
+                }
             }
         }
-        Ok(access)
+        tokens.load()?;
+        Ok(Self {
+            grants,
+            tokens: Arc::new(tokens),
+        })
     }
 
     /// Whether there are no rules (every caller may name any tenant).
     pub fn is_open(&self) -> bool {
-        self.grants.is_empty() && self.tokens.is_empty()
+        self.grants.is_empty() && !self.tokens.any()
     }
 
     /// How many certificate identities the rules name (they need client certificates asked
@@ -169,9 +168,21 @@ impl TenantAccess {
         self.grants.len()
     }
 
-    /// How many bearer tokens the rules hold.
+    /// How many bearer tokens the rules hold now.
     pub fn tokens(&self) -> usize {
-        self.tokens.len()
+        self.tokens.count()
+    }
+
+    /// The token files of `token_file` entries, to be read again when they change.
+    pub fn token_files(&self) -> Vec<PathBuf> {
+        self.tokens.files()
+    }
+
+    /// Reads the token files again and checks calls against the tokens they hold now; a file
+    /// that cannot be read or holds no token, or a token in two entries, is an error naming
+    /// the entry, and the tokens held before stay.
+    pub fn reload_token_files(&self) -> Result<(), String> {
+        self.tokens.load()
     }
 
     /// What one call is granted: its connection's grant, and the tenants of the bearer token
@@ -182,18 +193,15 @@ impl TenantAccess {
         connection: &Arc<CallerGrant>,
         authorization: Option<&[u8]>,
     ) -> Result<Arc<CallerGrant>, AccessError> {
-        let Some(header) = authorization.filter(|_| !self.tokens.is_empty()) else {
+        let Some(header) = authorization.filter(|_| self.tokens.any()) else {
             return Ok(Arc::clone(connection));
         };
         let token = bearer_token(header).ok_or(AccessError::UnknownToken)?;
-        let granted = self
-            .tokens
-            .get(&token_digest(token))
-            .ok_or(AccessError::UnknownToken)?;
+        let granted = self.tokens.grant(token).ok_or(AccessError::UnknownToken)?;
         let mut grant = CallerGrant::clone(connection);
         grant
             .identities
-            .push(format!("the bearer token of {}", granted.variable));
+            .push(format!("the bearer token of {}", granted.source));
         grant.tenants.add(&granted.tenants);
         Ok(Arc::new(grant))
     }
@@ -241,12 +249,6 @@ fn bearer_token(header: &[u8]) -> Option<&[u8]> {
         .eq_ignore_ascii_case(b"bearer ")
         .then(|| token.trim_ascii())
         .filter(|token| !token.is_empty())
-}
-
-/// A token as the rules keep it: its sha256, so no token is held in memory as it was sent, and
-/// looking one up compares digests, not the secrets.
-fn token_digest(token: &[u8]) -> [u8; 32] {
-    Sha256::digest(token).into()
 }
 
 /// The URI and DNS names of a DER certificate, URIs first; none when it cannot be read (rustls
@@ -339,7 +341,8 @@ pub enum AccessError {
     /// The call's `authorization` header is not a bearer token the rules hold.
     #[error(
         "the authorization header is not a bearer token tenant_access holds: send \
-         \"authorization: Bearer TOKEN\" with a token of a token_env entry, or none"
+         \"authorization: Bearer TOKEN\" with a token of a token_env or token_file entry, \
+         or none"
     )]
     UnknownToken,
     /// The call names a tenant the caller's certificate is not granted.

@@ -114,7 +114,7 @@ fn bad_rules_are_refused_with_the_entry_named() {
         ),
         (
             vec![rule("a", &[1]), rule("a", &[2])],
-            "entry 2 (\"a\"): its identity or token is in another entry too",
+            "entry 2 (\"a\"): its identity is in another entry too",
         ),
         (
             vec![rule("", &[1])],
@@ -131,11 +131,11 @@ fn bad_rules_are_refused_with_the_entry_named() {
                 identity: "a".into(),
                 ..token_rule("OPS_TOKEN", &[1])
             }],
-            "not both",
+            "not several",
         ),
         (
             vec![token_rule("OPS_TOKEN", &[1]), token_rule("OPS_TOKEN", &[2])],
-            "entry 2 (\"OPS_TOKEN\"): its identity or token is in another entry too",
+            "entry 2 (\"OPS_TOKEN\"): a token of it is in tenant_access entry 1 (\"OPS_TOKEN\") too",
         ),
     ];
     for (rules, expected) in cases {
@@ -233,4 +233,71 @@ fn bearer_tokens_add_their_tenants_to_the_call() {
     }
     let debug = format!("{access:?}");
     assert!(!debug.contains("s3cret"), "{debug}");
+}
+
+fn file_rule(path: &std::path::Path, tenants: &[u64]) -> TenantAccessRule {
+    TenantAccessRule {
+        token_file: path.display().to_string(),
+        tenants: tenants.to_vec(),
+        ..TenantAccessRule::default()
+    }
+}
+
+/// A token file's lines are tokens granting its entry's tenants; read again, its new tokens
+/// are granted and removed ones refused, in every clone of the rules; a file that cannot be
+/// read or holds no token, or a token held by another entry, is an error naming the entry,
+/// at the start or on reading again (then the tokens held before stay).
+#[test]
+fn token_files_are_read_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("agents");
+    std::fs::write(&file, "s3cret-old\n\n  s3cret-new  \n").expect("write");
+    let access = TenantAccess::from_rules_with(
+        &[file_rule(&file, &[5]), token_rule("OPS_TOKEN", &[6])],
+        env,
+    )
+    .expect("valid");
+    let serving = access.clone();
+    assert_eq!(access.token_files(), std::slice::from_ref(&file));
+    assert_eq!(access.tokens(), 3);
+    let nameless = Arc::new(access.grant_for(Vec::new()));
+    let call =
+        |token: &str| serving.grant_for_call(&nameless, Some(format!("Bearer {token}").as_bytes()));
+    for token in ["s3cret-old", "s3cret-new"] {
+        let grant = call(token).expect("a token of the file");
+        grant.check(TenantId(5)).expect("the file's tenant");
+        let text = grant
+            .check(TenantId(6))
+            .expect_err("not its tenant")
+            .to_string();
+        assert!(
+            text.contains(&format!("the bearer token of {}", file.display())),
+            "{text}"
+        );
+    }
+
+    std::fs::write(&file, "s3cret-new\n").expect("rotate");
+    access.reload_token_files().expect("read again");
+    assert_eq!(call("s3cret-old"), Err(AccessError::UnknownToken));
+    call("s3cret-new").expect("still held");
+    call("s3cret-ops").expect("the variable's token stays");
+
+    for (content, expected) in [
+        ("\n \n", "holds no token"),
+        ("s3cret-ops\n", "is in tenant_access entry 1"),
+    ] {
+        std::fs::write(&file, content).expect("write");
+        let error = access.reload_token_files().expect_err("cannot be used");
+        assert!(error.contains(expected), "{error}");
+        call("s3cret-new").expect("the tokens held before stay");
+    }
+    std::fs::remove_file(&file).expect("remove");
+    let error = access.reload_token_files().expect_err("gone");
+    assert!(error.contains("cannot be read"), "{error}");
+    let error = TenantAccess::from_rules_with(&[file_rule(&file, &[5])], env).expect_err("missing");
+    assert!(
+        error.contains(&format!("token_file {} cannot be read", file.display())),
+        "{error}"
+    );
+    assert!(!format!("{access:?}").contains("s3cret"));
 }

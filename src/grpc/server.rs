@@ -209,6 +209,21 @@ pub async fn serve_with(
         options.tls_reload_interval,
         &serving.subscribe(),
     );
+    if let Some(rules) = access
+        .clone()
+        .filter(|_| !options.tls_reload_interval.is_zero())
+    {
+        let files = rules.token_files();
+        if !files.is_empty() {
+            tokio::spawn(super::tls_reload::watch(
+                "tenant_access token files",
+                files,
+                options.tls_reload_interval,
+                move || rules.reload_token_files(),
+                serving.subscribe(),
+            ));
+        }
+    }
     let limits = Arc::new(RateLimits::new(&options.rate_limits));
     let model = model_provider(options.model.as_ref())?;
     let invoker = Invoker::new(

@@ -37,7 +37,8 @@ fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
 
 /// Reads `paths` every `interval` until `serving` turns false; when their contents change,
 /// calls `rebuild`, which builds and installs the new configuration or says why it cannot.
-/// `what` names the configuration in the log.
+/// `what` names the configuration in the log. (Tenant access's token files are watched the
+/// same way.)
 pub async fn watch<F>(
     what: &'static str,
     paths: Vec<PathBuf>,
@@ -80,11 +81,11 @@ pub async fn watch<F>(
         seen = now;
         match outcome {
             None => {}
-            Some(Ok(())) => tracing::info!(what, "TLS files changed: reloaded"),
+            Some(Ok(())) => tracing::info!(what, "files changed: reloaded"),
             Some(Err(error)) => tracing::warn!(
                 what,
                 %error,
-                "TLS files changed but cannot be used; keeping the previous ones"
+                "files changed but cannot be used; keeping the previous ones"
             ),
         }
     }
@@ -107,14 +108,20 @@ pub fn watch_all(
     if let Some((tls, files)) = served {
         let paths = super::server_tls::watched_files(&files);
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
-        tokio::spawn(watch("served", paths, interval, rebuild, serving.clone()));
+        tokio::spawn(watch(
+            "served TLS",
+            paths,
+            interval,
+            rebuild,
+            serving.clone(),
+        ));
     }
     let (tls, files) = providers;
     let paths = files.paths();
     if !paths.is_empty() {
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
         tokio::spawn(watch(
-            "providers",
+            "TLS to providers",
             paths,
             interval,
             rebuild,
@@ -126,7 +133,7 @@ pub fn watch_all(
         if !paths.is_empty() {
             let rebuild = move || tls.reload().map_err(|error| error.to_string());
             tokio::spawn(watch(
-                "OTLP collector",
+                "TLS to the OTLP collector",
                 paths,
                 interval,
                 rebuild,

@@ -1,10 +1,12 @@
-//! Bearer tokens sent by toolplane's own clients to a server whose `[[tenant_access]]` grants
-//! tenants to tokens: the `toolplane` CLI (`--token`, `TOOLPLANE_TOKEN`), the example provider
-//! (`--control-plane-token`), and the Rust client (`ToolplaneClient::with_bearer_token`).
+//! Bearer tokens under `[[tenant_access]]`: sent by toolplane's own clients (the `toolplane`
+//! CLI's `--token` and `TOOLPLANE_TOKEN`, the example provider's `--control-plane-token`, the
+//! Rust client's `ToolplaneClient::with_bearer_token`), and read by the server from a token
+//! file again when it changes.
 
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use common::process::{
     ChildGuard, ServerProcess, invoke_structs_damage, toolplane_cli, wait_for_structs_provider_with,
@@ -20,19 +22,28 @@ use toolplane::pb;
 /// The token granting tenant 1.
 const TOKEN: &str = "planner-token-7d2e";
 
-/// A `toolplane serve` process whose config grants tenant 1 to callers sending [`TOKEN`], and
-/// the directory holding its config file.
-fn token_guarded_process() -> (ServerProcess, tempfile::TempDir) {
+/// A `toolplane serve` process with the config file `config` (`{dir}` in it is the directory
+/// holding it) and `files` (name, content) beside it; `PLANNER_TOKEN` is set to [`TOKEN`] in
+/// its environment.
+fn serve_with_config(config: &str, files: &[(&str, &str)]) -> (ServerProcess, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let config = dir.path().join("toolplane.toml");
-    std::fs::write(
-        &config,
-        "[[tenant_access]]\ntoken_env = \"PLANNER_TOKEN\"\ntenants = [1]\n",
-    )
-    .expect("write the config");
-    let config = config.to_str().expect("a UTF-8 path").to_owned();
-    let server = ServerProcess::start(&[("TOOLPLANE_CONFIG", &config), ("PLANNER_TOKEN", TOKEN)]);
+    for (name, content) in files {
+        std::fs::write(dir.path().join(name), content).expect("write a file");
+    }
+    let file = dir.path().join("toolplane.toml");
+    let config = config.replace("{dir}", dir.path().to_str().expect("a UTF-8 path"));
+    std::fs::write(&file, config).expect("write the config");
+    let file = file.to_str().expect("a UTF-8 path").to_owned();
+    let server = ServerProcess::start(&[("TOOLPLANE_CONFIG", &file), ("PLANNER_TOKEN", TOKEN)]);
     (server, dir)
+}
+
+/// A `toolplane serve` process whose config grants tenant 1 to callers sending [`TOKEN`].
+fn token_guarded_process() -> (ServerProcess, tempfile::TempDir) {
+    serve_with_config(
+        "[[tenant_access]]\ntoken_env = \"PLANNER_TOKEN\"\ntenants = [1]\n",
+        &[],
+    )
 }
 
 /// The example provider registers in tenant 1 with its token; the CLI, given the token as a
@@ -162,4 +173,65 @@ async fn the_rust_client_sends_its_token_on_every_call() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     server.stop().await;
+}
+
+/// A `token_file` entry's tokens are read again when the file changes: after a rotation the
+/// new token is granted and the old one refused UNAUTHENTICATED, without a restart; a file
+/// rewritten empty is logged and the tokens held before stay.
+#[test]
+fn a_rotated_token_file_needs_no_restart() {
+    let (server, dir) = serve_with_config(
+        "tls_reload_interval = \"100ms\"\n\
+         [[tenant_access]]\ntoken_file = \"{dir}/tokens\"\ntenants = [1]\n",
+        &[("tokens", "first-token\n")],
+    );
+    let tokens = dir.path().join("tokens");
+    let endpoint = server.endpoint();
+    let tools = |token: &str| {
+        toolplane_cli(&[
+            "tools",
+            "--endpoint",
+            &endpoint,
+            "--tenant",
+            "1",
+            "--token",
+            token,
+        ])
+    };
+    assert_eq!(
+        tools("first-token").0,
+        0,
+        "granted by the file read at the start"
+    );
+    assert_eq!(tools("second-token").0, 2);
+
+    std::fs::write(&tokens, "second-token\n").expect("rotate the token");
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while tools("second-token").0 != 0 {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the rotated token was never read"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, _, stderr) = tools("first-token");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("Unauthenticated"), "{stderr}");
+    let reloaded = server.log_lines_with("files changed: reloaded");
+    assert!(
+        reloaded
+            .iter()
+            .any(|line| line.contains("tenant_access token files")),
+        "{reloaded:?}"
+    );
+
+    std::fs::write(&tokens, "\n").expect("empty the file");
+    while server.log_lines_with("holds no token").is_empty() {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the emptied file was never read"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(tools("second-token").0, 0, "the tokens held before stay");
 }

@@ -1,0 +1,174 @@
+//! The bearer tokens of `[[tenant_access]]`: read from an environment variable once
+//! (`token_env`), or from a file (`token_file`, a mounted Kubernetes Secret, a Vault agent's
+//! output) that is read again while the server runs, so a rotated token needs no restart.
+//!
+//! A token file holds one token per line (blank lines are skipped), each granting the entry's
+//! tenants: to rotate without refusing anyone, write the new token beside the old one, move the
+//! callers over, then remove the old line. Tokens are kept only as sha256 digests.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use arc_swap::ArcSwap;
+use sha2::{Digest, Sha256};
+
+use super::Tenants;
+
+/// A token as the rules keep it: its sha256, so no token is held in memory as it was sent, and
+/// looking one up compares digests, not the secrets.
+pub(super) fn token_digest(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
+}
+
+/// What one bearer token grants, and how errors name it (by its variable or file, never its
+/// value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TokenGrant {
+    pub(super) source: String,
+    pub(super) tenants: Tenants,
+}
+
+/// Where an entry's tokens come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    /// A variable, read once: its token's digest.
+    Variable { name: String, digest: [u8; 32] },
+    /// A file, read at the start and again when it changes.
+    File(PathBuf),
+}
+
+/// One entry's tokens: where from, what they grant, and how errors name the entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    source: Source,
+    tenants: Tenants,
+    at: String,
+}
+
+/// The token entries, and the table of every token they hold now.
+#[derive(Debug, Default)]
+pub(super) struct Tokens {
+    entries: Vec<Entry>,
+    table: ArcSwap<HashMap<[u8; 32], TokenGrant>>,
+}
+
+impl Tokens {
+    /// Adds an entry of the token in `variable` (`token`, read from it); `at` names the entry.
+    pub(super) fn add_variable(
+        &mut self,
+        at: String,
+        variable: &str,
+        token: &str,
+        tenants: Tenants,
+    ) {
+        let source = Source::Variable {
+            name: variable.to_owned(),
+            digest: token_digest(token.trim().as_bytes()),
+        };
+        self.entries.push(Entry {
+            source,
+            tenants,
+            at,
+        });
+    }
+
+    /// Adds an entry of the tokens in the file at `path`; `at` names the entry.
+    pub(super) fn add_file(&mut self, at: String, path: &str, tenants: Tenants) {
+        self.entries.push(Entry {
+            source: Source::File(PathBuf::from(path)),
+            tenants,
+            at,
+        });
+    }
+
+    /// Reads the token files and makes the table of every entry's tokens the one calls are
+    /// checked against. A file that cannot be read or holds no token, or a token held by two
+    /// entries, is an error naming the entry, and the table in use stays.
+    pub(super) fn load(&self) -> Result<(), String> {
+        let mut table = HashMap::new();
+        let mut entry_of = HashMap::new();
+        for (index, entry) in self.entries.iter().enumerate() {
+            let (name, digests) = match &entry.source {
+                Source::Variable { name, digest } => (name.clone(), vec![*digest]),
+                Source::File(path) => (path.display().to_string(), file_tokens(entry, path)?),
+            };
+            for digest in digests {
+                let grant = TokenGrant {
+                    source: name.clone(),
+                    tenants: entry.tenants.clone(),
+                };
+                table.insert(digest, grant);
+                if let Some(other) = entry_of
+                    .insert(digest, index)
+                    .filter(|other| *other != index)
+                {
+                    return Err(format!(
+                        "{}: a token of it is in {} too; give it one entry with all its tenants",
+                        entry.at, self.entries[other].at
+                    ));
+                }
+            }
+        }
+        self.table.store(table.into());
+        Ok(())
+    }
+
+    /// Whether there are token entries at all.
+    pub(super) fn any(&self) -> bool {
+        !self.entries.is_empty()
+    }
+
+    /// How many tokens the entries hold now.
+    pub(super) fn count(&self) -> usize {
+        self.table.load().len()
+    }
+
+    /// The token files, to be watched for changes.
+    pub(super) fn files(&self) -> Vec<PathBuf> {
+        self.entries
+            .iter()
+            .filter_map(|entry| match &entry.source {
+                Source::File(path) => Some(path.clone()),
+                Source::Variable { .. } => None,
+            })
+            .collect()
+    }
+
+    /// What `token` grants, if an entry holds it.
+    pub(super) fn grant(&self, token: &[u8]) -> Option<TokenGrant> {
+        self.table.load().get(&token_digest(token)).cloned()
+    }
+}
+
+impl PartialEq for Tokens {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries && *self.table.load() == *other.table.load()
+    }
+}
+
+impl Eq for Tokens {}
+
+/// The digests of the tokens in `path`, one per line, blank lines skipped.
+fn file_tokens(entry: &Entry, path: &std::path::Path) -> Result<Vec<[u8; 32]>, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        format!(
+            "{}: token_file {} cannot be read: {error}",
+            entry.at,
+            path.display()
+        )
+    })?;
+    let digests: Vec<[u8; 32]> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(|token| token_digest(token.as_bytes()))
+        .collect();
+    if digests.is_empty() {
+        return Err(format!(
+            "{}: token_file {} holds no token (one per line)",
+            entry.at,
+            path.display()
+        ));
+    }
+    Ok(digests)
+}
