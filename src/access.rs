@@ -198,10 +198,13 @@ impl TenantAccess {
         };
         let token = bearer_token(header).ok_or(AccessError::UnknownToken)?;
         let granted = self.tokens.grant(token).ok_or(AccessError::UnknownToken)?;
+        if connection.identities.is_empty() {
+            // No certificate identity to add (no client certificates, the usual case with
+            // tokens): the token's grant as it is.
+            return Ok(granted);
+        }
         let mut grant = CallerGrant::clone(connection);
-        grant
-            .identities
-            .push(format!("the bearer token of {}", granted.source));
+        grant.identities.extend(granted.identities.iter().cloned());
         grant.tenants.add(&granted.tenants);
         Ok(Arc::new(grant))
     }

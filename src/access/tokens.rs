@@ -8,24 +8,17 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
-use super::Tenants;
+use super::{CallerGrant, Tenants};
 
 /// A token as the rules keep it: its sha256, so no token is held in memory as it was sent, and
 /// looking one up compares digests, not the secrets.
 pub(super) fn token_digest(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()
-}
-
-/// What one bearer token grants, and how errors name it (by its variable or file, never its
-/// value).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct TokenGrant {
-    pub(super) source: String,
-    pub(super) tenants: Tenants,
 }
 
 /// Where an entry's tokens come from.
@@ -49,7 +42,10 @@ struct Entry {
 #[derive(Debug, Default)]
 pub(super) struct Tokens {
     entries: Vec<Entry>,
-    table: ArcSwap<HashMap<[u8; 32], TokenGrant>>,
+    /// Each token's digest to what it grants a caller with no certificate identity, made once
+    /// here so that a call sending it allocates nothing; errors name it by its variable or
+    /// file, never its value.
+    table: ArcSwap<HashMap<[u8; 32], Arc<CallerGrant>>>,
 }
 
 impl Tokens {
@@ -93,11 +89,11 @@ impl Tokens {
                 Source::File(path) => (path.display().to_string(), file_tokens(entry, path)?),
             };
             for digest in digests {
-                let grant = TokenGrant {
-                    source: name.clone(),
+                let grant = CallerGrant {
+                    identities: vec![format!("the bearer token of {name}")],
                     tenants: entry.tenants.clone(),
                 };
-                table.insert(digest, grant);
+                table.insert(digest, Arc::new(grant));
                 if let Some(other) = entry_of
                     .insert(digest, index)
                     .filter(|other| *other != index)
@@ -135,7 +131,7 @@ impl Tokens {
     }
 
     /// What `token` grants, if an entry holds it.
-    pub(super) fn grant(&self, token: &[u8]) -> Option<TokenGrant> {
+    pub(super) fn grant(&self, token: &[u8]) -> Option<Arc<CallerGrant>> {
         self.table.load().get(&token_digest(token)).cloned()
     }
 }
