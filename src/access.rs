@@ -8,11 +8,16 @@
 //! rules grant any of them are the tenants its calls may name. A call that sends
 //! `authorization: Bearer TOKEN` is granted the tenants of the rule holding that token too
 //! (tokens are read from environment variables or files the rules name, and kept only as
-//! sha256 digests: [`tokens`]); a token no rule holds is refused as unauthenticated. A call
+//! sha256 digests: `access::tokens`); a token no rule holds is refused as unauthenticated. A call
 //! naming a tenant it is not granted is refused before anything is read or changed.
+//!
+//! Behind a proxy that terminates TLS (a mesh sidecar), the identities of a call are those of
+//! the certificate the proxy forwards in `x-forwarded-client-cert`, believed only from the
+//! proxies listed (`access::forwarded`).
 //!
 //! Identities and tokens are compared exactly (no wildcards).
 
+mod forwarded;
 mod tokens;
 
 use std::collections::{BTreeSet, HashMap};
@@ -24,6 +29,8 @@ use serde::{Deserialize, Serialize};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use crate::envelope::TenantId;
+pub use forwarded::{FORWARDED_CLIENT_CERT, parse_proxies};
+use ipnet::IpNet;
 use tokens::Tokens;
 
 /// One `[[tenant_access]]` entry: the tenants a certificate identity, or the callers sending a
@@ -91,6 +98,8 @@ impl fmt::Display for Tenants {
 pub struct TenantAccess {
     grants: HashMap<String, Tenants>,
     tokens: Arc<Tokens>,
+    /// The proxies whose `x-forwarded-client-cert` is believed.
+    proxies: Vec<IpNet>,
 }
 
 impl TenantAccess {
@@ -154,7 +163,20 @@ impl TenantAccess {
         Ok(Self {
             grants,
             tokens: Arc::new(tokens),
+            proxies: Vec::new(),
         })
+    }
+
+    /// These rules, with the certificate forwarded in `x-forwarded-client-cert` taken for a
+    /// call's identities on connections from `proxies` (and only there).
+    pub fn with_forwarded_client_cert_proxies(mut self, proxies: Vec<IpNet>) -> Self {
+        self.proxies = proxies;
+        self
+    }
+
+    /// The proxies whose forwarded certificates are believed.
+    pub fn forwarded_client_cert_proxies(&self) -> &[IpNet] {
+        &self.proxies
     }
 
     /// Whether there are no rules (every caller may name any tenant).
@@ -317,24 +339,46 @@ impl CallerGrant {
 pub struct ConnectionAccess {
     rules: Arc<TenantAccess>,
     grant: Arc<CallerGrant>,
+    /// Whether the connection comes from a proxy whose forwarded certificates are believed.
+    from_proxy: bool,
 }
 
 impl ConnectionAccess {
-    /// Access on a connection whose caller presented `certificate` (DER; `None` for none).
-    pub fn new(rules: &Arc<TenantAccess>, certificate: Option<&[u8]>) -> Self {
+    /// Access on a connection from `peer` whose caller presented `certificate` (DER; `None`
+    /// for none).
+    pub fn new(
+        rules: &Arc<TenantAccess>,
+        certificate: Option<&[u8]>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Self {
         Self {
             rules: Arc::clone(rules),
             grant: Arc::new(rules.grant_for_certificate(certificate)),
+            from_proxy: forwarded::from_proxy(&rules.proxies, peer),
         }
     }
 
-    /// What a call on the connection whose `authorization` header is this is granted (see
+    /// What a call on the connection with these request headers is granted: on a connection
+    /// from a listed proxy that forwards a certificate, that certificate's grant (not the
+    /// proxy's own), else the connection's; then the tenants of its bearer token (see
     /// [`TenantAccess::grant_for_call`]).
     pub fn grant_for_call(
         &self,
-        authorization: Option<&[u8]>,
+        headers: &http::HeaderMap,
     ) -> Result<Arc<CallerGrant>, AccessError> {
-        self.rules.grant_for_call(&self.grant, authorization)
+        let forwarded = headers
+            .get(FORWARDED_CLIENT_CERT)
+            .filter(|_| self.from_proxy);
+        let connection = match forwarded {
+            Some(header) => Arc::new(
+                self.rules
+                    .grant_for(forwarded::forwarded_identities(header.as_bytes())?),
+            ),
+            None => Arc::clone(&self.grant),
+        };
+        let authorization = headers.get(http::header::AUTHORIZATION);
+        self.rules
+            .grant_for_call(&connection, authorization.map(|value| value.as_bytes()))
     }
 }
 
@@ -348,6 +392,12 @@ pub enum AccessError {
          or none"
     )]
     UnknownToken,
+    /// A listed proxy forwarded an `x-forwarded-client-cert` header that cannot be read.
+    #[error(
+        "the x-forwarded-client-cert header from a proxy in forwarded_client_cert_proxies \
+         cannot be read ({0}): check the proxy's forward_client_cert_details settings"
+    )]
+    ForwardedCertificateUnreadable(String),
     /// The call names a tenant the caller's certificate is not granted.
     #[error(
         "the caller ({caller}) may not act for tenant {tenant}: tenant_access grants it \

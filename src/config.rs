@@ -99,9 +99,15 @@ pub struct ServerConfig {
     checked_mcp_imports: Vec<McpImport>,
     /// Which tenants callers may act for, by the URI or DNS names of their client certificates
     /// or the bearer tokens they send (file only), as `[[tenant_access]]` tables with
-    /// `identity` (needs `tls_client_ca_file`) or `token_env`, and `tenants` (or `all_tenants =
+    /// `identity` (needs `tls_client_ca_file` or `forwarded_client_cert_proxies`), `token_env`
+    /// or `token_file`, and `tenants` (or `all_tenants =
     /// true`); none lets every caller name any tenant.
     pub tenant_access: Vec<TenantAccessRule>,
+    /// The proxies (IP addresses or networks, comma-separated) that terminate TLS in front of
+    /// toolplane and forward their callers' certificates in `x-forwarded-client-cert`, as a
+    /// mesh sidecar does: on connections from them, `tenant_access` identities are read from
+    /// that header. Empty believes the header from no one.
+    pub forwarded_client_cert_proxies: String,
     /// [`Self::tenant_access`], checked when the configuration was loaded.
     #[serde(skip)]
     checked_tenant_access: TenantAccess,
@@ -259,6 +265,7 @@ impl Default for ServerConfig {
             mcp_imports: Vec::new(),
             checked_mcp_imports: Vec::new(),
             tenant_access: Vec::new(),
+            forwarded_client_cert_proxies: String::new(),
             checked_tenant_access: TenantAccess::default(),
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),

@@ -108,11 +108,22 @@ impl ServerConfig {
                     .to_owned(),
             );
         }
-        let tenant_access = TenantAccess::from_rules(&self.tenant_access)?;
-        if tenant_access.identities() > 0 && self.tls_client_ca_file.is_empty() {
+        let proxies = crate::access::parse_proxies(&self.forwarded_client_cert_proxies)?;
+        let tenant_access = TenantAccess::from_rules(&self.tenant_access)?
+            .with_forwarded_client_cert_proxies(proxies);
+        let forwarded = !tenant_access.forwarded_client_cert_proxies().is_empty();
+        if tenant_access.identities() > 0 && self.tls_client_ca_file.is_empty() && !forwarded {
             return Err(
                 "tenant_access grants tenants by client certificate identity, but none is asked \
-                 for: set tls_client_ca_file (with tls_cert_file and tls_key_file)"
+                 for: set tls_client_ca_file (with tls_cert_file and tls_key_file), or \
+                 forwarded_client_cert_proxies when a proxy terminates TLS in front of toolplane"
+                    .to_owned(),
+            );
+        }
+        if forwarded && tenant_access.identities() == 0 {
+            return Err(
+                "forwarded_client_cert_proxies is set, but no tenant_access entry names an \
+                 identity: the forwarded certificates would grant nothing"
                     .to_owned(),
             );
         }

@@ -500,3 +500,38 @@ all_tenants = true
     let error = ServerConfig::load(Some(&file), env(&[])).expect_err("unknown field");
     assert!(error.to_string().contains("tenant"), "{error}");
 }
+
+/// Identity entries behind a proxy that terminates TLS need `forwarded_client_cert_proxies`
+/// instead of client certificates; the list (file or environment) is of addresses and
+/// networks, and with no identity entry to grant it is refused.
+#[test]
+fn forwarded_client_cert_proxies_stand_in_for_client_certificates() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("toolplane.toml");
+    let rules =
+        "[[tenant_access]]\nidentity = \"spiffe://cluster.local/ns/a/sa/p\"\ntenants = [1]\n";
+    std::fs::write(&file, rules).expect("write");
+    let proxies = [(
+        "TOOLPLANE_FORWARDED_CLIENT_CERT_PROXIES",
+        "127.0.0.6, 10.0.0.0/8",
+    )];
+    let config = ServerConfig::load(Some(&file), env(&proxies)).expect("valid behind proxies");
+    let access = config.server_options().tenant_access;
+    assert_eq!(access.forwarded_client_cert_proxies().len(), 2);
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("no certificates");
+    assert!(
+        error.to_string().contains("forwarded_client_cert_proxies"),
+        "{error}"
+    );
+    let bad = [("TOOLPLANE_FORWARDED_CLIENT_CERT_PROXIES", "sidecar")];
+    let error = ServerConfig::load(Some(&file), env(&bad)).expect_err("not an address");
+    assert!(error.to_string().contains("\"sidecar\""), "{error}");
+    std::fs::write(&file, "forwarded_client_cert_proxies = \"127.0.0.6\"\n").expect("write");
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("nothing to grant");
+    assert!(
+        error
+            .to_string()
+            .contains("no tenant_access entry names an identity"),
+        "{error}"
+    );
+}

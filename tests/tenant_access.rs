@@ -267,22 +267,6 @@ async fn standard_health_checks_the_tenant_of_the_header() {
     guarded.server.stop().await;
 }
 
-/// An MCP `tools/list` request of protocol 2026-07-28 (no session) for `tenant`.
-fn tools_list(client: &reqwest::Client, url: &str, tenant: &str) -> reqwest::RequestBuilder {
-    client
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/list")
-        .header("toolplane-tenant-id", tenant)
-        .body(
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
-                "io.modelcontextprotocol/protocolVersion":"2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities":{}}}}"#,
-        )
-}
-
 /// The MCP endpoint, served in TLS with the same client certificates, answers a request naming
 /// a tenant the caller is granted and refuses one naming another with 403 and a JSON-RPC error
 /// saying why.

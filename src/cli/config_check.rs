@@ -93,8 +93,15 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
     let tenants = if access.is_open() {
         "any tenant a caller names".to_owned()
     } else {
+        let proxies = access.forwarded_client_cert_proxies();
+        let forwarded = if proxies.is_empty() {
+            String::new()
+        } else {
+            let listed: Vec<String> = proxies.iter().map(ToString::to_string).collect();
+            format!(", certificates forwarded by {}", listed.join(", "))
+        };
         format!(
-            "granted to {} certificate identities and {} bearer tokens (tenant_access)",
+            "granted to {} certificate identities and {} bearer tokens (tenant_access){forwarded}",
             access.identities(),
             access.tokens()
         )

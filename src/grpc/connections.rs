@@ -25,7 +25,7 @@ use tower::{Service, ServiceExt};
 use super::call_scheduling::{CallScheduling, ConnectionDriver};
 use super::deadline::{CallDeadline, DeadlineBody, timeout_of};
 use super::rpc_stats::RpcStats;
-use super::server_tls::PeerCertificate;
+use super::server_tls::ConnectionPeer;
 use crate::access::{ConnectionAccess, TenantAccess};
 
 /// Tenant access as the connections rule it: the rules, and the stats that count the calls
@@ -110,7 +110,7 @@ pub async fn serve_connections<S, B, I, IO>(
     S: Routes<B>,
     B: AnswerBody,
     I: Stream<Item = std::io::Result<IO>>,
-    IO: AsyncRead + AsyncWrite + PeerCertificate + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + ConnectionPeer + Unpin + Send + 'static,
 {
     let (stopping, stop_seen) = tokio::sync::watch::channel(());
     {
@@ -123,7 +123,11 @@ pub async fn serve_connections<S, B, I, IO>(
                     Some(Ok(io)) => {
                         let access = access.as_ref().map(|ruled| {
                             (
-                                ConnectionAccess::new(&ruled.rules, io.peer_certificate()),
+                                ConnectionAccess::new(
+                                    &ruled.rules,
+                                    io.peer_certificate(),
+                                    io.peer_address(),
+                                ),
                                 ruled.counted_in.clone(),
                             )
                         });
@@ -210,8 +214,7 @@ where
             request.extensions_mut().insert(CallDeadline(at));
         }
         if let Some((access, counted_in)) = &self.access {
-            let authorization = request.headers().get(http::header::AUTHORIZATION);
-            match access.grant_for_call(authorization.map(|value| value.as_bytes())) {
+            match access.grant_for_call(request.headers()) {
                 Ok(grant) => {
                     request.extensions_mut().insert(grant);
                 }

@@ -92,7 +92,8 @@ pub enum ServeError {
     /// certificates.
     #[error(
         "tenant_access entries naming an identity need client certificates: serve TLS \
-         (tls_cert_file, tls_key_file) and set tls_client_ca_file"
+         (tls_cert_file, tls_key_file) and set tls_client_ca_file, or set \
+         forwarded_client_cert_proxies when a proxy terminates TLS in front of toolplane"
     )]
     TenantAccessWithoutClientCertificates,
 }
@@ -109,7 +110,8 @@ pub fn check_tls_files(options: &ServerOptions) -> Result<(), ServeError> {
 }
 
 /// The tenant access rules `options` give, where there are any; rules naming certificate
-/// identities need client certificates asked for, as without one a caller has no identity.
+/// identities need client certificates asked for, or proxies that forward them, as without
+/// one a caller has no identity.
 fn ruled_access(options: &ServerOptions) -> Result<Option<Arc<TenantAccess>>, ServeError> {
     if options.tenant_access.is_open() {
         return Ok(None);
@@ -121,7 +123,11 @@ fn ruled_access(options: &ServerOptions) -> Result<Option<Arc<TenantAccess>>, Se
         .tls
         .as_ref()
         .is_some_and(|files| files.client_ca_file.is_some());
-    if !asks_for_certificates {
+    let forwarded = !options
+        .tenant_access
+        .forwarded_client_cert_proxies()
+        .is_empty();
+    if !asks_for_certificates && !forwarded {
         return Err(ServeError::TenantAccessWithoutClientCertificates);
     }
     Ok(Some(Arc::new(options.tenant_access.clone())))

@@ -186,20 +186,26 @@ fn server_config(
     Ok(Arc::new(config))
 }
 
-/// A served connection's transport, asked for the certificate its caller presented (for
-/// `tenant_access`).
-pub trait PeerCertificate {
+/// A served connection's transport, asked who is at its other end (for `tenant_access`): the
+/// certificate its caller presented, and its address.
+pub trait ConnectionPeer {
     /// The caller's own certificate (DER), if it presented one.
     fn peer_certificate(&self) -> Option<&[u8]>;
+    /// The caller's address, if the socket still knows it.
+    fn peer_address(&self) -> Option<std::net::SocketAddr>;
 }
 
-impl PeerCertificate for TcpStream {
+impl ConnectionPeer for TcpStream {
     fn peer_certificate(&self) -> Option<&[u8]> {
         None
     }
+
+    fn peer_address(&self) -> Option<std::net::SocketAddr> {
+        self.peer_addr().ok()
+    }
 }
 
-impl PeerCertificate for TlsStream<TcpStream> {
+impl ConnectionPeer for TlsStream<TcpStream> {
     fn peer_certificate(&self) -> Option<&[u8]> {
         let (_, session) = self.get_ref();
         session
@@ -207,11 +213,19 @@ impl PeerCertificate for TlsStream<TcpStream> {
             .and_then(|chain| chain.first())
             .map(|certificate| certificate.as_ref())
     }
+
+    fn peer_address(&self) -> Option<std::net::SocketAddr> {
+        self.get_ref().0.peer_addr().ok()
+    }
 }
 
-impl<T: PeerCertificate> PeerCertificate for CoalescingIo<T> {
+impl<T: ConnectionPeer> ConnectionPeer for CoalescingIo<T> {
     fn peer_certificate(&self) -> Option<&[u8]> {
         self.get_ref().peer_certificate()
+    }
+
+    fn peer_address(&self) -> Option<std::net::SocketAddr> {
+        self.get_ref().peer_address()
     }
 }
 

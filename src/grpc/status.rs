@@ -369,7 +369,7 @@ impl From<AccessError> for Status {
     fn from(error: AccessError) -> Self {
         let message = error.to_string();
         let (code, message, details) = match error {
-            AccessError::UnknownToken => status(
+            AccessError::UnknownToken | AccessError::ForwardedCertificateUnreadable(_) => status(
                 Code::Unauthenticated,
                 message,
                 "RESOURCE_ACCESS_DENIED",

@@ -31,7 +31,7 @@ use tower::Service;
 use super::handler::McpTools;
 use crate::access::{AccessError, ConnectionAccess, TenantAccess};
 use crate::envelope::{TENANT_HEADER, TenantId};
-use crate::grpc::server_tls::{PeerCertificate, ServedTls};
+use crate::grpc::server_tls::{ConnectionPeer, ServedTls};
 
 /// The path MCP is served at.
 pub const MCP_PATH: &str = "/mcp";
@@ -228,8 +228,7 @@ fn refused_tenant(
     access: &ConnectionAccess,
 ) -> Option<Response<BoxBody<Bytes, Infallible>>> {
     let headers = request.headers();
-    let authorization = headers.get(hyper::header::AUTHORIZATION);
-    let refused = match access.grant_for_call(authorization.map(|value| value.as_bytes())) {
+    let refused = match access.grant_for_call(headers) {
         Ok(grant) => {
             let header = headers.get(TENANT_HEADER);
             let tenant = TenantId::from_header(header.map(|value| value.as_bytes()))?;
@@ -250,6 +249,10 @@ fn refused_tenant(
         AccessError::TenantNotGranted { .. } => {
             json_rpc_error(StatusCode::FORBIDDEN, &refused.to_string())
         }
+        // The proxy's header, not the caller's credentials, is at fault.
+        AccessError::ForwardedCertificateUnreadable(_) => {
+            json_rpc_error(StatusCode::BAD_REQUEST, &refused.to_string())
+        }
     })
 }
 
@@ -258,7 +261,7 @@ async fn serve_incoming<IO>(
     service: Endpoint,
     access: Option<Arc<TenantAccess>>,
 ) where
-    IO: AsyncRead + AsyncWrite + PeerCertificate + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + ConnectionPeer + Unpin + Send + 'static,
 {
     let mut incoming = std::pin::pin!(incoming);
     let mut connections = JoinSet::new();
@@ -268,7 +271,9 @@ async fn serve_incoming<IO>(
                 Some(Ok(io)) => {
                     let access = access
                         .as_ref()
-                        .map(|rules| ConnectionAccess::new(rules, io.peer_certificate()));
+                        .map(|rules| {
+                            ConnectionAccess::new(rules, io.peer_certificate(), io.peer_address())
+                        });
                     connections.spawn(serve_connection(io, service.clone(), access));
                 }
                 Some(Err(error)) => {

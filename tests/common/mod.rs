@@ -387,3 +387,19 @@ pub async fn watch(
         .expect("watch starts")
         .into_inner()
 }
+
+/// An MCP `tools/list` request of protocol 2026-07-28 (no session) for `tenant`.
+pub fn tools_list(client: &reqwest::Client, url: &str, tenant: &str) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .header("toolplane-tenant-id", tenant)
+        .body(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
+                "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        )
+}
