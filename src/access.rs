@@ -92,8 +92,7 @@ impl fmt::Display for Tenants {
 }
 
 /// The tenant access rules, checked: an identity, or a token's digest, to the tenants it is
-/// granted.
-/// Clones share the tokens, so a token file read again is seen by every clone.
+/// granted. Clones share the tokens, so a token file read again is seen by every clone.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TenantAccess {
     grants: HashMap<String, Tenants>,

@@ -96,8 +96,10 @@ impl<B> AnswerBody for B where
 /// ones are refused) and returns when all have closed.
 ///
 /// With `access`, each connection's grant (the tenants its client certificate may act for) is
-/// worked out as it is accepted; each call is handed it, with the tenants of the bearer token
-/// it sends, as a request extension (`Arc<CallerGrant>`, checked by the adapters as they read
+/// worked out as it is accepted; each call is handed it (on a connection from a proxy listed in
+/// `forwarded_client_cert_proxies`, the grant of the certificate the call's
+/// `x-forwarded-client-cert` names instead), with the tenants of the bearer token it sends, as
+/// a request extension (`Arc<CallerGrant>`, checked by the adapters as they read
 /// the envelope). A call sending a token the rules do not hold is answered UNAUTHENTICATED,
 /// and counted in `access.counted_in`.
 pub async fn serve_connections<S, B, I, IO>(
