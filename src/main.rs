@@ -57,6 +57,14 @@ struct ClientArgs {
     /// machine can read a flag in the process list.
     #[arg(long, global = true, env = "TOOLPLANE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A file holding that token (its first line that is not blank).
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLPLANE_TOKEN_FILE",
+        conflicts_with = "token"
+    )]
+    token_file: Option<PathBuf>,
     /// Print JSON for scripts instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -292,7 +300,11 @@ async fn connect(args: &ClientArgs) -> Result<ToolplaneClient, ClientError> {
         key_file: args.client_key_file.clone(),
     };
     // Read before connecting, so a token that cannot be sent is named before anything is.
-    let token = args.token.as_deref().map(BearerToken::new).transpose()?;
+    let token = match (&args.token, &args.token_file) {
+        (Some(token), _) => Some(BearerToken::new(token)?),
+        (None, Some(path)) => Some(BearerToken::from_file(path)?),
+        (None, None) => None,
+    };
     let client =
         ToolplaneClient::connect_with_tls(&args.endpoint, TenantId(args.tenant), &tls).await?;
     Ok(match token {

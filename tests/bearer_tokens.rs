@@ -235,3 +235,90 @@ fn a_rotated_token_file_needs_no_restart() {
     }
     assert_eq!(tools("second-token").0, 0, "the tokens held before stay");
 }
+
+/// A token rotated on both sides without a restart: the server's token file holds the old and
+/// new token while the provider's file (`--control-plane-token-file`) moves to the new one;
+/// once the server's holds only the new token, the provider's heartbeats still renew its lease
+/// past its TTL, so it sends the new token. The CLI reads its token from a file too.
+#[test]
+fn a_provider_follows_its_rotated_token_file() {
+    let (server, dir) = serve_with_config(
+        "tls_reload_interval = \"100ms\"\n\
+         [[tenant_access]]\ntoken_file = \"{dir}/tokens\"\ntenants = [1]\n",
+        &[("tokens", "old-token\n"), ("provider-token", "old-token\n")],
+    );
+    let (served, sent) = (dir.path().join("tokens"), dir.path().join("provider-token"));
+    let endpoint = server.endpoint();
+    let sent_path = sent.to_str().expect("a UTF-8 path");
+    let _provider = ChildGuard::structs_provider_with(
+        &endpoint,
+        &[
+            "--tenant",
+            "1",
+            "--tls-reload-interval",
+            "100ms",
+            "--control-plane-token-file",
+            sent_path,
+        ],
+    );
+    let cli_token = dir.path().join("cli-token");
+    std::fs::write(&cli_token, "old-token\n").expect("write");
+    let cli_token = cli_token.to_str().expect("a UTF-8 path");
+    let with_file = [
+        "--endpoint",
+        &endpoint,
+        "--tenant",
+        "1",
+        "--token-file",
+        cli_token,
+    ];
+    wait_for_structs_provider_with(&with_file);
+
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let give_up = std::time::Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < give_up, "{what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let listed_with = |token: &str| {
+        let args = [
+            "tools",
+            "--endpoint",
+            &endpoint,
+            "--tenant",
+            "1",
+            "--token",
+            token,
+        ];
+        toolplane_cli(&args).0 == 0
+    };
+    std::fs::write(&served, "old-token\nnew-token\n").expect("add the new token");
+    until("the server never read the new token", &|| {
+        listed_with("new-token")
+    });
+    std::fs::write(&sent, "new-token\n").expect("move the provider over");
+    // The provider reads its file every 100 ms; a heartbeat goes every ~1.7 s.
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(&served, "new-token\n").expect("drop the old token");
+    until("the server never dropped the old token", &|| {
+        !listed_with("old-token")
+    });
+    // Past the provider's 5 s TTL: its lease was renewed with the new token, or it is gone.
+    std::thread::sleep(Duration::from_secs(7));
+    std::fs::write(dir.path().join("cli-token"), "new-token\n").expect("write");
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "services",
+        "--endpoint",
+        &endpoint,
+        "--tenant",
+        "1",
+        "--token-file",
+        cli_token,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("structs"),
+        "the provider's lease lapsed: {stdout}"
+    );
+}

@@ -81,6 +81,14 @@ struct Args {
     /// machine can read a flag in the process list.
     #[arg(long, env = "TOOLPLANE_TOKEN", hide_env_values = true)]
     control_plane_token: Option<String>,
+    /// A file holding that token (its first line that is not blank: a mounted Secret), read
+    /// again every --tls-reload-interval, so a rotated token is sent without a restart.
+    #[arg(
+        long,
+        env = "TOOLPLANE_TOKEN_FILE",
+        conflicts_with = "control_plane_token"
+    )]
+    control_plane_token_file: Option<PathBuf>,
     /// How often the TLS files (--tls-*, --control-plane-*-file) are read again, so renewed
     /// certificates are used without a restart; 0s reads them only at the start.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
@@ -159,6 +167,7 @@ async fn main() -> ExitCode {
         key_file: args.control_plane_key_file.clone(),
     };
     config.control_plane_token = control_plane_token;
+    config.control_plane_token_file = args.control_plane_token_file;
     config.tls_reload_interval = args.tls_reload_interval;
     match ProviderServer::new(tools, config)
         .serve(listener, toolplane::grpc::shutdown_signal())
@@ -168,6 +177,7 @@ async fn main() -> ExitCode {
         Err(
             error @ (ProviderError::Tls(_)
             | ProviderError::ControlPlaneTls(_)
+            | ProviderError::ControlPlaneToken(_)
             | ProviderError::ControlPlane(_)),
         ) => {
             // Found before anything is served or registered: the flags need fixing.

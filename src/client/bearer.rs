@@ -3,6 +3,7 @@
 //! way to add call metadata to every call of a generated client; [`BearerAuth`] is one.
 
 use std::fmt;
+use std::path::Path;
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
@@ -28,6 +29,14 @@ pub enum InvalidBearerToken {
         /// Where, counted in bytes from the start of the trimmed token.
         position: usize,
     },
+    /// The file that should hold it cannot be read.
+    #[error("the bearer token file {path} cannot be read: {reason}")]
+    Unreadable {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A bearer token. Its `Debug` shows no part of it, and the header holding it is marked
@@ -52,6 +61,20 @@ impl BearerToken {
             .map_err(|_| InvalidBearerToken::Character { position: 0 })?;
         header.set_sensitive(true);
         Ok(Self { header })
+    }
+}
+
+impl BearerToken {
+    /// The token in the file at `path`: its first line that is not blank (a mounted Kubernetes
+    /// Secret, or a file a Vault agent writes). An error names the file, never the token.
+    pub fn from_file(path: &Path) -> Result<Self, InvalidBearerToken> {
+        let text =
+            std::fs::read_to_string(path).map_err(|error| InvalidBearerToken::Unreadable {
+                path: path.display().to_string(),
+                reason: error.to_string(),
+            })?;
+        let line = text.lines().find(|line| !line.trim().is_empty());
+        Self::new(line.unwrap_or_default())
     }
 }
 
@@ -136,5 +159,24 @@ mod tests {
         assert!(BearerToken::new("tökén").is_err());
         let token = BearerToken::new("s3cret").expect("valid");
         assert!(!format!("{token:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn a_token_file_s_first_line_that_is_not_blank_is_its_token() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("token");
+        std::fs::write(&path, "\n  \n s3cret-new \ns3cret-old\n").expect("write");
+        let mut auth = BearerAuth::new(Some(BearerToken::from_file(&path).expect("readable")));
+        assert_eq!(sent(&mut auth, None).as_deref(), Some("Bearer s3cret-new"));
+        std::fs::write(&path, "\n").expect("write");
+        assert_eq!(
+            BearerToken::from_file(&path),
+            Err(InvalidBearerToken::Empty)
+        );
+        let missing = BearerToken::from_file(&dir.path().join("missing")).expect_err("missing");
+        assert!(
+            missing.to_string().contains("missing cannot be read"),
+            "{missing}"
+        );
     }
 }

@@ -8,6 +8,7 @@
 use crate::grpc::trace_headers::trace_context;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
@@ -70,6 +71,10 @@ pub struct ProviderConfig {
     /// A bearer token sent on registrations, heartbeats and deregistrations, for a control
     /// plane whose `[[tenant_access]]` grants tenants to tokens.
     pub control_plane_token: Option<BearerToken>,
+    /// A file holding that token instead (its first line that is not blank: a mounted
+    /// Secret), read again every `tls_reload_interval`, so a rotated token is sent without a
+    /// restart. Not with `control_plane_token`.
+    pub control_plane_token_file: Option<PathBuf>,
     /// How often the TLS files (`tls`, `control_plane_tls`) are read again, so renewed
     /// certificates are used without a restart; zero reads them only at the start.
     pub tls_reload_interval: Duration,
@@ -96,6 +101,7 @@ impl ProviderConfig {
             control_plane: control_plane.to_owned(),
             control_plane_tls: ClientTlsFiles::default(),
             control_plane_token: None,
+            control_plane_token_file: None,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
             instance_id: String::new(),
             tenant: TenantId::default(),
@@ -124,6 +130,9 @@ pub enum ProviderError {
     /// control plane's address.
     #[error("control plane TLS: {0}")]
     ControlPlaneTls(#[from] ClientTlsError),
+    /// The bearer token for the control plane cannot be read, or is given twice.
+    #[error("control plane token: {0}")]
+    ControlPlaneToken(String),
 }
 
 /// Switches what the provider's grpc.health.v1 reports.
