@@ -15,7 +15,8 @@
 //! the certificate the proxy forwards in `x-forwarded-client-cert`, believed only from the
 //! proxies listed (`access::forwarded`).
 //!
-//! Identities and tokens are compared exactly (no wildcards).
+//! Identities and tokens are compared exactly (no wildcards); an `identity_prefix` takes in the
+//! URI names that start with it, and ends where a path segment does.
 
 mod forwarded;
 mod tokens;
@@ -42,6 +43,10 @@ pub struct TenantAccessRule {
     /// empty in an entry of a token.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub identity: String,
+    /// The start of URI names (ending in `/`, such as `spiffe://cluster.local/ns/agents/`):
+    /// every client certificate whose URI name starts with it is granted this entry's tenants.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity_prefix: String,
     /// The environment variable holding a bearer token (`authorization: Bearer TOKEN`) that
     /// grants this entry's tenants; empty in an entry of an identity.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -96,6 +101,8 @@ impl fmt::Display for Tenants {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TenantAccess {
     grants: HashMap<String, Tenants>,
+    /// URI name prefixes (each ending in `/`) and what they grant, in entry order.
+    prefixes: Vec<(String, Tenants)>,
     tokens: Arc<Tokens>,
     /// The proxies whose `x-forwarded-client-cert` is believed.
     proxies: Vec<IpNet>,
@@ -116,9 +123,15 @@ impl TenantAccess {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
         let mut grants = HashMap::new();
+        let mut prefixes: Vec<(String, Tenants)> = Vec::new();
         let mut tokens = Tokens::default();
         for (index, rule) in rules.iter().enumerate() {
-            let names = [&rule.identity, &rule.token_env, &rule.token_file];
+            let names = [
+                &rule.identity,
+                &rule.identity_prefix,
+                &rule.token_env,
+                &rule.token_file,
+            ];
             let named = names
                 .iter()
                 .find(|name| !name.is_empty())
@@ -126,16 +139,27 @@ impl TenantAccess {
             let at = format!("tenant_access entry {} ({named:?})", index + 1);
             let tenants = rule_tenants(rule).map_err(|problem| format!("{at}: {problem}"))?;
             match names.map(|name| name.as_str()) {
-                ["", "", ""] => {
+                ["", "", "", ""] => {
                     return Err(format!(
-                        "{at}: name a certificate's URI or DNS name (identity), the variable \
-                         of a bearer token (token_env) or a file of bearer tokens (token_file)"
+                        "{at}: name a certificate's URI or DNS name (identity), the start of \
+                         URI names (identity_prefix), the variable of a bearer token \
+                         (token_env) or a file of bearer tokens (token_file)"
                     ));
                 }
-                [identity, "", ""] if identity.trim() != identity => {
+                [identity, "", "", ""] if identity.trim() != identity => {
                     return Err(format!("{at}: identity must be written without spaces"));
                 }
-                [identity, "", ""] => {
+                ["", prefix, "", ""] => {
+                    check_prefix(prefix).map_err(|problem| format!("{at}: {problem}"))?;
+                    if prefixes.iter().any(|(known, _)| known == prefix) {
+                        return Err(format!(
+                            "{at}: its identity_prefix is in another entry too; give it one \
+                             entry with all its tenants"
+                        ));
+                    }
+                    prefixes.push((prefix.to_owned(), tenants));
+                }
+                [identity, "", "", ""] => {
                     if grants.insert(identity.to_owned(), tenants).is_some() {
                         return Err(format!(
                             "{at}: its identity is in another entry too; give it one entry \
@@ -143,17 +167,18 @@ impl TenantAccess {
                         ));
                     }
                 }
-                ["", variable, ""] => {
+                ["", "", variable, ""] => {
                     let token = env(variable).filter(|token| !token.trim().is_empty());
                     let token = token.ok_or_else(|| {
                         format!("{at}: token_env names {variable}, which is not set or is empty")
                     })?;
                     tokens.add_variable(at, variable, &token, tenants);
                 }
-                ["", "", file] => tokens.add_file(at, file, tenants),
+                ["", "", "", file] => tokens.add_file(at, file, tenants),
                 _ => {
                     return Err(format!(
-                        "{at}: set one of identity, token_env and token_file, not several"
+                        "{at}: set one of identity, identity_prefix, token_env and token_file, \
+                         not several"
                     ));
                 }
             }
@@ -161,6 +186,7 @@ impl TenantAccess {
         tokens.load()?;
         Ok(Self {
             grants,
+            prefixes,
             tokens: Arc::new(tokens),
             proxies: Vec::new(),
         })
@@ -186,7 +212,7 @@ impl TenantAccess {
     /// How many certificate identities the rules name (they need client certificates asked
     /// for).
     pub fn identities(&self) -> usize {
-        self.grants.len()
+        self.grants.len() + self.prefixes.len()
     }
 
     /// How many bearer tokens the rules hold now.
@@ -244,11 +270,36 @@ impl TenantAccess {
             if let Some(granted) = self.grants.get(identity) {
                 tenants.add(granted);
             }
+            for (prefix, granted) in &self.prefixes {
+                if identity.starts_with(prefix.as_str()) {
+                    tenants.add(granted);
+                }
+            }
         }
         CallerGrant {
             identities,
             tenants,
         }
+    }
+}
+
+/// Whether `prefix` can be an `identity_prefix`: a URI up to a `/` after its authority, so
+/// that it ends where a path segment does (`spiffe://td/ns/a/` must not take in
+/// `spiffe://td/ns/ab/...`) and cannot take in every name of a scheme.
+fn check_prefix(prefix: &str) -> Result<(), &'static str> {
+    let authority_and_path = prefix.split_once("://").map(|(_, rest)| rest);
+    let authority = authority_and_path
+        .and_then(|rest| rest.split_once('/'))
+        .map(|(a, _)| a);
+    if prefix.trim() != prefix || prefix.contains(char::is_whitespace) {
+        return Err("identity_prefix must be written without spaces");
+    }
+    match authority {
+        Some(authority) if !authority.is_empty() && prefix.ends_with('/') => Ok(()),
+        _ => Err(
+            "identity_prefix must be a URI with its authority that ends in / (such as \
+             spiffe://cluster.local/ns/agents/), so that it ends where a path segment does",
+        ),
     }
 }
 

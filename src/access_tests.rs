@@ -301,3 +301,49 @@ fn token_files_are_read_again() {
     );
     assert!(!format!("{access:?}").contains("s3cret"));
 }
+
+/// An `identity_prefix` grants its tenants to every URI name under it, segment by segment,
+/// beside exact identities; prefixes that would not end at a segment, or take in a whole
+/// scheme, are refused.
+#[test]
+fn identity_prefixes_grant_every_name_under_them() {
+    let access = TenantAccess::from_rules(&[
+        TenantAccessRule {
+            identity_prefix: "spiffe://cluster.local/ns/agents/".into(),
+            tenants: vec![1],
+            ..TenantAccessRule::default()
+        },
+        rule("spiffe://cluster.local/ns/agents/sa/planner", &[2]),
+    ])
+    .expect("valid");
+    assert_eq!(access.identities(), 2);
+    let planner = access.grant_for(vec!["spiffe://cluster.local/ns/agents/sa/planner".into()]);
+    planner.check(TenantId(1)).expect("by the prefix");
+    planner.check(TenantId(2)).expect("by the identity");
+    let other = access.grant_for(vec!["spiffe://cluster.local/ns/agents/sa/writer".into()]);
+    other.check(TenantId(1)).expect("by the prefix");
+    other.check(TenantId(2)).expect_err("not its identity");
+    for outside in [
+        "spiffe://cluster.local/ns/agentsx/sa/a",
+        "spiffe://cluster.local/ns/agents",
+        "agents.cluster.local",
+    ] {
+        let grant = access.grant_for(vec![outside.to_owned()]);
+        grant.check(TenantId(1)).expect_err(outside);
+    }
+    for (prefix, expected) in [
+        ("spiffe://cluster.local/ns/agents", "ends in /"),
+        ("spiffe://", "ends in /"),
+        ("spiffe:///", "ends in /"),
+        ("agents/", "ends in /"),
+        ("spiffe://td/ns/ a/", "without spaces"),
+    ] {
+        let refused = TenantAccess::from_rules(&[TenantAccessRule {
+            identity_prefix: prefix.into(),
+            tenants: vec![1],
+            ..TenantAccessRule::default()
+        }])
+        .expect_err(prefix);
+        assert!(refused.contains(expected), "{prefix}: {refused}");
+    }
+}

@@ -535,3 +535,30 @@ fn forwarded_client_cert_proxies_stand_in_for_client_certificates() {
         "{error}"
     );
 }
+
+/// `identity_prefix` entries are read from the file, need client certificates like
+/// identities, and are checked to end at a path segment.
+#[test]
+fn identity_prefixes_are_read_from_the_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("toolplane.toml");
+    let tls = "tls_cert_file = \"/etc/tls.crt\"\ntls_key_file = \"/etc/tls.key\"\n\
+               tls_client_ca_file = \"/etc/ca.pem\"\n";
+    let entry = "[[tenant_access]]\nidentity_prefix = \"spiffe://cluster.local/ns/b/\"\n\
+                 tenants = [4]\n";
+    std::fs::write(&file, format!("{tls}{entry}")).expect("write");
+    let config = ServerConfig::load(Some(&file), env(&[])).expect("valid");
+    let access = config.server_options().tenant_access;
+    let grant = access.grant_for(vec!["spiffe://cluster.local/ns/b/sa/x".into()]);
+    grant.check(TenantId(4)).expect("granted by the prefix");
+    std::fs::write(&file, entry).expect("write");
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("no client certificates");
+    assert!(error.to_string().contains("tls_client_ca_file"), "{error}");
+    let open_ended = entry.replace("ns/b/", "ns/b");
+    std::fs::write(&file, format!("{tls}{open_ended}")).expect("write");
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("not at a segment");
+    assert!(
+        error.to_string().contains("tenant_access entry 1"),
+        "{error}"
+    );
+}

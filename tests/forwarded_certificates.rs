@@ -26,13 +26,21 @@ fn forwarded_planner() -> String {
     )
 }
 
-/// A server granting [`PLANNER`] tenant 1, believing forwarded certificates from `proxies`.
+/// A server granting [`PLANNER`] tenant 1 and every identity under
+/// `spiffe://cluster.local/ns/ops/` tenant 3, believing forwarded certificates from `proxies`.
 async fn behind(proxies: &str) -> (TestServer, SocketAddr) {
-    let rules = TenantAccess::from_rules(&[TenantAccessRule {
-        identity: PLANNER.to_owned(),
-        tenants: vec![1],
-        ..TenantAccessRule::default()
-    }])
+    let rules = TenantAccess::from_rules(&[
+        TenantAccessRule {
+            identity: PLANNER.to_owned(),
+            tenants: vec![1],
+            ..TenantAccessRule::default()
+        },
+        TenantAccessRule {
+            identity_prefix: "spiffe://cluster.local/ns/ops/".to_owned(),
+            tenants: vec![3],
+            ..TenantAccessRule::default()
+        },
+    ])
     .expect("valid rules")
     .with_forwarded_client_cert_proxies(parse_proxies(proxies).expect("addresses"));
     TestServer::start_with_mcp(ServerOptions {
@@ -62,7 +70,7 @@ async fn list(
 }
 
 /// From a listed proxy (this test, on 127.0.0.1): the forwarded certificate's identity acts
-/// for its tenant and is refused another, naming it; a call forwarding none has no identity; a
+/// for its tenant (or its prefix's) and is refused another, naming it; a call forwarding none has no identity; a
 /// header that cannot be read is UNAUTHENTICATED. grpcurl, sending the header as the proxy
 /// would, is held to the same.
 #[tokio::test(flavor = "multi_thread")]
@@ -75,6 +83,14 @@ async fn a_listed_proxy_s_forwarded_certificate_names_the_caller() {
         .expect_err("not granted");
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
     assert!(refused.message().contains(PLANNER), "{refused:?}");
+    let oncall = "URI=spiffe://cluster.local/ns/ops/sa/oncall";
+    assert_eq!(
+        list(&server, 3, Some(oncall)).await.expect("by its prefix"),
+        0
+    );
+    list(&server, 1, Some(oncall))
+        .await
+        .expect_err("not granted");
     let refused = list(&server, 1, None).await.expect_err("no identity");
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
     assert!(
