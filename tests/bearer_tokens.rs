@@ -46,6 +46,28 @@ fn token_guarded_process() -> (ServerProcess, tempfile::TempDir) {
     )
 }
 
+/// `toolplane tools` for tenant 1 of `endpoint` sending `token`: (exit code, stdout, stderr).
+fn tools_with_token(endpoint: &str, token: &str) -> (i32, String, String) {
+    toolplane_cli(&[
+        "tools",
+        "--endpoint",
+        endpoint,
+        "--tenant",
+        "1",
+        "--token",
+        token,
+    ])
+}
+
+/// Polls `done` every 50 ms until it holds; fails the test with `what` after 20 s.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < give_up, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The example provider registers in tenant 1 with its token; the CLI, given the token as a
 /// flag or in `TOOLPLANE_TOKEN`, lists and invokes its tools there, and is refused tenant 2
 /// (PERMISSION_DENIED naming the token's variable), refused tenant 1 without the token, and
@@ -187,17 +209,7 @@ fn a_rotated_token_file_needs_no_restart() {
     );
     let tokens = dir.path().join("tokens");
     let endpoint = server.endpoint();
-    let tools = |token: &str| {
-        toolplane_cli(&[
-            "tools",
-            "--endpoint",
-            &endpoint,
-            "--tenant",
-            "1",
-            "--token",
-            token,
-        ])
-    };
+    let tools = |token: &str| tools_with_token(&endpoint, token);
     assert_eq!(
         tools("first-token").0,
         0,
@@ -206,14 +218,9 @@ fn a_rotated_token_file_needs_no_restart() {
     assert_eq!(tools("second-token").0, 2);
 
     std::fs::write(&tokens, "second-token\n").expect("rotate the token");
-    let give_up = std::time::Instant::now() + Duration::from_secs(20);
-    while tools("second-token").0 != 0 {
-        assert!(
-            std::time::Instant::now() < give_up,
-            "the rotated token was never read"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("the rotated token was never read", || {
+        tools("second-token").0 == 0
+    });
     let (code, _, stderr) = tools("first-token");
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("Unauthenticated"), "{stderr}");
@@ -226,13 +233,9 @@ fn a_rotated_token_file_needs_no_restart() {
     );
 
     std::fs::write(&tokens, "\n").expect("empty the file");
-    while server.log_lines_with("holds no token").is_empty() {
-        assert!(
-            std::time::Instant::now() < give_up,
-            "the emptied file was never read"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("the emptied file was never read", || {
+        !server.log_lines_with("holds no token").is_empty()
+    });
     assert_eq!(tools("second-token").0, 0, "the tokens held before stay");
 }
 
@@ -274,34 +277,16 @@ fn a_provider_follows_its_rotated_token_file() {
     ];
     wait_for_structs_provider_with(&with_file);
 
-    let until = |what: &str, done: &dyn Fn() -> bool| {
-        let give_up = std::time::Instant::now() + Duration::from_secs(20);
-        while !done() {
-            assert!(std::time::Instant::now() < give_up, "{what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    let listed_with = |token: &str| {
-        let args = [
-            "tools",
-            "--endpoint",
-            &endpoint,
-            "--tenant",
-            "1",
-            "--token",
-            token,
-        ];
-        toolplane_cli(&args).0 == 0
-    };
+    let listed_with = |token: &str| tools_with_token(&endpoint, token).0 == 0;
     std::fs::write(&served, "old-token\nnew-token\n").expect("add the new token");
-    until("the server never read the new token", &|| {
+    wait_until("the server never read the new token", || {
         listed_with("new-token")
     });
     std::fs::write(&sent, "new-token\n").expect("move the provider over");
     // The provider reads its file every 100 ms; a heartbeat goes every ~1.7 s.
     std::thread::sleep(Duration::from_secs(1));
     std::fs::write(&served, "new-token\n").expect("drop the old token");
-    until("the server never dropped the old token", &|| {
+    wait_until("the server never dropped the old token", || {
         !listed_with("old-token")
     });
     // Past the provider's 5 s TTL: its lease was renewed with the new token, or it is gone.
