@@ -416,9 +416,11 @@ impl ConnectionAccess {
         &self,
         headers: &http::HeaderMap,
     ) -> Result<Arc<CallerGrant>, AccessError> {
-        let forwarded = headers
-            .get(FORWARDED_CLIENT_CERT)
-            .filter(|_| self.from_proxy);
+        // Looked for only on connections from a listed proxy.
+        let forwarded = self
+            .from_proxy
+            .then(|| headers.get(FORWARDED_CLIENT_CERT))
+            .flatten();
         let connection = match forwarded {
             Some(header) => Arc::new(
                 self.rules

@@ -292,15 +292,9 @@ fn a_provider_follows_its_rotated_token_file() {
     // Past the provider's 5 s TTL: its lease was renewed with the new token, or it is gone.
     std::thread::sleep(Duration::from_secs(7));
     std::fs::write(dir.path().join("cli-token"), "new-token\n").expect("write");
-    let (code, stdout, stderr) = toolplane_cli(&[
-        "services",
-        "--endpoint",
-        &endpoint,
-        "--tenant",
-        "1",
-        "--token-file",
-        cli_token,
-    ]);
+    let mut services = vec!["services"];
+    services.extend_from_slice(&with_file);
+    let (code, stdout, stderr) = toolplane_cli(&services);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("structs"),

@@ -22,8 +22,8 @@ pub(super) fn token_digest(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()
 }
 
-/// Where an entry's tokens come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where an entry's tokens come from. (No `Debug`: it holds a token's digest.)
+#[derive(Clone, PartialEq, Eq)]
 enum Source {
     /// A variable, read once: its token's digest.
     Variable { name: String, digest: [u8; 32] },
@@ -32,7 +32,7 @@ enum Source {
 }
 
 /// One entry's tokens: where from, what they grant, and how errors name the entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct Entry {
     source: Source,
     tenants: Tenants,

@@ -123,17 +123,19 @@ pub async fn serve_connections<S, B, I, IO>(
                 () = &mut stop => break,
                 accepted = incoming.next() => match accepted {
                     Some(Ok(io)) => {
-                        let access = access.as_ref().map(|ruled| {
-                            (
+                        let calls = Calls {
+                            service: service.clone(),
+                            access: access.as_ref().map(|ruled| {
                                 ConnectionAccess::new(
                                     &ruled.rules,
                                     io.peer_certificate(),
                                     io.peer_address(),
-                                ),
-                                ruled.counted_in.clone(),
-                            )
-                        });
-                        let calls = Calls { service: service.clone(), access };
+                                )
+                            }),
+                            refusals_counted_in: access
+                                .as_ref()
+                                .and_then(|ruled| ruled.counted_in.clone()),
+                        };
                         tokio::spawn(serve_connection(io, calls, settings, stop_seen.clone()));
                     }
                     Some(Err(error)) => tracing::debug!(%error, "accepting a connection failed"),
@@ -190,9 +192,10 @@ async fn serve_connection<S, B, IO>(
 #[derive(Clone)]
 struct Calls<S> {
     service: S,
-    /// Where tenant access is ruled: what the connection's caller is granted, and where calls
-    /// refused here are counted.
-    access: Option<(ConnectionAccess, Option<Arc<RpcStats>>)>,
+    /// Where tenant access is ruled: what the connection's caller is granted.
+    access: Option<ConnectionAccess>,
+    /// Where the calls tenant access refuses here are counted.
+    refusals_counted_in: Option<Arc<RpcStats>>,
 }
 
 impl<S, B> hyper::service::Service<http::Request<Incoming>> for Calls<S>
@@ -215,7 +218,7 @@ where
         {
             request.extensions_mut().insert(CallDeadline(at));
         }
-        if let Some((access, counted_in)) = &self.access {
+        if let Some(access) = &self.access {
             match access.grant_for_call(request.headers()) {
                 Ok(grant) => {
                     request.extensions_mut().insert(grant);
@@ -223,7 +226,7 @@ where
                 Err(refused) => {
                     tracing::info!(%refused, "call refused");
                     let status = Status::from(refused);
-                    if let Some(stats) = counted_in {
+                    if let Some(stats) = &self.refusals_counted_in {
                         stats.refused(request.uri().path(), status.code());
                     }
                     return Box::pin(std::future::ready(Ok(status.into_http())));
