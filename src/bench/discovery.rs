@@ -136,11 +136,16 @@ async fn start_baseline(
         .await
         .map_err(|s| s.to_string())?
         .into_inner();
-    let dir = std::env::temp_dir().join(format!("toolplane-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("get_tool.bin"), answers).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("list_tools.bin"), list.encode_to_vec()).map_err(|e| e.to_string())?;
-    let dir_text = dir.to_string_lossy().into_owned();
+    // The baseline reads the files before it serves, and `start_bench_mode` waits until it
+    // serves: the directory is removed when this returns, also on an error.
+    let dir = tempfile::Builder::new()
+        .prefix("toolplane-bench-responses")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    std::fs::write(dir.path().join("get_tool.bin"), answers).map_err(|e| e.to_string())?;
+    std::fs::write(dir.path().join("list_tools.bin"), list.encode_to_vec())
+        .map_err(|e| e.to_string())?;
+    let dir_text = dir.path().to_string_lossy().into_owned();
     bench
         .start_bench_mode("baseline", &["--responses", &dir_text])
         .await
