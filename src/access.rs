@@ -17,8 +17,12 @@
 //!
 //! Identities and tokens are compared exactly (no wildcards); an `identity_prefix` takes in the
 //! URI names that start with it, and ends where a path segment does.
+//!
+//! The rules are read again when the configuration file they came from changes, and calls on
+//! open connections are checked against the new ones (`access::live`).
 
 mod forwarded;
+mod live;
 mod tokens;
 
 use std::collections::{BTreeSet, HashMap};
@@ -32,6 +36,10 @@ use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 use crate::envelope::TenantId;
 pub use forwarded::{FORWARDED_CLIENT_CERT, parse_proxies};
 use ipnet::IpNet;
+pub use live::{
+    ConnectionAccess, IDENTITIES_NEED_CERTIFICATES, LiveTenantAccess, ReadTenantAccess,
+    TenantAccessSource,
+};
 use tokens::Tokens;
 
 /// One `[[tenant_access]]` entry: the tenants a certificate identity, or the callers sending a
@@ -225,6 +233,12 @@ impl TenantAccess {
         self.tokens.files()
     }
 
+    /// What the token files held when the tokens in use were read from them (see
+    /// [`crate::grpc::tls_reload::Watched`]).
+    pub fn token_files_read(&self) -> crate::grpc::tls_reload::Fingerprint {
+        self.tokens.files_read()
+    }
+
     /// Reads the token files again and checks calls against the tokens they hold now; a file
     /// that cannot be read or holds no token, or a token in two entries, is an error naming
     /// the entry, and the tokens held before stay.
@@ -380,57 +394,6 @@ impl CallerGrant {
         } else {
             self.identities.join(", ")
         }
-    }
-}
-
-/// Tenant access on one connection: the rules, and what its caller's certificate is granted,
-/// worked out once as the connection was accepted.
-#[derive(Debug, Clone)]
-pub struct ConnectionAccess {
-    rules: Arc<TenantAccess>,
-    grant: Arc<CallerGrant>,
-    /// Whether the connection comes from a proxy whose forwarded certificates are believed.
-    from_proxy: bool,
-}
-
-impl ConnectionAccess {
-    /// Access on a connection from `peer` whose caller presented `certificate` (DER; `None`
-    /// for none).
-    pub fn new(
-        rules: &Arc<TenantAccess>,
-        certificate: Option<&[u8]>,
-        peer: Option<std::net::SocketAddr>,
-    ) -> Self {
-        Self {
-            rules: Arc::clone(rules),
-            grant: Arc::new(rules.grant_for_certificate(certificate)),
-            from_proxy: forwarded::from_proxy(&rules.proxies, peer),
-        }
-    }
-
-    /// What a call on the connection with these request headers is granted: on a connection
-    /// from a listed proxy that forwards a certificate, that certificate's grant (not the
-    /// proxy's own), else the connection's; then the tenants of its bearer token (see
-    /// [`TenantAccess::grant_for_call`]).
-    pub fn grant_for_call(
-        &self,
-        headers: &http::HeaderMap,
-    ) -> Result<Arc<CallerGrant>, AccessError> {
-        // Looked for only on connections from a listed proxy.
-        let forwarded = self
-            .from_proxy
-            .then(|| headers.get(FORWARDED_CLIENT_CERT))
-            .flatten();
-        let connection = match forwarded {
-            Some(header) => Arc::new(
-                self.rules
-                    .grant_for(forwarded::forwarded_identities(header.as_bytes())?),
-            ),
-            None => Arc::clone(&self.grant),
-        };
-        let authorization = headers.get(http::header::AUTHORIZATION);
-        self.rules
-            .grant_for_call(&connection, authorization.map(|value| value.as_bytes()))
     }
 }
 

@@ -26,7 +26,7 @@ use crate::grpc::server::{
     DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PROVIDER_HEALTH_INTERVAL,
 };
 use crate::grpc::server_tls::ServerTlsFiles;
-use crate::grpc::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
+use crate::grpc::tls_reload::{DEFAULT_TLS_RELOAD_INTERVAL, content_digest};
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::{Bucket, RateLimitConfig};
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
@@ -101,16 +101,21 @@ pub struct ServerConfig {
     /// or the bearer tokens they send (file only), as `[[tenant_access]]` tables with
     /// `identity` (needs `tls_client_ca_file` or `forwarded_client_cert_proxies`), `token_env`
     /// or `token_file`, and `tenants` (or `all_tenants =
-    /// true`); none lets every caller name any tenant.
+    /// true`); none lets every caller name any tenant. Read again when the file changes.
     pub tenant_access: Vec<TenantAccessRule>,
     /// The proxies (IP addresses or networks, comma-separated) that terminate TLS in front of
     /// toolplane and forward their callers' certificates in `x-forwarded-client-cert`, as a
     /// mesh sidecar does: on connections from them, `tenant_access` identities are read from
-    /// that header. Empty believes the header from no one.
+    /// that header. Empty believes the header from no one. Read again when the file changes.
     pub forwarded_client_cert_proxies: String,
     /// [`Self::tenant_access`], checked when the configuration was loaded.
     #[serde(skip)]
     checked_tenant_access: TenantAccess,
+    /// The file the configuration was read from, if any, and the sha256 of its content then:
+    /// `tenant_access` and `forwarded_client_cert_proxies` are read from it again when it
+    /// changes.
+    #[serde(skip)]
+    file: Option<(PathBuf, [u8; 32])>,
     /// The OTLP collector spans are exported to (`http://host:4317` over gRPC,
     /// `http://host:4318` over HTTP, or `https://` for TLS); empty exports none.
     pub otlp_endpoint: String,
@@ -267,6 +272,7 @@ impl Default for ServerConfig {
             tenant_access: Vec::new(),
             forwarded_client_cert_proxies: String::new(),
             checked_tenant_access: TenantAccess::default(),
+            file: None,
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),
             otlp_ca_file: String::new(),
@@ -344,13 +350,20 @@ impl ServerConfig {
         file: Option<&Path>,
         env: impl Iterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        let (mut table, origin) = match file {
-            Some(path) => (read_table(path)?, path.display().to_string()),
-            None if Path::new(DEFAULT_CONFIG_FILE).exists() => (
-                read_table(Path::new(DEFAULT_CONFIG_FILE))?,
-                DEFAULT_CONFIG_FILE.to_owned(),
-            ),
-            None => (toml::Table::new(), "defaults".to_owned()),
+        let file = file.or_else(|| {
+            let default = Path::new(DEFAULT_CONFIG_FILE);
+            default.exists().then_some(default)
+        });
+        let (mut table, read, origin) = match file {
+            Some(path) => {
+                let (table, digest) = read_table(path)?;
+                (
+                    table,
+                    Some((path.to_path_buf(), digest)),
+                    path.display().to_string(),
+                )
+            }
+            None => (toml::Table::new(), None, "defaults".to_owned()),
         };
         let fields =
             toml::Table::try_from(Self::default()).expect("the default configuration serializes");
@@ -374,6 +387,7 @@ impl ServerConfig {
             .map_err(|message| ConfigError::Invalid { origin, message })?;
         config.checked_mcp_imports = checked.imports;
         config.checked_tenant_access = checked.tenant_access;
+        config.file = read;
         Ok(config)
     }
 
@@ -413,6 +427,7 @@ impl ServerConfig {
             mcp: self.mcp_endpoint(),
             mcp_imports: self.checked_mcp_imports.clone(),
             tenant_access: self.checked_tenant_access.clone(),
+            tenant_access_source: self.tenant_access_source(),
             tls_reload_interval: self.tls_reload_interval,
             response_compression: self.response_compression,
             limits: RegistrationLimits {
@@ -481,16 +496,19 @@ fn outgoing_tls(ca_file: &str, cert_file: &str, key_file: &str) -> OutgoingTlsFi
     }
 }
 
-fn read_table(path: &Path) -> Result<toml::Table, ConfigError> {
+/// The file's table, and the sha256 of its content (to see later whether it changed).
+fn read_table(path: &Path) -> Result<(toml::Table, [u8; 32]), ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
     })?;
-    text.parse()
+    let table = text
+        .parse()
         .map_err(|error: toml::de::Error| ConfigError::Invalid {
             origin: path.display().to_string(),
             message: error.message().to_owned(),
-        })
+        })?;
+    Ok((table, content_digest(text.as_bytes())))
 }
 
 /// An environment value typed like the field's default (numbers stay numbers).
@@ -508,6 +526,8 @@ fn env_value(value: &str, like: &toml::Value) -> toml::Value {
 mod check;
 #[path = "config_endpoints.rs"]
 mod endpoints;
+#[path = "config_reload.rs"]
+mod reload;
 
 #[cfg(test)]
 #[path = "config_tests.rs"]

@@ -9,7 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::process::{
-    ChildGuard, ServerProcess, invoke_structs_damage, toolplane_cli, wait_for_structs_provider_with,
+    ChildGuard, ServerProcess, invoke_structs_damage, toolplane_cli,
+    wait_for_structs_provider_with, wait_until,
 };
 use common::*;
 use tonic::Code;
@@ -26,16 +27,7 @@ const TOKEN: &str = "planner-token-7d2e";
 /// holding it) and `files` (name, content) beside it; `PLANNER_TOKEN` is set to [`TOKEN`] in
 /// its environment.
 fn serve_with_config(config: &str, files: &[(&str, &str)]) -> (ServerProcess, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    for (name, content) in files {
-        std::fs::write(dir.path().join(name), content).expect("write a file");
-    }
-    let file = dir.path().join("toolplane.toml");
-    let config = config.replace("{dir}", dir.path().to_str().expect("a UTF-8 path"));
-    std::fs::write(&file, config).expect("write the config");
-    let file = file.to_str().expect("a UTF-8 path").to_owned();
-    let server = ServerProcess::start(&[("TOOLPLANE_CONFIG", &file), ("PLANNER_TOKEN", TOKEN)]);
-    (server, dir)
+    ServerProcess::start_with_config(config, files, &[("PLANNER_TOKEN", TOKEN)])
 }
 
 /// A `toolplane serve` process whose config grants tenant 1 to callers sending [`TOKEN`].
@@ -57,15 +49,6 @@ fn tools_with_token(endpoint: &str, token: &str) -> (i32, String, String) {
         "--token",
         token,
     ])
-}
-
-/// Polls `done` every 50 ms until it holds; fails the test with `what` after 20 s.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let give_up = std::time::Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(std::time::Instant::now() < give_up, "{what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The example provider registers in tenant 1 with its token; the CLI, given the token as a

@@ -15,6 +15,7 @@ use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
 use super::{CallerGrant, Tenants};
+use crate::grpc::tls_reload::{Fingerprint, content_digest};
 
 /// A token as the rules keep it: its sha256, so no token is held in memory as it was sent, and
 /// looking one up compares digests, not the secrets.
@@ -47,6 +48,9 @@ pub(super) struct Tokens {
     /// here so that a call sending it allocates nothing; errors name it by its variable or
     /// file, never its value.
     table: ArcSwap<HashMap<[u8; 32], Arc<CallerGrant>>>,
+    /// What the token files held when the table was made, as the file watch fingerprints
+    /// them, in the order of [`Self::files`].
+    read: ArcSwap<Fingerprint>,
 }
 
 impl Tokens {
@@ -84,10 +88,15 @@ impl Tokens {
     pub(super) fn load(&self) -> Result<(), String> {
         let mut table = HashMap::new();
         let mut entry_of = HashMap::new();
+        let mut read = Fingerprint::new();
         for (index, entry) in self.entries.iter().enumerate() {
             let (name, digests) = match &entry.source {
                 Source::Variable { name, digest } => (name.clone(), vec![*digest]),
-                Source::File(path) => (path.display().to_string(), file_tokens(entry, path)?),
+                Source::File(path) => {
+                    let (content, digests) = file_tokens(entry, path)?;
+                    read.push(Some(content));
+                    (path.display().to_string(), digests)
+                }
             };
             for digest in digests {
                 let grant = CallerGrant {
@@ -107,7 +116,13 @@ impl Tokens {
             }
         }
         self.table.store(table.into());
+        self.read.store(read.into());
         Ok(())
+    }
+
+    /// What the token files held when the tokens in use were read from them.
+    pub(super) fn files_read(&self) -> Fingerprint {
+        self.read.load().to_vec()
     }
 
     /// Whether there are token entries at all.
@@ -156,8 +171,9 @@ impl PartialEq for Tokens {
 
 impl Eq for Tokens {}
 
-/// The digests of the tokens in `path`, one per line, blank lines skipped.
-fn file_tokens(entry: &Entry, path: &std::path::Path) -> Result<Vec<[u8; 32]>, String> {
+/// The digest of the content of the file at `path` (as the file watch takes it), and the
+/// digests of the tokens in it, one per line, blank lines skipped.
+fn file_tokens(entry: &Entry, path: &std::path::Path) -> Result<([u8; 32], Vec<[u8; 32]>), String> {
     let text = std::fs::read_to_string(path).map_err(|error| {
         format!(
             "{}: token_file {} cannot be read: {error}",
@@ -178,5 +194,5 @@ fn file_tokens(entry: &Entry, path: &std::path::Path) -> Result<Vec<[u8; 32]>, S
             path.display()
         ));
     }
-    Ok(digests)
+    Ok((content_digest(text.as_bytes()), digests))
 }

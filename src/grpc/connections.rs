@@ -26,14 +26,14 @@ use super::call_scheduling::{CallScheduling, ConnectionDriver};
 use super::deadline::{CallDeadline, DeadlineBody, timeout_of};
 use super::rpc_stats::RpcStats;
 use super::server_tls::ConnectionPeer;
-use crate::access::{ConnectionAccess, TenantAccess};
+use crate::access::{ConnectionAccess, LiveTenantAccess};
 
 /// Tenant access as the connections rule it: the rules, and the stats that count the calls
 /// refused here, before they reach the metered services (an unknown bearer token).
 #[derive(Debug, Clone)]
 pub struct RuledAccess {
-    /// The `[[tenant_access]]` rules.
-    pub rules: Arc<TenantAccess>,
+    /// The `[[tenant_access]]` rules in force.
+    pub rules: Arc<LiveTenantAccess>,
     /// Where refused calls are counted, as the metering layer counts the rest; `None` counts
     /// nothing (no metrics endpoint and no spans).
     pub counted_in: Option<Arc<RpcStats>>,

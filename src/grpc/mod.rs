@@ -2,6 +2,7 @@
 //! domain errors to `tonic::Status`, and server assembly.
 
 mod accept;
+mod access_reload;
 pub mod agent;
 mod answer;
 pub mod call_scheduling;

@@ -36,7 +36,7 @@ use super::rpc_stats::{DescriptorError, RpcStats};
 use super::server_tls::{ServedTls, ServerTlsError};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
-use crate::access::TenantAccess;
+use crate::access::LiveTenantAccess;
 use crate::agent::builtin::BuiltinModel;
 use crate::agent::model::{LlmProvider, ModelError};
 use crate::agent::openai::{OpenAiClient, OpenAiConfig};
@@ -90,11 +90,7 @@ pub enum ServeError {
     ServerTls(#[from] ServerTlsError),
     /// Tenant access rules name certificate identities, but callers are not asked for client
     /// certificates.
-    #[error(
-        "tenant_access entries naming an identity need client certificates: serve TLS \
-         (tls_cert_file, tls_key_file) and set tls_client_ca_file, or set \
-         forwarded_client_cert_proxies when a proxy terminates TLS in front of toolplane"
-    )]
+    #[error("{}", crate::access::IDENTITIES_NEED_CERTIFICATES)]
     TenantAccessWithoutClientCertificates,
 }
 
@@ -112,25 +108,13 @@ pub fn check_tls_files(options: &ServerOptions) -> Result<(), ServeError> {
 /// The tenant access rules `options` give, where there are any; rules naming certificate
 /// identities need client certificates asked for, or proxies that forward them, as without
 /// one a caller has no identity.
-fn ruled_access(options: &ServerOptions) -> Result<Option<Arc<TenantAccess>>, ServeError> {
-    if options.tenant_access.is_open() {
-        return Ok(None);
-    }
-    if options.tenant_access.identities() == 0 {
-        return Ok(Some(Arc::new(options.tenant_access.clone())));
-    }
+fn ruled_access(options: &ServerOptions) -> Result<Option<Arc<LiveTenantAccess>>, ServeError> {
     let asks_for_certificates = options
         .tls
         .as_ref()
         .is_some_and(|files| files.client_ca_file.is_some());
-    let forwarded = !options
-        .tenant_access
-        .forwarded_client_cert_proxies()
-        .is_empty();
-    if !asks_for_certificates && !forwarded {
-        return Err(ServeError::TenantAccessWithoutClientCertificates);
-    }
-    Ok(Some(Arc::new(options.tenant_access.clone())))
+    LiveTenantAccess::start(&options.tenant_access, asks_for_certificates)
+        .map_err(|_| ServeError::TenantAccessWithoutClientCertificates)
 }
 
 /// The chat model agents use: the OpenAI-compatible client when configured, else the built-in.
@@ -215,20 +199,13 @@ pub async fn serve_with(
         options.tls_reload_interval,
         &serving.subscribe(),
     );
-    if let Some(rules) = access
-        .clone()
-        .filter(|_| !options.tls_reload_interval.is_zero())
-    {
-        let files = rules.token_files();
-        if !files.is_empty() {
-            tokio::spawn(super::tls_reload::watch(
-                "tenant_access token files",
-                files,
-                options.tls_reload_interval,
-                move || rules.reload_token_files(),
-                serving.subscribe(),
-            ));
-        }
+    if !options.tls_reload_interval.is_zero() {
+        super::access_reload::watch(
+            access.clone(),
+            options.tenant_access_source.clone(),
+            options.tls_reload_interval,
+            &serving.subscribe(),
+        );
     }
     let limits = Arc::new(RateLimits::new(&options.rate_limits));
     let model = model_provider(options.model.as_ref())?;

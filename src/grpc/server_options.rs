@@ -9,7 +9,7 @@ use super::outgoing_tls::OutgoingTlsFiles;
 use super::response_compression::ResponseCompression;
 use super::server_tls::ServerTlsFiles;
 use super::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
-use crate::access::TenantAccess;
+use crate::access::{TenantAccess, TenantAccessSource};
 use crate::agent::openai::OpenAiConfig;
 use crate::agent::store::{
     DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
@@ -107,6 +107,10 @@ pub struct ServerOptions {
     /// [`crate::access`]); no rules lets every caller name any tenant. Rules naming certificate
     /// identities need client certificates asked for (`tls` with a `client_ca_file`).
     pub tenant_access: TenantAccess,
+    /// Where `tenant_access` is read again from when it changes (the configuration file), to
+    /// be put in force without a restart (see [`crate::access::LiveTenantAccess`]); `None`
+    /// keeps the rules given (their token files are still read again).
+    pub tenant_access_source: Option<TenantAccessSource>,
 }
 
 impl ServerOptions {
@@ -151,6 +155,7 @@ impl Default for ServerOptions {
             mcp: McpEndpoint::loopback(),
             mcp_imports: Vec::new(),
             tenant_access: TenantAccess::default(),
+            tenant_access_source: None,
         }
     }
 }

@@ -21,40 +21,81 @@ use crate::otlp::CollectorTls;
 /// How often the files are read again by default.
 pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The sha256 of each file's content (`None` for a file that cannot be read).
-type Fingerprint = Vec<Option<[u8; 32]>>;
+/// The sha256 of each file's content, in order (`None` for a file that cannot be read).
+pub type Fingerprint = Vec<Option<[u8; 32]>>;
+
+/// The sha256 of a file's content, as a [`Fingerprint`] holds it.
+pub fn content_digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
 
 fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
     paths
         .iter()
-        .map(|path| {
-            std::fs::read(path)
-                .ok()
-                .map(|bytes| Sha256::digest(bytes).into())
-        })
+        .map(|path| std::fs::read(path).ok().map(|bytes| content_digest(&bytes)))
         .collect()
 }
 
 /// Reads `paths` every `interval` until `serving` turns false; when their contents change,
 /// calls `rebuild`, which builds and installs the new configuration or says why it cannot.
-/// `what` names the configuration in the log. (Tenant access's token files are watched the
-/// same way.)
+/// `what` names the configuration in the log. (Tenant access's configuration file is watched
+/// the same way.)
 pub async fn watch<F>(
     what: &'static str,
     paths: Vec<PathBuf>,
     interval: Duration,
     rebuild: F,
-    mut serving: tokio::sync::watch::Receiver<bool>,
+    serving: tokio::sync::watch::Receiver<bool>,
 ) where
     F: Fn() -> Result<(), String> + Send + Sync + 'static,
 {
+    let watched = Watched {
+        paths: move || paths.clone(),
+        read: None,
+    };
+    watch_changing(what, watched, interval, rebuild, serving).await;
+}
+
+/// The files [`watch_changing`] reads.
+pub struct Watched<P> {
+    /// Asked for the list of files each time (a changed list counts as a change).
+    pub paths: P,
+    /// What they held when the configuration in use was read from them, so that a change
+    /// made before the watch starts is seen; `None` takes what they hold when it starts.
+    pub read: Option<Fingerprint>,
+}
+
+impl<P> std::fmt::Debug for Watched<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watched")
+            .field("read", &self.read)
+            .finish_non_exhaustive()
+    }
+}
+
+/// As [`watch`], for files that change with what they configure (tenant access's token files
+/// are those of the rules in force) or were read before the watch starts (the configuration
+/// file, read before the server starts).
+pub async fn watch_changing<P, F>(
+    what: &'static str,
+    watched: Watched<P>,
+    interval: Duration,
+    rebuild: F,
+    mut serving: tokio::sync::watch::Receiver<bool>,
+) where
+    P: Fn() -> Vec<PathBuf> + Send + Sync + 'static,
+    F: Fn() -> Result<(), String> + Send + Sync + 'static,
+{
     let rebuild = std::sync::Arc::new(rebuild);
-    let files = std::sync::Arc::new(paths);
-    let mut seen = {
-        let files = std::sync::Arc::clone(&files);
-        tokio::task::spawn_blocking(move || fingerprint(&files))
-            .await
-            .unwrap_or_default()
+    let files = std::sync::Arc::new(watched.paths);
+    let mut seen = match watched.read {
+        Some(read) => read,
+        None => {
+            let files = std::sync::Arc::clone(&files);
+            tokio::task::spawn_blocking(move || fingerprint(&files()))
+                .await
+                .unwrap_or_default()
+        }
     };
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -70,7 +111,7 @@ pub async fn watch<F>(
         );
         // File reads and certificate parsing are blocking work, done off the serving threads.
         let checked = tokio::task::spawn_blocking(move || {
-            let now = fingerprint(&files);
+            let now = fingerprint(&files());
             let outcome = (now != previous).then(|| rebuild());
             (now, outcome)
         })

@@ -29,7 +29,7 @@ use tonic::transport::server::TcpIncoming;
 use tower::Service;
 
 use super::handler::McpTools;
-use crate::access::{AccessError, ConnectionAccess, TenantAccess};
+use crate::access::{AccessError, ConnectionAccess, LiveTenantAccess};
 use crate::envelope::{TENANT_HEADER, TenantId};
 use crate::grpc::server_tls::{ConnectionPeer, ServedTls};
 
@@ -112,7 +112,7 @@ pub async fn serve(
     tools: McpTools,
     endpoint: McpEndpoint,
     tls: Option<ServedTls>,
-    access: Option<Arc<TenantAccess>>,
+    access: Option<Arc<LiveTenantAccess>>,
     sessions: McpSessions,
 ) {
     let mut config = StreamableHttpServerConfig::default()
@@ -259,7 +259,7 @@ fn refused_tenant(
 async fn serve_incoming<IO>(
     incoming: impl Stream<Item = std::io::Result<IO>> + Send + 'static,
     service: Endpoint,
-    access: Option<Arc<TenantAccess>>,
+    access: Option<Arc<LiveTenantAccess>>,
 ) where
     IO: AsyncRead + AsyncWrite + ConnectionPeer + Unpin + Send + 'static,
 {

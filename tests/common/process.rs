@@ -49,6 +49,27 @@ impl ServerProcess {
         Self { child, addr, log }
     }
 
+    /// Starts `toolplane serve` with the config file `config` (`{dir}` in it is the
+    /// directory holding it), `files` (name, content) beside it and `env` set; the directory
+    /// lives as long as the answered handle.
+    pub fn start_with_config(
+        config: &str,
+        files: &[(&str, &str)],
+        env: &[(&str, &str)],
+    ) -> (Self, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        for (name, content) in files {
+            std::fs::write(dir.path().join(name), content).expect("write a file");
+        }
+        let file = dir.path().join("toolplane.toml");
+        let config = config.replace("{dir}", dir.path().to_str().expect("a UTF-8 path"));
+        std::fs::write(&file, config).expect("write the config");
+        let file = file.to_str().expect("a UTF-8 path").to_owned();
+        let mut env = env.to_vec();
+        env.push(("TOOLPLANE_CONFIG", &file));
+        (Self::start(&env), dir)
+    }
+
     /// The lines the server has logged so far that contain `needle`.
     pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
         let log = self.log.lock().expect("log lock");
@@ -85,6 +106,15 @@ impl Drop for ServerProcess {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// Polls `done` every 50 ms until it holds; fails the test with `what` after 20 s.
+pub fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let give_up = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < give_up, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -1,0 +1,350 @@
+//! The tenant access rules in force while the server runs, and what one connection is granted
+//! under them.
+//!
+//! The rules are replaced as a whole when the configuration file they came from changes
+//! (`[[tenant_access]]`, `forwarded_client_cert_proxies`: a Kubernetes ConfigMap updated in
+//! place), so granting a tenant or taking one away needs no restart. Every call is checked
+//! against the rules in force when it arrives, also on connections accepted before the change:
+//! a connection's grant is worked out again, once, the first time it is used under new rules.
+//!
+//! Two changes are refused, logged, and the rules in force stay: rules that name certificate
+//! identities on a server that neither asks for client certificates nor believes a forwarding
+//! proxy (no caller could have one), and a change between having rules and having none (with
+//! none every caller may name any tenant; a server that started without rules checks no call).
+//! Both take a restart.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::{AccessError, CallerGrant, FORWARDED_CLIENT_CERT, TenantAccess, forwarded};
+
+/// Reads the rules again from where they came from; the error says why they cannot be used.
+pub type ReadTenantAccess = Arc<dyn Fn() -> Result<TenantAccess, String> + Send + Sync>;
+
+/// Where the rules are read again from while the server runs: the configuration file, watched
+/// for changes every `tls_reload_interval`, and how to read the rules from it.
+#[derive(Clone)]
+pub struct TenantAccessSource {
+    /// The configuration file.
+    pub file: PathBuf,
+    /// The sha256 of the file's content when the rules given at the start were read from it
+    /// (a change made before the watch starts is a change).
+    pub file_read: [u8; 32],
+    /// Reads the rules from it (with the environment laid over it, as at the start).
+    pub read: ReadTenantAccess,
+}
+
+impl fmt::Debug for TenantAccessSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TenantAccessSource")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The rules in force: every connection checks its calls against the rules held here now.
+#[derive(Debug)]
+pub struct LiveTenantAccess {
+    rules: ArcSwap<TenantAccess>,
+    /// Whether the server asks callers for client certificates (fixed when it starts).
+    client_certificates: bool,
+}
+
+/// Why rules naming certificate identities cannot be served without client certificates.
+pub const IDENTITIES_NEED_CERTIFICATES: &str = "tenant_access entries naming an identity need \
+    client certificates: serve TLS (tls_cert_file, tls_key_file) and set tls_client_ca_file, or \
+    set forwarded_client_cert_proxies when a proxy terminates TLS in front of toolplane";
+
+/// Whether the rules name identities no caller could have: the server neither asks for client
+/// certificates nor believes a proxy forwarding them.
+fn unservable(rules: &TenantAccess, client_certificates: bool) -> bool {
+    rules.identities() > 0
+        && !client_certificates
+        && rules.forwarded_client_cert_proxies().is_empty()
+}
+
+impl LiveTenantAccess {
+    /// The rules to serve, on a server that asks callers for client certificates or not;
+    /// `None` when there are none (every caller may name any tenant). Rules naming identities
+    /// that no caller could have are an error ([`IDENTITIES_NEED_CERTIFICATES`]).
+    pub fn start(
+        rules: &TenantAccess,
+        client_certificates: bool,
+    ) -> Result<Option<Arc<Self>>, &'static str> {
+        if rules.is_open() {
+            return Ok(None);
+        }
+        if unservable(rules, client_certificates) {
+            return Err(IDENTITIES_NEED_CERTIFICATES);
+        }
+        Ok(Some(Arc::new(Self {
+            rules: ArcSwap::from_pointee(rules.clone()),
+            client_certificates,
+        })))
+    }
+
+    /// The rules in force now.
+    pub fn current(&self) -> Arc<TenantAccess> {
+        self.rules.load_full()
+    }
+
+    /// Puts `rules` in force for every call from now on, also on open connections. Rules that
+    /// grant nothing (every caller could name any tenant) or name identities no caller could
+    /// have are refused, saying why, and the rules in force stay.
+    pub fn replace(&self, rules: TenantAccess) -> Result<(), String> {
+        if rules.is_open() {
+            return Err(
+                "tenant_access has no entry now: letting every caller name any tenant takes a \
+                 restart; the entries read before stay in force"
+                    .to_owned(),
+            );
+        }
+        if unservable(&rules, self.client_certificates) {
+            return Err(format!(
+                "{IDENTITIES_NEED_CERTIFICATES}; the entries read before stay in force"
+            ));
+        }
+        // Unchanged rules (another setting changed) keep every connection's grant.
+        if rules != **self.rules.load() {
+            self.rules.store(Arc::new(rules));
+        }
+        Ok(())
+    }
+
+    /// The token files of the rules in force, to be read again when they change.
+    pub fn token_files(&self) -> Vec<PathBuf> {
+        self.rules.load().token_files()
+    }
+
+    /// What the token files of the rules in force held when they were read.
+    pub fn token_files_read(&self) -> crate::grpc::tls_reload::Fingerprint {
+        self.rules.load().token_files_read()
+    }
+
+    /// Reads the token files of the rules in force again (see
+    /// [`TenantAccess::reload_token_files`]).
+    pub fn reload_token_files(&self) -> Result<(), String> {
+        self.rules.load().reload_token_files()
+    }
+}
+
+/// What a connection is granted under one set of rules.
+#[derive(Debug)]
+struct Granted {
+    /// The rules it was worked out under.
+    rules: Arc<TenantAccess>,
+    /// What the connection's certificate is granted (its identities kept, to work it out
+    /// again under other rules).
+    grant: Arc<CallerGrant>,
+    /// Whether the connection comes from a proxy whose forwarded certificates are believed.
+    from_proxy: bool,
+}
+
+impl Granted {
+    fn under(rules: Arc<TenantAccess>, identities: Vec<String>, peer: Option<SocketAddr>) -> Self {
+        Self {
+            grant: Arc::new(rules.grant_for(identities)),
+            from_proxy: forwarded::from_proxy(&rules.proxies, peer),
+            rules,
+        }
+    }
+}
+
+/// Tenant access on one connection: the rules in force, and what its caller's certificate is
+/// granted, worked out as the connection was accepted and again after the rules change.
+#[derive(Debug, Clone)]
+pub struct ConnectionAccess {
+    live: Arc<LiveTenantAccess>,
+    peer: Option<SocketAddr>,
+    granted: Arc<ArcSwap<Granted>>,
+}
+
+impl ConnectionAccess {
+    /// Access on a connection from `peer` whose caller presented `certificate` (DER; `None`
+    /// for none).
+    pub fn new(
+        live: &Arc<LiveTenantAccess>,
+        certificate: Option<&[u8]>,
+        peer: Option<SocketAddr>,
+    ) -> Self {
+        let identities = certificate
+            .map(super::certificate_identities)
+            .unwrap_or_default();
+        let granted = Granted::under(live.current(), identities, peer);
+        Self {
+            live: Arc::clone(live),
+            peer,
+            granted: Arc::new(ArcSwap::from_pointee(granted)),
+        }
+    }
+
+    /// What the connection is granted under the rules in force now.
+    fn granted(&self) -> Arc<Granted> {
+        let granted = self.granted.load_full();
+        let rules = self.live.rules.load();
+        if Arc::ptr_eq(&granted.rules, &rules) {
+            return granted;
+        }
+        let identities = granted.grant.identities.clone();
+        let again = Arc::new(Granted::under(Arc::clone(&rules), identities, self.peer));
+        self.granted.store(Arc::clone(&again));
+        again
+    }
+
+    /// What a call on the connection with these request headers is granted: on a connection
+    /// from a listed proxy that forwards a certificate, that certificate's grant (not the
+    /// proxy's own), else the connection's; then the tenants of its bearer token (see
+    /// [`TenantAccess::grant_for_call`]).
+    pub fn grant_for_call(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Result<Arc<CallerGrant>, AccessError> {
+        let granted = self.granted();
+        // Looked for only on connections from a listed proxy.
+        let forwarded = granted
+            .from_proxy
+            .then(|| headers.get(FORWARDED_CLIENT_CERT))
+            .flatten();
+        let connection = match forwarded {
+            Some(header) => Arc::new(
+                granted
+                    .rules
+                    .grant_for(forwarded::forwarded_identities(header.as_bytes())?),
+            ),
+            None => Arc::clone(&granted.grant),
+        };
+        let authorization = headers.get(http::header::AUTHORIZATION);
+        granted
+            .rules
+            .grant_for_call(&connection, authorization.map(|value| value.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::TenantAccessRule;
+    use crate::envelope::TenantId;
+
+    fn rules(entries: &[(&str, &[u64])], proxies: &str) -> TenantAccess {
+        let entries: Vec<TenantAccessRule> = entries
+            .iter()
+            .map(|(identity, tenants)| TenantAccessRule {
+                identity: (*identity).to_owned(),
+                tenants: tenants.to_vec(),
+                ..TenantAccessRule::default()
+            })
+            .collect();
+        TenantAccess::from_rules(&entries)
+            .expect("valid rules")
+            .with_forwarded_client_cert_proxies(
+                crate::access::parse_proxies(proxies).expect("valid proxies"),
+            )
+    }
+
+    fn certificate(uri: &str) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::default();
+        params.subject_alt_names = vec![rcgen::SanType::URI(uri.try_into().expect("IA5"))];
+        let key = rcgen::KeyPair::generate().expect("key");
+        params.self_signed(&key).expect("cert").der().to_vec()
+    }
+
+    fn may_act_for(access: &ConnectionAccess, headers: &http::HeaderMap, tenant: u64) -> bool {
+        let grant = access.grant_for_call(headers).expect("granted something");
+        grant.check(TenantId(tenant)).is_ok()
+    }
+
+    /// A connection accepted before the rules change is checked against the new rules from
+    /// its next call on, worked out once and kept.
+    #[test]
+    fn open_connections_follow_replaced_rules() {
+        let planner = "spiffe://test/ns/a/sa/planner";
+        let live = LiveTenantAccess::start(&rules(&[(planner, &[1])], ""), true)
+            .expect("servable")
+            .expect("ruled");
+        let der = certificate(planner);
+        let access = ConnectionAccess::new(&live, Some(&der), None);
+        let none = http::HeaderMap::new();
+        assert!(may_act_for(&access, &none, 1));
+        assert!(!may_act_for(&access, &none, 2));
+
+        live.replace(rules(&[(planner, &[2])], ""))
+            .expect("replaced");
+        assert!(!may_act_for(&access, &none, 1), "tenant 1 taken away");
+        assert!(may_act_for(&access, &none, 2), "tenant 2 granted");
+        let first = access.granted();
+        assert!(Arc::ptr_eq(&first, &access.granted()), "worked out once");
+
+        live.replace(rules(&[(planner, &[2])], ""))
+            .expect("the same rules");
+        assert!(
+            Arc::ptr_eq(&first, &access.granted()),
+            "unchanged rules keep the connection's grant"
+        );
+    }
+
+    /// Rules that would let every caller name any tenant, or name identities no caller could
+    /// have, are refused saying why, and the rules in force stay.
+    #[test]
+    fn unservable_rules_are_refused_and_the_old_stay() {
+        let live = LiveTenantAccess::start(&rules(&[("a.example", &[1])], ""), true)
+            .expect("servable")
+            .expect("ruled");
+        let error = live
+            .replace(TenantAccess::default())
+            .expect_err("no rules is refused");
+        assert!(error.contains("takes a restart"), "{error}");
+        assert_eq!(live.current().identities(), 1);
+
+        let uncertified =
+            LiveTenantAccess::start(&rules(&[("a.example", &[1])], "10.0.0.1"), false)
+                .expect("servable: a proxy forwards certificates")
+                .expect("ruled");
+        let error = uncertified
+            .replace(rules(&[("a.example", &[1])], ""))
+            .expect_err("no proxy and no client certificates");
+        assert!(error.contains("tls_client_ca_file"), "{error}");
+        assert_eq!(
+            uncertified.current().forwarded_client_cert_proxies().len(),
+            1
+        );
+        assert_eq!(
+            LiveTenantAccess::start(&rules(&[("a.example", &[1])], ""), false)
+                .expect_err("no caller could have the identity"),
+            IDENTITIES_NEED_CERTIFICATES
+        );
+        assert!(
+            LiveTenantAccess::start(&TenantAccess::default(), true)
+                .expect("open")
+                .is_none()
+        );
+    }
+
+    /// A proxy added to `forwarded_client_cert_proxies` is believed on connections from it
+    /// that were open before.
+    #[test]
+    fn an_added_proxy_is_believed_on_open_connections() {
+        let planner = "spiffe://test/ns/a/sa/planner";
+        let live = LiveTenantAccess::start(&rules(&[(planner, &[1])], ""), true)
+            .expect("servable")
+            .expect("ruled");
+        let proxy: SocketAddr = "127.0.0.6:41000".parse().expect("address");
+        let access = ConnectionAccess::new(&live, None, Some(proxy));
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            FORWARDED_CLIENT_CERT,
+            http::HeaderValue::from_str(&format!(
+                "By=spiffe://test/ns/t/sa/toolplane;URI={planner}"
+            ))
+            .expect("header"),
+        );
+        assert!(!may_act_for(&access, &headers, 1), "not a listed proxy yet");
+        live.replace(rules(&[(planner, &[1])], "127.0.0.6"))
+            .expect("replaced");
+        assert!(may_act_for(&access, &headers, 1), "believed now");
+    }
+}

@@ -1,0 +1,121 @@
+//! What of the configuration file is read again while the server runs: `[[tenant_access]]`
+//! and `forwarded_client_cert_proxies` (see [`crate::access::LiveTenantAccess`]). Every other
+//! setting is read at the start only; one changed in the file is named in a WARN log line, as
+//! it takes effect at the next restart.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{ConfigError, ServerConfig};
+use crate::access::{TenantAccess, TenantAccessSource};
+
+/// The settings put in force again when the file changes.
+const RELOADED_SETTINGS: [&str; 2] = ["tenant_access", "forwarded_client_cert_proxies"];
+
+impl ServerConfig {
+    /// Where the tenant access rules are read again from: the file this configuration was read
+    /// from, with the environment laid over it as at the start; `None` without a file.
+    pub fn tenant_access_source(&self) -> Option<TenantAccessSource> {
+        let (file, file_read) = self.file.clone()?;
+        let started = self.clone();
+        let path = file.clone();
+        let read = move || -> Result<TenantAccess, String> {
+            let now = ServerConfig::load(Some(&path), std::env::vars())
+                .map_err(|error| error.to_string())?;
+            warn_of_unreloaded_changes(&started, &now, &path);
+            Ok(now.checked_tenant_access)
+        };
+        Some(TenantAccessSource {
+            file,
+            file_read,
+            read: Arc::new(read),
+        })
+    }
+
+    /// The settings (by name) whose values differ between `self` and `other`, other than those
+    /// read again while the server runs ([`RELOADED_SETTINGS`]).
+    pub(super) fn settings_changed_since(
+        &self,
+        other: &ServerConfig,
+    ) -> Result<Vec<String>, ConfigError> {
+        let table = |config: &ServerConfig| {
+            toml::Table::try_from(config).map_err(|error| ConfigError::Invalid {
+                origin: "a loaded configuration".to_owned(),
+                message: error.to_string(),
+            })
+        };
+        let (before, after) = (table(other)?, table(self)?);
+        let mut names: Vec<String> = before
+            .keys()
+            .chain(after.keys())
+            .filter(|name| !RELOADED_SETTINGS.contains(&name.as_str()))
+            .filter(|name| before.get(*name) != after.get(*name))
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+}
+
+/// Logs the settings that changed in `path` since the server started and are not put in force
+/// until a restart.
+fn warn_of_unreloaded_changes(started: &ServerConfig, now: &ServerConfig, path: &Path) {
+    match now.settings_changed_since(started) {
+        Ok(changed) if changed.is_empty() => {}
+        Ok(changed) => tracing::warn!(
+            file = %path.display(),
+            settings = %changed.join(", "),
+            "settings changed in the configuration file take effect at the next restart \
+             (only tenant_access and forwarded_client_cert_proxies are read again)"
+        ),
+        Err(error) => tracing::debug!(%error, "cannot compare the configurations"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The source reads the file as it is now, with the environment laid over it; settings
+    /// other than tenant access are compared with the configuration at the start.
+    #[test]
+    fn the_source_reads_the_rules_in_the_file_now() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("toolplane.toml");
+        let first = "default_ttl = \"30s\"\nforwarded_client_cert_proxies = \"127.0.0.6\"\n\
+                     [[tenant_access]]\nidentity = \"a.example\"\ntenants = [1]\n";
+        std::fs::write(&file, first).expect("write");
+        let started = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
+        let source = started.tenant_access_source().expect("read from a file");
+        assert_eq!(source.file, file);
+
+        let second = "default_ttl = \"45s\"\nforwarded_client_cert_proxies = \"10.1.0.0/16\"\n\
+                      [[tenant_access]]\nidentity = \"a.example\"\ntenants = [1]\n\
+                      [[tenant_access]]\nidentity = \"b.example\"\ntenants = [2]\n";
+        std::fs::write(&file, second).expect("rewrite");
+        let rules = (source.read)().expect("valid rules");
+        assert_eq!(rules.identities(), 2);
+        assert_eq!(rules.forwarded_client_cert_proxies().len(), 1);
+        let now = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
+        assert_eq!(
+            now.settings_changed_since(&started).expect("compared"),
+            ["default_ttl"],
+            "tenant access is read again; only default_ttl waits for a restart"
+        );
+
+        let broken = "forwarded_client_cert_proxies = \"127.0.0.6\"\n\
+                      [[tenant_access]]\nidentity = \"a.example\"\n";
+        std::fs::write(&file, broken).expect("break");
+        let error = (source.read)().expect_err("grants nothing");
+        assert!(error.contains("tenant_access entry 1"), "{error}");
+
+        assert!(
+            ServerConfig::load(None, std::iter::empty())
+                .expect("defaults")
+                .tenant_access_source()
+                .is_none(),
+            "nothing to read again without a file"
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! Tenant access read again while the server runs: the token files of the rules in force, and
+//! the configuration file the rules came from, each watched every `tls_reload_interval` as the
+//! TLS files are ([`super::tls_reload`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::tls_reload::Watched;
+use crate::access::{LiveTenantAccess, TenantAccessSource};
+
+/// Watches, until `serving` turns false: the token files of the rules in force (read again
+/// when they change), and the configuration file of `source` (the rules read from it put in
+/// force when it changes; see [`LiveTenantAccess::replace`]). On a server that started
+/// without rules (`live` is `None`), rules added to the file are logged at WARN, as they take
+/// a restart.
+pub(super) fn watch(
+    live: Option<Arc<LiveTenantAccess>>,
+    source: Option<TenantAccessSource>,
+    interval: Duration,
+    serving: &tokio::sync::watch::Receiver<bool>,
+) {
+    if let Some(live) = live.clone()
+        && (source.is_some() || !live.token_files().is_empty())
+    {
+        let files = Arc::clone(&live);
+        let watched = Watched {
+            read: Some(live.token_files_read()),
+            paths: move || files.token_files(),
+        };
+        tokio::spawn(super::tls_reload::watch_changing(
+            "tenant_access token files",
+            watched,
+            interval,
+            move || live.reload_token_files(),
+            serving.clone(),
+        ));
+    }
+    let Some(TenantAccessSource {
+        file,
+        file_read,
+        read,
+    }) = source
+    else {
+        return;
+    };
+    let rebuild = move || {
+        let rules = read()?;
+        match &live {
+            Some(live) => live.replace(rules),
+            None if rules.is_open() => Ok(()),
+            None => Err(
+                "tenant_access entries were added, but the server started without any and \
+                 checks no call's tenant: they take effect at a restart"
+                    .to_owned(),
+            ),
+        }
+    };
+    let watched = Watched {
+        paths: move || vec![file.clone()],
+        read: Some(vec![Some(file_read)]),
+    };
+    tokio::spawn(super::tls_reload::watch_changing(
+        "tenant_access in the configuration file",
+        watched,
+        interval,
+        rebuild,
+        serving.clone(),
+    ));
+}

@@ -1,0 +1,216 @@
+//! `[[tenant_access]]` read again from the configuration file while `toolplane serve` runs:
+//! granting and taking away tenants, adding token files, needs no restart, and applies to
+//! connections open before the change (the generated Rust client's one connection, the MCP
+//! endpoint); a change that cannot be used is logged and the rules in force stay.
+
+mod common;
+
+use std::path::Path;
+
+use common::process::{ServerProcess, toolplane_cli, wait_until};
+use common::{http_client, meta, tools_list};
+use tonic::Code;
+use toolplane::client::{BearerToken, ToolplaneClient};
+use toolplane::envelope::TenantId;
+use toolplane::pb;
+
+/// The token of the `PLANNER_TOKEN` entry.
+const TOKEN: &str = "planner-token-51c9";
+
+/// The configuration with the planner's token granting `tenants`, and `extra` after it.
+fn config(tenants: &str, extra: &str) -> String {
+    format!(
+        "tls_reload_interval = \"100ms\"\nmcp_listen = \"127.0.0.1:0\"\n\
+         [[tenant_access]]\ntoken_env = \"PLANNER_TOKEN\"\ntenants = [{tenants}]\n{extra}"
+    )
+}
+
+/// Replaces the configuration file in `dir` as a ConfigMap update does: written beside it,
+/// then renamed over it, so the server never reads half a file.
+fn rewrite(dir: &Path, text: &str) {
+    let next = dir.join("toolplane.toml.next");
+    std::fs::write(&next, text).expect("write the new configuration");
+    std::fs::rename(&next, dir.join("toolplane.toml")).expect("replace the configuration");
+}
+
+/// Whether the generated Discovery client, on the Rust client's one connection, may list
+/// the services of `tenant`; any refusal but PERMISSION_DENIED fails the test.
+async fn lists(client: &ToolplaneClient, tenant: u64) -> bool {
+    let answer = client
+        .discovery()
+        .list_services(pb::ListServicesRequest {
+            meta: meta(tenant),
+            ..Default::default()
+        })
+        .await;
+    match answer {
+        Ok(_) => true,
+        Err(status) if status.code() == Code::PermissionDenied => false,
+        Err(status) => panic!("unexpected refusal: {status:?}"),
+    }
+}
+
+/// Polls `lists` until it answers `expected` for `tenant`; fails with `what` after 20 s.
+async fn until_lists(client: &ToolplaneClient, tenant: u64, expected: bool, what: &str) {
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while lists(client, tenant).await != expected {
+        assert!(std::time::Instant::now() < give_up, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The address the server logged for its MCP endpoint.
+fn mcp_url(server: &ServerProcess) -> String {
+    let lines = server.log_lines_with("MCP served at /mcp");
+    let address = lines
+        .first()
+        .and_then(|line| line.split("address=").nth(1))
+        .expect("the MCP address is logged");
+    format!("http://{}/mcp", address.trim())
+}
+
+/// Tenants granted and taken away in the file take effect on the Rust client's open
+/// connection, the CLI and the MCP endpoint without a restart; a file that is not a valid
+/// configuration, and one with no entry left, are logged and change nothing; a changed
+/// setting that is read only at the start is named in the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn tenants_granted_in_the_file_take_effect_on_open_connections() {
+    let (server, dir) =
+        ServerProcess::start_with_config(&config("1", ""), &[], &[("PLANNER_TOKEN", TOKEN)]);
+    let endpoint = server.endpoint();
+    let client = ToolplaneClient::connect(&endpoint, TenantId(1))
+        .await
+        .expect("connected")
+        .with_bearer_token(BearerToken::new(TOKEN).expect("a valid token"));
+    let (mcp, http) = (mcp_url(&server), http_client());
+    let mcp_status = |tenant: &'static str| {
+        let request = tools_list(&http, &mcp, tenant).bearer_auth(TOKEN);
+        async move { request.send().await.expect("answered").status().as_u16() }
+    };
+    assert!(lists(&client, 1).await);
+    assert!(!lists(&client, 2).await);
+    assert_eq!(mcp_status("2").await, 403);
+
+    rewrite(dir.path(), &config("1, 2", ""));
+    until_lists(&client, 2, true, "tenant 2 was never granted").await;
+    assert_eq!(mcp_status("2").await, 200);
+    let cli = |tenant: &str| {
+        toolplane_cli(&[
+            "tools",
+            "--endpoint",
+            &endpoint,
+            "--tenant",
+            tenant,
+            "--token",
+            TOKEN,
+        ])
+        .0
+    };
+    assert_eq!(cli("2"), 0);
+    let reloaded = server.log_lines_with("files changed: reloaded");
+    assert!(
+        reloaded
+            .iter()
+            .any(|line| line.contains("tenant_access in the configuration file")),
+        "{reloaded:?}"
+    );
+
+    rewrite(dir.path(), &config("2", ""));
+    until_lists(&client, 1, false, "tenant 1 was never taken away").await;
+    assert_eq!(mcp_status("1").await, 403);
+    assert_eq!(cli("1"), 2);
+
+    rewrite(
+        dir.path(),
+        "[[tenant_access]]\ntoken_env = \"PLANNER_TOKEN\"\n",
+    );
+    wait_until("the invalid file was never logged", || {
+        !server.log_lines_with("grants nothing").is_empty()
+    });
+    assert!(lists(&client, 2).await, "the rules in force stay");
+
+    rewrite(
+        dir.path(),
+        "tls_reload_interval = \"100ms\"\nmcp_listen = \"127.0.0.1:0\"\n",
+    );
+    wait_until("the emptied rules were never logged", || {
+        !server.log_lines_with("takes a restart").is_empty()
+    });
+    assert!(!lists(&client, 1).await, "tenant 1 is still not granted");
+    assert!(lists(&client, 2).await, "tenant 2 still is");
+
+    rewrite(
+        dir.path(),
+        &config("2, 3", "").replace(
+            "tls_reload_interval",
+            "default_ttl = \"45s\"\ntls_reload_interval",
+        ),
+    );
+    until_lists(&client, 3, true, "tenant 3 was never granted").await;
+    let restart = server.log_lines_with("take effect at the next restart");
+    assert!(
+        restart.iter().any(|line| line.contains("default_ttl")),
+        "{restart:?}"
+    );
+}
+
+/// A `token_file` entry added to the file is read with it, and its file is watched from then
+/// on: a token rotated in it is granted without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_file_added_to_the_file_is_watched() {
+    let (server, dir) = ServerProcess::start_with_config(
+        &config("1", ""),
+        &[("tokens", "first-token\n")],
+        &[("PLANNER_TOKEN", TOKEN)],
+    );
+    let endpoint = server.endpoint();
+    let with = |token: &str| {
+        toolplane_cli(&[
+            "tools",
+            "--endpoint",
+            &endpoint,
+            "--tenant",
+            "4",
+            "--token",
+            token,
+        ])
+        .0
+    };
+    assert_eq!(with("first-token"), 2, "no entry holds it yet");
+
+    let tokens = dir.path().join("tokens");
+    let entry = format!(
+        "[[tenant_access]]\ntoken_file = \"{}\"\ntenants = [4]\n",
+        tokens.display()
+    );
+    rewrite(dir.path(), &config("1", &entry));
+    wait_until("the added token file was never read", || {
+        with("first-token") == 0
+    });
+
+    std::fs::write(&tokens, "second-token\n").expect("rotate the token");
+    wait_until("the rotated token was never read", || {
+        with("second-token") == 0
+    });
+    assert_eq!(with("first-token"), 2, "the old token is refused");
+}
+
+/// A server that started without rules checks no call; rules added to its file are logged
+/// as taking a restart, and calls stay unchecked until then.
+#[test]
+fn rules_added_to_a_server_without_rules_take_a_restart() {
+    let (server, dir) = ServerProcess::start_with_config(
+        "tls_reload_interval = \"100ms\"\n",
+        &[],
+        &[("PLANNER_TOKEN", TOKEN)],
+    );
+    rewrite(dir.path(), &config("1", ""));
+    wait_until("the added rules were never logged", || {
+        !server
+            .log_lines_with("they take effect at a restart")
+            .is_empty()
+    });
+    let (code, _, stderr) =
+        toolplane_cli(&["tools", "--endpoint", &server.endpoint(), "--tenant", "9"]);
+    assert_eq!(code, 0, "still unchecked: {stderr}");
+}
