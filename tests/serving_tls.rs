@@ -163,12 +163,14 @@ async fn served_trusting(addr: SocketAddr, ca_pem: &str) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewed_certificate_is_served_without_a_restart() {
     let pki = pki();
-    let server = TestServer::start_with(ServerOptions {
+    let (server, metrics) = TestServer::start_with_metrics(ServerOptions {
         tls: Some(pki.files.clone()),
         tls_reload_interval: std::time::Duration::from_millis(50),
         ..test_options()
     })
     .await;
+    let (http, metrics) = (http_client(), format!("http://{metrics}/metrics"));
+    let failing = "toolplane_file_reload_failing{files=\"served_tls\"}";
     let (old_ca, new_ca) = (pki.ca.pem(), TestCa::new());
     let new_ca_pem = new_ca.pem();
     assert!(served_trusting(server.addr, &old_ca).await);
@@ -180,6 +182,11 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
         served_trusting(server.addr, &old_ca).await,
         "the old certificate is still served while the new one has no key"
     );
+    assert_eq!(
+        scraped(&http, &metrics, failing).await,
+        1.0,
+        "counted as refused"
+    );
 
     std::fs::write(&pki.files.key_file, &renewed.key_pem).expect("key renewed");
     eventually("the renewed certificate is served", || {
@@ -187,6 +194,9 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
     })
     .await;
     assert!(!served_trusting(server.addr, &old_ca).await);
+    assert_eq!(scraped(&http, &metrics, failing).await, 0.0);
+    let reloaded = "toolplane_file_reloads_total{files=\"served_tls\",result=\"reloaded\"}";
+    assert_eq!(scraped(&http, &metrics, reloaded).await, 1.0);
 }
 
 fn path(path: &Path) -> String {

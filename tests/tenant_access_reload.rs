@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use common::process::{ServerProcess, toolplane_cli, wait_until};
-use common::{http_client, meta, tools_list};
+use common::{http_client, meta, scraped, tools_list};
 use tonic::Code;
 use toolplane::client::{BearerToken, ToolplaneClient};
 use toolplane::envelope::TenantId;
@@ -17,11 +17,14 @@ use toolplane::pb;
 /// The token of the `PLANNER_TOKEN` entry.
 const TOKEN: &str = "planner-token-51c9";
 
+/// The settings of every configuration here: watched every 100 ms, MCP and metrics served.
+const SERVED: &str = "tls_reload_interval = \"100ms\"\nmcp_listen = \"127.0.0.1:0\"\n\
+                      metrics_listen = \"127.0.0.1:0\"\n";
+
 /// The configuration with the planner's token granting `tenants`, and `extra` after it.
 fn config(tenants: &str, extra: &str) -> String {
     format!(
-        "tls_reload_interval = \"100ms\"\nmcp_listen = \"127.0.0.1:0\"\n\
-         [[tenant_access]]\ntoken_env = \"PLANNER_TOKEN\"\ntenants = [{tenants}]\n{extra}"
+        "{SERVED}[[tenant_access]]\ntoken_env = \"PLANNER_TOKEN\"\ntenants = [{tenants}]\n{extra}"
     )
 }
 
@@ -59,14 +62,14 @@ async fn until_lists(client: &ToolplaneClient, tenant: u64, expected: bool, what
     }
 }
 
-/// The address the server logged for its MCP endpoint.
-fn mcp_url(server: &ServerProcess) -> String {
-    let lines = server.log_lines_with("MCP served at /mcp");
+/// The URL of an endpoint the server logged (`what`, such as `MCP served at /mcp`) at `path`.
+fn logged_url(server: &ServerProcess, what: &str, path: &str) -> String {
+    let lines = server.log_lines_with(what);
     let address = lines
         .first()
         .and_then(|line| line.split("address=").nth(1))
-        .expect("the MCP address is logged");
-    format!("http://{}/mcp", address.trim())
+        .expect("the address is logged");
+    format!("http://{}{path}", address.trim())
 }
 
 /// Tenants granted and taken away in the file take effect on the Rust client's open
@@ -82,7 +85,17 @@ async fn tenants_granted_in_the_file_take_effect_on_open_connections() {
         .await
         .expect("connected")
         .with_bearer_token(BearerToken::new(TOKEN).expect("a valid token"));
-    let (mcp, http) = (mcp_url(&server), http_client());
+    let (mcp, http) = (
+        logged_url(&server, "MCP served at /mcp", "/mcp"),
+        http_client(),
+    );
+    let metrics = logged_url(&server, "metrics served at /metrics", "/metrics");
+    let config_reloads = |result: &str| {
+        format!(
+            "toolplane_file_reloads_total{{files=\"tenant_access_config\",result=\"{result}\"}}"
+        )
+    };
+    let failing = "toolplane_file_reload_failing{files=\"tenant_access_config\"}";
     let mcp_status = |tenant: &'static str| {
         let request = tools_list(&http, &mcp, tenant).bearer_auth(TOKEN);
         async move { request.send().await.expect("answered").status().as_u16() }
@@ -128,11 +141,19 @@ async fn tenants_granted_in_the_file_take_effect_on_open_connections() {
         !server.log_lines_with("grants nothing").is_empty()
     });
     assert!(lists(&client, 2).await, "the rules in force stay");
-
-    rewrite(
-        dir.path(),
-        "tls_reload_interval = \"100ms\"\nmcp_listen = \"127.0.0.1:0\"\n",
+    assert_eq!(scraped(&http, &metrics, failing).await, 1.0);
+    assert_eq!(
+        scraped(&http, &metrics, &config_reloads("refused")).await,
+        1.0
     );
+    assert_eq!(
+        scraped(&http, &metrics, &config_reloads("reloaded")).await,
+        2.0
+    );
+    let not_granted = "toolplane_mcp_requests_refused_total{reason=\"tenant_not_granted\"}";
+    assert_eq!(scraped(&http, &metrics, not_granted).await, 2.0);
+
+    rewrite(dir.path(), SERVED);
     wait_until("the emptied rules were never logged", || {
         !server.log_lines_with("takes a restart").is_empty()
     });
@@ -147,6 +168,7 @@ async fn tenants_granted_in_the_file_take_effect_on_open_connections() {
         ),
     );
     until_lists(&client, 3, true, "tenant 3 was never granted").await;
+    assert_eq!(scraped(&http, &metrics, failing).await, 0.0);
     let restart = server.log_lines_with("take effect at the next restart");
     assert!(
         restart.iter().any(|line| line.contains("default_ttl")),

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::reload_stats::{ReloadStats, ReloadedFiles};
 use super::tls_reload::Watched;
 use crate::access::{LiveTenantAccess, TenantAccessSource};
 
-/// Watches, until `serving` turns false: the token files of the rules in force (read again
+/// Watches, until `serving` turns false (each change counted in `stats`): the token files of the rules in force (read again
 /// when they change), and the configuration file of `source` (the rules read from it put in
 /// force when it changes; see [`LiveTenantAccess::replace`]). On a server that started
 /// without rules (`live` is `None`), rules added to the file are logged at WARN, as they take
@@ -17,6 +18,7 @@ pub(super) fn watch(
     live: Option<Arc<LiveTenantAccess>>,
     source: Option<TenantAccessSource>,
     interval: Duration,
+    stats: &Arc<ReloadStats>,
     serving: &tokio::sync::watch::Receiver<bool>,
 ) {
     if let Some(live) = live.clone()
@@ -26,9 +28,10 @@ pub(super) fn watch(
         let watched = Watched {
             read: Some(live.token_files_read()),
             paths: move || files.token_files(),
+            counted_in: Some((Arc::clone(stats), ReloadedFiles::TenantAccessTokenFiles)),
         };
         tokio::spawn(super::tls_reload::watch_changing(
-            "tenant_access token files",
+            ReloadedFiles::TenantAccessTokenFiles.what(),
             watched,
             interval,
             move || live.reload_token_files(),
@@ -58,9 +61,10 @@ pub(super) fn watch(
     let watched = Watched {
         paths: move || vec![file.clone()],
         read: Some(vec![Some(file_read)]),
+        counted_in: Some((Arc::clone(stats), ReloadedFiles::TenantAccessConfig)),
     };
     tokio::spawn(super::tls_reload::watch_changing(
-        "tenant_access in the configuration file",
+        ReloadedFiles::TenantAccessConfig.what(),
         watched,
         interval,
         rebuild,

@@ -23,6 +23,7 @@ pub mod provider_client;
 pub mod provider_tls;
 pub mod raw_message;
 pub mod record_wire;
+pub mod reload_stats;
 pub mod response_compression;
 pub mod rpc_metering;
 pub mod rpc_stats;

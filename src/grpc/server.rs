@@ -30,6 +30,7 @@ use super::invoke_wire::InvokeServer;
 use super::outgoing_tls::OutgoingTlsError;
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::provider_tls::ProviderTls;
+use super::reload_stats::ReloadStats;
 use super::response_compression::ResponseCompressionService;
 use super::rpc_metering::RpcMeteringLayer;
 use super::rpc_stats::{DescriptorError, RpcStats};
@@ -50,7 +51,7 @@ use crate::invoke::records::{RecordError, RecordLog};
 use crate::invoke::{Invoker, InvokerOptions};
 use crate::mcp::client::McpCaller;
 use crate::mcp::import::ImportStates;
-use crate::mcp::{McpSessions, McpTools};
+use crate::mcp::{McpRefusals, McpSessions, McpTools};
 use crate::metrics::MetricsSources;
 use crate::otlp::OtlpError;
 use crate::pb;
@@ -192,11 +193,13 @@ pub async fn serve_with(
         ),
         mcp: Arc::new(mcp_caller.clone()),
     });
+    let reload_stats = Arc::new(ReloadStats::default());
     super::tls_reload::watch_all(
         served_tls.clone().zip(options.tls.clone()),
         (provider_tls, options.provider_tls.clone()),
         collector_tls,
         options.tls_reload_interval,
+        &reload_stats,
         &serving.subscribe(),
     );
     if !options.tls_reload_interval.is_zero() {
@@ -204,6 +207,7 @@ pub async fn serve_with(
             access.clone(),
             options.tenant_access_source.clone(),
             options.tls_reload_interval,
+            &reload_stats,
             &serving.subscribe(),
         );
     }
@@ -234,6 +238,7 @@ pub async fn serve_with(
     )
     .with_spans(spans.clone());
     let mcp_sessions = side.mcp.is_some().then(McpSessions::default);
+    let mcp_refusals = side.mcp.is_some().then(Arc::<McpRefusals>::default);
     // Calls are counted per RPC only when there is an endpoint to report them, or spans to
     // name after their methods.
     let rpc_stats = if metrics_listener.is_some() || spans.is_on() {
@@ -254,6 +259,8 @@ pub async fn serve_with(
                 agents,
                 mcp_imports: import_states.clone(),
                 mcp_sessions: mcp_sessions.clone(),
+                mcp_refusals: mcp_refusals.clone(),
+                reloads: Arc::clone(&reload_stats),
             };
             AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
         });
@@ -261,13 +268,24 @@ pub async fn serve_with(
     let _imports =
         crate::mcp::import::spawn_all(&options.mcp_imports, &registry, &mcp_caller, &import_states);
     // Aborted, with its connections, when this function returns.
-    let _mcp = side.mcp.zip(mcp_sessions).map(|(listener, sessions)| {
-        let tools = McpTools::new(registry.clone(), invoker.clone());
-        let (endpoint, tls) = (options.mcp.clone(), served_tls.clone());
-        let served =
-            crate::mcp::http::serve(listener, tools, endpoint, tls, access.clone(), sessions);
-        AbortOnDrop(tokio::spawn(served))
-    });
+    let mcp_counts = mcp_sessions.zip(mcp_refusals);
+    let _mcp = side
+        .mcp
+        .zip(mcp_counts)
+        .map(|(listener, (sessions, refusals))| {
+            let tools = McpTools::new(registry.clone(), invoker.clone());
+            let (endpoint, tls) = (options.mcp.clone(), served_tls.clone());
+            let served = crate::mcp::http::serve(
+                listener,
+                tools,
+                endpoint,
+                tls,
+                access.clone(),
+                sessions,
+                refusals,
+            );
+            AbortOnDrop(tokio::spawn(served))
+        });
     tokio::spawn(run_health_checks(
         store,
         caller,

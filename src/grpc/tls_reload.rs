@@ -9,12 +9,14 @@
 //! previous configuration is kept.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use super::outgoing_tls::OutgoingTlsFiles;
 use super::provider_tls::ProviderTls;
+use super::reload_stats::{ReloadStats, ReloadedFiles};
 use super::server_tls::{ServedTls, ServerTlsFiles};
 use crate::otlp::CollectorTls;
 
@@ -52,6 +54,7 @@ pub async fn watch<F>(
     let watched = Watched {
         paths: move || paths.clone(),
         read: None,
+        counted_in: None,
     };
     watch_changing(what, watched, interval, rebuild, serving).await;
 }
@@ -63,12 +66,30 @@ pub struct Watched<P> {
     /// What they held when the configuration in use was read from them, so that a change
     /// made before the watch starts is seen; `None` takes what they hold when it starts.
     pub read: Option<Fingerprint>,
+    /// Where each change put in use or refused is counted, as which files.
+    pub counted_in: Option<(Arc<ReloadStats>, ReloadedFiles)>,
+}
+
+impl Watched<()> {
+    /// `paths`, read when the watch starts, counted in `stats` as `files`.
+    fn counted(
+        paths: Vec<PathBuf>,
+        stats: &Arc<ReloadStats>,
+        files: ReloadedFiles,
+    ) -> Watched<impl Fn() -> Vec<PathBuf> + Send + Sync + 'static> {
+        Watched {
+            paths: move || paths.clone(),
+            read: None,
+            counted_in: Some((Arc::clone(stats), files)),
+        }
+    }
 }
 
 impl<P> std::fmt::Debug for Watched<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watched")
             .field("read", &self.read)
+            .field("counted_in", &self.counted_in)
             .finish_non_exhaustive()
     }
 }
@@ -120,10 +141,15 @@ pub async fn watch_changing<P, F>(
             continue;
         };
         seen = now;
+        let Some(outcome) = outcome else {
+            continue;
+        };
+        if let Some((stats, files)) = &watched.counted_in {
+            stats.record(*files, outcome.is_ok());
+        }
         match outcome {
-            None => {}
-            Some(Ok(())) => tracing::info!(what, "files changed: reloaded"),
-            Some(Err(error)) => tracing::warn!(
+            Ok(()) => tracing::info!(what, "files changed: reloaded"),
+            Err(error) => tracing::warn!(
                 what,
                 %error,
                 "files changed but cannot be used; keeping the previous ones"
@@ -134,13 +160,14 @@ pub async fn watch_changing<P, F>(
 
 /// Watches the files of the served TLS (when there is one), of TLS to providers (when it
 /// names files) and of TLS to the OTLP collector (when there is one and it names files), each
-/// reloaded as [`watch`] says, until `serving` turns false. An interval of zero watches
-/// nothing.
+/// reloaded as [`watch`] says and counted in `stats`, until `serving` turns false. An interval
+/// of zero watches nothing.
 pub fn watch_all(
     served: Option<(ServedTls, ServerTlsFiles)>,
     providers: (ProviderTls, OutgoingTlsFiles),
     collector: Option<CollectorTls>,
     interval: Duration,
+    stats: &Arc<ReloadStats>,
     serving: &tokio::sync::watch::Receiver<bool>,
 ) {
     if interval.is_zero() {
@@ -149,9 +176,10 @@ pub fn watch_all(
     if let Some((tls, files)) = served {
         let paths = super::server_tls::watched_files(&files);
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
-        tokio::spawn(watch(
-            "served TLS",
-            paths,
+        let files = ReloadedFiles::ServedTls;
+        tokio::spawn(watch_changing(
+            files.what(),
+            Watched::counted(paths, stats, files),
             interval,
             rebuild,
             serving.clone(),
@@ -161,9 +189,10 @@ pub fn watch_all(
     let paths = files.paths();
     if !paths.is_empty() {
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
-        tokio::spawn(watch(
-            "TLS to providers",
-            paths,
+        let files = ReloadedFiles::ProviderTls;
+        tokio::spawn(watch_changing(
+            files.what(),
+            Watched::counted(paths, stats, files),
             interval,
             rebuild,
             serving.clone(),
@@ -173,9 +202,10 @@ pub fn watch_all(
         let paths = tls.paths();
         if !paths.is_empty() {
             let rebuild = move || tls.reload().map_err(|error| error.to_string());
-            tokio::spawn(watch(
-                "TLS to the OTLP collector",
-                paths,
+            let files = ReloadedFiles::CollectorTls;
+            tokio::spawn(watch_changing(
+                files.what(),
+                Watched::counted(paths, stats, files),
                 interval,
                 rebuild,
                 serving.clone(),

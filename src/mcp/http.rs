@@ -11,7 +11,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -103,6 +103,37 @@ impl McpSessions {
     }
 }
 
+/// The MCP requests tenant access refused, by why; shared with the metrics endpoint.
+#[derive(Debug, Default)]
+pub struct McpRefusals {
+    counts: [AtomicU64; 3],
+}
+
+impl McpRefusals {
+    /// Every reason, as the metrics label it, in the order of [`Self::counts`].
+    pub const REASONS: [&'static str; 3] = [
+        "unknown_token",
+        "tenant_not_granted",
+        "forwarded_certificate_unreadable",
+    ];
+
+    fn count(&self, refused: &AccessError) {
+        let index = match refused {
+            AccessError::UnknownToken => 0,
+            AccessError::TenantNotGranted { .. } => 1,
+            AccessError::ForwardedCertificateUnreadable(_) => 2,
+        };
+        self.counts[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The requests refused since the server started, for each of [`Self::REASONS`].
+    pub fn counts(&self) -> [u64; 3] {
+        self.counts
+            .each_ref()
+            .map(|count| count.load(Ordering::Relaxed))
+    }
+}
+
 /// Serves MCP on `listener` with `sessions` until dropped (dropping it closes its connections
 /// too). With `access`, a request naming (in its `toolplane-tenant-id` header) a tenant its
 /// caller is not granted (by its client certificate or bearer token) is refused 403, and one
@@ -114,6 +145,7 @@ pub async fn serve(
     tls: Option<ServedTls>,
     access: Option<Arc<LiveTenantAccess>>,
     sessions: McpSessions,
+    refusals: Arc<McpRefusals>,
 ) {
     let mut config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
@@ -129,6 +161,7 @@ pub async fn serve(
         ),
         sessions,
         max_sessions: endpoint.max_sessions,
+        refusals,
     };
     match tls {
         Some(tls) => {
@@ -148,6 +181,8 @@ struct Endpoint {
     mcp: McpService,
     sessions: McpSessions,
     max_sessions: usize,
+    /// Where the requests tenant access refuses are counted.
+    refusals: Arc<McpRefusals>,
 }
 
 impl Endpoint {
@@ -164,7 +199,8 @@ impl Endpoint {
         if request.uri().path() != MCP_PATH {
             return Ok(not_found());
         }
-        if let Some(refused) = access.and_then(|access| refused_tenant(&request, &access)) {
+        let refused = access.and_then(|access| refused_tenant(&request, &access, &self.refusals));
+        if let Some(refused) = refused {
             return Ok(refused);
         }
         if self.max_sessions > 0
@@ -226,6 +262,7 @@ fn json_rpc_error(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, 
 fn refused_tenant(
     request: &Request<Incoming>,
     access: &ConnectionAccess,
+    counted_in: &McpRefusals,
 ) -> Option<Response<BoxBody<Bytes, Infallible>>> {
     let headers = request.headers();
     let refused = match access.grant_for_call(headers) {
@@ -237,6 +274,7 @@ fn refused_tenant(
         Err(refused) => refused,
     };
     tracing::info!(%refused, "MCP request refused");
+    counted_in.count(&refused);
     Some(match refused {
         AccessError::UnknownToken => {
             let mut response = json_rpc_error(StatusCode::UNAUTHORIZED, &refused.to_string());

@@ -21,4 +21,4 @@ pub mod list_changed;
 pub mod tools;
 
 pub use handler::McpTools;
-pub use http::{MCP_PATH, McpEndpoint, McpSessions};
+pub use http::{MCP_PATH, McpEndpoint, McpRefusals, McpSessions};

@@ -23,13 +23,14 @@ use prometheus_client::registry::Registry;
 
 use crate::agent::store::AgentStore;
 use crate::agent::types::AgentState;
+use crate::grpc::reload_stats::{ReloadStats, ReloadedFiles};
 use crate::grpc::rpc_stats::RpcStats;
 use crate::grpc::serving::ServingState;
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::record_stats::DURATION_BUCKETS;
 use crate::invoke::records::{InvocationStatus, RecordLog};
-use crate::mcp::McpSessions;
 use crate::mcp::import::ImportStates;
+use crate::mcp::{McpRefusals, McpSessions};
 use crate::registry::store::RegistryStore;
 
 /// Where the metrics are read from.
@@ -51,6 +52,10 @@ pub struct MetricsSources {
     pub mcp_imports: ImportStates,
     /// The MCP endpoint's sessions, when it is served.
     pub mcp_sessions: Option<McpSessions>,
+    /// The MCP requests tenant access refused, when the endpoint is served.
+    pub mcp_refusals: Option<Arc<McpRefusals>>,
+    /// How the file watches (TLS, tenant access) have fared.
+    pub reloads: Arc<ReloadStats>,
 }
 
 /// The text a scrape is answered with (OpenMetrics text format).
@@ -208,10 +213,61 @@ impl Collector for MetricsSources {
                 sessions.held_now() as u64,
             )?;
         }
+        if let Some(refusals) = &self.mcp_refusals {
+            let mut refused = encoder.encode_descriptor(
+                "toolplane_mcp_requests_refused",
+                "MCP requests tenant access refused, by why (unknown_token: 401, \
+                 tenant_not_granted: 403, forwarded_certificate_unreadable: 400).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, count) in McpRefusals::REASONS.iter().zip(refusals.counts()) {
+                refused
+                    .encode_family(&[("reason", *reason)])?
+                    .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                        &count, None,
+                    )?;
+            }
+        }
+        encode_reloads(&mut encoder, &self.reloads)?;
         encode_agents(&mut encoder, &self.agents)?;
         rpc::encode(&mut encoder, &self.rpcs)?;
         process::encode(&mut encoder)
     }
+}
+
+fn encode_reloads(
+    encoder: &mut DescriptorEncoder,
+    reloads: &ReloadStats,
+) -> Result<(), std::fmt::Error> {
+    let mut changes = encoder.encode_descriptor(
+        "toolplane_file_reloads",
+        "Changed files read again since the server started, by which files and whether they \
+         were put in use (reloaded) or could not be used (refused: the previous ones kept).",
+        None,
+        MetricType::Counter,
+    )?;
+    for files in ReloadedFiles::ALL {
+        let counts = reloads.of(files);
+        for (result, count) in [("reloaded", counts.reloaded), ("refused", counts.refused)] {
+            changes
+                .encode_family(&[("files", files.label()), ("result", result)])?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&count, None)?;
+        }
+    }
+    let mut failing = encoder.encode_descriptor(
+        "toolplane_file_reload_failing",
+        "1 while the last change of these files could not be used (the previous ones are in \
+         use, and the WARN log says why), else 0.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for files in ReloadedFiles::ALL {
+        failing
+            .encode_family(&[("files", files.label())])?
+            .encode_gauge(&i64::from(reloads.of(files).failing))?;
+    }
+    Ok(())
 }
 
 fn encode_agents(
@@ -263,6 +319,8 @@ pub(crate) fn test_sources() -> MetricsSources {
         agents: Arc::new(AgentStore::new(10, 0, 0)),
         mcp_imports: ImportStates::new(2),
         mcp_sessions: Some(McpSessions::default()),
+        mcp_refusals: Some(Arc::default()),
+        reloads: Arc::default(),
     }
 }
 
@@ -305,6 +363,7 @@ mod tests {
             records,
             ..test_sources()
         };
+        sources.reloads.record(ReloadedFiles::ServedTls, false);
         let text = render(&sources);
         for line in [
             "# TYPE toolplane_invocations counter",
@@ -326,6 +385,11 @@ mod tests {
             "toolplane_mcp_imports{state=\"imported\"} 0",
             "toolplane_mcp_imports{state=\"not_imported\"} 2",
             "toolplane_mcp_sessions 0",
+            "toolplane_mcp_requests_refused_total{reason=\"unknown_token\"} 0",
+            "toolplane_file_reloads_total{files=\"served_tls\",result=\"refused\"} 1",
+            "toolplane_file_reloads_total{files=\"tenant_access_config\",result=\"reloaded\"} 0",
+            "toolplane_file_reload_failing{files=\"served_tls\"} 1",
+            "toolplane_file_reload_failing{files=\"provider_tls\"} 0",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");

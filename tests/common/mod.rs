@@ -403,3 +403,19 @@ pub fn tools_list(client: &reqwest::Client, url: &str, tenant: &str) -> reqwest:
                 "io.modelcontextprotocol/clientCapabilities":{}}}}"#,
         )
 }
+
+/// The value of the sample `sample` (name and labels) in a scrape of `url`.
+pub async fn scraped(http: &reqwest::Client, url: &str, sample: &str) -> f64 {
+    let text = http
+        .get(url)
+        .send()
+        .await
+        .expect("scraped")
+        .text()
+        .await
+        .expect("a text answer");
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("{sample} in\n{text}"))
+}
