@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use crate::envelope::TenantId;
-pub use forwarded::{FORWARDED_CLIENT_CERT, parse_proxies};
+pub use forwarded::{FORWARDED_CLIENT_CERT, ForwardedIdentityHeader, L5D_CLIENT_ID, parse_proxies};
 use ipnet::IpNet;
 pub use live::{
     ConnectionAccess, IDENTITIES_NEED_CERTIFICATES, LiveTenantAccess, ReadTenantAccess,
@@ -112,8 +112,10 @@ pub struct TenantAccess {
     /// URI name prefixes (each ending in `/`) and what they grant, in entry order.
     prefixes: Vec<(String, Tenants)>,
     tokens: Arc<Tokens>,
-    /// The proxies whose `x-forwarded-client-cert` is believed.
+    /// The proxies whose forwarded certificates are believed.
     proxies: Vec<IpNet>,
+    /// The header they name their callers in.
+    forwarded_header: ForwardedIdentityHeader,
 }
 
 impl TenantAccess {
@@ -197,14 +199,28 @@ impl TenantAccess {
             prefixes,
             tokens: Arc::new(tokens),
             proxies: Vec::new(),
+            forwarded_header: ForwardedIdentityHeader::default(),
         })
     }
 
-    /// These rules, with the certificate forwarded in `x-forwarded-client-cert` taken for a
-    /// call's identities on connections from `proxies` (and only there).
+    /// These rules, with the certificate forwarded in `x-forwarded-client-cert` (or the header
+    /// [`Self::with_forwarded_identity_header`] names) taken for a call's identities on
+    /// connections from `proxies` (and only there).
     pub fn with_forwarded_client_cert_proxies(mut self, proxies: Vec<IpNet>) -> Self {
         self.proxies = proxies;
         self
+    }
+
+    /// These rules, with the callers of the listed proxies named in `header` (default
+    /// `x-forwarded-client-cert`).
+    pub fn with_forwarded_identity_header(mut self, header: ForwardedIdentityHeader) -> Self {
+        self.forwarded_header = header;
+        self
+    }
+
+    /// The header the listed proxies name their callers in.
+    pub fn forwarded_identity_header(&self) -> ForwardedIdentityHeader {
+        self.forwarded_header
     }
 
     /// The proxies whose forwarded certificates are believed.
@@ -407,12 +423,18 @@ pub enum AccessError {
          or none"
     )]
     UnknownToken,
-    /// A listed proxy forwarded an `x-forwarded-client-cert` header that cannot be read.
+    /// A listed proxy forwarded a header naming its caller that cannot be read.
     #[error(
-        "the x-forwarded-client-cert header from a proxy in forwarded_client_cert_proxies \
-         cannot be read ({0}): check the proxy's forward_client_cert_details settings"
+        "the {header} header from a proxy in forwarded_client_cert_proxies cannot be read \
+         ({problem}): check what the proxy sends (Envoy: forward_client_cert_details), and \
+         that forwarded_client_cert_header names the header it sets"
     )]
-    ForwardedCertificateUnreadable(String),
+    ForwardedCertificateUnreadable {
+        /// The header.
+        header: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// The call names a tenant the caller's certificate is not granted.
     #[error(
         "the caller ({caller}) may not act for tenant {tenant}: tenant_access grants it \

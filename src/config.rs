@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::access::{TenantAccess, TenantAccessRule};
+use crate::access::{ForwardedIdentityHeader, TenantAccess, TenantAccessRule};
 use crate::agent::openai::OpenAiConfig;
 use crate::agent::store::{
     DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
@@ -108,6 +108,10 @@ pub struct ServerConfig {
     /// mesh sidecar does: on connections from them, `tenant_access` identities are read from
     /// that header. Empty believes the header from no one. Read again when the file changes.
     pub forwarded_client_cert_proxies: String,
+    /// The header those proxies name their callers in: `x-forwarded-client-cert` (Envoy's, so
+    /// Istio's: the caller certificate's URI and DNS names) or `l5d-client-id` (Linkerd's: the
+    /// caller's mesh identity). Read again when the file changes.
+    pub forwarded_client_cert_header: ForwardedIdentityHeader,
     /// [`Self::tenant_access`], checked when the configuration was loaded.
     #[serde(skip)]
     checked_tenant_access: TenantAccess,
@@ -271,6 +275,7 @@ impl Default for ServerConfig {
             checked_mcp_imports: Vec::new(),
             tenant_access: Vec::new(),
             forwarded_client_cert_proxies: String::new(),
+            forwarded_client_cert_header: ForwardedIdentityHeader::default(),
             checked_tenant_access: TenantAccess::default(),
             file: None,
             otlp_endpoint: String::new(),

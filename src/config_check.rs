@@ -1,7 +1,7 @@
 //! The checks a loaded configuration must pass before it is used.
 
 use super::ServerConfig;
-use crate::access::TenantAccess;
+use crate::access::{ForwardedIdentityHeader, TenantAccess};
 use crate::mcp::import::McpImport;
 
 /// The parts of a configuration that are checked into forms of their own.
@@ -110,8 +110,16 @@ impl ServerConfig {
         }
         let proxies = crate::access::parse_proxies(&self.forwarded_client_cert_proxies)?;
         let tenant_access = TenantAccess::from_rules(&self.tenant_access)?
-            .with_forwarded_client_cert_proxies(proxies);
+            .with_forwarded_client_cert_proxies(proxies)
+            .with_forwarded_identity_header(self.forwarded_client_cert_header);
         let forwarded = !tenant_access.forwarded_client_cert_proxies().is_empty();
+        if !forwarded && self.forwarded_client_cert_header != ForwardedIdentityHeader::default() {
+            return Err(format!(
+                "forwarded_client_cert_header is {} but forwarded_client_cert_proxies is empty: \
+                 list the proxies that set it (the header is believed from no one else)",
+                self.forwarded_client_cert_header.name()
+            ));
+        }
         if tenant_access.identities() > 0 && self.tls_client_ca_file.is_empty() && !forwarded {
             return Err(
                 "tenant_access grants tenants by client certificate identity, but none is asked \

@@ -1,5 +1,5 @@
-//! What of the configuration file is read again while the server runs: `[[tenant_access]]`
-//! and `forwarded_client_cert_proxies` (see [`crate::access::LiveTenantAccess`]). Every other
+//! What of the configuration file is read again while the server runs: `[[tenant_access]]`,
+//! `forwarded_client_cert_proxies` and `forwarded_client_cert_header` (see [`crate::access::LiveTenantAccess`]). Every other
 //! setting is read at the start only; one changed in the file is named in a WARN log line, as
 //! it takes effect at the next restart.
 
@@ -10,7 +10,11 @@ use super::{ConfigError, ServerConfig};
 use crate::access::{TenantAccess, TenantAccessSource};
 
 /// The settings put in force again when the file changes.
-const RELOADED_SETTINGS: [&str; 2] = ["tenant_access", "forwarded_client_cert_proxies"];
+const RELOADED_SETTINGS: [&str; 3] = [
+    "tenant_access",
+    "forwarded_client_cert_proxies",
+    "forwarded_client_cert_header",
+];
 
 impl ServerConfig {
     /// Where the tenant access rules are read again from: the file this configuration was read
@@ -67,7 +71,7 @@ fn warn_of_unreloaded_changes(started: &ServerConfig, now: &ServerConfig, path: 
             file = %path.display(),
             settings = %changed.join(", "),
             "settings changed in the configuration file take effect at the next restart \
-             (only tenant_access and forwarded_client_cert_proxies are read again)"
+             (only tenant_access and the forwarded_client_cert settings are read again)"
         ),
         Err(error) => tracing::debug!(%error, "cannot compare the configurations"),
     }

@@ -523,6 +523,36 @@ fn forwarded_client_cert_proxies_stand_in_for_client_certificates() {
         error.to_string().contains("forwarded_client_cert_proxies"),
         "{error}"
     );
+    assert_eq!(
+        access.forwarded_identity_header(),
+        ForwardedIdentityHeader::XForwardedClientCert
+    );
+    let linkerd = [
+        proxies[0],
+        ("TOOLPLANE_FORWARDED_CLIENT_CERT_HEADER", "l5d-client-id"),
+    ];
+    let config = ServerConfig::load(Some(&file), env(&linkerd)).expect("valid behind Linkerd");
+    assert_eq!(
+        config
+            .server_options()
+            .tenant_access
+            .forwarded_identity_header(),
+        ForwardedIdentityHeader::L5dClientId
+    );
+    let unknown = [
+        proxies[0],
+        ("TOOLPLANE_FORWARDED_CLIENT_CERT_HEADER", "x-client-id"),
+    ];
+    let error = ServerConfig::load(Some(&file), env(&unknown)).expect_err("not a header we read");
+    assert!(error.to_string().contains("l5d-client-id"), "{error}");
+    let unlisted = [("TOOLPLANE_FORWARDED_CLIENT_CERT_HEADER", "l5d-client-id")];
+    let error = ServerConfig::load(Some(&file), env(&unlisted)).expect_err("no proxies");
+    assert!(
+        error
+            .to_string()
+            .contains("forwarded_client_cert_proxies is empty"),
+        "{error}"
+    );
     let bad = [("TOOLPLANE_FORWARDED_CLIENT_CERT_PROXIES", "sidecar")];
     let error = ServerConfig::load(Some(&file), env(&bad)).expect_err("not an address");
     assert!(error.to_string().contains("\"sidecar\""), "{error}");

@@ -1,7 +1,9 @@
 //! Tenant access behind a proxy that terminates TLS (a mesh sidecar): on connections from the
 //! addresses in `forwarded_client_cert_proxies`, a call's identities are those of the
-//! certificate the proxy names in `x-forwarded-client-cert` (Envoy's format); from anyone else
-//! the header is ignored. Over gRPC (the generated Rust client and grpcurl) and the MCP endpoint.
+//! certificate the proxy names in `x-forwarded-client-cert` (Envoy's format), or the mesh
+//! identity in `l5d-client-id` (Linkerd's) when `forwarded_client_cert_header` says so; from
+//! anyone else the header is ignored. Over gRPC (the generated Rust client and grpcurl) and the
+//! MCP endpoint.
 
 mod common;
 
@@ -11,7 +13,7 @@ use std::process::Command;
 use common::process::peer;
 use common::*;
 use tonic::Code;
-use toolplane::access::{TenantAccess, TenantAccessRule, parse_proxies};
+use toolplane::access::{ForwardedIdentityHeader, TenantAccess, TenantAccessRule, parse_proxies};
 use toolplane::grpc::ServerOptions;
 use toolplane::pb;
 
@@ -56,14 +58,24 @@ async fn list(
     tenant: u64,
     certificate: Option<&str>,
 ) -> Result<usize, tonic::Status> {
+    let header = certificate.map(|value| ("x-forwarded-client-cert", value));
+    list_with(server, tenant, header).await
+}
+
+/// A ListServices call for `tenant` with the header (name, value) when given.
+async fn list_with(
+    server: &TestServer,
+    tenant: u64,
+    header: Option<(&'static str, &str)>,
+) -> Result<usize, tonic::Status> {
     let mut request = tonic::Request::new(pb::ListServicesRequest {
         meta: meta(tenant),
         ..Default::default()
     });
-    if let Some(value) = certificate {
+    if let Some((name, value)) = header {
         request
             .metadata_mut()
-            .insert("x-forwarded-client-cert", value.parse().expect("ascii"));
+            .insert(name, value.parse().expect("ascii"));
     }
     let answer = server.discovery().await.list_services(request).await?;
     Ok(answer.into_inner().services.len())
@@ -172,4 +184,67 @@ async fn the_header_is_ignored_from_other_addresses() {
         .expect_err("not read at all");
     assert_eq!(ignored.code(), Code::PermissionDenied, "{ignored:?}");
     server.stop().await;
+}
+
+/// Linkerd's mesh identity of the planner, granted tenant 1 behind Linkerd.
+const LINKERD_PLANNER: &str = "planner.agents.serviceaccount.identity.linkerd.cluster.local";
+
+/// Behind Linkerd (`forwarded_client_cert_header = "l5d-client-id"`), a call's identity is the
+/// one its `l5d-client-id` names, over gRPC and the MCP endpoint; `x-forwarded-client-cert` is
+/// then a header like any other, not read. Behind Envoy (the default) `l5d-client-id` is not
+/// read.
+#[tokio::test(flavor = "multi_thread")]
+async fn behind_linkerd_the_client_id_header_names_the_caller() {
+    let rules = TenantAccess::from_rules(&[TenantAccessRule {
+        identity: LINKERD_PLANNER.to_owned(),
+        tenants: vec![1],
+        ..TenantAccessRule::default()
+    }])
+    .expect("valid rules")
+    .with_forwarded_client_cert_proxies(parse_proxies("127.0.0.0/8").expect("addresses"))
+    .with_forwarded_identity_header(ForwardedIdentityHeader::L5dClientId);
+    let (server, mcp) = TestServer::start_with_mcp(ServerOptions {
+        tenant_access: rules,
+        ..test_options()
+    })
+    .await;
+    let linkerd = Some(("l5d-client-id", LINKERD_PLANNER));
+    assert_eq!(list_with(&server, 1, linkerd).await.expect("granted"), 0);
+    let refused = list_with(&server, 2, linkerd)
+        .await
+        .expect_err("tenant 2 is not granted");
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains(LINKERD_PLANNER), "{refused:?}");
+    let unread = list(&server, 1, Some(&forwarded_planner()))
+        .await
+        .expect_err("x-forwarded-client-cert is not read");
+    assert!(
+        unread.message().contains("no certificate identity"),
+        "{unread:?}"
+    );
+    let unreadable = list_with(&server, 1, Some(("l5d-client-id", "a b")))
+        .await
+        .expect_err("not one name");
+    assert_eq!(unreadable.code(), Code::Unauthenticated, "{unreadable:?}");
+    assert!(
+        unreadable.message().contains("l5d-client-id header"),
+        "{unreadable:?}"
+    );
+
+    let client = http_client();
+    let url = format!("http://{mcp}/mcp");
+    let answered = tools_list(&client, &url, "1")
+        .header("l5d-client-id", LINKERD_PLANNER)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answered.status(), 200);
+    server.stop().await;
+
+    let (envoy, _) = behind("127.0.0.0/8").await;
+    let ignored = list_with(&envoy, 1, Some(("l5d-client-id", PLANNER)))
+        .await
+        .expect_err("l5d-client-id is not read behind Envoy");
+    assert_eq!(ignored.code(), Code::PermissionDenied, "{ignored:?}");
+    envoy.stop().await;
 }

@@ -1,21 +1,73 @@
 //! Client certificates forwarded by a proxy that terminates TLS in front of toolplane: a
-//! service mesh's sidecar (Istio's Envoy) or an edge Envoy. Such a proxy checks the caller's
-//! certificate itself and names it to toolplane in the `x-forwarded-client-cert` header (Envoy's
-//! format: `By=...;Hash=...;URI=spiffe://...;DNS=...`, one element per proxy, the nearest
-//! proxy's last).
+//! service mesh's sidecar or an edge Envoy. Such a proxy checks the caller's certificate itself
+//! and names it to toolplane in a header (`forwarded_client_cert_header`):
+//! `x-forwarded-client-cert` (Envoy's, so Istio's: `By=...;Hash=...;URI=spiffe://...;DNS=...`,
+//! one element per proxy, the nearest proxy's last; read with the `xfcc-parser` crate), or
+//! `l5d-client-id` (Linkerd's inbound proxy: the caller's mesh identity, a DNS-like name, set
+//! on meshed connections and removed from every other request).
 //!
 //! The header is believed only on connections from the proxies `forwarded_client_cert_proxies`
-//! lists (a sidecar connects from a loopback address); anyone else could write it. The
-//! `xfcc-parser` crate reads it.
+//! lists (a sidecar connects from a loopback address); anyone else could write it. Only the
+//! header named is read: a proxy passes the other on as its caller wrote it.
 
 use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
 
 use super::AccessError;
 
-/// The header a proxy names its caller's certificate in.
+/// The header Envoy names its caller's certificate in.
 pub const FORWARDED_CLIENT_CERT: &str = "x-forwarded-client-cert";
+
+/// The header Linkerd's inbound proxy names its caller's mesh identity in.
+pub const L5D_CLIENT_ID: &str = "l5d-client-id";
+
+/// The header the listed proxies name their callers in (`forwarded_client_cert_header`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum ForwardedIdentityHeader {
+    /// `x-forwarded-client-cert`: Envoy's (Istio's sidecars, an edge Envoy).
+    #[default]
+    #[serde(rename = "x-forwarded-client-cert")]
+    XForwardedClientCert,
+    /// `l5d-client-id`: Linkerd's inbound proxy's.
+    #[serde(rename = "l5d-client-id")]
+    L5dClientId,
+}
+
+impl ForwardedIdentityHeader {
+    /// The header's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ForwardedIdentityHeader::XForwardedClientCert => FORWARDED_CLIENT_CERT,
+            ForwardedIdentityHeader::L5dClientId => L5D_CLIENT_ID,
+        }
+    }
+
+    /// The identities a listed proxy names in the header's `value`.
+    pub(super) fn identities(self, value: &[u8]) -> Result<Vec<String>, AccessError> {
+        match self {
+            ForwardedIdentityHeader::XForwardedClientCert => forwarded_identities(value),
+            ForwardedIdentityHeader::L5dClientId => linkerd_identity(value).map(|id| vec![id]),
+        }
+    }
+}
+
+/// The mesh identity in Linkerd's `l5d-client-id`: one name, such as
+/// `planner.agents.serviceaccount.identity.linkerd.cluster.local`.
+fn linkerd_identity(value: &[u8]) -> Result<String, AccessError> {
+    let unreadable = |problem: &str| AccessError::ForwardedCertificateUnreadable {
+        header: L5D_CLIENT_ID,
+        problem: problem.to_owned(),
+    };
+    let text = std::str::from_utf8(value)
+        .map_err(|_| unreadable("it is not text"))?
+        .trim();
+    if text.is_empty() || !text.bytes().all(|byte| byte.is_ascii_graphic()) || text.contains(',') {
+        return Err(unreadable("it is not one identity name"));
+    }
+    Ok(text.to_owned())
+}
 
 /// The proxies whose forwarded certificates are believed, parsed from a comma-separated list
 /// of addresses (`127.0.0.6`) and networks (`10.0.0.0/8`). The error names what is not one.
@@ -50,8 +102,12 @@ pub(super) fn from_proxy(proxies: &[IpNet], peer: Option<SocketAddr>) -> bool {
 /// last element (the nearest proxy's, which checked the certificate), URIs first. A header that
 /// cannot be read is refused: a trusted proxy that sends one is misconfigured.
 pub(super) fn forwarded_identities(header: &[u8]) -> Result<Vec<String>, AccessError> {
-    let elements = xfcc_parser::element_list(header)
-        .map_err(|error| AccessError::ForwardedCertificateUnreadable(error.to_string()))?;
+    let elements = xfcc_parser::element_list(header).map_err(|error| {
+        AccessError::ForwardedCertificateUnreadable {
+            header: FORWARDED_CLIENT_CERT,
+            problem: error.to_string(),
+        }
+    })?;
     let Some(nearest) = elements.last() else {
         return Ok(Vec::new());
     };
@@ -103,7 +159,26 @@ mod tests {
         );
         assert!(matches!(
             forwarded_identities(b"URI=\"unterminated"),
-            Err(AccessError::ForwardedCertificateUnreadable(_))
+            Err(AccessError::ForwardedCertificateUnreadable { .. })
         ));
+    }
+
+    #[test]
+    fn linkerd_names_one_identity() {
+        let header = ForwardedIdentityHeader::L5dClientId;
+        let name = "planner.agents.serviceaccount.identity.linkerd.cluster.local";
+        assert_eq!(
+            header
+                .identities(format!(" {name} ").as_bytes())
+                .expect("readable"),
+            [name]
+        );
+        for unreadable in [&b""[..], b"a b", b"a,b", b"\xff"] {
+            let error = header.identities(unreadable).expect_err("not one name");
+            assert!(
+                error.to_string().contains("l5d-client-id header"),
+                "{error}"
+            );
+        }
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::{AccessError, CallerGrant, FORWARDED_CLIENT_CERT, TenantAccess, forwarded};
+use super::{AccessError, CallerGrant, TenantAccess, forwarded};
 
 /// Reads the rules again from where they came from; the error says why they cannot be used.
 pub type ReadTenantAccess = Arc<dyn Fn() -> Result<TenantAccess, String> + Send + Sync>;
@@ -196,8 +196,9 @@ impl ConnectionAccess {
     }
 
     /// What a call on the connection with these request headers is granted: on a connection
-    /// from a listed proxy that forwards a certificate, that certificate's grant (not the
-    /// proxy's own), else the connection's; then the tenants of its bearer token (see
+    /// from a listed proxy that names its caller (in `x-forwarded-client-cert` or
+    /// `l5d-client-id`, as the rules say), that caller's grant (not the proxy's own), else the
+    /// connection's; then the tenants of its bearer token (see
     /// [`TenantAccess::grant_for_call`]).
     pub fn grant_for_call(
         &self,
@@ -205,15 +206,16 @@ impl ConnectionAccess {
     ) -> Result<Arc<CallerGrant>, AccessError> {
         let granted = self.granted();
         // Looked for only on connections from a listed proxy.
+        let named_in = granted.rules.forwarded_header;
         let forwarded = granted
             .from_proxy
-            .then(|| headers.get(FORWARDED_CLIENT_CERT))
+            .then(|| headers.get(named_in.name()))
             .flatten();
         let connection = match forwarded {
             Some(header) => Arc::new(
                 granted
                     .rules
-                    .grant_for(forwarded::forwarded_identities(header.as_bytes())?),
+                    .grant_for(named_in.identities(header.as_bytes())?),
             ),
             None => Arc::clone(&granted.grant),
         };
@@ -227,7 +229,7 @@ impl ConnectionAccess {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access::TenantAccessRule;
+    use crate::access::{FORWARDED_CLIENT_CERT, TenantAccessRule};
     use crate::envelope::TenantId;
 
     fn rules(entries: &[(&str, &[u64])], proxies: &str) -> TenantAccess {

@@ -98,7 +98,11 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
             String::new()
         } else {
             let listed: Vec<String> = proxies.iter().map(ToString::to_string).collect();
-            format!(", certificates forwarded by {}", listed.join(", "))
+            format!(
+                ", callers named in {} by {}",
+                access.forwarded_identity_header().name(),
+                listed.join(", ")
+            )
         };
         format!(
             "granted to {} certificate identities and {} bearer tokens (tenant_access){forwarded}",

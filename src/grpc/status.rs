@@ -369,12 +369,14 @@ impl From<AccessError> for Status {
     fn from(error: AccessError) -> Self {
         let message = error.to_string();
         let (code, message, details) = match error {
-            AccessError::UnknownToken | AccessError::ForwardedCertificateUnreadable(_) => status(
-                Code::Unauthenticated,
-                message,
-                "RESOURCE_ACCESS_DENIED",
-                Vec::new(),
-            ),
+            AccessError::UnknownToken | AccessError::ForwardedCertificateUnreadable { .. } => {
+                status(
+                    Code::Unauthenticated,
+                    message,
+                    "RESOURCE_ACCESS_DENIED",
+                    Vec::new(),
+                )
+            }
             AccessError::TenantNotGranted { tenant, caller, .. } => status(
                 Code::PermissionDenied,
                 message,

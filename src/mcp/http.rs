@@ -121,7 +121,7 @@ impl McpRefusals {
         let index = match refused {
             AccessError::UnknownToken => 0,
             AccessError::TenantNotGranted { .. } => 1,
-            AccessError::ForwardedCertificateUnreadable(_) => 2,
+            AccessError::ForwardedCertificateUnreadable { .. } => 2,
         };
         self.counts[index].fetch_add(1, Ordering::Relaxed);
     }
@@ -288,7 +288,7 @@ fn refused_tenant(
             json_rpc_error(StatusCode::FORBIDDEN, &refused.to_string())
         }
         // The proxy's header, not the caller's credentials, is at fault.
-        AccessError::ForwardedCertificateUnreadable(_) => {
+        AccessError::ForwardedCertificateUnreadable { .. } => {
             json_rpc_error(StatusCode::BAD_REQUEST, &refused.to_string())
         }
     })
