@@ -13,29 +13,25 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{ForwardedIdentityHeader, TenantAccess, TenantAccessRule};
-use crate::agent::openai::OpenAiConfig;
 use crate::agent::store::{
     DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
 };
-use crate::grpc::ServerOptions;
 use crate::grpc::call_scheduling::CallScheduling;
-use crate::grpc::outgoing_tls::{ClientIdentityFiles, OutgoingTlsFiles};
 use crate::grpc::response_compression::ResponseCompression;
 use crate::grpc::server::{
     DEFAULT_DRAIN_GRACE, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
     DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PROVIDER_HEALTH_INTERVAL,
 };
-use crate::grpc::server_tls::ServerTlsFiles;
 use crate::grpc::tls_reload::{DEFAULT_TLS_RELOAD_INTERVAL, content_digest};
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
-use crate::invoke::limits::{Bucket, RateLimitConfig};
+use crate::invoke::limits::Bucket;
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
 use crate::mcp::import::{McpImport, McpImportConfig};
-use crate::otlp::{OtlpExport, OtlpProtocol};
+use crate::otlp::OtlpProtocol;
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
 use crate::registry::memory::DEFAULT_EVENT_BUFFER;
 use crate::registry::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT};
-use crate::registry::validate::{self, RegistrationLimits};
+use crate::registry::validate;
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -104,7 +100,7 @@ pub struct ServerConfig {
     /// true`); none lets every caller name any tenant. Read again when the file changes.
     pub tenant_access: Vec<TenantAccessRule>,
     /// The proxies (IP addresses or networks, comma-separated) that terminate TLS in front of
-    /// toolplane and forward their callers' certificates in `x-forwarded-client-cert`, as a
+    /// toolplane and name their callers in a header (`forwarded_client_cert_header`), as a
     /// mesh sidecar does: on connections from them, `tenant_access` identities are read from
     /// that header. Empty believes the header from no one. Read again when the file changes.
     pub forwarded_client_cert_proxies: String,
@@ -116,8 +112,8 @@ pub struct ServerConfig {
     #[serde(skip)]
     checked_tenant_access: TenantAccess,
     /// The file the configuration was read from, if any, and the sha256 of its content then:
-    /// `tenant_access` and `forwarded_client_cert_proxies` are read from it again when it
-    /// changes.
+    /// `tenant_access` and the `forwarded_client_cert_*` settings are read from it again when
+    /// it changes.
     #[serde(skip)]
     file: Option<(PathBuf, [u8; 32])>,
     /// The OTLP collector spans are exported to (`http://host:4317` over gRPC,
@@ -395,110 +391,6 @@ impl ServerConfig {
         config.file = read;
         Ok(config)
     }
-
-    /// The TLS served on the gRPC port, by this configuration; `None` for plain text.
-    pub fn served_tls(&self) -> Option<ServerTlsFiles> {
-        (!self.tls_cert_file.is_empty()).then(|| ServerTlsFiles {
-            cert_file: PathBuf::from(&self.tls_cert_file),
-            key_file: PathBuf::from(&self.tls_key_file),
-            client_ca_file: Some(PathBuf::from(&self.tls_client_ca_file))
-                .filter(|_| !self.tls_client_ca_file.is_empty()),
-        })
-    }
-
-    /// How toolplane connects to `https://` providers, by this configuration.
-    pub fn provider_tls(&self) -> OutgoingTlsFiles {
-        outgoing_tls(
-            &self.provider_ca_file,
-            &self.provider_client_cert_file,
-            &self.provider_client_key_file,
-        )
-    }
-
-    /// The server options this configuration describes.
-    pub fn server_options(&self) -> ServerOptions {
-        ServerOptions {
-            otlp: (!self.otlp_endpoint.is_empty()).then(|| OtlpExport {
-                endpoint: self.otlp_endpoint.clone(),
-                protocol: self.otlp_protocol,
-                tls: outgoing_tls(
-                    &self.otlp_ca_file,
-                    &self.otlp_client_cert_file,
-                    &self.otlp_client_key_file,
-                ),
-            }),
-            provider_tls: self.provider_tls(),
-            tls: self.served_tls(),
-            mcp: self.mcp_endpoint(),
-            mcp_imports: self.checked_mcp_imports.clone(),
-            tenant_access: self.checked_tenant_access.clone(),
-            tenant_access_source: self.tenant_access_source(),
-            tls_reload_interval: self.tls_reload_interval,
-            response_compression: self.response_compression,
-            limits: RegistrationLimits {
-                default_ttl: self.default_ttl,
-                min_ttl: self.min_ttl,
-                max_ttl: self.max_ttl,
-                max_tools: self.max_tools_per_service,
-                max_description_bytes: self.max_description_bytes,
-                max_schema_bytes: self.max_schema_bytes,
-                max_schema_depth: self.max_schema_depth,
-                max_services_per_tenant: self.max_services_per_tenant,
-                max_tools_per_tenant: self.max_tools_per_tenant,
-                max_tool_bytes_per_tenant: self.max_tool_bytes_per_tenant,
-                max_instances_per_service: self.max_instances_per_service,
-            },
-            event_buffer: self.watch_event_buffer,
-            gone_services_remembered: self.gone_services_remembered,
-            validator_cache_size: self.validator_cache_size,
-            drain_grace: self.drain_grace,
-            records_path: Some(PathBuf::from(&self.records_path))
-                .filter(|path| !path.as_os_str().is_empty()),
-            records_in_memory: self.records_in_memory,
-            records_rotate_bytes: self.records_rotate_bytes,
-            rate_limits: RateLimitConfig {
-                per_service: Some(Bucket {
-                    per_second: self.rate_limit_per_second,
-                    burst: self.rate_limit_burst,
-                }),
-                per_tool: self
-                    .tool_rate_limits
-                    .iter()
-                    .map(|(key, bucket)| (key.clone(), *bucket))
-                    .collect(),
-                max_in_flight_per_service: self.max_in_flight_per_service,
-            },
-            max_invoke_timeout: self.max_invoke_timeout,
-            provider_health_interval: self.provider_health_interval,
-            keepalive_interval: self.keepalive_interval,
-            max_concurrent_streams: self.max_concurrent_streams,
-            keepalive_timeout: self.keepalive_timeout,
-            call_scheduling: self.call_scheduling,
-            model: (!self.model_base_url.is_empty()).then(|| OpenAiConfig {
-                base_url: self.model_base_url.clone(),
-                model: self.model_name.clone(),
-                api_key: Some(self.model_api_key.clone()).filter(|key| !key.is_empty()),
-                timeout: self.model_timeout,
-            }),
-            max_conversation_messages: self.max_conversation_messages,
-            max_conversation_bytes: self.max_conversation_bytes,
-            max_agents_per_tenant: self.max_agents_per_tenant,
-        }
-    }
-}
-
-/// TLS files for outgoing connections from three settings' values (empty: not named).
-fn outgoing_tls(ca_file: &str, cert_file: &str, key_file: &str) -> OutgoingTlsFiles {
-    let path = |value: &str| Some(PathBuf::from(value)).filter(|_| !value.is_empty());
-    OutgoingTlsFiles {
-        ca_file: path(ca_file),
-        client_identity: path(cert_file)
-            .zip(path(key_file))
-            .map(|(cert_file, key_file)| ClientIdentityFiles {
-                cert_file,
-                key_file,
-            }),
-    }
 }
 
 /// The file's table, and the sha256 of its content (to see later whether it changed).
@@ -531,6 +423,8 @@ fn env_value(value: &str, like: &toml::Value) -> toml::Value {
 mod check;
 #[path = "config_endpoints.rs"]
 mod endpoints;
+#[path = "config_options.rs"]
+mod options;
 #[path = "config_reload.rs"]
 mod reload;
 

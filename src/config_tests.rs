@@ -2,6 +2,10 @@
 
 use super::*;
 use crate::envelope::TenantId;
+use crate::grpc::ServerOptions;
+use crate::grpc::outgoing_tls::{ClientIdentityFiles, OutgoingTlsFiles};
+use crate::grpc::server_tls::ServerTlsFiles;
+use crate::otlp::OtlpExport;
 
 fn env(pairs: &[(&str, &str)]) -> impl Iterator<Item = (String, String)> {
     pairs

@@ -9,11 +9,11 @@ use super::reload_stats::{ReloadStats, ReloadedFiles};
 use super::tls_reload::Watched;
 use crate::access::{LiveTenantAccess, TenantAccessSource};
 
-/// Watches, until `serving` turns false (each change counted in `stats`): the token files of the rules in force (read again
-/// when they change), and the configuration file of `source` (the rules read from it put in
-/// force when it changes; see [`LiveTenantAccess::replace`]). On a server that started
-/// without rules (`live` is `None`), rules added to the file are logged at WARN, as they take
-/// a restart.
+/// Watches, until `serving` turns false, each change counted in `stats`: the token files of
+/// the rules in force (read again when they change), and the configuration file of `source`
+/// (the rules read from it put in force when it changes; see [`LiveTenantAccess::replace`]).
+/// On a server that started without rules (`live` is `None`), rules added to the file are
+/// logged at WARN, as they take a restart.
 pub(super) fn watch(
     live: Option<Arc<LiveTenantAccess>>,
     source: Option<TenantAccessSource>,
