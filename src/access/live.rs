@@ -145,9 +145,9 @@ struct Granted {
 }
 
 impl Granted {
-    fn under(rules: Arc<TenantAccess>, identities: Vec<String>, peer: Option<SocketAddr>) -> Self {
+    fn new(rules: Arc<TenantAccess>, grant: CallerGrant, peer: Option<SocketAddr>) -> Self {
         Self {
-            grant: Arc::new(rules.grant_for(identities)),
+            grant: Arc::new(grant),
             from_proxy: forwarded::from_proxy(&rules.proxies, peer),
             rules,
         }
@@ -171,10 +171,9 @@ impl ConnectionAccess {
         certificate: Option<&[u8]>,
         peer: Option<SocketAddr>,
     ) -> Self {
-        let identities = certificate
-            .map(super::certificate_identities)
-            .unwrap_or_default();
-        let granted = Granted::under(live.current(), identities, peer);
+        let rules = live.current();
+        let grant = rules.grant_for_certificate(certificate);
+        let granted = Granted::new(rules, grant, peer);
         Self {
             live: Arc::clone(live),
             peer,
@@ -189,8 +188,8 @@ impl ConnectionAccess {
         if Arc::ptr_eq(&granted.rules, &rules) {
             return granted;
         }
-        let identities = granted.grant.identities.clone();
-        let again = Arc::new(Granted::under(Arc::clone(&rules), identities, self.peer));
+        let grant = rules.grant_for(granted.grant.identities.clone());
+        let again = Arc::new(Granted::new(Arc::clone(&rules), grant, self.peer));
         self.granted.store(Arc::clone(&again));
         again
     }

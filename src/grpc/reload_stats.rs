@@ -65,7 +65,7 @@ struct Counts {
 /// The counts of every kind; shared by the watches and the metrics endpoint.
 #[derive(Debug, Default)]
 pub struct ReloadStats {
-    counts: [Counts; 5],
+    counts: [Counts; ReloadedFiles::ALL.len()],
 }
 
 /// What [`ReloadStats::of`] answers for one kind.
@@ -81,12 +81,8 @@ pub struct ReloadCounts {
 
 impl ReloadStats {
     fn counts(&self, files: ReloadedFiles) -> &Counts {
-        // `ALL` lists every kind, so the position is always found.
-        let index = ReloadedFiles::ALL
-            .iter()
-            .position(|kind| *kind == files)
-            .unwrap_or_default();
-        &self.counts[index]
+        // One slot per kind, in declaration order.
+        &self.counts[files as usize]
     }
 
     /// Counts a change of `files` that was put in use (`true`) or refused.

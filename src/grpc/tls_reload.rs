@@ -70,21 +70,6 @@ pub struct Watched<P> {
     pub counted_in: Option<(Arc<ReloadStats>, ReloadedFiles)>,
 }
 
-impl Watched<()> {
-    /// `paths`, read when the watch starts, counted in `stats` as `files`.
-    fn counted(
-        paths: Vec<PathBuf>,
-        stats: &Arc<ReloadStats>,
-        files: ReloadedFiles,
-    ) -> Watched<impl Fn() -> Vec<PathBuf> + Send + Sync + 'static> {
-        Watched {
-            paths: move || paths.clone(),
-            read: None,
-            counted_in: Some((Arc::clone(stats), files)),
-        }
-    }
-}
-
 impl<P> std::fmt::Debug for Watched<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watched")
@@ -176,40 +161,66 @@ pub fn watch_all(
     if let Some((tls, files)) = served {
         let paths = super::server_tls::watched_files(&files);
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
-        let files = ReloadedFiles::ServedTls;
-        tokio::spawn(watch_changing(
-            files.what(),
-            Watched::counted(paths, stats, files),
+        spawn_counted(
+            ReloadedFiles::ServedTls,
+            paths,
+            stats,
             interval,
             rebuild,
-            serving.clone(),
-        ));
+            serving,
+        );
     }
     let (tls, files) = providers;
     let paths = files.paths();
     if !paths.is_empty() {
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
-        let files = ReloadedFiles::ProviderTls;
-        tokio::spawn(watch_changing(
-            files.what(),
-            Watched::counted(paths, stats, files),
+        spawn_counted(
+            ReloadedFiles::ProviderTls,
+            paths,
+            stats,
             interval,
             rebuild,
-            serving.clone(),
-        ));
+            serving,
+        );
     }
     if let Some(tls) = collector {
         let paths = tls.paths();
         if !paths.is_empty() {
             let rebuild = move || tls.reload().map_err(|error| error.to_string());
-            let files = ReloadedFiles::CollectorTls;
-            tokio::spawn(watch_changing(
-                files.what(),
-                Watched::counted(paths, stats, files),
+            spawn_counted(
+                ReloadedFiles::CollectorTls,
+                paths,
+                stats,
                 interval,
                 rebuild,
-                serving.clone(),
-            ));
+                serving,
+            );
         }
     }
+}
+
+/// Spawns the watch of `paths`, read when it starts, logged as `files` are named and counted
+/// in `stats`.
+fn spawn_counted<F>(
+    files: ReloadedFiles,
+    paths: Vec<PathBuf>,
+    stats: &Arc<ReloadStats>,
+    interval: Duration,
+    rebuild: F,
+    serving: &tokio::sync::watch::Receiver<bool>,
+) where
+    F: Fn() -> Result<(), String> + Send + Sync + 'static,
+{
+    let watched = Watched {
+        paths: move || paths.clone(),
+        read: None,
+        counted_in: Some((Arc::clone(stats), files)),
+    };
+    tokio::spawn(watch_changing(
+        files.what(),
+        watched,
+        interval,
+        rebuild,
+        serving.clone(),
+    ));
 }
