@@ -284,3 +284,40 @@ fn a_provider_follows_its_rotated_token_file() {
         "the provider's lease lapsed: {stdout}"
     );
 }
+
+/// The Rust client reads its token file again (`with_bearer_token_file`): once the server's
+/// file holds only the new token, the client is refused until its own file holds it too, and
+/// then granted on the same client, without building a new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rust_client_follows_its_rotated_token_file() {
+    let (server, dir) = serve_with_config(
+        "tls_reload_interval = \"100ms\"\n\
+         [[tenant_access]]\ntoken_file = \"{dir}/tokens\"\ntenants = [1]\n",
+        &[("tokens", "old-token\n"), ("client-token", "old-token\n")],
+    );
+    let endpoint = server.endpoint();
+    let client = ToolplaneClient::connect(&endpoint, TenantId(1))
+        .await
+        .expect("connected")
+        .with_bearer_token_file(&dir.path().join("client-token"), Duration::from_millis(50))
+        .expect("a readable token file");
+    client
+        .all_services()
+        .await
+        .expect("granted with the old token");
+
+    std::fs::write(dir.path().join("tokens"), "new-token\n").expect("rotate on the server");
+    wait_until("the server never dropped the old token", || {
+        tools_with_token(&endpoint, "old-token").0 == 2
+    });
+    match client.all_services().await {
+        Err(ClientError::Rpc(status)) => assert_eq!(status.code(), Code::Unauthenticated),
+        other => panic!("the old token is refused now, got {other:?}"),
+    }
+
+    std::fs::write(dir.path().join("client-token"), "new-token\n").expect("rotate the client's");
+    eventually("the client never sent the new token", || async {
+        client.all_services().await.is_ok()
+    })
+    .await;
+}

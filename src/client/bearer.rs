@@ -3,8 +3,11 @@
 //! way to add call metadata to every call of a generated client; [`BearerAuth`] is one.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -84,17 +87,86 @@ impl fmt::Debug for BearerToken {
     }
 }
 
+/// A token file read again once what was read is `every` old, by the call that finds it so
+/// (as Kubernetes' client-go reads a projected service-account token): a rotated token is sent
+/// without a restart, and no task needs to outlive the client. The read is of a small file,
+/// once per `every`, on the calling thread.
+struct TokenFile {
+    path: PathBuf,
+    every: Duration,
+    read: ArcSwap<(Instant, BearerToken)>,
+}
+
+impl TokenFile {
+    /// The token to send now, read again first when it is `every` old. A file that cannot
+    /// be read then is logged at WARN and the token read before is sent until the next read.
+    fn token(&self) -> BearerToken {
+        let read = self.read.load();
+        if self.every.is_zero() || read.0.elapsed() < self.every {
+            return read.1.clone();
+        }
+        let token = BearerToken::from_file(&self.path).unwrap_or_else(|error| {
+            tracing::warn!(%error, "sending the bearer token read before");
+            read.1.clone()
+        });
+        self.read.store(Arc::new((Instant::now(), token.clone())));
+        token
+    }
+}
+
+/// Where [`BearerAuth`] takes its token from.
+#[derive(Clone, Default)]
+enum Source {
+    /// No token.
+    #[default]
+    None,
+    /// One token.
+    Fixed(BearerToken),
+    /// A file, read again.
+    File(Arc<TokenFile>),
+}
+
 /// Adds `authorization: Bearer TOKEN` to every call that has no `authorization` of its own;
 /// without a token it adds nothing.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct BearerAuth {
-    token: Option<BearerToken>,
+    source: Source,
+}
+
+impl fmt::Debug for BearerAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match &self.source {
+            Source::None => "none".to_owned(),
+            Source::Fixed(_) => "a token".to_owned(),
+            Source::File(file) => format!("the file {}", file.path.display()),
+        };
+        f.debug_struct("BearerAuth")
+            .field("token", &source)
+            .finish()
+    }
 }
 
 impl BearerAuth {
     /// Sends `token` when there is one.
     pub fn new(token: Option<BearerToken>) -> Self {
-        Self { token }
+        let source = token.map_or(Source::None, Source::Fixed);
+        Self { source }
+    }
+
+    /// Sends the token in the file at `path` (see [`BearerToken::from_file`]), read now and
+    /// again once what was read is `every` old (zero: never again), so a token rotated in the
+    /// file (a mounted Kubernetes Secret) is sent from then on. A file that cannot be read now
+    /// is an error naming it; later, the token read before is sent and the problem logged.
+    pub fn from_file(path: &Path, every: Duration) -> Result<Self, InvalidBearerToken> {
+        let token = BearerToken::from_file(path)?;
+        let file = TokenFile {
+            path: path.to_owned(),
+            every,
+            read: ArcSwap::from_pointee((Instant::now(), token)),
+        };
+        Ok(Self {
+            source: Source::File(Arc::new(file)),
+        })
     }
 
     /// `channel` with this token added to its calls.
@@ -108,12 +180,16 @@ impl Interceptor for BearerAuth {
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.token {
-            let metadata = request.metadata_mut();
-            if !metadata.contains_key("authorization") {
-                metadata.insert("authorization", token.header.clone());
-            }
+        let metadata = request.metadata_mut();
+        if metadata.contains_key("authorization") {
+            return Ok(request);
         }
+        let token = match &self.source {
+            Source::None => return Ok(request),
+            Source::Fixed(token) => token.clone(),
+            Source::File(file) => file.token(),
+        };
+        metadata.insert("authorization", token.header);
         Ok(request)
     }
 }
@@ -178,5 +254,38 @@ mod tests {
             missing.to_string().contains("missing cannot be read"),
             "{missing}"
         );
+    }
+
+    #[test]
+    fn a_token_file_is_read_again_once_what_was_read_is_old() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first\n").expect("write");
+        let hour = Duration::from_secs(3600);
+        let mut slow = BearerAuth::from_file(&path, hour).expect("readable");
+        let mut quick = BearerAuth::from_file(&path, Duration::from_millis(1)).expect("readable");
+        let mut once = BearerAuth::from_file(&path, Duration::ZERO).expect("readable");
+        std::fs::write(&path, "second\n").expect("rotate");
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(
+            sent(&mut slow, None).as_deref(),
+            Some("Bearer first"),
+            "not yet old"
+        );
+        assert_eq!(
+            sent(&mut once, None).as_deref(),
+            Some("Bearer first"),
+            "never again"
+        );
+        assert_eq!(sent(&mut quick, None).as_deref(), Some("Bearer second"));
+        std::fs::remove_file(&path).expect("remove");
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(
+            sent(&mut quick, None).as_deref(),
+            Some("Bearer second"),
+            "an unreadable file keeps the token read before"
+        );
+        assert!(!format!("{quick:?}").contains("second"), "{quick:?}");
+        assert!(BearerAuth::from_file(&path, hour).is_err(), "missing now");
     }
 }

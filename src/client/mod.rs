@@ -218,6 +218,19 @@ impl ToolplaneClient {
         self
     }
 
+    /// Sends the token in the file at `path` (its first line that is not blank) as
+    /// [`Self::with_bearer_token`] does, reading the file again once what was read is `every`
+    /// old (zero: never again), so a token rotated in the file (a mounted Kubernetes Secret)
+    /// is sent without building a new client. A file that cannot be read now is an error.
+    pub fn with_bearer_token_file(
+        mut self,
+        path: &std::path::Path,
+        every: Duration,
+    ) -> Result<Self, InvalidBearerToken> {
+        self.auth = BearerAuth::from_file(path, every)?;
+        Ok(self)
+    }
+
     /// This client's channel, sending its bearer token.
     fn channel(&self) -> ClientChannel {
         self.auth.clone().on(self.channel.clone())

@@ -6,8 +6,9 @@
 //! provider runs for longer than a certificate lives: every
 //! [`ProviderConfig::tls_reload_interval`] the files are read again, and when they changed the
 //! served TLS is rebuilt for new connections, and registrations and heartbeats go over a new
-//! connection made with the renewed client certificate; a changed bearer token file
-//! ([`ProviderConfig::control_plane_token_file`]) is sent from the next call on. Files that
+//! connection made with the renewed client certificate; a bearer token file
+//! ([`ProviderConfig::control_plane_token_file`]) is read again by the first call after each
+//! interval, and a changed token sent from then on. Files that
 //! cannot be used (a certificate written before its key) are logged at WARN and the previous
 //! ones kept.
 
@@ -19,7 +20,7 @@ use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::server::{ProviderConfig, ProviderError};
-use crate::client::{BearerAuth, BearerToken, ClientChannel, InvalidBearerToken};
+use crate::client::{BearerAuth, ClientChannel, InvalidBearerToken};
 use crate::grpc::server_tls::{ServedTls, watched_files};
 use crate::grpc::tls_reload;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
@@ -37,8 +38,8 @@ const CONTROL_PLANE_PING_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub(super) struct ControlPlane {
     channel: Arc<ArcSwap<Channel>>,
-    /// The bearer token calls send, replaced when its file changes.
-    auth: Arc<ArcSwap<BearerAuth>>,
+    /// The bearer token calls send (its file read again every `tls_reload_interval`).
+    auth: BearerAuth,
 }
 
 impl ControlPlane {
@@ -47,14 +48,14 @@ impl ControlPlane {
     pub(super) fn new(config: &ProviderConfig) -> Result<Self, ProviderError> {
         Ok(Self {
             channel: Arc::new(ArcSwap::from_pointee(channel(config)?)),
-            auth: Arc::new(ArcSwap::from_pointee(BearerAuth::new(token(config)?))),
+            auth: bearer_auth(config)?,
         })
     }
 
     /// A client on the current channel, sending the control-plane bearer token if any.
     pub(super) fn client(&self) -> DiscoveryServiceClient<ClientChannel> {
-        let auth = BearerAuth::clone(&self.auth.load());
-        DiscoveryServiceClient::new(auth.on(Channel::clone(&self.channel.load())))
+        let channel = Channel::clone(&self.channel.load());
+        DiscoveryServiceClient::new(self.auth.clone().on(channel))
     }
 
     /// Reads the TLS files again and makes the next calls go over a new connection made with
@@ -65,8 +66,9 @@ impl ControlPlane {
     }
 }
 
-/// The token `config` gives, read from its file when it names one.
-fn token(config: &ProviderConfig) -> Result<Option<BearerToken>, ProviderError> {
+/// The token `config` gives, read from its file when it names one (and read again every
+/// `tls_reload_interval`).
+fn bearer_auth(config: &ProviderConfig) -> Result<BearerAuth, ProviderError> {
     let problem = |error: InvalidBearerToken| ProviderError::ControlPlaneToken(error.to_string());
     match (
         &config.control_plane_token,
@@ -75,8 +77,10 @@ fn token(config: &ProviderConfig) -> Result<Option<BearerToken>, ProviderError> 
         (Some(_), Some(_)) => Err(ProviderError::ControlPlaneToken(
             "give the token or its file, not both".to_owned(),
         )),
-        (None, Some(path)) => BearerToken::from_file(path).map(Some).map_err(problem),
-        (token, None) => Ok(token.clone()),
+        (None, Some(path)) => {
+            BearerAuth::from_file(path, config.tls_reload_interval).map_err(problem)
+        }
+        (token, None) => Ok(BearerAuth::new(token.clone())),
     }
 }
 
@@ -93,8 +97,9 @@ fn channel(config: &ProviderConfig) -> Result<Channel, ProviderError> {
     Ok(config.control_plane_tls.apply_to(endpoint)?.connect_lazy())
 }
 
-/// Reads the served TLS files, the control-plane TLS files and the control-plane token file
-/// every `config.tls_reload_interval` until `serving` turns false, and rebuilds what changed.
+/// Reads the served TLS files and the control-plane TLS files every
+/// `config.tls_reload_interval` until `serving` turns false, and rebuilds what changed (the
+/// control-plane token file is read again by the calls, see [`BearerAuth::from_file`]).
 /// An interval of zero reads them only at the start.
 pub(super) fn reload_tls_files(
     config: &ProviderConfig,
@@ -114,21 +119,6 @@ pub(super) fn reload_tls_files(
             paths,
             interval,
             rebuild,
-            serving.clone(),
-        ));
-    }
-    if let Some(path) = config.control_plane_token_file.clone() {
-        let (auth, config) = (Arc::clone(&control_plane.auth), config.clone());
-        let reread = move || {
-            let token = token(&config).map_err(|error| error.to_string())?;
-            auth.store(Arc::new(BearerAuth::new(token)));
-            Ok(())
-        };
-        tokio::spawn(tls_reload::watch(
-            "provider's control plane token",
-            vec![path],
-            interval,
-            reread,
             serving.clone(),
         ));
     }
