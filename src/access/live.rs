@@ -181,17 +181,18 @@ impl ConnectionAccess {
         }
     }
 
-    /// What the connection is granted under the rules in force now.
-    fn granted(&self) -> Arc<Granted> {
-        let granted = self.granted.load_full();
+    /// What the connection is granted under the rules in force now (a guard: no reference
+    /// count is taken on the usual path, where the rules have not changed).
+    fn granted(&self) -> arc_swap::Guard<Arc<Granted>> {
+        let granted = self.granted.load();
         let rules = self.live.rules.load();
         if Arc::ptr_eq(&granted.rules, &rules) {
             return granted;
         }
         let grant = rules.grant_for(granted.grant.identities.clone());
-        let again = Arc::new(Granted::new(Arc::clone(&rules), grant, self.peer));
-        self.granted.store(Arc::clone(&again));
-        again
+        self.granted
+            .store(Arc::new(Granted::new(Arc::clone(&rules), grant, self.peer)));
+        self.granted.load()
     }
 
     /// What a call on the connection with these request headers is granted: on a connection

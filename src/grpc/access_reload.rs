@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::reload_stats::{ReloadStats, ReloadedFiles};
-use super::tls_reload::Watched;
+use super::tls_reload::spawn_counted;
 use crate::access::{LiveTenantAccess, TenantAccessSource};
 
 /// Watches, until `serving` turns false, each change counted in `stats`: the token files of
@@ -24,19 +24,16 @@ pub(super) fn watch(
     if let Some(live) = live.clone()
         && (source.is_some() || !live.token_files().is_empty())
     {
-        let files = Arc::clone(&live);
-        let watched = Watched {
-            read: Some(live.token_files_read()),
-            paths: move || files.token_files(),
-            counted_in: Some((Arc::clone(stats), ReloadedFiles::TenantAccessTokenFiles)),
-        };
-        tokio::spawn(super::tls_reload::watch_changing(
-            ReloadedFiles::TenantAccessTokenFiles.what(),
-            watched,
+        let (files, read) = (Arc::clone(&live), live.token_files_read());
+        spawn_counted(
+            ReloadedFiles::TenantAccessTokenFiles,
+            move || files.token_files(),
+            Some(read),
+            stats,
             interval,
             move || live.reload_token_files(),
-            serving.clone(),
-        ));
+            serving,
+        );
     }
     let Some(TenantAccessSource {
         file,
@@ -58,16 +55,13 @@ pub(super) fn watch(
             ),
         }
     };
-    let watched = Watched {
-        paths: move || vec![file.clone()],
-        read: Some(vec![Some(file_read)]),
-        counted_in: Some((Arc::clone(stats), ReloadedFiles::TenantAccessConfig)),
-    };
-    tokio::spawn(super::tls_reload::watch_changing(
-        ReloadedFiles::TenantAccessConfig.what(),
-        watched,
+    spawn_counted(
+        ReloadedFiles::TenantAccessConfig,
+        move || vec![file.clone()],
+        Some(vec![Some(file_read)]),
+        stats,
         interval,
         rebuild,
-        serving.clone(),
-    ));
+        serving,
+    );
 }

@@ -163,7 +163,8 @@ pub fn watch_all(
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
         spawn_counted(
             ReloadedFiles::ServedTls,
-            paths,
+            move || paths.clone(),
+            None,
             stats,
             interval,
             rebuild,
@@ -176,7 +177,8 @@ pub fn watch_all(
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
         spawn_counted(
             ReloadedFiles::ProviderTls,
-            paths,
+            move || paths.clone(),
+            None,
             stats,
             interval,
             rebuild,
@@ -189,7 +191,8 @@ pub fn watch_all(
             let rebuild = move || tls.reload().map_err(|error| error.to_string());
             spawn_counted(
                 ReloadedFiles::CollectorTls,
-                paths,
+                move || paths.clone(),
+                None,
                 stats,
                 interval,
                 rebuild,
@@ -199,21 +202,24 @@ pub fn watch_all(
     }
 }
 
-/// Spawns the watch of `paths`, read when it starts, logged as `files` are named and counted
-/// in `stats`.
-fn spawn_counted<F>(
+/// Spawns the watch of the files `paths` names (see [`Watched`]; `read` is what they held when
+/// they were read, `None` taking what they hold when the watch starts), logged as `files` are
+/// named and counted in `stats`.
+pub(super) fn spawn_counted<P, F>(
     files: ReloadedFiles,
-    paths: Vec<PathBuf>,
+    paths: P,
+    read: Option<Fingerprint>,
     stats: &Arc<ReloadStats>,
     interval: Duration,
     rebuild: F,
     serving: &tokio::sync::watch::Receiver<bool>,
 ) where
+    P: Fn() -> Vec<PathBuf> + Send + Sync + 'static,
     F: Fn() -> Result<(), String> + Send + Sync + 'static,
 {
     let watched = Watched {
-        paths: move || paths.clone(),
-        read: None,
+        paths,
+        read,
         counted_in: Some((Arc::clone(stats), files)),
     };
     tokio::spawn(watch_changing(
