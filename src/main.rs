@@ -1,5 +1,5 @@
 //! The `toolplane` binary: the server (`serve`) and the client commands (`preflight`,
-//! `services`, `tools`, `health`).
+//! `services`, `tools`, `search`, `health`, ...).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,14 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use toolplane::cli;
 use toolplane::cli::agent;
-use toolplane::client::{
-    BearerToken, ClientError, ClientTlsFiles, ToolRequirement, ToolplaneClient,
-};
+use toolplane::cli::client_args::{ClientArgs, connect};
+use toolplane::client::{ClientError, ToolRequirement, ToolplaneClient};
 use toolplane::config::{LogFormat, ServerConfig};
-use toolplane::envelope::TenantId;
-
-/// The endpoint client commands use by default.
-const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
 
 /// toolplane: a gRPC control plane for AI tool services.
 #[derive(Debug, Parser)]
@@ -22,52 +17,6 @@ const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-/// Options shared by the client commands.
-#[derive(Debug, clap::Args)]
-struct ClientArgs {
-    /// The toolplane server to talk to.
-    #[arg(long, global = true, env = "TOOLPLANE_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
-    endpoint: String,
-    /// The tenant to act for.
-    #[arg(long, global = true, env = "TOOLPLANE_TENANT_ID", default_value_t = 0)]
-    tenant: u64,
-    /// CA certificates (PEM) an https:// server's certificate is checked against [default: the public CAs].
-    #[arg(long, global = true, env = "TOOLPLANE_CA_FILE")]
-    ca_file: Option<PathBuf>,
-    /// A client certificate (PEM) for a server that asks for one; with --client-key-file.
-    #[arg(
-        long,
-        global = true,
-        env = "TOOLPLANE_CLIENT_CERT_FILE",
-        requires = "client_key_file"
-    )]
-    client_cert_file: Option<PathBuf>,
-    /// The private key (PEM) of --client-cert-file.
-    #[arg(
-        long,
-        global = true,
-        env = "TOOLPLANE_CLIENT_KEY_FILE",
-        requires = "client_cert_file"
-    )]
-    client_key_file: Option<PathBuf>,
-    /// A bearer token sent as `authorization: Bearer TOKEN` on every call, for a server whose
-    /// tenant_access grants tenants to tokens; prefer the variable, as other users of the
-    /// machine can read a flag in the process list.
-    #[arg(long, global = true, env = "TOOLPLANE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// A file holding that token (its first line that is not blank).
-    #[arg(
-        long,
-        global = true,
-        env = "TOOLPLANE_TOKEN_FILE",
-        conflicts_with = "token"
-    )]
-    token_file: Option<PathBuf>,
-    /// Print JSON for scripts instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,6 +60,19 @@ enum Command {
         /// Only the tools of this service.
         #[arg(long)]
         service: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Find the live tools that best match a query of words, best first.
+    Search {
+        /// The words to search for (tool names, descriptions, parameters, service names).
+        query: String,
+        /// Only the tools of this service.
+        #[arg(long)]
+        service: Option<String>,
+        /// The most matches to show: 1 to 100.
+        #[arg(long, default_value_t = 10)]
+        max_results: i32,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -293,26 +255,6 @@ fn print_json(value: &serde_json::Value) {
     );
 }
 
-async fn connect(args: &ClientArgs) -> Result<ToolplaneClient, ClientError> {
-    let tls = ClientTlsFiles {
-        ca_file: args.ca_file.clone(),
-        cert_file: args.client_cert_file.clone(),
-        key_file: args.client_key_file.clone(),
-    };
-    // Read before connecting, so a token that cannot be sent is named before anything is.
-    let token = match (&args.token, &args.token_file) {
-        (Some(token), _) => Some(BearerToken::new(token)?),
-        (None, Some(path)) => Some(BearerToken::from_file(path)?),
-        (None, None) => None,
-    };
-    let client =
-        ToolplaneClient::connect_with_tls(&args.endpoint, TenantId(args.tenant), &tls).await?;
-    Ok(match token {
-        Some(token) => client.with_bearer_token(token),
-        None => client,
-    })
-}
-
 async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
     match command {
         Command::Serve { .. } => unreachable!("serve is handled in main"),
@@ -350,6 +292,23 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
                 print_json(&tools.iter().map(cli::tool_json).collect());
             } else {
                 println!("{}", cli::tools_table(&tools));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Search {
+            query,
+            service,
+            max_results,
+            client,
+        } => {
+            let found = connect(&client)
+                .await?
+                .search_tools(&query, service.as_deref(), max_results)
+                .await?;
+            if client.json {
+                print_json(&cli::search_json(&found));
+            } else {
+                println!("{}", cli::search_table(&found));
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -1,5 +1,5 @@
 //! The running server driven by real grpcurl (1.8.6, reflection v1alpha): list, describe, a
-//! RegisterService with a JSON body, Preflight, and grpc.health.v1 Check.
+//! RegisterService with a JSON body, SearchTools, Preflight, and grpc.health.v1 Check.
 
 mod common;
 
@@ -109,6 +109,27 @@ fn grpcurl_lists_describes_and_calls() {
     ]);
     assert!(ok, "{err}");
     assert!(tool.contains("\"minimum\": 8"), "{tool}");
+
+    let (ok, found, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        r#"{"meta": {"tenant_id": 7}, "query": "generating a DAG", "max_results": 5}"#,
+        &addr,
+        "toolplane.v1.DiscoveryService/SearchTools",
+    ]);
+    assert!(ok, "{err}");
+    let found: serde_json::Value = serde_json::from_str(&found).expect("JSON answer");
+    assert_eq!(
+        found["matches"][0]["tool"]["toolName"], "generate_structure",
+        "{found}"
+    );
+    assert!(
+        found["matches"][0]["score"]
+            .as_f64()
+            .is_some_and(|score| score > 0.0),
+        "{found}"
+    );
+    assert_eq!(found["totalMatches"], 1, "{found}");
 
     let preflight = r#"{"meta": {"tenant_id": 7}, "requirements": [
         {"service_name": "story-generator", "tool_names": ["generate_structure"]},

@@ -93,18 +93,21 @@ pub fn bench_tools() -> RegisteredTools {
         .freeze()
 }
 
-/// A discovery server that answers GetTool and ListTools with stored responses and nothing else.
+/// A discovery server that answers GetTool, ListTools and SearchTools with stored responses and
+/// nothing else.
 #[derive(Debug, Clone)]
 pub struct BaselineDiscovery {
     /// toolplane's answer to GetTool, by tool name.
     pub get_tool: std::collections::HashMap<String, pb::GetToolResponse>,
     /// The answer to every ListTools.
     pub list_tools: pb::ListToolsResponse,
+    /// The answer to every SearchTools.
+    pub search_tools: pb::SearchToolsResponse,
 }
 
 fn unimplemented<T>() -> Result<Response<T>, Status> {
     Err(Status::unimplemented(
-        "the baseline answers GetTool and ListTools only",
+        "the baseline answers GetTool, ListTools and SearchTools only",
     ))
 }
 
@@ -135,6 +138,12 @@ impl DiscoveryService for BaselineDiscovery {
         _: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         Ok(Response::new(self.list_tools.clone()))
+    }
+    async fn search_tools(
+        &self,
+        _: Request<pb::SearchToolsRequest>,
+    ) -> Result<Response<pb::SearchToolsResponse>, Status> {
+        Ok(Response::new(self.search_tools.clone()))
     }
     async fn get_tool(
         &self,

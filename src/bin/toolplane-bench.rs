@@ -63,7 +63,7 @@ enum Command {
         /// Address to listen on.
         #[arg(long)]
         listen: std::net::SocketAddr,
-        /// Directory with get_tool.bin and list_tools.bin.
+        /// Directory with get_tool.bin, list_tools.bin and search_tools.bin.
         #[arg(long)]
         responses: PathBuf,
         #[command(flatten)]
@@ -210,6 +210,8 @@ async fn baseline(
     let service = BaselineDiscovery {
         get_tool: decode_answers(&read("get_tool.bin")?)?,
         list_tools: pb::ListToolsResponse::decode(read("list_tools.bin")?.as_slice())
+            .map_err(|e| e.to_string())?,
+        search_tools: pb::SearchToolsResponse::decode(read("search_tools.bin")?.as_slice())
             .map_err(|e| e.to_string())?,
     };
     let routes = tonic::service::Routes::new(

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod audit;
+pub mod client_args;
 pub mod config_check;
 pub mod serve;
 
@@ -122,6 +123,37 @@ pub fn tools_table(tools: &[pb::ToolRegistration]) -> String {
         ]);
     }
     table.to_string()
+}
+
+/// A search's answer as JSON: `total_matches`, and `matches` best first, each with its `score`
+/// and `tool`.
+pub fn search_json(found: &pb::SearchToolsResponse) -> Value {
+    json!({
+        "total_matches": found.total_matches,
+        "matches": found.matches.iter().map(|found| json!({
+            "score": found.score,
+            "tool": found.tool.as_ref().map(tool_json),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A table of a search's matches, best first, and how many matched in all.
+pub fn search_table(found: &pb::SearchToolsResponse) -> String {
+    let mut table = new_table(&["SCORE", "TOOL", "SERVICE", "DESCRIPTION"]);
+    for found in &found.matches {
+        let tool = found.tool.clone().unwrap_or_default();
+        table.add_row(vec![
+            format!("{:.2}", found.score),
+            tool.tool_name,
+            tool.service_name,
+            tool.description,
+        ]);
+    }
+    format!(
+        "{table}\n{} of {} matching tools shown",
+        found.matches.len(),
+        found.total_matches
+    )
 }
 
 /// A health answer as JSON.

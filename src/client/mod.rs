@@ -341,6 +341,24 @@ impl ToolplaneClient {
         }
     }
 
+    /// The live tools that best match `query` (of one service, when given), best first, at
+    /// most `max_results` (0 means 10); see `DiscoveryService.SearchTools`.
+    pub async fn search_tools(
+        &self,
+        query: &str,
+        service: Option<&str>,
+        max_results: i32,
+    ) -> Result<pb::SearchToolsResponse, ClientError> {
+        let request = pb::SearchToolsRequest {
+            meta: self.meta(),
+            query: query.to_owned(),
+            service_name: service.unwrap_or_default().to_owned(),
+            max_results,
+            ..Default::default()
+        };
+        Ok(self.discovery().search_tools(request).await?.into_inner())
+    }
+
     /// Invokes a tool through the control plane. `input` must be a JSON object; `timeout`
     /// becomes the call's gRPC deadline.
     pub async fn invoke(

@@ -38,6 +38,7 @@ enveloped!(
     pb::DeregisterServiceRequest,
     pb::ListToolsRequest,
     pb::GetToolRequest,
+    pb::SearchToolsRequest,
     pb::ListServicesRequest,
     pb::GetServiceRequest,
     pb::WatchServicesRequest,

@@ -38,6 +38,16 @@ impl DiscoveryApi {
     }
 }
 
+/// The capability filter of a listing or search: `0` (UNSPECIFIED) filters nothing.
+fn capability_filter(value: i32) -> Result<Option<crate::registry::Capability>, RegistryError> {
+    match value {
+        0 => Ok(None),
+        value => convert::capability(value).map(Some).map_err(|problem| {
+            RegistryError::invalid("capability", crate::registry::ViolationKind::Field, problem)
+        }),
+    }
+}
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchServicesResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -112,15 +122,9 @@ impl DiscoveryService for DiscoveryApi {
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let (meta, request) = accept(request)?;
-        let capability = match request.capability {
-            0 => None,
-            value => Some(convert::capability(value).map_err(|problem| {
-                RegistryError::invalid("capability", crate::registry::ViolationKind::Field, problem)
-            })?),
-        };
         let filter = ToolFilter {
             service: convert::optional_service_name("service_name", &request.service_name)?,
-            capability,
+            capability: capability_filter(request.capability)?,
             name_prefix: Some(request.name_prefix).filter(|prefix| !prefix.is_empty()),
         };
         let page = self.registry.list_tools(
@@ -137,6 +141,43 @@ impl DiscoveryService for DiscoveryApi {
                 .map(|found| convert::tool_to_pb(&found.tool, &found.service))
                 .collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),
+        }))
+    }
+
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "SearchTools", tenant, correlation_id)
+    )]
+    async fn search_tools(
+        &self,
+        request: Request<pb::SearchToolsRequest>,
+    ) -> Result<Response<pb::SearchToolsResponse>, Status> {
+        let (meta, request) = accept(request)?;
+        let filter = ToolFilter {
+            service: convert::optional_service_name("service_name", &request.service_name)?,
+            capability: capability_filter(request.capability)?,
+            name_prefix: None,
+        };
+        // Scoring every tool of a large tenant takes a while (about a millisecond per few
+        // thousand tools): off the runtime's worker threads.
+        let registry = self.registry.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            registry.search_tools(meta.tenant, &filter, &request.query, request.max_results)
+        })
+        .await
+        .map_err(|error| Status::internal(format!("the search stopped: {error}")))??;
+        Ok(Response::new(pb::SearchToolsResponse {
+            meta: Some(meta.response()),
+            matches: found
+                .hits
+                .iter()
+                .map(|hit| pb::ToolMatch {
+                    tool: Some(convert::tool_to_pb(&hit.tool.tool, &hit.tool.service)),
+                    score: hit.score,
+                })
+                .collect(),
+            total_matches: i32::try_from(found.total_matches).unwrap_or(i32::MAX),
         }))
     }
 

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::lease::Lease;
-use super::model::RegisteredTool;
+use super::model::{RegisteredTool, ServiceName};
+use super::search_index::ServiceSearchIndex;
 
 /// Longest instance id: a Kubernetes object name (a DNS subdomain) fits.
 pub const MAX_INSTANCE_ID_LEN: usize = 253;
@@ -72,6 +73,8 @@ pub struct Contract {
     pub semver: semver::Version,
     /// The tools offered, sorted by name.
     pub tools: Vec<Arc<RegisteredTool>>,
+    /// The tools' search index, built on the first search that reads them.
+    search_index: std::sync::OnceLock<ServiceSearchIndex>,
 }
 
 impl Contract {
@@ -82,7 +85,15 @@ impl Contract {
             version,
             semver,
             tools,
+            search_index: Default::default(),
         }
+    }
+
+    /// The search index of the tools, as offered by `service` (a contract belongs to one
+    /// service); built on first use and kept while the contract is.
+    pub fn search_index(&self, service: &ServiceName) -> &ServiceSearchIndex {
+        self.search_index
+            .get_or_init(|| ServiceSearchIndex::build(service.as_str(), &self.tools))
     }
 
     /// Finds a tool by name.

@@ -14,6 +14,9 @@ pub mod model;
 pub mod paging;
 pub mod preflight;
 pub mod quota;
+pub mod search;
+pub mod search_index;
+pub mod search_terms;
 mod snapshot;
 pub mod store;
 mod tenant_events;
@@ -146,6 +149,24 @@ impl Registry {
             items,
             next_page_token,
         })
+    }
+
+    /// The live tools passing `filter` that best match `query`, best first, at most
+    /// `max_results` of them (0 means [`search::DEFAULT_MAX_RESULTS`]); see [`search`].
+    pub fn search_tools(
+        &self,
+        tenant: TenantId,
+        filter: &ToolFilter,
+        query: &str,
+        max_results: i32,
+    ) -> Result<search::SearchResults, RegistryError> {
+        let query = search::SearchQuery::parse(query)?;
+        let limit = search::max_results(max_results)?;
+        let services = match &filter.service {
+            Some(name) => self.store.service(tenant, name).into_iter().collect(),
+            None => self.store.services_after(tenant, None, usize::MAX),
+        };
+        Ok(search::rank(&services, filter, &query, limit))
     }
 
     /// One tool. Without a service, a name several services offer is ambiguous.

@@ -1,6 +1,6 @@
 """toolplane driven by grpcio, the Python gRPC implementation, with stubs that grpcio-tools
 generates from proto/ here (as a Python team would): registration, listing with paging,
-pre-flight, invocation (gzip-compressed too), google.rpc error details read with grpcio-status,
+search, pre-flight, invocation (gzip-compressed too), google.rpc error details read with grpcio-status,
 grpc.health.v1 Check and Watch through grpcio-health-checking's stubs, and an agent's streamed
 turn.
 
@@ -159,6 +159,27 @@ def list_and_get(tp):
         meta=tp.meta(), tool_name="py_tool_07", service_name="python-tools"), timeout=10)
     schema = json_format.MessageToDict(got.tool.tool_schema)
     expect(schema["properties"]["n"] == {"type": "integer", "minimum": 7}, f"schema {schema}")
+
+
+@check("SearchTools: the best match first, with its score; an empty query names the field")
+def search(tp):
+    found = tp.discovery.SearchTools(tp.discovery_pb2.SearchToolsRequest(
+        meta=tp.meta(), query="validate a JSON schema"), timeout=10)
+    names = [match.tool.tool_name for match in found.matches]
+    expect(names == ["structs_validate_schema", "structs_validate_entity_id"], f"ranked {names}")
+    expect(found.total_matches == 2, f"{found.total_matches} matches")
+    scores = [match.score for match in found.matches]
+    expect(scores[0] > scores[1] > 0, f"scores {scores}")
+    found = tp.discovery.SearchTools(tp.discovery_pb2.SearchToolsRequest(
+        meta=tp.meta(), query="calculate", max_results=1), timeout=10)
+    expect(len(found.matches) == 1 and found.total_matches == 3, f"{found}")
+    expect(found.matches[0].tool.tool_schema.fields, "the match carries its schema")
+    error = failed_call(lambda: tp.discovery.SearchTools(tp.discovery_pb2.SearchToolsRequest(
+        meta=tp.meta(), query="  "), timeout=10))
+    expect(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code {error.code()}")
+    info, violations = rich_error(error)
+    expect(info.reason == "VALIDATION_FIELD", f"reason {info.reason}")
+    expect(violations and violations[0][0] == "query", f"violations {violations}")
 
 
 @check("RegisterService with a bad schema: INVALID_ARGUMENT, VALIDATION_SCHEMA, the field")

@@ -1,0 +1,267 @@
+//! Tool search: a tenant's live tools ranked by how well they match a query of words, for an
+//! agent choosing among more tools than fit in its prompt.
+//!
+//! Ranking is Okapi BM25 (k1 = 1.2, b = 0.75) over each tool's terms
+//! ([`super::search_terms`]): its name (weighted), its service's name, its description and its
+//! input parameters' names and descriptions. Document frequencies and the average length are
+//! taken over the tools searched (the tenant's live tools passing the filters), at each search.
+//!
+//! Written here rather than taken from a search crate (`bm25`, `tantivy`): those keep an index
+//! of their own over every tool, a second copy to keep in step with registrations, instances,
+//! leases and expiry. Here each registration's tools carry their own small index
+//! ([`super::search_index`], built on first use), and a search reads the live services of the
+//! registry's snapshot, so it is never stale: it costs a lookup per query word per service,
+//! plus the tools that hold the words.
+
+use std::sync::Arc;
+
+use super::error::{RegistryError, ViolationKind};
+use super::model::{ServiceEntry, ToolRef};
+use super::search_index::ServiceSearchIndex;
+use super::search_terms::for_each_term;
+use super::store::ToolFilter;
+
+/// The longest query, in bytes.
+pub const MAX_QUERY_BYTES: usize = 1024;
+/// The most distinct words a query may hold (after stop words are left out).
+pub const MAX_QUERY_TERMS: usize = 32;
+/// How many matches a search answers with when the request does not say.
+pub const DEFAULT_MAX_RESULTS: usize = 10;
+/// The most matches a search answers with.
+pub const MAX_RESULTS: usize = 100;
+
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// A query: its distinct search terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchQuery {
+    terms: Vec<String>,
+}
+
+impl SearchQuery {
+    /// Reads a query; the error names the `query` field and says what to change.
+    pub fn parse(text: &str) -> Result<Self, RegistryError> {
+        let invalid =
+            |problem: String| RegistryError::invalid("query", ViolationKind::Field, problem);
+        if text.trim().is_empty() {
+            return Err(invalid(
+                "query is empty: give one or more words to search for".into(),
+            ));
+        }
+        if text.len() > MAX_QUERY_BYTES {
+            return Err(invalid(format!(
+                "query is {} bytes; a query holds at most {MAX_QUERY_BYTES}",
+                text.len()
+            )));
+        }
+        let mut terms = Vec::new();
+        for_each_term(text, |term| {
+            if !terms.contains(&term) {
+                terms.push(term);
+            }
+        });
+        if terms.is_empty() {
+            return Err(invalid(format!(
+                "query {text:?} has no words to search for: common words (\"the\", \"with\", \
+                 \"of\" ...) and punctuation are left out"
+            )));
+        }
+        if terms.len() > MAX_QUERY_TERMS {
+            return Err(invalid(format!(
+                "query holds {} distinct words; at most {MAX_QUERY_TERMS}",
+                terms.len()
+            )));
+        }
+        Ok(Self { terms })
+    }
+
+    /// The terms searched for, stemmed and in the order first written.
+    pub fn terms(&self) -> &[String] {
+        &self.terms
+    }
+}
+
+/// How many matches to answer with: `0` means [`DEFAULT_MAX_RESULTS`].
+pub fn max_results(requested: i32) -> Result<usize, RegistryError> {
+    match usize::try_from(requested) {
+        Ok(0) => Ok(DEFAULT_MAX_RESULTS),
+        Ok(count) if count <= MAX_RESULTS => Ok(count),
+        _ => Err(RegistryError::invalid(
+            "max_results",
+            ViolationKind::Field,
+            format!(
+                "max_results is {requested}; give 1 to {MAX_RESULTS}, or 0 for \
+                 {DEFAULT_MAX_RESULTS}"
+            ),
+        )),
+    }
+}
+
+/// A tool that matched, and how well.
+#[derive(Debug, Clone)]
+pub struct SearchHit {
+    /// The tool.
+    pub tool: ToolRef,
+    /// Its BM25 score: higher is better; comparable only within one search.
+    pub score: f64,
+}
+
+/// The best matches of a search.
+#[derive(Debug, Clone, Default)]
+pub struct SearchResults {
+    /// The best matches, best first (ties by tool name, then service name).
+    pub hits: Vec<SearchHit>,
+    /// How many tools matched at least one word, beside those returned.
+    pub total_matches: usize,
+}
+
+/// One service searched: its entry, its index, and which of its tools pass the filters
+/// (`None`: all of them).
+struct Searched<'a> {
+    entry: &'a Arc<ServiceEntry>,
+    index: &'a ServiceSearchIndex,
+    allowed: Option<Vec<bool>>,
+    /// Where its tools' scores start in the scores of every tool searched.
+    offset: usize,
+}
+
+impl Searched<'_> {
+    fn allows(&self, tool: usize) -> bool {
+        self.allowed.as_ref().is_none_or(|allowed| allowed[tool])
+    }
+}
+
+/// Ranks the tools of the live `services` that pass `filter` against `query`, and keeps the
+/// best `limit`.
+pub fn rank(
+    services: &[Arc<ServiceEntry>],
+    filter: &ToolFilter,
+    query: &SearchQuery,
+    limit: usize,
+) -> SearchResults {
+    let words = query.terms.len();
+    let mut searched = Vec::with_capacity(services.len());
+    let (mut count, mut total_length, mut offset) = (0u64, 0u64, 0usize);
+    for entry in services {
+        if filter
+            .service
+            .as_ref()
+            .is_some_and(|name| *name != entry.name)
+        {
+            continue;
+        }
+        let index = entry.contract.search_index(&entry.name);
+        let tools = &entry.contract.tools;
+        let allowed = filter.capability.map(|capability| {
+            tools
+                .iter()
+                .map(|tool| tool.capabilities.contains(&capability))
+                .collect::<Vec<_>>()
+        });
+        match &allowed {
+            None => {
+                count += tools.len() as u64;
+                total_length += index.total_length();
+            }
+            Some(allowed) => {
+                for (tool, _) in allowed.iter().enumerate().filter(|(_, allowed)| **allowed) {
+                    count += 1;
+                    total_length += u64::from(index.length(tool));
+                }
+            }
+        }
+        searched.push(Searched {
+            entry,
+            index,
+            allowed,
+            offset,
+        });
+        offset += tools.len();
+    }
+    if count == 0 {
+        return SearchResults::default();
+    }
+    // Document frequencies over the tools searched, then BM25 over the postings only.
+    let mut documents_with = vec![0u64; words];
+    for service in &searched {
+        for (word, term) in query.terms.iter().enumerate() {
+            documents_with[word] += service
+                .index
+                .postings(term)
+                .iter()
+                .filter(|posting| service.allows(posting.tool as usize))
+                .count() as u64;
+        }
+    }
+    let documents = count as f64;
+    let average_length = (total_length as f64 / documents).max(1.0);
+    let mut scores = vec![0.0f64; offset];
+    for service in &searched {
+        for (word, term) in query.terms.iter().enumerate() {
+            let with = documents_with[word] as f64;
+            let weight = (1.0 + (documents - with + 0.5) / (with + 0.5)).ln();
+            for posting in service.index.postings(term) {
+                let tool = posting.tool as usize;
+                if !service.allows(tool) {
+                    continue;
+                }
+                let frequency = f64::from(posting.frequency);
+                let length = f64::from(service.index.length(tool));
+                let norm = K1 * (1.0 - B + B * length / average_length);
+                scores[service.offset + tool] +=
+                    weight * frequency * (K1 + 1.0) / (frequency + norm);
+            }
+        }
+    }
+    // Each searched tool's place: (service, tool), found from its offset.
+    let place = |at: usize| {
+        let service = searched.partition_point(|service| service.offset <= at) - 1;
+        (service, at - searched[service].offset)
+    };
+    let tool_of = |(service, tool): (usize, usize)| {
+        let entry = searched[service].entry;
+        (entry, &entry.contract.tools[tool])
+    };
+    let mut matches: Vec<(f64, usize)> = scores
+        .iter()
+        .enumerate()
+        .filter(|(_, score)| **score > 0.0)
+        .map(|(at, score)| (*score, at))
+        .collect();
+    let total_matches = matches.len();
+    let order = |a: &(f64, usize), b: &(f64, usize)| {
+        b.0.total_cmp(&a.0).then_with(|| {
+            let (x_service, x) = tool_of(place(a.1));
+            let (y_service, y) = tool_of(place(b.1));
+            (x.name.as_str(), x_service.name.as_str())
+                .cmp(&(y.name.as_str(), y_service.name.as_str()))
+        })
+    };
+    if matches.len() > limit && limit > 0 {
+        matches.select_nth_unstable_by(limit - 1, order);
+    }
+    matches.truncate(limit);
+    matches.sort_unstable_by(order);
+    let hits = matches
+        .into_iter()
+        .map(|(score, at)| {
+            let (entry, tool) = tool_of(place(at));
+            SearchHit {
+                tool: ToolRef {
+                    service: Arc::clone(entry),
+                    tool: Arc::clone(tool),
+                },
+                score,
+            }
+        })
+        .collect();
+    SearchResults {
+        hits,
+        total_matches,
+    }
+}
+
+#[cfg(test)]
+#[path = "search_tests.rs"]
+mod tests;
