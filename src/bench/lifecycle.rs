@@ -347,7 +347,44 @@ pub(super) async fn startup_and_memory(bench: &Bench) -> Result<Vec<Row>, String
     if let [first, .., last] = levels[..] {
         rows.push(per_added_tool(first, last).target("<= 8 KB", |t, _| t <= 8192.0));
     }
+    rows.extend(search_index_memory(&toolplane, &mut client, registered).await?);
     Ok(rows)
+}
+
+/// The first SearchTools over `tools` registered tools builds every service's search index:
+/// how long it took, and the resident memory the indexes took per tool.
+async fn search_index_memory(
+    toolplane: &ChildProcess,
+    client: &mut DiscoveryServiceClient<tonic::transport::Channel>,
+    tools: usize,
+) -> Result<[Row; 2], String> {
+    let before = toolplane.resident_bytes();
+    let started = Instant::now();
+    client
+        .search_tools(pb::SearchToolsRequest {
+            meta: meta(),
+            query: "benchmark tool".into(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|status| format!("the first search: {status}"))?;
+    let took = started.elapsed().as_secs_f64() * 1000.0;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let grown = toolplane.resident_bytes().saturating_sub(before) as f64;
+    Ok([
+        Row::single(
+            "5 memory",
+            &format!("first SearchTools at {tools} tools (builds every search index)"),
+            "ms",
+            vec![took],
+        ),
+        Row::single(
+            "5 memory",
+            &format!("resident growth per tool of the search indexes, at {tools} tools"),
+            "bytes",
+            vec![grown / tools.max(1) as f64],
+        ),
+    ])
 }
 
 /// Resident memory per tool added between two levels of (tools, resident growth, schema

@@ -1,6 +1,6 @@
 // toolplane driven by @grpc/grpc-js, the Node.js gRPC implementation, with the contracts loaded
 // from proto/ at run time by @grpc/proto-loader (as a Node team would): registration with
-// google.protobuf.Struct schemas, listing with paging, invocation, the google.rpc error details
+// google.protobuf.Struct schemas, listing with paging, search, invocation, the google.rpc error details
 // (decoded with protobufjs, which proto-loader is built on), deadlines, and a server stream.
 //
 // Run by tests/polyglot.rs against a running toolplane with the example Structs provider
@@ -152,6 +152,20 @@ const checks = [
     const got = await call(discovery, 'GetTool',
       {meta: meta(), tool_name: 'node_tool_03', service_name: 'node-tools'});
     assert.deepEqual(fromStruct(got.tool.tool_schema), schema);
+  }],
+  ['SearchTools: the best match first with its score; over 100 results is refused', async () => {
+    const found = await call(discovery, 'SearchTools',
+      {meta: meta(), query: 'calculate the power of a generator', max_results: 2});
+    assert.equal(found.matches[0].tool.tool_name, 'structs_calculate_power');
+    assert.equal(found.matches.length, 2);
+    assert.ok(found.total_matches >= 3, `${found.total_matches} matches`);
+    assert.ok(found.matches[0].score > found.matches[1].score && found.matches[1].score > 0);
+    const error = await failedCall(discovery, 'SearchTools',
+      {meta: meta(), query: 'power', max_results: 101});
+    assert.equal(error.code, grpc.status.INVALID_ARGUMENT);
+    const {info, violations} = richError(error);
+    assert.equal(info.reason, 'VALIDATION_FIELD');
+    assert.deepEqual(violations, ['max_results']);
   }],
   ['RegisterService with a bad tool name: INVALID_ARGUMENT, VALIDATION_NAME, the field', async () => {
     const error = await failedCall(discovery, 'RegisterService', {meta: meta(), registration: {
