@@ -403,3 +403,106 @@ async fn a_failing_model_leaves_the_agent_as_it_was() {
         .messages;
     assert!(messages.is_empty());
 }
+
+/// An agent whose tenant has more tools than a model call takes (OpenAI: 128) is offered the
+/// ones that best match the turn and its system prompt, and the tool the model asks for runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_with_more_tools_than_a_model_takes_offers_the_best_matches() {
+    let mock = Mock::default();
+    let (server, _provider) = agent_server(mock.clone()).await;
+    let mut discovery = server.discovery().await;
+    for service in 0..3 {
+        let tools = (0..70)
+            .map(|index| {
+                let mut tool = simple_tool(&format!("garden_task_{index:02}"));
+                tool.description = format!("Waters plant {index} of bed {service}.");
+                tool
+            })
+            .collect();
+        register_ok(
+            &mut discovery,
+            0,
+            registration(&format!("garden-{service}"), tools),
+        )
+        .await;
+    }
+    let mut client = AgentServiceClient::new(server.channel().await);
+    client
+        .create_agent(pb::CreateAgentRequest {
+            meta: meta(0),
+            name: "many".into(),
+            system_prompt: "You size generators.".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("created");
+    let answer = client
+        .complete(pb::CompleteRequest {
+            meta: meta(0),
+            agent_id: "many".into(),
+            request: turn(),
+        })
+        .await
+        .expect("turn")
+        .into_inner();
+    assert_eq!(
+        answer.tool_calls[0].status,
+        pb::InvocationStatus::Succeeded as i32,
+        "the tool asked for was offered and ran"
+    );
+    let first = mock.bodies.lock().expect("lock")[0].clone();
+    let offered: Vec<&str> = first["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    // "how much power?" and "You size generators." match the Structs power tool (power,
+    // generator); none of the 210 garden tools holds those words.
+    assert_eq!(
+        offered.first(),
+        Some(&"structs_calculate_power"),
+        "{offered:?}"
+    );
+    assert!(offered.len() <= 128, "{} tools offered", offered.len());
+    assert!(
+        offered.iter().all(|name| name.starts_with("structs_")),
+        "{offered:?}"
+    );
+
+    // Past 128 allowed tools, the best matches among the allowed ones only.
+    let mut allowed: Vec<String> = (0..70)
+        .map(|index| format!("garden_task_{index:02}"))
+        .collect();
+    allowed.push("structs_calculate_power".into());
+    client
+        .create_agent(pb::CreateAgentRequest {
+            meta: meta(0),
+            name: "allowed".into(),
+            system_prompt: "You size generators.".into(),
+            allowed_tools: allowed,
+            ..Default::default()
+        })
+        .await
+        .expect("created");
+    client
+        .complete(pb::CompleteRequest {
+            meta: meta(0),
+            agent_id: "allowed".into(),
+            request: turn(),
+        })
+        .await
+        .expect("turn");
+    let bodies = mock.bodies.lock().expect("lock").clone();
+    let offered: Vec<&str> = bodies[2]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        offered,
+        ["structs_calculate_power"],
+        "the damage tool matches \"power\" but is not allowed"
+    );
+}

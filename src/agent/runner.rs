@@ -29,7 +29,13 @@ use super::types::{
 use crate::envelope::TenantId;
 use crate::invoke::records::InvocationStatus;
 use crate::invoke::{Invocation, InvokeError, Invoker, reason_of};
-use crate::registry::{Registry, ServiceName, ToolName};
+use crate::registry::search::SearchQuery;
+use crate::registry::{Registry, ServiceName, ToolFilter, ToolName, ToolRef};
+
+/// The most tools offered to a model in one call: OpenAI's Chat Completions API takes at most
+/// 128 function tools. An agent that may use more (its `allowed_tools`, or its tenant's
+/// tools) is offered the ones of them that best match each turn (see `Registry::search`).
+pub const MAX_OFFERED_TOOLS: usize = 128;
 
 #[path = "runner_model.rs"]
 mod model_calls;
@@ -147,11 +153,12 @@ impl AgentRunner {
         &self.store
     }
 
-    /// The tools offered to `agent`: its allowed tools (default: every tool of its tenant),
-    /// each under its own name, or `service__tool` where the name is ambiguous or not a valid
-    /// function name.
-    fn catalog(&self, agent: &Agent) -> Catalog {
-        let tools: Vec<_> = self
+    /// The tools offered to `agent` for a turn of `messages`: its allowed tools (default:
+    /// every tool of its tenant), past [`MAX_OFFERED_TOOLS`] the ones of them that best match
+    /// the turn's messages and the agent's system prompt, each under its own name, or
+    /// `service__tool` where the name is ambiguous or not a valid function name.
+    async fn catalog(&self, agent: &Agent, messages: &[CanonicalMessage]) -> Catalog {
+        let mut tools: Vec<_> = self
             .registry
             .all_tools(agent.tenant)
             .into_iter()
@@ -161,6 +168,11 @@ impl AgentRunner {
                 })
             })
             .collect();
+        if tools.len() > MAX_OFFERED_TOOLS {
+            let candidates = tools.len();
+            tools = self.best_matches(agent, messages).await;
+            tracing::info!(agent = %agent.id, offered = tools.len(), candidates, "more tools than a model call takes: offering those that best match the turn");
+        }
         let mut count: HashMap<&str, usize> = HashMap::new();
         for found in &tools {
             *count.entry(found.tool.name.as_str()).or_default() += 1;
@@ -188,6 +200,42 @@ impl AgentRunner {
             );
         }
         catalog
+    }
+
+    /// The [`MAX_OFFERED_TOOLS`] tools the agent may use that best match the turn's messages
+    /// and its system prompt (a search, off the runtime's threads: the first one builds the
+    /// search indexes).
+    async fn best_matches(&self, agent: &Agent, messages: &[CanonicalMessage]) -> Vec<ToolRef> {
+        let mut text: String = messages
+            .iter()
+            .map(|message| message.content.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        text.push(' ');
+        text.push_str(agent.config.system_prompt.as_deref().unwrap_or_default());
+        let Some(query) = SearchQuery::from_text(&text) else {
+            return Vec::new();
+        };
+        let (registry, tenant) = (self.registry.clone(), agent.tenant);
+        let allowed = agent.config.allowed_tools.clone();
+        tokio::task::spawn_blocking(move || {
+            // Among allowed tools, every match is ranked and the allowed ones kept.
+            let limit = allowed.as_ref().map_or(MAX_OFFERED_TOOLS, |_| usize::MAX);
+            let found = registry.search(tenant, &ToolFilter::default(), &query, limit);
+            found
+                .hits
+                .into_iter()
+                .map(|hit| hit.tool)
+                .filter(|found| {
+                    allowed.as_ref().is_none_or(|allowed| {
+                        allowed.iter().any(|name| name == found.tool.name.as_str())
+                    })
+                })
+                .take(MAX_OFFERED_TOOLS)
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
     }
 
     fn emit(events: Option<&UnboundedSender<TurnEvent>>, event: TurnEvent) {
@@ -344,7 +392,7 @@ impl AgentRunner {
             guard
         };
         Self::step(&agent, AgentState::Thinking, "", events)?;
-        let catalog = self.catalog(&agent);
+        let catalog = self.catalog(&agent, &request.messages).await;
         let first = self
             .ask_model(
                 Self::model_request(&agent, &request, catalog.offered.clone()),

@@ -162,11 +162,22 @@ impl Registry {
     ) -> Result<search::SearchResults, RegistryError> {
         let query = search::SearchQuery::parse(query)?;
         let limit = search::max_results(max_results)?;
+        Ok(self.search(tenant, filter, &query, limit))
+    }
+
+    /// The best `limit` live tools passing `filter` for a query already read.
+    pub fn search(
+        &self,
+        tenant: TenantId,
+        filter: &ToolFilter,
+        query: &search::SearchQuery,
+        limit: usize,
+    ) -> search::SearchResults {
         let services = match &filter.service {
             Some(name) => self.store.service(tenant, name).into_iter().collect(),
             None => self.store.services_after(tenant, None, usize::MAX),
         };
-        Ok(search::rank(&services, filter, &query, limit))
+        search::rank(&services, filter, query, limit)
     }
 
     /// One tool. Without a service, a name several services offer is ambiguous.

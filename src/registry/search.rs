@@ -76,6 +76,18 @@ impl SearchQuery {
         Ok(Self { terms })
     }
 
+    /// A query of the first [`MAX_QUERY_TERMS`] distinct words of a longer text (a
+    /// conversation), or `None` when it holds none to search for.
+    pub fn from_text(text: &str) -> Option<Self> {
+        let mut terms = Vec::new();
+        for_each_term(text, |term| {
+            if terms.len() < MAX_QUERY_TERMS && !terms.contains(&term) {
+                terms.push(term);
+            }
+        });
+        (!terms.is_empty()).then_some(Self { terms })
+    }
+
     /// The terms searched for, stemmed and in the order first written.
     pub fn terms(&self) -> &[String] {
         &self.terms
