@@ -308,14 +308,9 @@ async fn agents_run_on_an_openai_compatible_model() {
         first["messages"][0],
         json!({"role": "system", "content": "Be brief."})
     );
-    let offered: Vec<&str> = first["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|t| t["function"]["name"].as_str())
-        .collect();
+    let offered = offered_tools(&first);
     assert!(
-        offered.contains(&"structs_calculate_power") && offered.len() == 5,
+        offered.iter().any(|name| name == "structs_calculate_power") && offered.len() == 5,
         "{offered:?}"
     );
     let second = mock.bodies.lock().expect("lock")[1].clone();
@@ -404,6 +399,43 @@ async fn a_failing_model_leaves_the_agent_as_it_was() {
     assert!(messages.is_empty());
 }
 
+/// The function names offered in a chat-completions request body.
+fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Creates an agent and runs one turn of it.
+async fn create_and_complete(
+    client: &mut AgentServiceClient<tonic::transport::Channel>,
+    name: &str,
+    allowed_tools: Vec<String>,
+) -> pb::CompleteResponse {
+    client
+        .create_agent(pb::CreateAgentRequest {
+            meta: meta(0),
+            name: name.into(),
+            system_prompt: "You size generators.".into(),
+            allowed_tools,
+            ..Default::default()
+        })
+        .await
+        .expect("created");
+    client
+        .complete(pb::CompleteRequest {
+            meta: meta(0),
+            agent_id: name.into(),
+            request: turn(),
+        })
+        .await
+        .expect("turn")
+        .into_inner()
+}
+
 /// An agent whose tenant has more tools than a model call takes (OpenAI: 128) is offered the
 /// ones that best match the turn and its system prompt, and the tool the model asks for runs.
 #[tokio::test(flavor = "multi_thread")]
@@ -427,81 +459,31 @@ async fn a_tenant_with_more_tools_than_a_model_takes_offers_the_best_matches() {
         .await;
     }
     let mut client = AgentServiceClient::new(server.channel().await);
-    client
-        .create_agent(pb::CreateAgentRequest {
-            meta: meta(0),
-            name: "many".into(),
-            system_prompt: "You size generators.".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("created");
-    let answer = client
-        .complete(pb::CompleteRequest {
-            meta: meta(0),
-            agent_id: "many".into(),
-            request: turn(),
-        })
-        .await
-        .expect("turn")
-        .into_inner();
+    let answer = create_and_complete(&mut client, "many", Vec::new()).await;
     assert_eq!(
         answer.tool_calls[0].status,
         pb::InvocationStatus::Succeeded as i32,
         "the tool asked for was offered and ran"
     );
-    let first = mock.bodies.lock().expect("lock")[0].clone();
-    let offered: Vec<&str> = first["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|t| t["function"]["name"].as_str())
-        .collect();
+    let offered = offered_tools(&mock.bodies.lock().expect("lock")[0]);
     // "how much power?" and "You size generators." match the Structs power tool (power,
     // generator); none of the 210 garden tools holds those words.
-    assert_eq!(
-        offered.first(),
-        Some(&"structs_calculate_power"),
-        "{offered:?}"
-    );
+    assert_eq!(offered[0], "structs_calculate_power", "{offered:?}");
     assert!(offered.len() <= 128, "{} tools offered", offered.len());
     assert!(
         offered.iter().all(|name| name.starts_with("structs_")),
         "{offered:?}"
     );
 
-    // Past 128 allowed tools, the best matches among the allowed ones only.
+    // Past 128 allowed tools (the 70 names are in three services), the best matches among
+    // the allowed ones only.
     let mut allowed: Vec<String> = (0..70)
         .map(|index| format!("garden_task_{index:02}"))
         .collect();
     allowed.push("structs_calculate_power".into());
-    client
-        .create_agent(pb::CreateAgentRequest {
-            meta: meta(0),
-            name: "allowed".into(),
-            system_prompt: "You size generators.".into(),
-            allowed_tools: allowed,
-            ..Default::default()
-        })
-        .await
-        .expect("created");
-    client
-        .complete(pb::CompleteRequest {
-            meta: meta(0),
-            agent_id: "allowed".into(),
-            request: turn(),
-        })
-        .await
-        .expect("turn");
-    let bodies = mock.bodies.lock().expect("lock").clone();
-    let offered: Vec<&str> = bodies[2]["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|t| t["function"]["name"].as_str())
-        .collect();
+    create_and_complete(&mut client, "allowed", allowed).await;
     assert_eq!(
-        offered,
+        offered_tools(&mock.bodies.lock().expect("lock")[2]),
         ["structs_calculate_power"],
         "the damage tool matches \"power\" but is not allowed"
     );
