@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use super::error::{RegistryError, ViolationKind};
-use super::model::{ServiceEntry, ToolRef};
+use super::model::{RegisteredTool, ServiceEntry, ToolRef};
 use super::search_index::ServiceSearchIndex;
 use super::search_terms::for_each_term;
 use super::store::ToolFilter;
@@ -144,6 +144,113 @@ impl Searched<'_> {
     }
 }
 
+/// The services searched, and over the tools passing the filters: how many, and their
+/// documents' length together.
+struct Corpus<'a> {
+    services: Vec<Searched<'a>>,
+    tools: u64,
+    total_length: u64,
+    /// How many tools the services hold, filtered or not: the length of the scores.
+    slots: usize,
+}
+
+impl<'a> Corpus<'a> {
+    fn of(services: &'a [Arc<ServiceEntry>], filter: &ToolFilter) -> Self {
+        let mut corpus = Corpus {
+            services: Vec::with_capacity(services.len()),
+            tools: 0,
+            total_length: 0,
+            slots: 0,
+        };
+        for entry in services {
+            if filter
+                .service
+                .as_ref()
+                .is_some_and(|name| *name != entry.name)
+            {
+                continue;
+            }
+            let index = entry.contract.search_index(&entry.name);
+            let tools = &entry.contract.tools;
+            let allowed = filter.capability.map(|capability| {
+                tools
+                    .iter()
+                    .map(|tool| tool.capabilities.contains(&capability))
+                    .collect::<Vec<_>>()
+            });
+            match &allowed {
+                None => {
+                    corpus.tools += tools.len() as u64;
+                    corpus.total_length += index.total_length();
+                }
+                Some(allowed) => {
+                    for (tool, _) in allowed.iter().enumerate().filter(|(_, allowed)| **allowed) {
+                        corpus.tools += 1;
+                        corpus.total_length += u64::from(index.length(tool));
+                    }
+                }
+            }
+            corpus.services.push(Searched {
+                entry,
+                index,
+                allowed,
+                offset: corpus.slots,
+            });
+            corpus.slots += tools.len();
+        }
+        corpus
+    }
+
+    /// Every tool's BM25 score for `query`, by slot (0 for those holding none of its words,
+    /// or not passing the filters).
+    fn scores(&self, query: &SearchQuery) -> Vec<f64> {
+        let documents = self.tools as f64;
+        let average_length = (self.total_length as f64 / documents).max(1.0);
+        let mut scores = vec![0.0f64; self.slots];
+        for term in &query.terms {
+            let with: usize = self
+                .services
+                .iter()
+                .map(|service| {
+                    let postings = service.index.postings(term).iter();
+                    postings
+                        .filter(|posting| service.allows(posting.tool as usize))
+                        .count()
+                })
+                .sum();
+            let with = with as f64;
+            let weight = (1.0 + (documents - with + 0.5) / (with + 0.5)).ln();
+            for service in &self.services {
+                for posting in service.index.postings(term) {
+                    let tool = posting.tool as usize;
+                    if !service.allows(tool) {
+                        continue;
+                    }
+                    let frequency = f64::from(posting.frequency);
+                    let length = f64::from(service.index.length(tool));
+                    let norm = K1 * (1.0 - B + B * length / average_length);
+                    scores[service.offset + tool] +=
+                        weight * frequency * (K1 + 1.0) / (frequency + norm);
+                }
+            }
+        }
+        scores
+    }
+
+    /// The service entry and tool in `slot`.
+    fn tool_in(&self, slot: usize) -> (&'a Arc<ServiceEntry>, &'a Arc<RegisteredTool>) {
+        let service = self
+            .services
+            .partition_point(|service| service.offset <= slot)
+            - 1;
+        let entry = self.services[service].entry;
+        (
+            entry,
+            &entry.contract.tools[slot - self.services[service].offset],
+        )
+    }
+}
+
 /// Ranks the tools of the live `services` that pass `filter` against `query`, and keeps the
 /// best `limit`.
 pub fn rank(
@@ -152,100 +259,23 @@ pub fn rank(
     query: &SearchQuery,
     limit: usize,
 ) -> SearchResults {
-    let words = query.terms.len();
-    let mut searched = Vec::with_capacity(services.len());
-    let (mut count, mut total_length, mut offset) = (0u64, 0u64, 0usize);
-    for entry in services {
-        if filter
-            .service
-            .as_ref()
-            .is_some_and(|name| *name != entry.name)
-        {
-            continue;
-        }
-        let index = entry.contract.search_index(&entry.name);
-        let tools = &entry.contract.tools;
-        let allowed = filter.capability.map(|capability| {
-            tools
-                .iter()
-                .map(|tool| tool.capabilities.contains(&capability))
-                .collect::<Vec<_>>()
-        });
-        match &allowed {
-            None => {
-                count += tools.len() as u64;
-                total_length += index.total_length();
-            }
-            Some(allowed) => {
-                for (tool, _) in allowed.iter().enumerate().filter(|(_, allowed)| **allowed) {
-                    count += 1;
-                    total_length += u64::from(index.length(tool));
-                }
-            }
-        }
-        searched.push(Searched {
-            entry,
-            index,
-            allowed,
-            offset,
-        });
-        offset += tools.len();
-    }
-    if count == 0 {
+    let corpus = Corpus::of(services, filter);
+    if corpus.tools == 0 {
         return SearchResults::default();
     }
-    // Document frequencies over the tools searched, then BM25 over the postings only.
-    let mut documents_with = vec![0u64; words];
-    for service in &searched {
-        for (word, term) in query.terms.iter().enumerate() {
-            documents_with[word] += service
-                .index
-                .postings(term)
-                .iter()
-                .filter(|posting| service.allows(posting.tool as usize))
-                .count() as u64;
-        }
-    }
-    let documents = count as f64;
-    let average_length = (total_length as f64 / documents).max(1.0);
-    let mut scores = vec![0.0f64; offset];
-    for service in &searched {
-        for (word, term) in query.terms.iter().enumerate() {
-            let with = documents_with[word] as f64;
-            let weight = (1.0 + (documents - with + 0.5) / (with + 0.5)).ln();
-            for posting in service.index.postings(term) {
-                let tool = posting.tool as usize;
-                if !service.allows(tool) {
-                    continue;
-                }
-                let frequency = f64::from(posting.frequency);
-                let length = f64::from(service.index.length(tool));
-                let norm = K1 * (1.0 - B + B * length / average_length);
-                scores[service.offset + tool] +=
-                    weight * frequency * (K1 + 1.0) / (frequency + norm);
-            }
-        }
-    }
-    // Each searched tool's place: (service, tool), found from its offset.
-    let place = |at: usize| {
-        let service = searched.partition_point(|service| service.offset <= at) - 1;
-        (service, at - searched[service].offset)
-    };
-    let tool_of = |(service, tool): (usize, usize)| {
-        let entry = searched[service].entry;
-        (entry, &entry.contract.tools[tool])
-    };
-    let mut matches: Vec<(f64, usize)> = scores
-        .iter()
+    let mut matches: Vec<(f64, usize)> = corpus
+        .scores(query)
+        .into_iter()
         .enumerate()
-        .filter(|(_, score)| **score > 0.0)
-        .map(|(at, score)| (*score, at))
+        .filter(|(_, score)| *score > 0.0)
+        .map(|(slot, score)| (score, slot))
         .collect();
     let total_matches = matches.len();
+    // Best first; ties in (tool name, service name) order.
     let order = |a: &(f64, usize), b: &(f64, usize)| {
         b.0.total_cmp(&a.0).then_with(|| {
-            let (x_service, x) = tool_of(place(a.1));
-            let (y_service, y) = tool_of(place(b.1));
+            let (x_service, x) = corpus.tool_in(a.1);
+            let (y_service, y) = corpus.tool_in(b.1);
             (x.name.as_str(), x_service.name.as_str())
                 .cmp(&(y.name.as_str(), y_service.name.as_str()))
         })
@@ -257,8 +287,8 @@ pub fn rank(
     matches.sort_unstable_by(order);
     let hits = matches
         .into_iter()
-        .map(|(score, at)| {
-            let (entry, tool) = tool_of(place(at));
+        .map(|(score, slot)| {
+            let (entry, tool) = corpus.tool_in(slot);
             SearchHit {
                 tool: ToolRef {
                     service: Arc::clone(entry),
