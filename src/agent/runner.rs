@@ -235,7 +235,10 @@ impl AgentRunner {
                 .collect()
         })
         .await
-        .unwrap_or_default()
+        .unwrap_or_else(|error| {
+            tracing::warn!(agent = %agent.id, %error, "the search for the turn's tools failed: offering none");
+            Vec::new()
+        })
     }
 
     fn emit(events: Option<&UnboundedSender<TurnEvent>>, event: TurnEvent) {
