@@ -38,14 +38,24 @@ impl DiscoveryApi {
     }
 }
 
-/// The capability filter of a listing or search: `0` (UNSPECIFIED) filters nothing.
-fn capability_filter(value: i32) -> Result<Option<crate::registry::Capability>, RegistryError> {
-    match value {
-        0 => Ok(None),
-        value => convert::capability(value).map(Some).map_err(|problem| {
+/// The filters of a listing or search, as requested: an empty service name or name prefix,
+/// and capability `0` (UNSPECIFIED), filter nothing.
+fn tool_filter(
+    service_name: &str,
+    capability: i32,
+    name_prefix: String,
+) -> Result<ToolFilter, RegistryError> {
+    let capability = match capability {
+        0 => None,
+        value => Some(convert::capability(value).map_err(|problem| {
             RegistryError::invalid("capability", crate::registry::ViolationKind::Field, problem)
-        }),
-    }
+        })?),
+    };
+    Ok(ToolFilter {
+        service: convert::optional_service_name("service_name", service_name)?,
+        capability,
+        name_prefix: Some(name_prefix).filter(|prefix| !prefix.is_empty()),
+    })
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchServicesResponse, Status>> + Send>>;
@@ -122,11 +132,11 @@ impl DiscoveryService for DiscoveryApi {
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let (meta, request) = accept(request)?;
-        let filter = ToolFilter {
-            service: convert::optional_service_name("service_name", &request.service_name)?,
-            capability: capability_filter(request.capability)?,
-            name_prefix: Some(request.name_prefix).filter(|prefix| !prefix.is_empty()),
-        };
+        let filter = tool_filter(
+            &request.service_name,
+            request.capability,
+            request.name_prefix,
+        )?;
         let page = self.registry.list_tools(
             meta.tenant,
             &filter,
@@ -154,11 +164,7 @@ impl DiscoveryService for DiscoveryApi {
         request: Request<pb::SearchToolsRequest>,
     ) -> Result<Response<pb::SearchToolsResponse>, Status> {
         let (meta, request) = accept(request)?;
-        let filter = ToolFilter {
-            service: convert::optional_service_name("service_name", &request.service_name)?,
-            capability: capability_filter(request.capability)?,
-            name_prefix: None,
-        };
+        let filter = tool_filter(&request.service_name, request.capability, String::new())?;
         // A search builds the index of each service not searched before (about 40 µs per
         // tool, seconds for a first search over 100,000 tools): off the runtime's threads.
         let registry = self.registry.clone();

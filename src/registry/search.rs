@@ -55,12 +55,7 @@ impl SearchQuery {
                 text.len()
             )));
         }
-        let mut terms = Vec::new();
-        for_each_term(text, |term| {
-            if !terms.contains(&term) {
-                terms.push(term);
-            }
-        });
+        let terms = distinct_terms(text, usize::MAX);
         if terms.is_empty() {
             return Err(invalid(format!(
                 "query {text:?} has no words to search for: common words (\"the\", \"with\", \
@@ -79,12 +74,7 @@ impl SearchQuery {
     /// A query of the first [`MAX_QUERY_TERMS`] distinct words of a longer text (a
     /// conversation), or `None` when it holds none to search for.
     pub fn from_text(text: &str) -> Option<Self> {
-        let mut terms = Vec::new();
-        for_each_term(text, |term| {
-            if terms.len() < MAX_QUERY_TERMS && !terms.contains(&term) {
-                terms.push(term);
-            }
-        });
+        let terms = distinct_terms(text, MAX_QUERY_TERMS);
         (!terms.is_empty()).then_some(Self { terms })
     }
 
@@ -92,6 +82,17 @@ impl SearchQuery {
     pub fn terms(&self) -> &[String] {
         &self.terms
     }
+}
+
+/// The first `most` distinct search terms of `text`, in the order first written.
+fn distinct_terms(text: &str, most: usize) -> Vec<String> {
+    let mut terms = Vec::new();
+    for_each_term(text, |term| {
+        if terms.len() < most && !terms.contains(&term) {
+            terms.push(term);
+        }
+    });
+    terms
 }
 
 /// How many matches to answer with: `0` means [`DEFAULT_MAX_RESULTS`].
