@@ -57,9 +57,8 @@ enum Command {
     },
     /// List the live tools.
     Tools {
-        /// Only the tools of this service.
-        #[arg(long)]
-        service: Option<String>,
+        #[command(flatten)]
+        selection: cli::SelectionArgs,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -67,9 +66,8 @@ enum Command {
     Search {
         /// The words to search for (tool names, descriptions, parameters, service names).
         query: String,
-        /// Only the tools of this service.
-        #[arg(long)]
-        service: Option<String>,
+        #[command(flatten)]
+        selection: cli::SelectionArgs,
         /// The most matches to show: 1 to 100.
         #[arg(long, default_value_t = 10)]
         max_results: i32,
@@ -283,10 +281,10 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Tools { service, client } => {
+        Command::Tools { selection, client } => {
             let tools = connect(&client)
                 .await?
-                .all_tools(service.as_deref())
+                .tools_selected(&selection.into())
                 .await?;
             if client.json {
                 print_json(&tools.iter().map(cli::tool_json).collect());
@@ -297,13 +295,13 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
         }
         Command::Search {
             query,
-            service,
+            selection,
             max_results,
             client,
         } => {
             let found = connect(&client)
                 .await?
-                .search_tools(&query, service.as_deref(), max_results)
+                .search_tools(&query, &selection.into(), max_results)
                 .await?;
             if client.json {
                 print_json(&cli::search_json(&found));

@@ -1,5 +1,5 @@
 //! The running server driven by real grpcurl (1.8.6, reflection v1alpha): list, describe, a
-//! RegisterService with a JSON body, SearchTools, Preflight, and grpc.health.v1 Check.
+//! RegisterService with a JSON body, SearchTools, ListTools by domain, Preflight, and grpc.health.v1 Check.
 
 mod common;
 
@@ -130,6 +130,21 @@ fn grpcurl_lists_describes_and_calls() {
         "{found}"
     );
     assert_eq!(found["totalMatches"], 1, "{found}");
+
+    let (ok, listed, err) = grpcurl(&[
+        "-plaintext",
+        "-d",
+        r#"{"meta": {"tenant_id": 7}, "domain": "story-generator.structures"}"#,
+        &addr,
+        "toolplane.v1.DiscoveryService/ListTools",
+    ]);
+    assert!(ok, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("JSON answer");
+    assert_eq!(
+        listed["tools"][0]["domains"],
+        serde_json::json!(["story-generator", "story-generator.structures"]),
+        "{listed}"
+    );
 
     let preflight = r#"{"meta": {"tenant_id": 7}, "requirements": [
         {"service_name": "story-generator", "tool_names": ["generate_structure"]},

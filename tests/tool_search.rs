@@ -8,7 +8,7 @@ use common::process::{ServerProcess, toolplane_cli};
 use common::*;
 use serde_json::json;
 use tonic::Code;
-use toolplane::client::ToolplaneClient;
+use toolplane::client::{ToolSelection, ToolplaneClient};
 use toolplane::envelope::TenantId;
 use toolplane::pb;
 
@@ -111,7 +111,7 @@ async fn search_ranks_the_live_tools_and_follows_changes() {
         .expect("connects");
 
     let answer = client
-        .search_tools("open issues", None, 0)
+        .search_tools("open issues", &ToolSelection::default(), 0)
         .await
         .expect("searches");
     assert_eq!(
@@ -126,22 +126,29 @@ async fn search_ranks_the_live_tools_and_follows_changes() {
     assert!(first.tool_schema.is_some() && first.definition_sha256.len() == 64);
 
     let by_parameter = client
-        .search_tools("city", None, 0)
+        .search_tools("city", &ToolSelection::default(), 0)
         .await
         .expect("searches");
     assert_eq!(found(&by_parameter), ["weather/forecast"]);
     let by_service = client
-        .search_tools("GitHub", None, 0)
+        .search_tools("GitHub", &ToolSelection::default(), 0)
         .await
         .expect("searches");
     assert_eq!(by_service.total_matches, 3);
     let only_weather = client
-        .search_tools("list", Some("weather"), 0)
+        .search_tools(
+            "list",
+            &ToolSelection {
+                service: Some("weather".into()),
+                ..Default::default()
+            },
+            0,
+        )
         .await
         .expect("searches");
     assert_eq!(found(&only_weather), ["weather/list_alerts"]);
     let one = client
-        .search_tools("list", None, 1)
+        .search_tools("list", &ToolSelection::default(), 1)
         .await
         .expect("searches");
     assert_eq!((one.matches.len(), one.total_matches), (1, 2));
@@ -160,7 +167,7 @@ async fn search_ranks_the_live_tools_and_follows_changes() {
     // A changed description is searched at once; a deregistered service's tools are gone.
     assert_eq!(
         client
-            .search_tools("snow", None, 0)
+            .search_tools("snow", &ToolSelection::default(), 0)
             .await
             .expect("searches")
             .total_matches,
@@ -175,7 +182,7 @@ async fn search_ranks_the_live_tools_and_follows_changes() {
     assert_eq!(
         found(
             &client
-                .search_tools("snow", None, 0)
+                .search_tools("snow", &ToolSelection::default(), 0)
                 .await
                 .expect("searches")
         ),
@@ -185,7 +192,7 @@ async fn search_ranks_the_live_tools_and_follows_changes() {
         .await
         .expect("deregisters");
     let after = client
-        .search_tools("issues", None, 0)
+        .search_tools("issues", &ToolSelection::default(), 0)
         .await
         .expect("searches");
     assert_eq!(after.total_matches, 0, "{:?}", found(&after));

@@ -9,6 +9,7 @@ pub mod serve;
 use comfy_table::{Table, presets::NOTHING};
 use serde_json::{Value, json};
 
+use crate::client::ToolSelection;
 use crate::json::struct_to_json;
 use crate::pb;
 
@@ -45,6 +46,30 @@ pub(crate) fn new_table(header: &[&str]) -> Table {
     table
 }
 
+/// The filters of `toolplane tools` and `toolplane search`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SelectionArgs {
+    /// Only the tools of this service.
+    #[arg(long)]
+    pub service: Option<String>,
+    /// Only tools with this domain or one under it (`github` takes `github.issues`).
+    #[arg(long)]
+    pub domain: Option<String>,
+    /// Only tools with this category or one under it (`crud.read`, `crud`, `search` ...).
+    #[arg(long)]
+    pub category: Option<String>,
+}
+
+impl From<SelectionArgs> for ToolSelection {
+    fn from(args: SelectionArgs) -> Self {
+        Self {
+            service: args.service,
+            domain: args.domain,
+            category: args.category,
+        }
+    }
+}
+
 /// A tool as JSON.
 pub fn tool_json(tool: &pb::ToolRegistration) -> Value {
     json!({
@@ -55,6 +80,8 @@ pub fn tool_json(tool: &pb::ToolRegistration) -> Value {
         "capabilities": tool.capabilities.iter().map(|c| capability_name(*c)).collect::<Vec<_>>(),
         "timeout_ms": tool.timeout_ms,
         "definition_sha256": tool.definition_sha256,
+        "domains": tool.domains,
+        "categories": tool.categories,
         "tool_schema": tool.tool_schema.as_ref().and_then(|s| struct_to_json(s).ok()),
         "output_schema": tool.output_schema.as_ref().and_then(|s| struct_to_json(s).ok()),
     })
@@ -108,7 +135,15 @@ pub fn services_table(services: &[pb::DiscoveryInfo]) -> String {
 
 /// A table of tools.
 pub fn tools_table(tools: &[pb::ToolRegistration]) -> String {
-    let mut table = new_table(&["TOOL", "SERVICE", "VERSION", "CAPABILITIES", "DESCRIPTION"]);
+    let mut table = new_table(&[
+        "TOOL",
+        "SERVICE",
+        "VERSION",
+        "CAPABILITIES",
+        "CATEGORIES",
+        "DOMAINS",
+        "DESCRIPTION",
+    ]);
     for tool in tools {
         table.add_row(vec![
             tool.tool_name.clone(),
@@ -119,6 +154,8 @@ pub fn tools_table(tools: &[pb::ToolRegistration]) -> String {
                 .map(|c| capability_name(*c))
                 .collect::<Vec<_>>()
                 .join(","),
+            tool.categories.join(","),
+            tool.domains.join(","),
             tool.description.clone(),
         ]);
     }

@@ -29,6 +29,18 @@ pub const DEFAULT_DISCOVERY_CACHE_TTL: Duration = Duration::from_secs(300);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Which tools a listing or a search takes: the filters of `ListTools` and `SearchTools`,
+/// combined with AND; the default takes every tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolSelection {
+    /// Only the tools of this service.
+    pub service: Option<String>,
+    /// Only tools with this domain or one under it (`github` takes `github.issues`).
+    pub domain: Option<String>,
+    /// Only tools with this category or one under it (`crud` takes `crud.read`).
+    pub category: Option<String>,
+}
+
 /// What can go wrong for a client.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -323,12 +335,26 @@ impl ToolplaneClient {
         &self,
         service: Option<&str>,
     ) -> Result<Vec<pb::ToolRegistration>, ClientError> {
+        let selection = ToolSelection {
+            service: service.map(str::to_owned),
+            ..Default::default()
+        };
+        self.tools_selected(&selection).await
+    }
+
+    /// Every live tool `selection` takes, all pages gathered.
+    pub async fn tools_selected(
+        &self,
+        selection: &ToolSelection,
+    ) -> Result<Vec<pb::ToolRegistration>, ClientError> {
         let mut tools = Vec::new();
         let mut page_token = String::new();
         loop {
             let request = pb::ListToolsRequest {
                 meta: self.meta(),
-                service_name: service.unwrap_or_default().to_owned(),
+                service_name: selection.service.clone().unwrap_or_default(),
+                domain: selection.domain.clone().unwrap_or_default(),
+                category: selection.category.clone().unwrap_or_default(),
                 page_token,
                 ..Default::default()
             };
@@ -341,18 +367,20 @@ impl ToolplaneClient {
         }
     }
 
-    /// The live tools that best match `query` (of one service, when given), best first, at
-    /// most `max_results` (0 means 10); see `DiscoveryService.SearchTools`.
+    /// The live tools `selection` takes that best match `query`, best first, at most
+    /// `max_results` (0 means 10); see `DiscoveryService.SearchTools`.
     pub async fn search_tools(
         &self,
         query: &str,
-        service: Option<&str>,
+        selection: &ToolSelection,
         max_results: i32,
     ) -> Result<pb::SearchToolsResponse, ClientError> {
         let request = pb::SearchToolsRequest {
             meta: self.meta(),
             query: query.to_owned(),
-            service_name: service.unwrap_or_default().to_owned(),
+            service_name: selection.service.clone().unwrap_or_default(),
+            domain: selection.domain.clone().unwrap_or_default(),
+            category: selection.category.clone().unwrap_or_default(),
             max_results,
             ..Default::default()
         };

@@ -169,6 +169,8 @@ pub fn service_spec(
             output_schema,
             capabilities,
             timeout_ms: tool.timeout_ms,
+            domains: tool.domains,
+            categories: tool.categories,
         });
     }
     if registration.endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX) {
@@ -215,6 +217,8 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
             .collect(),
         timeout_ms: tool.timeout_ms,
         definition_sha256: tool.definition_sha256.clone(),
+        domains: tool.domains.clone(),
+        categories: tool.categories.clone(),
     };
     let cached = tool
         .wire

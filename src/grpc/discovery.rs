@@ -16,7 +16,7 @@ use crate::invoke::health::ProviderHealthBook;
 use crate::pb;
 use crate::pb::discovery_service_server::DiscoveryService;
 use crate::registry::store::{RegistryEvent, ToolFilter};
-use crate::registry::{Registry, RegistryError, ServiceName};
+use crate::registry::{Registry, RegistryError, ServiceName, ViolationKind, taxonomy};
 
 /// Serves `toolplane.v1.DiscoveryService` over a [`Registry`].
 #[derive(Debug, Clone)]
@@ -38,23 +38,35 @@ impl DiscoveryApi {
     }
 }
 
-/// The filters of a listing or search, as requested: an empty service name or name prefix,
-/// and capability `0` (UNSPECIFIED), filter nothing.
+/// The filters of a listing or search, as requested: an empty service name, name prefix,
+/// domain or category, and capability `0` (UNSPECIFIED), filter nothing.
 fn tool_filter(
     service_name: &str,
     capability: i32,
     name_prefix: String,
+    domain: String,
+    category: String,
 ) -> Result<ToolFilter, RegistryError> {
     let capability = match capability {
         0 => None,
         value => Some(convert::capability(value).map_err(|problem| {
-            RegistryError::invalid("capability", crate::registry::ViolationKind::Field, problem)
+            RegistryError::invalid("capability", ViolationKind::Field, problem)
         })?),
+    };
+    let label = |field: &str, value: String| match value.as_str() {
+        "" => Ok(None),
+        given => taxonomy::check_label(given)
+            .map(|()| Some(value))
+            .map_err(|problem| {
+                RegistryError::invalid(field, ViolationKind::Field, format!("{field}: {problem}"))
+            }),
     };
     Ok(ToolFilter {
         service: convert::optional_service_name("service_name", service_name)?,
         capability,
         name_prefix: Some(name_prefix).filter(|prefix| !prefix.is_empty()),
+        domain: label("domain", domain)?,
+        category: label("category", category)?,
     })
 }
 
@@ -136,6 +148,8 @@ impl DiscoveryService for DiscoveryApi {
             &request.service_name,
             request.capability,
             request.name_prefix,
+            request.domain,
+            request.category,
         )?;
         let page = self.registry.list_tools(
             meta.tenant,
@@ -164,7 +178,13 @@ impl DiscoveryService for DiscoveryApi {
         request: Request<pb::SearchToolsRequest>,
     ) -> Result<Response<pb::SearchToolsResponse>, Status> {
         let (meta, request) = accept(request)?;
-        let filter = tool_filter(&request.service_name, request.capability, String::new())?;
+        let filter = tool_filter(
+            &request.service_name,
+            request.capability,
+            String::new(),
+            request.domain,
+            request.category,
+        )?;
         // A search builds the index of each service not searched before (about 40 µs per
         // tool, seconds for a first search over 100,000 tools): off the runtime's threads.
         let registry = self.registry.clone();

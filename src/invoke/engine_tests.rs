@@ -56,6 +56,8 @@ fn engine(panics: bool) -> Invoker {
                     output_schema: None,
                     capabilities: Vec::new(),
                     timeout_ms: None,
+                    domains: Vec::new(),
+                    categories: Vec::new(),
                 }],
                 ttl: None,
                 instance_id: String::new(),

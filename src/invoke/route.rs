@@ -159,6 +159,8 @@ mod tests {
                 output_schema: None,
                 capabilities: Vec::new(),
                 timeout_ms: None,
+                domains: Vec::new(),
+                categories: Vec::new(),
             }],
             ttl: None,
             instance_id: String::new(),

@@ -220,6 +220,9 @@ fn tool_spec(tool: &Tool) -> ToolSpec {
             Vec::new()
         },
         timeout_ms: None,
+        // Inferred from the names at registration, as for any provider that declares none.
+        domains: Vec::new(),
+        categories: Vec::new(),
     }
 }
 

@@ -29,6 +29,10 @@ pub mod meta_keys {
     pub const CAPABILITIES: &str = "toolplane/capabilities";
     /// sha256 of the tool's definition, as in `GetTool` and the invocation records.
     pub const DEFINITION_SHA256: &str = "toolplane/definition_sha256";
+    /// The tool's domains (`github`, `github.issues`), declared or inferred.
+    pub const DOMAINS: &str = "toolplane/domains";
+    /// The tool's categories (`crud.read`, `search` ...), declared or inferred.
+    pub const CATEGORIES: &str = "toolplane/categories";
     /// The invocation record's id (on a call's answer).
     pub const INVOCATION_ID: &str = "toolplane/invocation_id";
     /// Why a call failed: the `ErrorInfo` reason gRPC callers get.
@@ -106,6 +110,8 @@ pub fn listed_tool(found: &ToolRef, name: String) -> Tool {
         meta_keys::DEFINITION_SHA256.into(),
         json!(tool.definition_sha256),
     );
+    meta.insert(meta_keys::DOMAINS.into(), json!(tool.domains));
+    meta.insert(meta_keys::CATEGORIES.into(), json!(tool.categories));
     let mut listed = Tool::new(name, tool.description.clone(), Arc::new(input_schema));
     if let Some(schema) = output_schema {
         listed = listed.with_raw_output_schema(Arc::new(schema));
@@ -170,6 +176,8 @@ mod tests {
                     output_schema: output.clone(),
                     capabilities: Vec::new(),
                     timeout_ms: None,
+                    domains: Vec::new(),
+                    categories: Vec::new(),
                 })
                 .collect(),
             ttl: None,

@@ -208,6 +208,8 @@ impl ProviderServer {
                         .map(|c| crate::grpc::convert::capability_to_pb(*c) as i32)
                         .collect(),
                     timeout_ms: tool.descriptor.timeout_ms,
+                    domains: tool.descriptor.domains.clone(),
+                    categories: tool.descriptor.categories.clone(),
                     ..Default::default()
                 })
                 .collect(),

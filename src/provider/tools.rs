@@ -31,6 +31,11 @@ pub struct ToolDescriptor {
     pub timeout_ms: Option<u32>,
     /// Advanced features the tool supports (RETRY lets callers' retry policies apply).
     pub capabilities: Vec<Capability>,
+    /// The domains the tool declares; empty to have the control plane infer them from the
+    /// service's and the tool's names (`crate::registry::taxonomy`).
+    pub domains: Vec<String>,
+    /// The categories the tool declares; empty to have them inferred from its name's verb.
+    pub categories: Vec<String>,
 }
 
 impl ToolDescriptor {
@@ -43,6 +48,8 @@ impl ToolDescriptor {
             returns: None,
             timeout_ms: None,
             capabilities: Vec::new(),
+            domains: Vec::new(),
+            categories: Vec::new(),
         }
     }
 
@@ -61,6 +68,18 @@ impl ToolDescriptor {
     /// Declares capabilities.
     pub fn capabilities(mut self, capabilities: &[Capability]) -> Self {
         self.capabilities = capabilities.to_vec();
+        self
+    }
+
+    /// Declares domains (`["billing", "billing.invoices"]`) instead of having them inferred.
+    pub fn domains(mut self, domains: &[&str]) -> Self {
+        self.domains = domains.iter().map(|domain| (*domain).to_owned()).collect();
+        self
+    }
+
+    /// Declares categories (`["crud.read"]`) instead of having them inferred.
+    pub fn categories(mut self, categories: &[&str]) -> Self {
+        self.categories = categories.iter().map(|c| (*c).to_owned()).collect();
         self
     }
 }

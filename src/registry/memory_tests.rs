@@ -139,6 +139,8 @@ fn service_with_tools(name: &str, tools: &[&str]) -> ValidatedService {
                 output_schema: None,
                 capabilities: Vec::new(),
                 timeout_ms: None,
+                domains: Vec::new(),
+                categories: Vec::new(),
             })
             .collect(),
         ttl: Some(Duration::from_secs(60)),

@@ -19,6 +19,7 @@ pub mod search_index;
 pub mod search_terms;
 mod snapshot;
 pub mod store;
+pub mod taxonomy;
 mod tenant_events;
 pub mod validate;
 pub mod validators;
@@ -126,12 +127,7 @@ impl Registry {
         page_token: &str,
     ) -> Result<Page<ToolRef>, RegistryError> {
         let size = paging::page_size(page_size)?;
-        let query = format!(
-            "tools|{}|{:?}|{}",
-            filter.service.as_ref().map_or("", |s| s.as_str()),
-            filter.capability,
-            filter.name_prefix.as_deref().unwrap_or("")
-        );
+        let query = format!("tools|{}", filter.fingerprint());
         let after = paging::decode_token(page_token, &query, 2)?
             .map(|key| (key[0].clone(), key[1].clone()));
         let mut items = self

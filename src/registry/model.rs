@@ -147,6 +147,11 @@ pub struct ToolSpec {
     pub capabilities: Vec<Capability>,
     /// The per-call time limit in milliseconds, when the tool declares one.
     pub timeout_ms: Option<u32>,
+    /// The domains the provider declares (see [`super::taxonomy`]); empty to have them
+    /// inferred.
+    pub domains: Vec<String>,
+    /// The categories the provider declares; empty to have them inferred.
+    pub categories: Vec<String>,
 }
 
 /// A service registration as a provider sends it, before validation.
@@ -196,6 +201,12 @@ pub struct RegisteredTool {
     pub timeout_ms: Option<u32>,
     /// sha256 over the canonical JSON of name, description and both schemas.
     pub definition_sha256: String,
+    /// The areas the tool works in, most general first: declared, or inferred from the
+    /// service's and the tool's names ([`super::taxonomy`]).
+    pub domains: Vec<String>,
+    /// The kinds of operation it is (`crud.read`, `search` ...): declared, or inferred from
+    /// its name's verb; may be empty.
+    pub categories: Vec<String>,
     /// The transport layer's encoded form, built on first read.
     pub wire: WireSlot,
 }
@@ -216,12 +227,14 @@ impl RegisteredTool {
         bytes as u64
     }
 
-    /// Whether `other` is registered exactly as this tool is: definition, capabilities and
-    /// time limit.
+    /// Whether `other` is registered exactly as this tool is: definition, capabilities, time
+    /// limit, domains and categories.
     pub fn same_as(&self, other: &RegisteredTool) -> bool {
         self.definition_sha256 == other.definition_sha256
             && self.capabilities == other.capabilities
             && self.timeout_ms == other.timeout_ms
+            && self.domains == other.domains
+            && self.categories == other.categories
     }
 
     /// The output schema as JSON, when declared.

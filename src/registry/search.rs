@@ -173,10 +173,10 @@ impl<'a> Corpus<'a> {
             }
             let index = entry.contract.search_index(&entry.name);
             let tools = &entry.contract.tools;
-            let allowed = filter.capability.map(|capability| {
+            let allowed = filter.filters_tools().then(|| {
                 tools
                     .iter()
-                    .map(|tool| tool.capabilities.contains(&capability))
+                    .map(|tool| filter.matches_tool(tool))
                     .collect::<Vec<_>>()
             });
             match &allowed {

@@ -54,6 +54,17 @@ pub fn for_each_term(text: &str, mut each: impl FnMut(String)) {
     }
 }
 
+/// The words of `text` split as search terms are (at every character that is not a letter or
+/// digit, and where the case changes), lowercased, but neither stemmed nor filtered: for
+/// reading what a name says (`getPullRequest`: "get", "pull", "request").
+pub fn plain_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|run| !run.is_empty())
+        .flat_map(case_parts)
+        .map(str::to_lowercase)
+        .collect()
+}
+
 /// A run of letters and digits split where the case changes.
 fn case_parts(run: &str) -> Vec<&str> {
     let chars: Vec<(usize, char)> = run.char_indices().collect();

@@ -17,6 +17,8 @@ fn tool(name: &str, description: &str, schema: serde_json::Value) -> ToolSpec {
         output_schema: None,
         capabilities: Vec::new(),
         timeout_ms: None,
+        domains: Vec::new(),
+        categories: Vec::new(),
     }
 }
 

@@ -10,8 +10,11 @@ use tokio::sync::broadcast;
 
 use super::error::RegistryError;
 use super::lease::LeaseId;
-use super::model::{Capability, ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService};
+use super::model::{
+    Capability, RegisteredTool, ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService,
+};
 use super::quota::{TenantQuota, Usage};
+use super::taxonomy::labels_match;
 use crate::envelope::TenantId;
 
 /// A tool's position in a listing: (tool name, service name).
@@ -68,6 +71,10 @@ pub struct ToolFilter {
     pub capability: Option<Capability>,
     /// Only tools whose name starts with this.
     pub name_prefix: Option<String>,
+    /// Only tools with this domain or one under it ([`super::taxonomy::labels_match`]).
+    pub domain: Option<String>,
+    /// Only tools with this category or one under it.
+    pub category: Option<String>,
 }
 
 impl ToolFilter {
@@ -76,13 +83,49 @@ impl ToolFilter {
         self.service
             .as_ref()
             .is_none_or(|service| *service == tool.service.name)
-            && self
-                .capability
-                .is_none_or(|capability| tool.tool.capabilities.contains(&capability))
+            && self.matches_tool(&tool.tool)
+    }
+
+    /// Whether any filter reads the tools themselves (every one but the service's).
+    pub fn filters_tools(&self) -> bool {
+        self.capability.is_some()
+            || self.name_prefix.is_some()
+            || self.domain.is_some()
+            || self.category.is_some()
+    }
+
+    /// Whether a tool passes the filters that read the tools themselves.
+    pub fn matches_tool(&self, tool: &RegisteredTool) -> bool {
+        self.capability
+            .is_none_or(|capability| tool.capabilities.contains(&capability))
             && self
                 .name_prefix
                 .as_deref()
-                .is_none_or(|prefix| tool.tool.name.as_str().starts_with(prefix))
+                .is_none_or(|prefix| tool.name.as_str().starts_with(prefix))
+            && self
+                .domain
+                .as_deref()
+                .is_none_or(|domain| labels_match(&tool.domains, domain))
+            && self
+                .category
+                .as_deref()
+                .is_none_or(|category| labels_match(&tool.categories, category))
+    }
+
+    /// The filters as text, for binding a page token to them.
+    pub fn fingerprint(&self) -> String {
+        let mut text = format!(
+            "{}|{:?}|{}",
+            self.service.as_ref().map_or("", |s| s.as_str()),
+            self.capability,
+            self.name_prefix.as_deref().unwrap_or("")
+        );
+        for (name, value) in [("domain", &self.domain), ("category", &self.category)] {
+            if let Some(value) = value {
+                text.push_str(&format!("|{name}={value}"));
+            }
+        }
+        text
     }
 }
 

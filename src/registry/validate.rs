@@ -14,6 +14,7 @@ use super::model::{
     RegisteredTool, ServiceName, ServiceSpec, ToolName, ToolSpec, ValidatedService,
 };
 use super::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT, TenantQuota};
+use super::taxonomy;
 use crate::json::{canonical_sha256, nesting_depth};
 
 /// The default lease TTL.
@@ -192,7 +193,7 @@ pub fn validate_service(
             ));
             continue;
         }
-        match validate_tool(tool, index, limits) {
+        match validate_tool(tool, &spec.name, index, limits) {
             Ok(registered) => tools.push(Arc::new(registered)),
             Err(mut tool_violations) => violations.append(&mut tool_violations),
         }
@@ -248,6 +249,7 @@ fn check_endpoint(endpoint: &str) -> Result<(), String> {
 
 fn validate_tool(
     tool: &ToolSpec,
+    service: &str,
     index: usize,
     limits: &RegistrationLimits,
 ) -> Result<RegisteredTool, Vec<FieldViolation>> {
@@ -273,6 +275,21 @@ fn validate_tool(
             ),
         ));
     }
+    let mut labels = |declared: &[String], name: &str, infer: fn(&str, &str) -> Vec<String>| {
+        if declared.is_empty() {
+            return infer(service, &tool.name);
+        }
+        taxonomy::check_labels(declared).unwrap_or_else(|problem| {
+            violations.push(FieldViolation::new(
+                field(name),
+                ViolationKind::Field,
+                format!("{label}: {name}: {problem}"),
+            ));
+            Vec::new()
+        })
+    };
+    let domains = labels(&tool.domains, "domains", taxonomy::infer_domains);
+    let categories = labels(&tool.categories, "categories", taxonomy::infer_categories);
     let input_validator = match &tool.input_schema {
         None => {
             violations.push(FieldViolation::new(
@@ -330,6 +347,8 @@ fn validate_tool(
             .map(|schema| Arc::from(schema.to_string())),
         capabilities,
         timeout_ms: tool.timeout_ms,
+        domains,
+        categories,
         wire: Default::default(),
     })
 }

@@ -112,6 +112,8 @@ mod tests {
                     output_schema: (index == 0).then(|| json!({"type": "string"})),
                     capabilities: Vec::new(),
                     timeout_ms: None,
+                    domains: Vec::new(),
+                    categories: Vec::new(),
                 })
                 .collect(),
             ttl: None,

@@ -167,6 +167,22 @@ const checks = [
     assert.equal(info.reason, 'VALIDATION_FIELD');
     assert.deepEqual(violations, ['max_results']);
   }],
+  ['Domains and categories: inferred and declared, filtering ListTools', async () => {
+    const declared = {...tool('node_ledger', {type: 'object'}), categories: ['crud.read'],
+      domains: ['finance']};
+    await register('node-labels', [declared, tool('node_list_invoices', {type: 'object'})]);
+    const page = await call(discovery, 'ListTools',
+      {meta: meta(), service_name: 'node-labels', category: 'crud.read'});
+    assert.deepEqual(page.tools.map((t) => [t.tool_name, t.domains, t.categories]), [
+      ['node_ledger', ['finance'], ['crud.read']],
+      ['node_list_invoices', ['node-labels', 'node-labels.invoices'], ['crud.read']],
+    ]);
+    const error = await failedCall(discovery, 'RegisterService', {meta: meta(), registration: {
+      service_name: 'node-labels', service_version: '1.0.0', endpoint: 'http://127.0.0.1:7001',
+      tools: [{...declared, domains: ['Finance']}]}});
+    assert.equal(error.code, grpc.status.INVALID_ARGUMENT);
+    assert.deepEqual(richError(error).violations, ['registration.tools[0].domains']);
+  }],
   ['RegisterService with a bad tool name: INVALID_ARGUMENT, VALIDATION_NAME, the field', async () => {
     const error = await failedCall(discovery, 'RegisterService', {meta: meta(), registration: {
       service_name: 'node-bad', service_version: '1.0.0', endpoint: 'http://127.0.0.1:7001',
@@ -234,7 +250,8 @@ const checks = [
     });
     stream.cancel();
     const snapshot = events.slice(0, -2).sort();
-    assert.deepEqual(snapshot, ['SERVICE_EVENT_TYPE_ADDED:node-tools', 'SERVICE_EVENT_TYPE_ADDED:structs']);
+    assert.deepEqual(snapshot, ['SERVICE_EVENT_TYPE_ADDED:node-labels',
+      'SERVICE_EVENT_TYPE_ADDED:node-tools', 'SERVICE_EVENT_TYPE_ADDED:structs']);
     assert.deepEqual(events.slice(-2), ['SERVICE_EVENT_TYPE_SYNCED:', 'SERVICE_EVENT_TYPE_ADDED:node-watched']);
   }],
 ];

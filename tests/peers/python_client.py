@@ -182,6 +182,33 @@ def search(tp):
     expect(violations and violations[0][0] == "query", f"violations {violations}")
 
 
+@check("Domains and categories: declared or inferred, read back, filtering ListTools and SearchTools")
+def labels(tp):
+    declared = tp.tool("py_ledger", {"type": "object"})
+    declared.domains.extend(["finance", "finance.ledgers"])
+    declared.categories.append("crud.read")
+    tp.register("python-labels", [declared, tp.tool("py_delete_invoice", {"type": "object"})])
+    page = tp.discovery.ListTools(tp.discovery_pb2.ListToolsRequest(
+        meta=tp.meta(), domain="finance"), timeout=10)
+    expect([tool.tool_name for tool in page.tools] == ["py_ledger"], f"{page}")
+    expect(list(page.tools[0].categories) == ["crud.read"], f"{page.tools[0]}")
+    page = tp.discovery.ListTools(tp.discovery_pb2.ListToolsRequest(
+        meta=tp.meta(), service_name="python-labels", category="crud"), timeout=10)
+    expect([tool.tool_name for tool in page.tools] == ["py_delete_invoice", "py_ledger"], f"{page}")
+    inferred = page.tools[0]
+    expect(list(inferred.domains) == ["python-labels", "python-labels.invoices"], f"{inferred}")
+    expect(list(inferred.categories) == ["crud.delete"], f"{inferred}")
+    found = tp.discovery.SearchTools(tp.discovery_pb2.SearchToolsRequest(
+        meta=tp.meta(), query="calculate power", domain="structs.powers"), timeout=10)
+    expect([match.tool.tool_name for match in found.matches] == ["structs_calculate_power"],
+           f"{found}")
+    error = failed_call(lambda: tp.discovery.ListTools(tp.discovery_pb2.ListToolsRequest(
+        meta=tp.meta(), category="CRUD"), timeout=10))
+    expect(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code {error.code()}")
+    info, violations = rich_error(error)
+    expect(violations and violations[0][0] == "category", f"violations {violations}")
+
+
 @check("RegisterService with a bad schema: INVALID_ARGUMENT, VALIDATION_SCHEMA, the field")
 def bad_registration(tp):
     error = failed_call(lambda: tp.register("python-bad", [
@@ -261,7 +288,7 @@ def watch_services(tp):
         expect(kind == tp.discovery_pb2.SERVICE_EVENT_TYPE_ADDED, f"before SYNCED: {kind}")
         added.append(answer.event.service_name)
     stream.cancel()
-    expect(sorted(added) == ["python-tools", "structs"], f"snapshot {added}")
+    expect(sorted(added) == ["python-labels", "python-tools", "structs"], f"snapshot {added}")
 
 
 @check("StreamComplete: an agent's turn streams its states, its tool call and the answer")

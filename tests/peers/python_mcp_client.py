@@ -109,6 +109,8 @@ async def listing(tp):
     expect(power.output_schema["type"] == "object", f"output schema: {power.output_schema}")
     expect(power.meta["toolplane/service"] == "structs", f"meta: {power.meta}")
     expect(power.meta["toolplane/capabilities"] == ["caching", "retry"], f"meta: {power.meta}")
+    expect(power.meta["toolplane/domains"] == ["structs", "structs.powers"], f"meta: {power.meta}")
+    expect(power.meta["toolplane/categories"] == [], f"meta: {power.meta}")
     expect(power.annotations is not None and power.annotations.idempotent_hint is True,
            f"a tool safe to retry is not annotated idempotent: {power.annotations}")
     bulk = next(tool for tool in tools if tool.name == "a_0000")
