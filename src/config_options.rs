@@ -49,6 +49,7 @@ impl ServerConfig {
             mcp_imports: self.checked_mcp_imports.clone(),
             tenant_access: self.checked_tenant_access.clone(),
             tenant_access_source: self.tenant_access_source(),
+            mcp_imports_source: self.mcp_imports_source(),
             tls_reload_interval: self.tls_reload_interval,
             response_compression: self.response_compression,
             limits: RegistrationLimits {

@@ -1,13 +1,16 @@
 //! What of the configuration file is read again while the server runs: `[[tenant_access]]`,
-//! `forwarded_client_cert_proxies` and `forwarded_client_cert_header` (see [`crate::access::LiveTenantAccess`]). Every other
-//! setting is read at the start only; one changed in the file is named in a WARN log line, as
-//! it takes effect at the next restart.
+//! `forwarded_client_cert_proxies` and `forwarded_client_cert_header` (see
+//! [`crate::access::LiveTenantAccess`]), and the `approved_tools` of `[[mcp_imports]]` entries
+//! (see [`crate::mcp::import_states::ImportStates::approve`]). Every other setting is read at
+//! the start only; one changed in the file is named in a WARN log line, as it takes effect at
+//! the next restart.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use super::ServerConfig;
 use crate::access::{TenantAccess, TenantAccessSource};
+use crate::mcp::import::{McpImport, McpImportsSource};
 
 /// The settings put in force again when the file changes.
 const RELOADED_SETTINGS: [&str; 3] = [
@@ -36,12 +39,42 @@ impl ServerConfig {
         })
     }
 
+    /// Where the imports' `approved_tools` are read again from: the file this configuration
+    /// was read from, with the environment laid over it as at the start; `None` without a file
+    /// or without imports.
+    pub fn mcp_imports_source(&self) -> Option<McpImportsSource> {
+        if self.mcp_imports.is_empty() {
+            return None;
+        }
+        let (file, file_read) = self.file.clone()?;
+        let path = file.clone();
+        let read = move || -> Result<Vec<McpImport>, String> {
+            let now = ServerConfig::load(Some(&path), std::env::vars())
+                .map_err(|error| error.to_string())?;
+            Ok(now.checked_mcp_imports)
+        };
+        Some(McpImportsSource {
+            file,
+            file_read,
+            read: Arc::new(read),
+        })
+    }
+
     /// The settings (by name) whose values differ between `self` and `other`, other than those
-    /// read again while the server runs ([`RELOADED_SETTINGS`]).
+    /// read again while the server runs ([`RELOADED_SETTINGS`], and the `approved_tools` of
+    /// `mcp_imports` entries).
     pub(super) fn settings_changed_since(&self, other: &ServerConfig) -> Vec<String> {
         // A loaded configuration serializes (`load` starts from the default's table); were one
         // not to, no setting would be named.
-        let table = |config: &ServerConfig| toml::Table::try_from(config).unwrap_or_default();
+        let table = |config: &ServerConfig| {
+            let mut table = toml::Table::try_from(config).unwrap_or_default();
+            if let Some(toml::Value::Array(imports)) = table.get_mut("mcp_imports") {
+                for import in imports.iter_mut().filter_map(toml::Value::as_table_mut) {
+                    import.remove("approved_tools");
+                }
+            }
+            table
+        };
         let (before, after) = (table(other), table(self));
         let mut names: Vec<String> = before
             .keys()
@@ -65,7 +98,8 @@ fn warn_of_unreloaded_changes(started: &ServerConfig, now: &ServerConfig, path: 
             file = %path.display(),
             settings = %changed.join(", "),
             "settings changed in the configuration file take effect at the next restart \
-             (only tenant_access and the forwarded_client_cert settings are read again)"
+             (only tenant_access, the forwarded_client_cert settings and the approved_tools of \
+             mcp_imports are read again)"
         );
     }
 }
@@ -113,6 +147,44 @@ mod tests {
                 .tenant_access_source()
                 .is_none(),
             "nothing to read again without a file"
+        );
+    }
+
+    /// Approvals of imported tools are read again; the rest of an import waits for a restart.
+    #[test]
+    fn approved_tools_are_read_again_and_other_import_settings_are_not() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("toolplane.toml");
+        let entry = |url: &str, approved: &str| {
+            format!(
+                "[[mcp_imports]]\nservice = \"github\"\nurl = \"{url}\"\n\
+                 approved_tools = {{ {approved} }}\n"
+            )
+        };
+        let sha = "ab".repeat(32);
+        std::fs::write(&file, entry("http://a/mcp", "")).expect("write");
+        let started = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
+        let source = started.mcp_imports_source().expect("imports from a file");
+        std::fs::write(
+            &file,
+            entry("http://a/mcp", &format!("list_issues = \"{sha}\"")),
+        )
+        .expect("rewrite");
+        let imports = (source.read)().expect("valid");
+        assert_eq!(
+            imports[0].approved_tools.as_ref().map(|tools| tools.len()),
+            Some(1)
+        );
+        let now = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
+        assert!(now.settings_changed_since(&started).is_empty());
+        std::fs::write(&file, entry("http://b/mcp", "")).expect("rewrite");
+        let now = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
+        assert_eq!(now.settings_changed_since(&started), ["mcp_imports"]);
+        std::fs::write(&file, entry("http://a/mcp", "list_issues = \"short\"")).expect("break");
+        assert!(
+            (source.read)()
+                .expect_err("refused")
+                .contains("approved_tools")
         );
     }
 }

@@ -191,6 +191,20 @@ enum ConfigCommand {
         #[arg(long, env = "TOOLPLANE_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// List the tools of each [[mcp_imports]] server as the server would import them, with
+    /// each tool's definition_sha256 and whether the entry's approved_tools approve it; then
+    /// the approved_tools line approving them as listed now.
+    ReviewImports {
+        /// Config file [default: ./toolplane.toml when it exists].
+        #[arg(long, env = "TOOLPLANE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Only the import of this service.
+        #[arg(long)]
+        service: Option<String>,
+        /// Print JSON (with each tool's schemas) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -384,6 +398,14 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
         Command::Config {
             command: ConfigCommand::Check { config },
         } => Ok(cli::config_check::run(config.as_deref())),
+        Command::Config {
+            command:
+                ConfigCommand::ReviewImports {
+                    config,
+                    service,
+                    json,
+                },
+        } => Ok(cli::review_imports::run(config.as_deref(), service.as_deref(), json).await),
         Command::Agent { command, client } => run_agent(command, &client).await,
         Command::Health { service, client } => {
             let service = service.unwrap_or_default();

@@ -15,6 +15,7 @@ mod damage;
 pub mod deadline;
 pub mod discovery;
 pub mod health;
+mod import_reload;
 pub mod invoke;
 pub mod invoke_wire;
 pub mod outgoing_tls;

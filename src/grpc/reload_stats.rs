@@ -19,16 +19,19 @@ pub enum ReloadedFiles {
     TenantAccessTokenFiles,
     /// The configuration file, for `[[tenant_access]]`.
     TenantAccessConfig,
+    /// The configuration file, for the `approved_tools` of `[[mcp_imports]]`.
+    McpImportsConfig,
 }
 
 impl ReloadedFiles {
     /// Every kind, in label order.
-    pub const ALL: [ReloadedFiles; 5] = [
+    pub const ALL: [ReloadedFiles; 6] = [
         ReloadedFiles::ServedTls,
         ReloadedFiles::ProviderTls,
         ReloadedFiles::CollectorTls,
         ReloadedFiles::TenantAccessTokenFiles,
         ReloadedFiles::TenantAccessConfig,
+        ReloadedFiles::McpImportsConfig,
     ];
 
     /// The metrics label value.
@@ -39,6 +42,7 @@ impl ReloadedFiles {
             ReloadedFiles::CollectorTls => "collector_tls",
             ReloadedFiles::TenantAccessTokenFiles => "tenant_access_token_files",
             ReloadedFiles::TenantAccessConfig => "tenant_access_config",
+            ReloadedFiles::McpImportsConfig => "mcp_imports_config",
         }
     }
 
@@ -50,6 +54,9 @@ impl ReloadedFiles {
             ReloadedFiles::CollectorTls => "TLS to the OTLP collector",
             ReloadedFiles::TenantAccessTokenFiles => "tenant_access token files",
             ReloadedFiles::TenantAccessConfig => "tenant_access in the configuration file",
+            ReloadedFiles::McpImportsConfig => {
+                "mcp_imports approved_tools in the configuration file"
+            }
         }
     }
 }

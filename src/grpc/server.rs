@@ -186,7 +186,7 @@ pub async fn serve_with(
     let health = Arc::new(ProviderHealthBook::default());
     let heavy_work = HeavyWork::new(heavy::default_permits());
     let mcp_caller = McpCaller::for_imports(&options.mcp_imports, provider_tls.clone());
-    let import_states = ImportStates::new(options.mcp_imports.len());
+    let import_states = ImportStates::for_imports(&options.mcp_imports);
     let caller = Arc::new(ByEndpointScheme {
         grpc: Arc::new(
             GrpcProviderCaller::with_heavy_work(heavy_work.clone()).with_tls(provider_tls.clone()),
@@ -202,6 +202,18 @@ pub async fn serve_with(
         &reload_stats,
         &serving.subscribe(),
     );
+    if let Some(source) = options.mcp_imports_source.clone()
+        && !options.tls_reload_interval.is_zero()
+    {
+        super::import_reload::watch(
+            source,
+            options.mcp_imports.clone(),
+            import_states.clone(),
+            options.tls_reload_interval,
+            &reload_stats,
+            &serving.subscribe(),
+        );
+    }
     if !options.tls_reload_interval.is_zero() {
         super::access_reload::watch(
             access.clone(),

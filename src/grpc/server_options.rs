@@ -18,7 +18,7 @@ use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::RateLimitConfig;
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
 use crate::mcp::McpEndpoint;
-use crate::mcp::import::McpImport;
+use crate::mcp::import::{McpImport, McpImportsSource};
 use crate::otlp::OtlpExport;
 use crate::registry::RegistrationLimits;
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
@@ -111,6 +111,10 @@ pub struct ServerOptions {
     /// be put in force without a restart (see [`crate::access::LiveTenantAccess`]); `None`
     /// keeps the rules given (their token files are still read again).
     pub tenant_access_source: Option<TenantAccessSource>,
+    /// Where the `approved_tools` of `mcp_imports` are read again from when they change (the
+    /// configuration file), to be put in force without a restart (see
+    /// [`crate::mcp::import_states::ImportStates::approve`]); `None` keeps those given.
+    pub mcp_imports_source: Option<McpImportsSource>,
 }
 
 impl ServerOptions {
@@ -156,6 +160,7 @@ impl Default for ServerOptions {
             mcp_imports: Vec::new(),
             tenant_access: TenantAccess::default(),
             tenant_access_source: None,
+            mcp_imports_source: None,
         }
     }
 }

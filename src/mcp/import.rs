@@ -15,8 +15,6 @@
 //! `max_ttl`) and comes back when the server does. A `bearer_token_env` names the environment
 //! variable whose value is sent as `Authorization: Bearer ...` to the server.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rmcp::model::Tool;
@@ -25,14 +23,16 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::approval::{ApprovedTools, HeldLog, HeldTool, Verdict};
 use super::client::{McpCaller, McpSession};
 pub use super::import_config::{
-    DEFAULT_REFRESH_INTERVAL, INHERITED_ENV, McpImport, McpImportConfig, McpSource, Secret,
-    StdioServer,
+    DEFAULT_REFRESH_INTERVAL, INHERITED_ENV, McpImport, McpImportConfig, McpImportsSource,
+    McpSource, ReadMcpImports, Secret, StdioServer,
 };
+pub use super::import_states::ImportStates;
 use crate::registry::model::{Capability, ServiceSpec, ToolSpec};
 use crate::registry::validate::validate_service;
-use crate::registry::{LeaseId, Registry};
+use crate::registry::{LeaseId, RegistrationLimits, Registry};
 
 /// The first wait before trying an unreachable server again.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -43,34 +43,6 @@ const SESSION_CHECK: Duration = Duration::from_secs(1);
 pub const MIN_LISTING_GAP: Duration = Duration::from_secs(1);
 /// The version an imported service gets when its server names none in semantic versioning.
 const UNVERSIONED: &str = "0.0.0";
-
-/// Whether each import's tools are registered now (its last listing and registration
-/// worked), for the metrics endpoint.
-#[derive(Debug, Clone, Default)]
-pub struct ImportStates(Arc<[AtomicBool]>);
-
-impl ImportStates {
-    /// The states of `count` imports, none imported yet.
-    pub fn new(count: usize) -> Self {
-        Self((0..count).map(|_| AtomicBool::new(false)).collect())
-    }
-
-    /// How many imports are imported now, and how many are not.
-    pub fn counts(&self) -> (u64, u64) {
-        let imported = self
-            .0
-            .iter()
-            .filter(|state| state.load(Ordering::Relaxed))
-            .count();
-        (imported as u64, (self.0.len() - imported) as u64)
-    }
-
-    fn set(&self, index: usize, imported: bool) {
-        if let Some(state) = self.0.get(index) {
-            state.store(imported, Ordering::Relaxed);
-        }
-    }
-}
 
 /// Runs every import until the returned set is dropped, each using the session `caller` keeps
 /// with its server (the one its tools are called over), and telling `states` how it goes.
@@ -117,6 +89,7 @@ async fn run(
     let endpoint = import.endpoint();
     let mut retry = FIRST_RETRY;
     let mut registered: Option<Registered> = None;
+    let mut held_log = HeldLog::default();
     loop {
         match caller.session(&endpoint).await {
             Ok(session) => loop {
@@ -130,7 +103,16 @@ async fn run(
                 match session.list_all_tools().await {
                     Ok(tools) => {
                         retry = FIRST_RETRY;
-                        let spec = service_spec(&import, &registry, &endpoint, version, &tools);
+                        let approved = states.approved(index);
+                        let listing = Listing {
+                            endpoint: &endpoint,
+                            version,
+                            tools: &tools,
+                            approved: approved.as_ref().as_ref(),
+                        };
+                        let (spec, held) = service_spec(&import, &registry, listing);
+                        held_log.report(&import.service, &held);
+                        states.set_held(index, held.len());
                         registered = keep_registered(&import, &registry, spec, registered);
                         states.set(index, registered.is_some());
                     }
@@ -144,6 +126,8 @@ async fn run(
                 let changed = &session.service().tools_changed;
                 tokio::select! {
                     () = next_listing(import.refresh_interval, listed_at, changed) => {}
+                    // The configuration file approves other tools: list again at once.
+                    () = states.approvals_changed(index) => {}
                     // A call found it broken, or a server toolplane started exited: follow the
                     // session opened in its place, and list again on it.
                     () = closed(&session) => break,
@@ -166,37 +150,93 @@ async fn closed(session: &McpSession) {
     }
 }
 
-/// The registration of `tools`: those toolplane can take, each checked on its own.
+/// The registration of `tools`: those toolplane can take, each checked on its own, and, when
+/// the import asks for approval, approved at the definition listed; and the tools held back
+/// for approval.
 fn service_spec(
     import: &McpImport,
     registry: &Registry,
-    endpoint: &str,
-    version: String,
-    tools: &[Tool],
-) -> ServiceSpec {
+    listing: Listing<'_>,
+) -> (ServiceSpec, Vec<HeldTool>) {
     let ttl = (import.refresh_interval * 3).min(registry.limits().max_ttl);
     let mut spec = ServiceSpec {
         name: import.service.to_string(),
-        version,
-        endpoint: endpoint.to_owned(),
+        version: listing.version,
+        endpoint: listing.endpoint.to_owned(),
         tools: Vec::new(),
         ttl: Some(ttl),
         instance_id: String::new(),
     };
+    let mut held = Vec::new();
+    for listed in read_listing(import, listing.approved, registry.limits(), listing.tools) {
+        match listed.verdict {
+            None | Some(Verdict::Approved) => spec.tools.push(listed.spec),
+            Some(verdict) => held.push(HeldTool {
+                name: listed.spec.name,
+                sha256: listed.sha256,
+                verdict,
+            }),
+        }
+    }
+    (spec, held)
+}
+
+/// What one listing of a server gave, and the approvals in force for it.
+struct Listing<'a> {
+    endpoint: &'a str,
+    version: String,
+    tools: &'a [Tool],
+    approved: Option<&'a ApprovedTools>,
+}
+
+/// A listed tool as an import takes it.
+#[derive(Debug, Clone)]
+pub struct ListedTool {
+    /// The tool as it is registered.
+    pub spec: ToolSpec,
+    /// Its `definition_sha256`: the value `approved_tools` names it with.
+    pub sha256: String,
+    /// What the import's `approved_tools` say of it; `None` when the import asks for no
+    /// approval.
+    pub verdict: Option<Verdict>,
+}
+
+/// The tools of a listing that a registration takes (checked one by one against `limits`;
+/// the others are logged at WARN and left out), with their definition hashes and what
+/// `approved` (when the import asks for approval) says of them.
+pub fn read_listing(
+    import: &McpImport,
+    approved: Option<&ApprovedTools>,
+    limits: &RegistrationLimits,
+    tools: &[Tool],
+) -> Vec<ListedTool> {
+    let mut listed = Vec::with_capacity(tools.len());
     for tool in tools {
         let candidate = tool_spec(tool);
         let alone = ServiceSpec {
+            name: import.service.to_string(),
+            version: UNVERSIONED.to_owned(),
+            endpoint: import.endpoint(),
             tools: vec![candidate.clone()],
-            ..spec.clone()
+            ttl: None,
+            instance_id: String::new(),
         };
-        match validate_service(&alone, registry.limits()) {
-            Ok(_) => spec.tools.push(candidate),
+        match validate_service(&alone, limits) {
+            Ok(validated) => {
+                let sha256 = validated.tools[0].definition_sha256.clone();
+                let verdict = approved.map(|approved| approved.verdict(&candidate.name, &sha256));
+                listed.push(ListedTool {
+                    spec: candidate,
+                    sha256,
+                    verdict,
+                });
+            }
             Err(error) => {
                 tracing::warn!(service = %import.service, tool = %tool.name, %error, "an MCP tool is left out of the import");
             }
         }
     }
-    spec
+    listed
 }
 
 /// An MCP tool as a toolplane tool. One the server marks read-only or idempotent (its

@@ -1,13 +1,17 @@
 //! The `[[mcp_imports]]` entries of the configuration file, and the imports they ask for: a
 //! service name, the MCP server (a Streamable HTTP URL, or a command toolplane starts and
 //! speaks to over stdio, with the environment it is started with), a tenant, a refresh
-//! interval and an optional bearer token.
+//! interval, an optional bearer token, and optionally the tools approved
+//! ([`super::approval`]).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::approval::ApprovedTools;
 use crate::envelope::TenantId;
 use crate::invoke::caller::{MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX};
 use crate::registry::ServiceName;
@@ -51,6 +55,35 @@ pub struct McpImportConfig {
     /// beside [`INHERITED_ENV`]; each must be set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pass_env: Vec<String>,
+    /// When set, only these tools are registered, each only while its definition hashes to
+    /// the `definition_sha256` given (see [`super::approval`]); an empty table holds every
+    /// tool back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_tools: Option<BTreeMap<String, String>>,
+}
+
+/// Reads the imports the configuration file gives now (with the environment laid over it, as
+/// at the start), checked.
+pub type ReadMcpImports = Arc<dyn Fn() -> Result<Vec<McpImport>, String> + Send + Sync>;
+
+/// Where the imports' `approved_tools` are read again from while the server runs: the
+/// configuration file, watched every `tls_reload_interval`.
+#[derive(Clone)]
+pub struct McpImportsSource {
+    /// The configuration file.
+    pub file: PathBuf,
+    /// The sha256 of its content when the imports given at the start were read from it.
+    pub file_read: [u8; 32],
+    /// Reads the imports from it.
+    pub read: ReadMcpImports,
+}
+
+impl std::fmt::Debug for McpImportsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpImportsSource")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A secret: shown as `[redacted]` wherever it is printed for debugging.
@@ -80,6 +113,9 @@ pub struct McpImport {
     pub refresh_interval: Duration,
     /// The bearer token sent to the server, if any.
     pub bearer_token: Option<Secret>,
+    /// The tools it may register, when the entry asks for approval; `None` registers every
+    /// tool toolplane can take.
+    pub approved_tools: Option<ApprovedTools>,
 }
 
 /// Where an imported MCP server is.
@@ -177,12 +213,18 @@ impl McpImportConfig {
                 )
             })?)),
         };
+        let approved_tools = self
+            .approved_tools
+            .as_ref()
+            .map(|table| ApprovedTools::check(&service, table))
+            .transpose()?;
         Ok(McpImport {
             service,
             source,
             tenant: TenantId(self.tenant),
             refresh_interval: self.refresh_interval,
             bearer_token,
+            approved_tools,
         })
     }
 
@@ -249,6 +291,7 @@ mod tests {
             bearer_token_env: None,
             env: BTreeMap::new(),
             pass_env: Vec::new(),
+            approved_tools: None,
         }
     }
 

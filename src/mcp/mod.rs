@@ -6,17 +6,21 @@
 //!   invocation engine (validated, bounded and recorded as `InvokeTool` calls are).
 //! - [`tools`]: how a registered tool is listed, and which tool a called name stands for.
 //! - [`answer`]: a call's outcome as an MCP result, tool error or protocol error.
+//! - [`approval`]: which imported tools are registered when an import asks for approval.
 //! - [`client`]: calling the tools of MCP servers (services whose endpoint is an MCP URL).
 //! - [`import`]: the tools of configured MCP servers, registered as services.
 //! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
+//! - [`import_states`]: what running imports share: their state, and approvals in force.
 //! - [`list_changed`]: `notifications/tools/list_changed` when the tenant's tools change.
 
 pub mod answer;
+pub mod approval;
 pub mod client;
 pub mod handler;
 pub mod http;
 pub mod import;
 pub mod import_config;
+pub mod import_states;
 pub mod list_changed;
 pub mod tools;
 

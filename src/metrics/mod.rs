@@ -205,6 +205,13 @@ impl Collector for MetricsSources {
                 .encode_family(&[("state", state)])?
                 .encode_gauge(&i64::try_from(count).unwrap_or(i64::MAX))?;
         }
+        gauge(
+            &mut encoder,
+            "toolplane_mcp_import_held_tools",
+            "Tools the MCP imports with approved_tools listed at their last listing but hold \
+             back: not approved, or changed since approved (the log names each).",
+            self.mcp_imports.held_tools(),
+        )?;
         if let Some(sessions) = &self.mcp_sessions {
             gauge(
                 &mut encoder,
@@ -384,6 +391,7 @@ mod tests {
             "toolplane_agent_conversation_bytes 0",
             "toolplane_mcp_imports{state=\"imported\"} 0",
             "toolplane_mcp_imports{state=\"not_imported\"} 2",
+            "toolplane_mcp_import_held_tools 0",
             "toolplane_mcp_sessions 0",
             "toolplane_mcp_requests_refused_total{reason=\"unknown_token\"} 0",
             "toolplane_file_reloads_total{files=\"served_tls\",result=\"refused\"} 1",

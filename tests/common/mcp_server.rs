@@ -122,6 +122,7 @@ pub fn importing(
             tenant: TenantId(0),
             refresh_interval,
             bearer_token: token.map(|token| Secret(token.to_owned())),
+            approved_tools: None,
         }],
         ..ServerOptions::default()
     }

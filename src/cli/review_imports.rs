@@ -1,0 +1,165 @@
+//! `toolplane config review-imports`: the review step of approving imported tools
+//! ([`crate::mcp::approval`]). For each `[[mcp_imports]]` entry of a configuration (read as
+//! `serve` reads it), it opens a session with the MCP server as the server would (the same
+//! URL or command, bearer token and TLS), lists its tools, and prints each with its
+//! `definition_sha256` and what the entry's `approved_tools` say of it; then, per service, the
+//! `approved_tools` line that approves the tools as listed now, to paste once reviewed.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::new_table;
+use crate::config::ServerConfig;
+use crate::grpc::provider_tls::ProviderTls;
+use crate::mcp::client::McpCaller;
+use crate::mcp::import::{ListedTool, McpImport, read_listing};
+
+/// How long one server may take to open a session and list its tools.
+const LISTING_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reviews the imports of the configuration `file` (only `service`'s, when given); prints a
+/// table (or JSON) and exits 0, or exits 2 when the configuration cannot be used or a server
+/// cannot be listed (saying why on stderr; the other servers are still reviewed).
+pub async fn run(file: Option<&Path>, service: Option<&str>, json: bool) -> ExitCode {
+    let options = match ServerConfig::load(file, std::env::vars()) {
+        Ok(config) => config.server_options(),
+        Err(error) => return fail(&error.to_string()),
+    };
+    let imports: Vec<&McpImport> = (options.mcp_imports.iter())
+        .filter(|import| service.is_none_or(|name| import.service.as_str() == name))
+        .collect();
+    if imports.is_empty() {
+        return fail(&match service {
+            Some(name) => format!("no [[mcp_imports]] entry imports service {name}"),
+            None => "the configuration has no [[mcp_imports]] entries".to_owned(),
+        });
+    }
+    let tls = match ProviderTls::from_files(&options.provider_tls) {
+        Ok(tls) => tls,
+        Err(error) => return fail(&error.to_string()),
+    };
+    let caller = McpCaller::for_imports(&options.mcp_imports, tls);
+    let mut reviewed = Vec::new();
+    let mut failed = false;
+    for import in imports {
+        match tokio::time::timeout(LISTING_TIMEOUT, list(&caller, import)).await {
+            Ok(Ok(tools)) => {
+                let approved = import.approved_tools.as_ref();
+                let listed = read_listing(import, approved, &options.limits, &tools);
+                reviewed.push((import, listed));
+            }
+            Ok(Err(error)) => {
+                eprintln!("error: service {}: {error}", import.service);
+                failed = true;
+            }
+            Err(_) => {
+                eprintln!(
+                    "error: service {}: no tool list from {} within {LISTING_TIMEOUT:?}",
+                    import.service, import.source
+                );
+                failed = true;
+            }
+        }
+    }
+    if json {
+        let tools: Vec<Value> = reviewed.iter().flat_map(tools_json).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&tools).expect("JSON values serialize")
+        );
+    } else {
+        println!("{}", table(&reviewed));
+    }
+    if failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn fail(error: &str) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::from(2)
+}
+
+async fn list(caller: &McpCaller, import: &McpImport) -> Result<Vec<rmcp::model::Tool>, String> {
+    let session = caller.session(&import.endpoint()).await?;
+    session
+        .list_all_tools()
+        .await
+        .map_err(|error| format!("cannot list the tools of {}: {error}", import.source))
+}
+
+/// What the table and JSON call a tool's standing.
+fn approval(listed: &ListedTool) -> &'static str {
+    match &listed.verdict {
+        None => "not_required",
+        Some(verdict) => verdict.as_str(),
+    }
+}
+
+fn tools_json((import, listed): &(&McpImport, Vec<ListedTool>)) -> Vec<Value> {
+    listed
+        .iter()
+        .map(|tool| {
+            json!({
+                "service_name": import.service.as_str(),
+                "tool_name": tool.spec.name,
+                "approval": approval(tool),
+                "definition_sha256": tool.sha256,
+                "description": tool.spec.description,
+                "tool_schema": tool.spec.input_schema,
+                "output_schema": tool.spec.output_schema,
+            })
+        })
+        .collect()
+}
+
+/// The tools as a table, then each service's `approved_tools` line.
+fn table(reviewed: &[(&McpImport, Vec<ListedTool>)]) -> String {
+    let mut table = new_table(&[
+        "SERVICE",
+        "TOOL",
+        "APPROVAL",
+        "DEFINITION_SHA256",
+        "DESCRIPTION",
+    ]);
+    let mut lines = Vec::new();
+    for (import, listed) in reviewed {
+        for tool in listed {
+            table.add_row(vec![
+                import.service.to_string(),
+                tool.spec.name.clone(),
+                approval(tool).to_owned(),
+                tool.sha256.clone(),
+                tool.spec.description.clone(),
+            ]);
+        }
+        let pins: Vec<String> = (listed.iter())
+            .map(|tool| format!("{} = \"{}\"", toml_key(&tool.spec.name), tool.sha256))
+            .collect();
+        lines.push(format!(
+            "# service {}: approves its tools as listed now (review them first; --json shows \
+             their schemas)\napproved_tools = {{ {} }}",
+            import.service,
+            pins.join(", ")
+        ));
+    }
+    format!("{table}\n\n{}", lines.join("\n"))
+}
+
+/// A tool name as a TOML key: bare when TOML allows it (`[A-Za-z0-9_-]`), else quoted (a
+/// tool name may hold dots).
+fn toml_key(name: &str) -> String {
+    if name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+    {
+        name.to_owned()
+    } else {
+        format!("\"{name}\"")
+    }
+}

@@ -1,0 +1,277 @@
+//! Approving imported tools (`approved_tools` in `[[mcp_imports]]`, seed 003's approval flow),
+//! against a real MCP server built with the official MCP Python SDK: only the tools approved
+//! at the definition listed are registered, a tool the server adds or changes is held back
+//! and counted, and `toolplane config review-imports` prints the hashes that `serve` then
+//! takes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::mcp_server::{PythonMcpServer, importing, invoke, wait_for};
+use common::process::{ServerProcess, toolplane_cli};
+use common::{TestServer, meta};
+use serde_json::{Value, json};
+use tonic::Code;
+use toolplane::mcp::approval::ApprovedTools;
+use toolplane::mcp::import::McpSource;
+use toolplane::pb;
+use toolplane::registry::ServiceName;
+
+const SERVICE: &str = "python-tools";
+const STALE: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+fn tool_names(service: Option<&pb::DiscoveryInfo>) -> Vec<String> {
+    service
+        .map(|service| {
+            (service.available_tools.iter())
+                .map(|tool| tool.tool_name.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Each tool's definition_sha256 as an import without approval registers it.
+async fn hashes_imported_plainly(mcp: &PythonMcpServer) -> BTreeMap<String, String> {
+    let plain = TestServer::start_with(importing(
+        SERVICE,
+        McpSource::Http(mcp.url()),
+        Duration::from_secs(600),
+        None,
+    ))
+    .await;
+    let service = wait_for(&plain, SERVICE, |found| found.is_some())
+        .await
+        .expect("imported");
+    plain.stop().await;
+    (service.available_tools.iter())
+        .map(|tool| (tool.tool_name.clone(), tool.definition_sha256.clone()))
+        .collect()
+}
+
+async fn held_tools(metrics: std::net::SocketAddr) -> Option<u64> {
+    let text = common::http_client()
+        .get(format!("http://{metrics}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("toolplane_mcp_import_held_tools "))
+        .and_then(|count| count.parse().ok())
+}
+
+async fn wait_for_held(metrics: std::net::SocketAddr, expected: u64) {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while held_tools(metrics).await != Some(expected) {
+        assert!(
+            Instant::now() < give_up,
+            "held tools never {expected}: {:?}",
+            held_tools(metrics).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Only tools approved at the definition listed are registered and callable; one approved at
+/// another definition, one never approved, and one the server adds later are held back.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_approved_tools_are_imported_and_new_or_changed_ones_are_held_back() {
+    let Some(mcp) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let hashes = hashes_imported_plainly(&mcp).await;
+    assert_eq!(hashes.len(), 7, "{hashes:?}");
+    let table = BTreeMap::from([
+        ("add".to_owned(), hashes["add"].clone()),
+        ("grow".to_owned(), hashes["grow"].clone()),
+        ("distance".to_owned(), STALE.to_owned()),
+    ]);
+    let mut options = importing(
+        SERVICE,
+        McpSource::Http(mcp.url()),
+        Duration::from_secs(600),
+        None,
+    );
+    options.mcp_imports[0].approved_tools = Some(
+        ApprovedTools::check(&ServiceName::parse(SERVICE).expect("valid"), &table).expect("valid"),
+    );
+    let (server, metrics) = TestServer::start_with_metrics(options).await;
+    let service = wait_for(&server, SERVICE, |found| found.is_some()).await;
+    assert_eq!(tool_names(service.as_ref()), ["add", "grow"]);
+    wait_for_held(metrics, 5).await;
+
+    let changed = invoke(&server, "distance", json!({}))
+        .await
+        .expect_err("held back");
+    assert_eq!(changed.code(), Code::NotFound, "{changed:?}");
+    invoke(&server, "grow", json!({"name": "late_tool"}))
+        .await
+        .expect("grown");
+    // Listed again (the server said its list changed): one more tool held, none added.
+    wait_for_held(metrics, 6).await;
+    let mut discovery = server.discovery().await;
+    let service = discovery
+        .get_service(pb::GetServiceRequest {
+            meta: meta(0),
+            service_name: SERVICE.into(),
+        })
+        .await
+        .expect("found")
+        .into_inner()
+        .service;
+    assert_eq!(tool_names(service.as_ref()), ["add", "grow"]);
+    let late = invoke(&server, "late_tool", json!({}))
+        .await
+        .expect_err("held back");
+    assert_eq!(late.code(), Code::NotFound, "{late:?}");
+    server.stop().await;
+}
+
+fn config(url: &str, approved: &str) -> String {
+    format!(
+        "tls_reload_interval = \"200ms\"\n[[mcp_imports]]\nservice = \"{SERVICE}\"\n\
+         url = \"{url}\"\napproved_tools = {{ {approved} }}\n"
+    )
+}
+
+async fn service_once(
+    discovery: &mut pb::discovery_service_client::DiscoveryServiceClient<tonic::transport::Channel>,
+    ready: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = discovery
+            .get_service(pb::GetServiceRequest {
+                meta: meta(0),
+                service_name: SERVICE.into(),
+            })
+            .await
+            .ok()
+            .and_then(|answer| answer.into_inner().service);
+        let names = tool_names(found.as_ref());
+        if found.is_some() && ready(&names) {
+            return names;
+        }
+        assert!(Instant::now() < give_up, "never ready: {names:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `toolplane config review-imports` lists each tool with its hash and standing, and prints
+/// the line approving them; `serve` given a hash from it imports that tool and logs the ones
+/// it holds back with theirs; approving one more in the file imports it without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn review_imports_prints_the_hashes_that_serve_takes() {
+    let Some(mcp) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = dir.path().join("toolplane.toml");
+    std::fs::write(&file, config(&mcp.url(), &format!("add = \"{STALE}\""))).expect("written");
+    let file = file.to_str().expect("UTF-8");
+
+    let (code, json_text, stderr) =
+        toolplane_cli(&["config", "review-imports", "--config", file, "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let reviewed: Vec<Value> = serde_json::from_str(&json_text).expect("JSON");
+    let standing: BTreeMap<&str, &str> = (reviewed.iter())
+        .map(|tool| {
+            (
+                tool["tool_name"].as_str().expect("a name"),
+                tool["approval"].as_str().expect("a standing"),
+            )
+        })
+        .collect();
+    assert_eq!(standing.len(), 7, "{json_text}");
+    assert_eq!(standing["add"], "changed");
+    assert_eq!(standing["shout"], "not_approved");
+    let add = reviewed
+        .iter()
+        .find(|tool| tool["tool_name"] == "add")
+        .expect("listed");
+    let add_sha = add["definition_sha256"]
+        .as_str()
+        .expect("a hash")
+        .to_owned();
+    assert_eq!(add["tool_schema"]["required"], json!(["a", "b"]), "{add}");
+
+    let (code, table, stderr) = toolplane_cli(&["config", "review-imports", "--config", file]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        table.contains(&format!("add = \"{add_sha}\"")) && table.contains("approved_tools = {"),
+        "{table}"
+    );
+
+    let (server, served_dir) = ServerProcess::start_with_config(
+        &config(&mcp.url(), &format!("add = \"{add_sha}\"")),
+        &[],
+        &[],
+    );
+    let mut discovery =
+        pb::discovery_service_client::DiscoveryServiceClient::connect(server.endpoint())
+            .await
+            .expect("connects");
+    assert_eq!(service_once(&mut discovery, |_| true).await, ["add"]);
+    let held = server.log_lines_with("held back until approved");
+    assert_eq!(held.len(), 6, "{held:?}");
+    assert!(
+        held.iter()
+            .any(|line| line.contains("tool=shout") && line.contains("not_approved")),
+        "{held:?}"
+    );
+
+    let shout_sha = reviewed
+        .iter()
+        .find(|tool| tool["tool_name"] == "shout")
+        .and_then(|tool| tool["definition_sha256"].as_str())
+        .expect("listed");
+    std::fs::write(
+        served_dir.path().join("toolplane.toml"),
+        config(
+            &mcp.url(),
+            &format!("add = \"{add_sha}\", shout = \"{shout_sha}\""),
+        ),
+    )
+    .expect("rewritten");
+    let names = service_once(&mut discovery, |names| names.len() == 2).await;
+    assert_eq!(names, ["add", "shout"]);
+    assert!(
+        server.log_lines_with("next restart").is_empty(),
+        "approvals need no restart: {:?}",
+        server.log_lines_with("next restart")
+    );
+
+    let (code, _, stderr) = toolplane_cli(&[
+        "config",
+        "review-imports",
+        "--config",
+        file,
+        "--service",
+        "nobody",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("no [[mcp_imports]] entry imports service nobody"),
+        "{stderr}"
+    );
+}
+
+/// A malformed `approved_tools` keeps the server from starting, naming the entry.
+#[test]
+fn a_malformed_approval_table_is_refused_at_the_start() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = dir.path().join("toolplane.toml");
+    std::fs::write(&file, config("http://127.0.0.1:9/mcp", "add = \"abc\"")).expect("written");
+    let (code, _, stderr) =
+        toolplane_cli(&["config", "check", "--config", file.to_str().expect("UTF-8")]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("approved_tools of service python-tools")
+            && stderr.contains("64 lowercase hex"),
+        "{stderr}"
+    );
+}
