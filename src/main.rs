@@ -74,6 +74,17 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Write the live tools as RTFS capability definitions, DIR/SERVICE/TOOL.rtfs each, and
+    /// print the files written.
+    ExportRtfs {
+        /// The directory to write under (created when missing; files are replaced).
+        dir: PathBuf,
+        /// Only the tools of this service.
+        #[arg(long)]
+        service: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Invoke a tool through the control plane and print its output.
     Invoke {
         /// The tool to call.
@@ -121,7 +132,7 @@ enum Command {
     /// Create, list, show and chat with agents.
     Agent {
         #[command(subcommand)]
-        command: AgentCommand,
+        command: agent::AgentCommand,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -131,38 +142,6 @@ enum Command {
         service: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum AgentCommand {
-    /// Create an agent.
-    Create {
-        /// Its name, unique in the tenant.
-        name: String,
-        /// The model to ask [default: the server's].
-        #[arg(long)]
-        model: Option<String>,
-        /// Instructions sent first on every model call.
-        #[arg(long)]
-        system_prompt: Option<String>,
-        /// A tool the agent may use (repeatable) [default: every tool of the tenant].
-        #[arg(long = "allow", value_name = "TOOL")]
-        allowed_tools: Vec<String>,
-    },
-    /// List the agents.
-    List,
-    /// Show an agent: status, configuration, recent transitions.
-    Show {
-        /// The agent's id or name.
-        agent: String,
-    },
-    /// Send a message and stream the answer (state changes and tool calls go to stderr).
-    Chat {
-        /// The agent's id or name.
-        agent: String,
-        /// The message.
-        message: String,
     },
 }
 
@@ -324,6 +303,26 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::ExportRtfs {
+            dir,
+            service,
+            client,
+        } => {
+            let connected = connect(&client).await?;
+            let written = cli::export_rtfs::export(&connected, &dir, service.as_deref()).await;
+            let paths: Vec<String> = match written {
+                Ok(paths) => paths.iter().map(|p| p.display().to_string()).collect(),
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            match client.json {
+                true => print_json(&paths.iter().map(|p| serde_json::json!(p)).collect()),
+                false => paths.iter().for_each(|path| println!("{path}")),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Invoke {
             tool,
             input,
@@ -406,7 +405,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
                     json,
                 },
         } => Ok(cli::review_imports::run(config.as_deref(), service.as_deref(), json).await),
-        Command::Agent { command, client } => run_agent(command, &client).await,
+        Command::Agent { command, client } => agent::run(command, &client).await,
         Command::Health { service, client } => {
             let service = service.unwrap_or_default();
             let health = connect(&client).await?.health(&service).await?;
@@ -418,37 +417,6 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-async fn run_agent(command: AgentCommand, args: &ClientArgs) -> Result<ExitCode, ClientError> {
-    let client = connect(args).await?;
-    let shown = match command {
-        AgentCommand::Create {
-            name,
-            model,
-            system_prompt,
-            allowed_tools,
-        } => vec![agent::create(&client, &name, model, system_prompt, allowed_tools).await?],
-        AgentCommand::List => agent::list(&client).await?,
-        AgentCommand::Show { agent } => vec![agent::show(&client, &agent).await?],
-        AgentCommand::Chat { agent, message } => {
-            agent::chat(
-                &client,
-                &agent,
-                &message,
-                &mut std::io::stdout(),
-                &mut std::io::stderr(),
-            )
-            .await?;
-            return Ok(ExitCode::SUCCESS);
-        }
-    };
-    if args.json {
-        print_json(&shown.iter().map(agent::agent_json).collect());
-    } else {
-        println!("{}", agent::agents_table(&shown));
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn preflight(

@@ -1,7 +1,7 @@
 //! Domains and categories against the real server: inferred from names or declared at
 //! registration, returned by every read, filtering ListTools and SearchTools (pages bound to
-//! them), refused with the field named when malformed (nothing stored changes), and shown by
-//! `toolplane tools`.
+//! them), refused with the field named when malformed (nothing stored changes), shown by
+//! `toolplane tools`, and written by `toolplane export-rtfs` into RTFS capabilities.
 
 mod common;
 
@@ -385,4 +385,79 @@ async fn the_tools_command_shows_and_filters_by_labels() {
     let (code, _, stderr) = toolplane_cli(&["tools", "--domain", "Bad", "--endpoint", &endpoint]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("domain"), "{stderr}");
+}
+
+/// `toolplane export-rtfs` writes each live tool as the seed's RTFS capability definition,
+/// with its schema converted, its provider, domains and categories.
+#[tokio::test(flavor = "multi_thread")]
+async fn export_rtfs_writes_a_capability_per_tool() {
+    let server = ServerProcess::start(&[]);
+    let endpoint = server.endpoint();
+    let mut discovery = Discovery::connect(endpoint.clone())
+        .await
+        .expect("connects");
+    let schema = json!({
+        "type": "object", "required": ["owner", "repo"],
+        "properties": {
+            "owner": {"type": "string"}, "repo": {"type": "string"},
+            "state": {"type": "string", "enum": ["open", "closed", "all"]}
+        }
+    });
+    let mut list_issues = tool("list_issues", schema);
+    list_issues.description = "List issues in a GitHub repository".into();
+    register_ok(
+        &mut discovery,
+        0,
+        registration("github-mcp", vec![list_issues]),
+    )
+    .await;
+    register_ok(&mut discovery, 0, billing(&["crud.read"])).await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let target = dir.path().join("pending");
+    let target = target.to_str().expect("UTF-8");
+
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "export-rtfs",
+        target,
+        "--service",
+        "github-mcp",
+        "--endpoint",
+        &endpoint,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let file = format!("{target}/github-mcp/list_issues.rtfs");
+    assert_eq!(stdout.trim(), file);
+    let written = std::fs::read_to_string(&file).expect("written");
+    assert_eq!(
+        written,
+        "(capability :grpc.github-mcp.list_issues\n  :version \"0.0.1\"\n  \
+         :description \"List issues in a GitHub repository\"\n  \
+         :input-schema [:map\n                  [:owner :string]\n                  \
+         [:repo :string]\n                  [:state {:optional true} :string]]\n  \
+         :provider {:type :grpc\n             :endpoint \"http://127.0.0.1:7001\"\n             \
+         :service \"github-mcp\"\n             :tool-name \"list_issues\"}\n  \
+         :domains [\"github\" \"github.issues\"]\n  :categories [\"crud.read\"])\n"
+    );
+
+    let (code, stdout, stderr) =
+        toolplane_cli(&["export-rtfs", target, "--json", "--endpoint", &endpoint]);
+    assert_eq!(code, 0, "{stderr}");
+    let files: Vec<String> = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(files.len(), 3, "{files:?}");
+    let ledger = std::fs::read_to_string(format!("{target}/billing/ledger.rtfs")).expect("written");
+    assert!(
+        ledger.contains(":domains [\"finance\" \"finance.invoices\"]"),
+        "{ledger}"
+    );
+
+    let (code, _, stderr) = toolplane_cli(&[
+        "export-rtfs",
+        target,
+        "--service",
+        "nobody",
+        "--endpoint",
+        &endpoint,
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("no live service nobody"), "{stderr}");
 }

@@ -1,12 +1,83 @@
 //! `toolplane agent`: create, list, show and chat with agents.
 
 use std::io::Write;
+use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
+use super::client_args::{ClientArgs, connect};
 use super::{invocation_status_name, label, new_table, timestamp};
 use crate::client::{ClientError, ToolplaneClient};
 use crate::pb;
+
+/// What `toolplane agent` does.
+#[derive(Debug, clap::Subcommand)]
+pub enum AgentCommand {
+    /// Create an agent.
+    Create {
+        /// Its name, unique in the tenant.
+        name: String,
+        /// The model to ask [default: the server's].
+        #[arg(long)]
+        model: Option<String>,
+        /// Instructions sent first on every model call.
+        #[arg(long)]
+        system_prompt: Option<String>,
+        /// A tool the agent may use (repeatable) [default: every tool of the tenant].
+        #[arg(long = "allow", value_name = "TOOL")]
+        allowed_tools: Vec<String>,
+    },
+    /// List the agents.
+    List,
+    /// Show an agent: status, configuration, recent transitions.
+    Show {
+        /// The agent's id or name.
+        agent: String,
+    },
+    /// Send a message and stream the answer (state changes and tool calls go to stderr).
+    Chat {
+        /// The agent's id or name.
+        agent: String,
+        /// The message.
+        message: String,
+    },
+}
+
+/// Runs `toolplane agent` with the connection `args` give; prints what it shows.
+pub async fn run(command: AgentCommand, args: &ClientArgs) -> Result<ExitCode, ClientError> {
+    let client = connect(args).await?;
+    let shown = match command {
+        AgentCommand::Create {
+            name,
+            model,
+            system_prompt,
+            allowed_tools,
+        } => vec![create(&client, &name, model, system_prompt, allowed_tools).await?],
+        AgentCommand::List => list(&client).await?,
+        AgentCommand::Show { agent } => vec![show(&client, &agent).await?],
+        AgentCommand::Chat { agent, message } => {
+            chat(
+                &client,
+                &agent,
+                &message,
+                &mut std::io::stdout(),
+                &mut std::io::stderr(),
+            )
+            .await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    if args.json {
+        let shown: Value = shown.iter().map(agent_json).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&shown).unwrap_or_default()
+        );
+    } else {
+        println!("{}", agents_table(&shown));
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
 /// The seed's name of an agent state: lowercase, no underscores (`toolcall`).
 fn state_name(value: i32) -> String {

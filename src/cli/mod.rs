@@ -4,6 +4,7 @@ pub mod agent;
 pub mod audit;
 pub mod client_args;
 pub mod config_check;
+pub mod export_rtfs;
 pub mod review_imports;
 pub mod serve;
 

@@ -12,6 +12,7 @@
 //! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
 //! - [`import_states`]: what running imports share: their state, and approvals in force.
 //! - [`list_changed`]: `notifications/tools/list_changed` when the tenant's tools change.
+//! - [`rtfs`]: tools as RTFS capability definitions (`toolplane export-rtfs`).
 
 pub mod answer;
 pub mod approval;
@@ -22,6 +23,7 @@ pub mod import;
 pub mod import_config;
 pub mod import_states;
 pub mod list_changed;
+pub mod rtfs;
 pub mod tools;
 
 pub use handler::McpTools;

@@ -1,0 +1,81 @@
+//! `toolplane export-rtfs DIR`: the live tools as RTFS capability definitions (seed 003,
+//! "RTFS export"), one file per tool at `DIR/SERVICE/TOOL.rtfs`, written by
+//! [`crate::mcp::rtfs::capability`].
+
+use std::path::{Path, PathBuf};
+
+use crate::client::{ClientError, ToolplaneClient};
+use crate::json::struct_to_json;
+use crate::mcp::rtfs::{CapabilityTool, capability};
+use crate::pb;
+
+/// What went wrong exporting.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The control plane could not be asked.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A file or directory could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// What could not be written.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No live service of that name.
+    #[error("no live service {0}")]
+    NoSuchService(String),
+}
+
+/// Writes the capability definition of every live tool (of `service`, when given) under
+/// `dir`, replacing files of the same names; answers the files written, in order.
+pub async fn export(
+    client: &ToolplaneClient,
+    dir: &Path,
+    service: Option<&str>,
+) -> Result<Vec<PathBuf>, ExportError> {
+    let services: Vec<pb::DiscoveryInfo> = (client.all_services().await?.into_iter())
+        .filter(|found| service.is_none_or(|name| found.service_name == name))
+        .collect();
+    if let (Some(name), true) = (service, services.is_empty()) {
+        return Err(ExportError::NoSuchService(name.to_owned()));
+    }
+    let mut written = Vec::new();
+    for found in &services {
+        let service_dir = dir.join(&found.service_name);
+        std::fs::create_dir_all(&service_dir).map_err(|source| ExportError::Write {
+            path: service_dir.clone(),
+            source,
+        })?;
+        for tool in &found.available_tools {
+            let path = service_dir.join(format!("{}.rtfs", tool.tool_name));
+            std::fs::write(&path, definition(found, tool)).map_err(|source| {
+                ExportError::Write {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}
+
+/// The capability definition of `tool` of `service`.
+fn definition(service: &pb::DiscoveryInfo, tool: &pb::ToolRegistration) -> String {
+    let schema = |schema: Option<&prost_types::Struct>| schema.and_then(|s| struct_to_json(s).ok());
+    let input = schema(tool.tool_schema.as_ref()).unwrap_or_default();
+    let output = schema(tool.output_schema.as_ref());
+    capability(&CapabilityTool {
+        service: &service.service_name,
+        version: &service.service_version,
+        endpoint: &service.endpoint,
+        name: &tool.tool_name,
+        description: &tool.description,
+        input_schema: &input,
+        output_schema: output.as_ref(),
+        domains: &tool.domains,
+        categories: &tool.categories,
+    })
+}
