@@ -260,11 +260,21 @@ async fn review_imports_prints_the_hashes_that_serve_takes() {
     );
 }
 
-/// A malformed `approved_tools` keeps the server from starting, naming the entry.
+/// `config check` says how many tools an import approves; a malformed `approved_tools`
+/// keeps the server from starting, naming the entry.
 #[test]
 fn a_malformed_approval_table_is_refused_at_the_start() {
     let dir = tempfile::tempdir().expect("a directory");
     let file = dir.path().join("toolplane.toml");
+    let approved = format!("add = \"{STALE}\", shout = \"{STALE}\"");
+    std::fs::write(&file, config("http://127.0.0.1:9/mcp", &approved)).expect("written");
+    let (code, summary, stderr) =
+        toolplane_cli(&["config", "check", "--config", file.to_str().expect("UTF-8")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        summary.contains("python-tools (http://127.0.0.1:9/mcp; 2 tools approved)"),
+        "{summary}"
+    );
     std::fs::write(&file, config("http://127.0.0.1:9/mcp", "add = \"abc\"")).expect("written");
     let (code, _, stderr) =
         toolplane_cli(&["config", "check", "--config", file.to_str().expect("UTF-8")]);

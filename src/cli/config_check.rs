@@ -113,7 +113,15 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
     let imports: Vec<String> = options
         .mcp_imports
         .iter()
-        .map(|import| format!("{} ({})", import.service, import.source))
+        .map(|import| match &import.approved_tools {
+            None => format!("{} ({})", import.service, import.source),
+            Some(approved) => format!(
+                "{} ({}; {} tools approved)",
+                import.service,
+                import.source,
+                approved.len()
+            ),
+        })
         .collect();
     [
         "configuration ok".to_owned(),
