@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::mcp_server::{PythonMcpServer, importing, invoke, wait_for};
-use common::process::{ServerProcess, toolplane_cli};
+use common::process::{ServerProcess, toolplane_cli, wait_until};
 use common::{TestServer, meta};
 use serde_json::{Value, json};
 use tonic::Code;
@@ -216,8 +216,11 @@ async fn review_imports_prints_the_hashes_that_serve_takes() {
             .await
             .expect("connects");
     assert_eq!(service_once(&mut discovery, |_| true).await, ["add"]);
+    // The lines were written before the registration; the test reads them on a thread.
+    wait_until("six tools logged as held back", || {
+        server.log_lines_with("held back until approved").len() == 6
+    });
     let held = server.log_lines_with("held back until approved");
-    assert_eq!(held.len(), 6, "{held:?}");
     assert!(
         held.iter()
             .any(|line| line.contains("tool=shout") && line.contains("not_approved")),
