@@ -9,9 +9,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::mcp_server::{PythonMcpServer, importing, invoke, wait_for};
+use common::mcp_server::{PythonMcpServer, importing, invoke, wait_for, wait_for_at};
 use common::process::{ServerProcess, toolplane_cli, wait_until};
-use common::{TestServer, meta};
+use common::{TestServer, meta, scraped};
 use serde_json::{Value, json};
 use tonic::Code;
 use toolplane::mcp::approval::ApprovedTools;
@@ -50,28 +50,12 @@ async fn hashes_imported_plainly(mcp: &PythonMcpServer) -> BTreeMap<String, Stri
         .collect()
 }
 
-async fn held_tools(metrics: std::net::SocketAddr) -> Option<u64> {
-    let text = common::http_client()
-        .get(format!("http://{metrics}/metrics"))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    text.lines()
-        .find_map(|line| line.strip_prefix("toolplane_mcp_import_held_tools "))
-        .and_then(|count| count.parse().ok())
-}
-
-async fn wait_for_held(metrics: std::net::SocketAddr, expected: u64) {
+async fn wait_for_held(metrics: std::net::SocketAddr, expected: f64) {
+    let (http, url) = (common::http_client(), format!("http://{metrics}/metrics"));
+    let sample = "toolplane_mcp_import_held_tools";
     let give_up = Instant::now() + Duration::from_secs(30);
-    while held_tools(metrics).await != Some(expected) {
-        assert!(
-            Instant::now() < give_up,
-            "held tools never {expected}: {:?}",
-            held_tools(metrics).await
-        );
+    while scraped(&http, &url, sample).await != expected {
+        assert!(Instant::now() < give_up, "held tools never {expected}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -102,7 +86,7 @@ async fn only_approved_tools_are_imported_and_new_or_changed_ones_are_held_back(
     let (server, metrics) = TestServer::start_with_metrics(options).await;
     let service = wait_for(&server, SERVICE, |found| found.is_some()).await;
     assert_eq!(tool_names(service.as_ref()), ["add", "grow"]);
-    wait_for_held(metrics, 5).await;
+    wait_for_held(metrics, 5.0).await;
 
     let changed = invoke(&server, "distance", json!({}))
         .await
@@ -112,7 +96,7 @@ async fn only_approved_tools_are_imported_and_new_or_changed_ones_are_held_back(
         .await
         .expect("grown");
     // Listed again (the server said its list changed): one more tool held, none added.
-    wait_for_held(metrics, 6).await;
+    wait_for_held(metrics, 6.0).await;
     let mut discovery = server.discovery().await;
     let service = discovery
         .get_service(pb::GetServiceRequest {
@@ -136,29 +120,6 @@ fn config(url: &str, approved: &str) -> String {
         "tls_reload_interval = \"200ms\"\n[[mcp_imports]]\nservice = \"{SERVICE}\"\n\
          url = \"{url}\"\napproved_tools = {{ {approved} }}\n"
     )
-}
-
-async fn service_once(
-    discovery: &mut pb::discovery_service_client::DiscoveryServiceClient<tonic::transport::Channel>,
-    ready: impl Fn(&[String]) -> bool,
-) -> Vec<String> {
-    let give_up = Instant::now() + Duration::from_secs(30);
-    loop {
-        let found = discovery
-            .get_service(pb::GetServiceRequest {
-                meta: meta(0),
-                service_name: SERVICE.into(),
-            })
-            .await
-            .ok()
-            .and_then(|answer| answer.into_inner().service);
-        let names = tool_names(found.as_ref());
-        if found.is_some() && ready(&names) {
-            return names;
-        }
-        assert!(Instant::now() < give_up, "never ready: {names:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// `toolplane config review-imports` lists each tool with its hash and standing, and prints
@@ -215,7 +176,8 @@ async fn review_imports_prints_the_hashes_that_serve_takes() {
         pb::discovery_service_client::DiscoveryServiceClient::connect(server.endpoint())
             .await
             .expect("connects");
-    assert_eq!(service_once(&mut discovery, |_| true).await, ["add"]);
+    let service = wait_for_at(&mut discovery, SERVICE, |found| found.is_some()).await;
+    assert_eq!(tool_names(service.as_ref()), ["add"]);
     // The lines were written before the registration; the test reads them on a thread.
     wait_until("six tools logged as held back", || {
         server.log_lines_with("held back until approved").len() == 6
@@ -240,8 +202,11 @@ async fn review_imports_prints_the_hashes_that_serve_takes() {
         ),
     )
     .expect("rewritten");
-    let names = service_once(&mut discovery, |names| names.len() == 2).await;
-    assert_eq!(names, ["add", "shout"]);
+    let service = wait_for_at(&mut discovery, SERVICE, |found| {
+        tool_names(found).len() == 2
+    })
+    .await;
+    assert_eq!(tool_names(service.as_ref()), ["add", "shout"]);
     assert!(
         server.log_lines_with("next restart").is_empty(),
         "approvals need no restart: {:?}",

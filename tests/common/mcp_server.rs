@@ -7,11 +7,13 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tonic::transport::Channel;
 use toolplane::envelope::TenantId;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::{json_to_struct, value_to_json};
 use toolplane::mcp::import::{McpImport, McpSource, Secret};
 use toolplane::pb;
+use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
 use toolplane::registry::ServiceName;
 
 use super::TestServer;
@@ -134,7 +136,16 @@ pub async fn wait_for(
     name: &str,
     ready: impl Fn(Option<&pb::DiscoveryInfo>) -> bool,
 ) -> Option<pb::DiscoveryInfo> {
-    let mut discovery = server.discovery().await;
+    wait_for_at(&mut server.discovery().await, name, ready).await
+}
+
+/// Service `name` of tenant 0 as `discovery` reads it, once `ready` says it is as expected
+/// (within 30 s).
+pub async fn wait_for_at(
+    discovery: &mut DiscoveryServiceClient<Channel>,
+    name: &str,
+    ready: impl Fn(Option<&pb::DiscoveryInfo>) -> bool,
+) -> Option<pb::DiscoveryInfo> {
     let give_up = Instant::now() + Duration::from_secs(30);
     loop {
         let found = discovery
