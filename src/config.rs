@@ -87,7 +87,8 @@ pub struct ServerConfig {
     pub mcp_max_sessions: usize,
     /// MCP servers whose tools are imported as services (file only), as `[[mcp_imports]]`
     /// tables with `service`, `url` or `command` (with `env` and `pass_env`), `tenant` (0),
-    /// `refresh_interval` (60s) and `bearer_token_env`.
+    /// `refresh_interval` (60s), `bearer_token_env` and `approved_tools`; read again from the
+    /// file when it changes (every `tls_reload_interval`), and put in force without a restart.
     pub mcp_imports: Vec<McpImportConfig>,
     /// [`Self::mcp_imports`], checked when the configuration was loaded (their tokens and
     /// `pass_env` variables read then, once).

@@ -1,9 +1,8 @@
 //! What of the configuration file is read again while the server runs: `[[tenant_access]]`,
 //! `forwarded_client_cert_proxies` and `forwarded_client_cert_header` (see
-//! [`crate::access::LiveTenantAccess`]), and the `approved_tools` of `[[mcp_imports]]` entries
-//! (see [`crate::mcp::import_states::ImportStates::approve`]). Every other setting is read at
-//! the start only; one changed in the file is named in a WARN log line, as it takes effect at
-//! the next restart.
+//! [`crate::access::LiveTenantAccess`]), and `[[mcp_imports]]` (see
+//! [`crate::mcp::live_imports`]). Every other setting is read at the start only; one changed in
+//! the file is named in a WARN log line, as it takes effect at the next restart.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,10 +12,11 @@ use crate::access::{TenantAccess, TenantAccessSource};
 use crate::mcp::import::{McpImport, McpImportsSource};
 
 /// The settings put in force again when the file changes.
-const RELOADED_SETTINGS: [&str; 3] = [
+const RELOADED_SETTINGS: [&str; 4] = [
     "tenant_access",
     "forwarded_client_cert_proxies",
     "forwarded_client_cert_header",
+    "mcp_imports",
 ];
 
 impl ServerConfig {
@@ -39,13 +39,9 @@ impl ServerConfig {
         })
     }
 
-    /// Where the imports' `approved_tools` are read again from: the file this configuration
-    /// was read from, with the environment laid over it as at the start; `None` without a file
-    /// or without imports.
+    /// Where the MCP imports are read again from: the file this configuration was read from,
+    /// with the environment laid over it as at the start; `None` without a file.
     pub fn mcp_imports_source(&self) -> Option<McpImportsSource> {
-        if self.mcp_imports.is_empty() {
-            return None;
-        }
         let (file, file_read) = self.file.clone()?;
         let path = file.clone();
         let read = move || -> Result<Vec<McpImport>, String> {
@@ -61,20 +57,11 @@ impl ServerConfig {
     }
 
     /// The settings (by name) whose values differ between `self` and `other`, other than those
-    /// read again while the server runs ([`RELOADED_SETTINGS`], and the `approved_tools` of
-    /// `mcp_imports` entries).
+    /// read again while the server runs ([`RELOADED_SETTINGS`]).
     pub(super) fn settings_changed_since(&self, other: &ServerConfig) -> Vec<String> {
         // A loaded configuration serializes (`load` starts from the default's table); were one
         // not to, no setting would be named.
-        let table = |config: &ServerConfig| {
-            let mut table = toml::Table::try_from(config).unwrap_or_default();
-            if let Some(toml::Value::Array(imports)) = table.get_mut("mcp_imports") {
-                for import in imports.iter_mut().filter_map(toml::Value::as_table_mut) {
-                    import.remove("approved_tools");
-                }
-            }
-            table
-        };
+        let table = |config: &ServerConfig| toml::Table::try_from(config).unwrap_or_default();
         let (before, after) = (table(other), table(self));
         let mut names: Vec<String> = before
             .keys()
@@ -98,8 +85,8 @@ fn warn_of_unreloaded_changes(started: &ServerConfig, now: &ServerConfig, path: 
             file = %path.display(),
             settings = %changed.join(", "),
             "settings changed in the configuration file take effect at the next restart \
-             (only tenant_access, the forwarded_client_cert settings and the approved_tools of \
-             mcp_imports are read again)"
+             (only tenant_access, the forwarded_client_cert settings and mcp_imports are read \
+             again)"
         );
     }
 }
@@ -150,9 +137,10 @@ mod tests {
         );
     }
 
-    /// Approvals of imported tools are read again; the rest of an import waits for a restart.
+    /// The imports are read again, approvals and servers alike, and none is named as waiting
+    /// for a restart; a bad entry is refused.
     #[test]
-    fn approved_tools_are_read_again_and_other_import_settings_are_not() {
+    fn imports_are_read_again() {
         let dir = tempfile::tempdir().expect("temporary directory");
         let file = dir.path().join("toolplane.toml");
         let entry = |url: &str, approved: &str| {
@@ -178,13 +166,19 @@ mod tests {
         let now = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
         assert!(now.settings_changed_since(&started).is_empty());
         std::fs::write(&file, entry("http://b/mcp", "")).expect("rewrite");
+        let imports = (source.read)().expect("valid");
+        assert_eq!(imports[0].endpoint(), "mcp+http://b/mcp");
         let now = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
-        assert_eq!(now.settings_changed_since(&started), ["mcp_imports"]);
+        assert!(now.settings_changed_since(&started).is_empty());
         std::fs::write(&file, entry("http://a/mcp", "list_issues = \"short\"")).expect("break");
         assert!(
             (source.read)()
                 .expect_err("refused")
                 .contains("approved_tools")
         );
+        // A file without imports at the start is watched for imports added to it.
+        std::fs::write(&file, "default_ttl = \"30s\"\n").expect("rewrite");
+        let bare = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
+        assert!(bare.mcp_imports_source().is_some());
     }
 }

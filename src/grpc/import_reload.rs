@@ -1,21 +1,20 @@
-//! The `approved_tools` of `[[mcp_imports]]` read again while the server runs: the
-//! configuration file they came from, watched every `tls_reload_interval` as the TLS files
-//! are ([`super::tls_reload`]).
+//! The `[[mcp_imports]]` entries read again while the server runs: the configuration file they
+//! came from, watched every `tls_reload_interval` as the TLS files are
+//! ([`super::tls_reload`]), and each change put in force by [`LiveImports::apply`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::reload_stats::{ReloadStats, ReloadedFiles};
 use super::tls_reload::spawn_counted;
-use crate::mcp::import::{ImportStates, McpImport, McpImportsSource};
+use crate::mcp::import::{LiveImports, McpImportsSource};
 
 /// Watches the configuration file of `source` until `serving` turns false, each change counted
-/// in `stats`: the `approved_tools` it gives the running `imports` are put in force in
-/// `states` (a file that does not load is refused, and the approvals in force stay).
+/// in `stats`: the imports it gives are made the running `imports` (a file that does not load
+/// is refused, and the imports running stay as they are).
 pub(super) fn watch(
     source: McpImportsSource,
-    imports: Vec<McpImport>,
-    states: ImportStates,
+    imports: LiveImports,
     interval: Duration,
     stats: &Arc<ReloadStats>,
     serving: &tokio::sync::watch::Receiver<bool>,
@@ -27,9 +26,15 @@ pub(super) fn watch(
     } = source;
     let rebuild = move || {
         let now = read()?;
-        let changed = states.approve(&imports, &now);
-        if changed > 0 {
-            tracing::info!(imports = changed, "mcp_imports approved_tools put in force");
+        let changes = imports.apply(&now);
+        if !changes.is_empty() {
+            tracing::info!(
+                started = changes.started,
+                restarted = changes.restarted,
+                stopped = changes.stopped,
+                approvals_changed = changes.approvals_changed,
+                "mcp_imports changed in the configuration file put in force"
+            );
         }
         Ok(())
     };

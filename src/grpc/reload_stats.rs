@@ -54,9 +54,7 @@ impl ReloadedFiles {
             ReloadedFiles::CollectorTls => "TLS to the OTLP collector",
             ReloadedFiles::TenantAccessTokenFiles => "tenant_access token files",
             ReloadedFiles::TenantAccessConfig => "tenant_access in the configuration file",
-            ReloadedFiles::McpImportsConfig => {
-                "mcp_imports approved_tools in the configuration file"
-            }
+            ReloadedFiles::McpImportsConfig => "mcp_imports in the configuration file",
         }
     }
 }

@@ -50,7 +50,7 @@ use crate::invoke::limits::RateLimits;
 use crate::invoke::records::{RecordError, RecordLog};
 use crate::invoke::{Invoker, InvokerOptions};
 use crate::mcp::client::McpCaller;
-use crate::mcp::import::ImportStates;
+use crate::mcp::import::LiveImports;
 use crate::mcp::{McpRefusals, McpSessions, McpTools};
 use crate::metrics::MetricsSources;
 use crate::otlp::OtlpError;
@@ -186,14 +186,27 @@ pub async fn serve_with(
     let health = Arc::new(ProviderHealthBook::default());
     let heavy_work = HeavyWork::new(heavy::default_permits());
     let mcp_caller = McpCaller::for_imports(&options.mcp_imports, provider_tls.clone());
-    let import_states = ImportStates::for_imports(&options.mcp_imports);
     let caller = Arc::new(ByEndpointScheme {
         grpc: Arc::new(
             GrpcProviderCaller::with_heavy_work(heavy_work.clone()).with_tls(provider_tls.clone()),
         ),
         mcp: Arc::new(mcp_caller.clone()),
     });
+    let imports = LiveImports::start(&options.mcp_imports, &registry, &mcp_caller);
+    // Stopped when this function returns.
+    let _imports = StopOnDrop(imports.clone());
     let reload_stats = Arc::new(ReloadStats::default());
+    if let Some(source) = options.mcp_imports_source.clone()
+        && !options.tls_reload_interval.is_zero()
+    {
+        super::import_reload::watch(
+            source,
+            imports.clone(),
+            options.tls_reload_interval,
+            &reload_stats,
+            &serving.subscribe(),
+        );
+    }
     super::tls_reload::watch_all(
         served_tls.clone().zip(options.tls.clone()),
         (provider_tls, options.provider_tls.clone()),
@@ -202,18 +215,6 @@ pub async fn serve_with(
         &reload_stats,
         &serving.subscribe(),
     );
-    if let Some(source) = options.mcp_imports_source.clone()
-        && !options.tls_reload_interval.is_zero()
-    {
-        super::import_reload::watch(
-            source,
-            options.mcp_imports.clone(),
-            import_states.clone(),
-            options.tls_reload_interval,
-            &reload_stats,
-            &serving.subscribe(),
-        );
-    }
     if !options.tls_reload_interval.is_zero() {
         super::access_reload::watch(
             access.clone(),
@@ -269,16 +270,13 @@ pub async fn serve_with(
                 serving: serving.clone(),
                 rpcs,
                 agents,
-                mcp_imports: import_states.clone(),
+                mcp_imports: imports.clone(),
                 mcp_sessions: mcp_sessions.clone(),
                 mcp_refusals: mcp_refusals.clone(),
                 reloads: Arc::clone(&reload_stats),
             };
             AbortOnDrop(tokio::spawn(crate::metrics::http::serve(listener, sources)))
         });
-    // Ended when this function returns.
-    let _imports =
-        crate::mcp::import::spawn_all(&options.mcp_imports, &registry, &mcp_caller, &import_states);
     // Aborted, with its connections, when this function returns.
     let mcp_counts = mcp_sessions.zip(mcp_refusals);
     let _mcp = side
@@ -430,6 +428,15 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// Stops the MCP imports when dropped.
+struct StopOnDrop(LiveImports);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop_all();
     }
 }
 

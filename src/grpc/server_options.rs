@@ -111,9 +111,9 @@ pub struct ServerOptions {
     /// be put in force without a restart (see [`crate::access::LiveTenantAccess`]); `None`
     /// keeps the rules given (their token files are still read again).
     pub tenant_access_source: Option<TenantAccessSource>,
-    /// Where the `approved_tools` of `mcp_imports` are read again from when they change (the
-    /// configuration file), to be put in force without a restart (see
-    /// [`crate::mcp::import_states::ImportStates::approve`]); `None` keeps those given.
+    /// Where `mcp_imports` are read again from when they change (the configuration file), to
+    /// be put in force without a restart: imports added, removed or changed, and their
+    /// `approved_tools` (see [`crate::mcp::live_imports`]); `None` keeps those given.
     pub mcp_imports_source: Option<McpImportsSource>,
 }
 

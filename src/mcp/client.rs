@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use rmcp::ClientHandler;
@@ -190,13 +191,35 @@ fn opening_failure(
 #[derive(Debug, Clone)]
 pub struct McpCaller {
     sessions: moka::future::Cache<String, Arc<McpSession>>,
-    /// The bearer tokens sent to the servers of some endpoints (imports that have one).
-    tokens: Arc<HashMap<String, Secret>>,
-    /// The commands that start the servers of `mcp+stdio://` endpoints: only those imports
-    /// configure (a registration cannot make toolplane start a program).
-    commands: Arc<HashMap<String, StdioServer>>,
+    /// What the imports running now say of their endpoints (replaced when they change).
+    imports: Arc<ArcSwap<ImportEndpoints>>,
     /// How `mcp+https://` servers are reached: the TLS to providers.
     tls: ProviderTls,
+}
+
+/// What imports say of their servers' endpoints.
+#[derive(Debug, Default)]
+struct ImportEndpoints {
+    /// The bearer tokens sent to the servers of some endpoints (imports that have one).
+    tokens: HashMap<String, Secret>,
+    /// The commands that start the servers of `mcp+stdio://` endpoints: only those imports
+    /// configure (a registration cannot make toolplane start a program).
+    commands: HashMap<String, StdioServer>,
+}
+
+impl ImportEndpoints {
+    fn of(imports: &[McpImport]) -> Self {
+        let mut endpoints = Self::default();
+        for import in imports {
+            if let Some(token) = &import.bearer_token {
+                endpoints.tokens.insert(import.endpoint(), token.clone());
+            }
+            if let McpSource::Stdio(server) = &import.source {
+                endpoints.commands.insert(import.endpoint(), server.clone());
+            }
+        }
+        endpoints
+    }
 }
 
 impl Default for McpCaller {
@@ -205,8 +228,7 @@ impl Default for McpCaller {
     fn default() -> Self {
         Self {
             sessions: moka::future::Cache::builder().max_capacity(10_000).build(),
-            tokens: Arc::default(),
-            commands: Arc::default(),
+            imports: Arc::default(),
             tls: ProviderTls::default(),
         }
     }
@@ -226,22 +248,24 @@ impl McpCaller {
     /// and the commands that start servers over stdio) and `https` servers (`tls`, the TLS to
     /// providers, read again when its files are renewed).
     pub fn for_imports(imports: &[McpImport], tls: ProviderTls) -> Self {
-        let mut tokens = HashMap::new();
-        let mut commands = HashMap::new();
-        for import in imports {
-            if let Some(token) = &import.bearer_token {
-                tokens.insert(import.endpoint(), token.clone());
-            }
-            if let McpSource::Stdio(server) = &import.source {
-                commands.insert(import.endpoint(), server.clone());
-            }
-        }
-        Self {
-            tokens: Arc::new(tokens),
-            commands: Arc::new(commands),
+        let caller = Self {
             tls,
             ..Self::default()
-        }
+        };
+        caller.set_imports(imports);
+        caller
+    }
+
+    /// Puts in force what `imports` (the imports running now) say of their servers: the
+    /// tokens sent and the commands started by the sessions opened from now on.
+    pub fn set_imports(&self, imports: &[McpImport]) {
+        self.imports.store(Arc::new(ImportEndpoints::of(imports)));
+    }
+
+    /// Closes the session with `endpoint`'s server, if there is one (stopping a server
+    /// toolplane started, once the calls on it have ended): the next use opens another.
+    pub async fn close(&self, endpoint: &str) {
+        self.sessions.invalidate(endpoint).await;
     }
 
     /// The session with `endpoint`'s server (`mcp+` and its URL), opened now when there is none
@@ -257,8 +281,10 @@ impl McpCaller {
             .strip_prefix(MCP_ENDPOINT_PREFIX)
             .unwrap_or(endpoint)
             .to_owned();
-        let token = self.tokens.get(endpoint).map(|secret| secret.0.clone());
-        let command = self.commands.get(endpoint).cloned();
+        let imports = self.imports.load();
+        let token = imports.tokens.get(endpoint).map(|secret| secret.0.clone());
+        let command = imports.commands.get(endpoint).cloned();
+        drop(imports);
         let tls = self.tls.clone();
         let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
         self.sessions

@@ -22,8 +22,9 @@ use std::time::Duration;
 
 use rmcp::model::Tool;
 use serde_json::Value;
+use std::sync::Arc;
+
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::approval::{ApprovedTools, HeldLog, HeldTool, Verdict};
@@ -32,7 +33,8 @@ pub use super::import_config::{
     DEFAULT_REFRESH_INTERVAL, INHERITED_ENV, McpImport, McpImportConfig, McpImportsSource,
     McpSource, ReadMcpImports, Secret, StdioServer,
 };
-pub use super::import_states::ImportStates;
+use super::import_states::ImportState;
+pub use super::live_imports::{ImportChanges, LiveImports};
 use crate::registry::model::{Capability, ServiceSpec, ToolSpec};
 use crate::registry::validate::validate_service;
 use crate::registry::{LeaseId, RegistrationLimits, Registry};
@@ -46,22 +48,6 @@ const SESSION_CHECK: Duration = Duration::from_secs(1);
 pub const MIN_LISTING_GAP: Duration = Duration::from_secs(1);
 /// The version an imported service gets when its server names none in semantic versioning.
 const UNVERSIONED: &str = "0.0.0";
-
-/// Runs every import until the returned set is dropped, each using the session `caller` keeps
-/// with its server (the one its tools are called over), and telling `states` how it goes.
-pub fn spawn_all(
-    imports: &[McpImport],
-    registry: &Registry,
-    caller: &McpCaller,
-    states: &ImportStates,
-) -> JoinSet<()> {
-    let mut running = JoinSet::new();
-    for (index, import) in imports.iter().enumerate() {
-        let state = (states.clone(), index);
-        running.spawn(run(import.clone(), registry.clone(), caller.clone(), state));
-    }
-    running
-}
 
 /// Returns when the tools are to be listed again: `refresh` after the listing that began at
 /// `listed_at`, or when `changed` is notified (the server's `list_changed`), but no sooner
@@ -83,11 +69,13 @@ struct Registered {
     tools: Vec<ToolSpec>,
 }
 
-async fn run(
+/// Runs `import` until it is aborted, using the session `caller` keeps with its server (the
+/// one its tools are called over), and telling `state` how it goes.
+pub(super) async fn run(
     import: McpImport,
     registry: Registry,
     caller: McpCaller,
-    (states, index): (ImportStates, usize),
+    state: Arc<ImportState>,
 ) {
     let endpoint = import.endpoint();
     let mut retry = FIRST_RETRY;
@@ -106,7 +94,7 @@ async fn run(
                 match session.list_all_tools().await {
                     Ok(tools) => {
                         retry = FIRST_RETRY;
-                        let approved = states.approved(index);
+                        let approved = state.approved();
                         let listing = Listing {
                             endpoint: &endpoint,
                             version,
@@ -115,14 +103,17 @@ async fn run(
                         };
                         let (spec, held) = service_spec(&import, &registry, listing);
                         held_log.report(&import.service, &held);
-                        states.set_held(index, held.len());
+                        state.set_held(held.len());
                         registered = keep_registered(&import, &registry, spec, registered);
-                        states.set(index, registered.is_some());
+                        state.set_imported(registered.is_some());
+                        if let Some(current) = &registered {
+                            state.set_lease(Some(current.lease));
+                        }
                     }
                     Err(error) => {
                         tracing::warn!(service = %import.service, source = %import.source, %error, "cannot list the MCP server's tools");
                         caller.forget(&endpoint, &session).await;
-                        states.set(index, false);
+                        state.set_imported(false);
                         break;
                     }
                 }
@@ -130,14 +121,14 @@ async fn run(
                 tokio::select! {
                     () = next_listing(import.refresh_interval, listed_at, changed) => {}
                     // The configuration file approves other tools: list again at once.
-                    () = states.approvals_changed(index) => {}
+                    () = state.approvals_changed() => {}
                     // A call found it broken, or a server toolplane started exited: follow the
                     // session opened in its place, and list again on it.
                     () = closed(&session) => break,
                 }
             },
             Err(error) => {
-                states.set(index, false);
+                state.set_imported(false);
                 tracing::warn!(service = %import.service, %error, retry_in = ?retry, "cannot reach the MCP server to import");
             }
         }

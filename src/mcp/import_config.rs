@@ -157,6 +157,16 @@ impl std::fmt::Display for McpSource {
 }
 
 impl McpImport {
+    /// Whether `other` imports from the same server in the same way: everything but the
+    /// `approved_tools` alike.
+    pub fn same_server_as(&self, other: &McpImport) -> bool {
+        let without_approvals = |import: &McpImport| McpImport {
+            approved_tools: None,
+            ..import.clone()
+        };
+        without_approvals(self) == without_approvals(other)
+    }
+
     /// The endpoint its service is registered with: the server's URL after `mcp+`, or
     /// `mcp+stdio://TENANT/SERVICE` for a server toolplane starts.
     pub fn endpoint(&self) -> String {

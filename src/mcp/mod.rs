@@ -10,7 +10,7 @@
 //! - [`client`]: calling the tools of MCP servers (services whose endpoint is an MCP URL).
 //! - [`import`]: the tools of configured MCP servers, registered as services.
 //! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
-//! - [`import_states`]: what running imports share: their state, and approvals in force.
+//! - [`live_imports`]: the imports running, kept as the configuration file says.
 //! - [`list_changed`]: `notifications/tools/list_changed` when the tenant's tools change.
 //! - [`rtfs`]: tools as RTFS capability definitions (`toolplane export-rtfs`).
 
@@ -21,8 +21,9 @@ pub mod handler;
 pub mod http;
 pub mod import;
 pub mod import_config;
-pub mod import_states;
+mod import_states;
 pub mod list_changed;
+pub mod live_imports;
 pub mod rtfs;
 pub mod tools;
 

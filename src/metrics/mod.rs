@@ -29,7 +29,7 @@ use crate::grpc::serving::ServingState;
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::record_stats::DURATION_BUCKETS;
 use crate::invoke::records::{InvocationStatus, RecordLog};
-use crate::mcp::import::ImportStates;
+use crate::mcp::import::LiveImports;
 use crate::mcp::{McpRefusals, McpSessions};
 use crate::registry::store::RegistryStore;
 
@@ -48,8 +48,8 @@ pub struct MetricsSources {
     pub rpcs: Arc<RpcStats>,
     /// The agents and their conversations.
     pub agents: Arc<AgentStore>,
-    /// Whether each MCP import's tools are registered now.
-    pub mcp_imports: ImportStates,
+    /// The MCP imports running, and whether each one's tools are registered now.
+    pub mcp_imports: LiveImports,
     /// The MCP endpoint's sessions, when it is served.
     pub mcp_sessions: Option<McpSessions>,
     /// The MCP requests tenant access refused, when the endpoint is served.
@@ -314,17 +314,32 @@ fn encode_agents(
     )
 }
 
-/// Sources with nothing in them, serving (inside a tokio runtime: the store starts a task).
+/// Sources with nothing in them but two MCP imports of servers that cannot be reached, serving
+/// (inside a tokio runtime: the store and the imports start tasks).
 #[cfg(test)]
 pub(crate) fn test_sources() -> MetricsSources {
+    use crate::mcp::import::{McpImport, McpSource};
+    let store: Arc<dyn crate::registry::store::RegistryStore> =
+        crate::registry::memory::MemoryStore::start(16, 16);
+    let registry = crate::registry::Registry::new(Arc::clone(&store), Default::default(), 16);
+    let unreachable = |service: &str| McpImport {
+        service: crate::registry::ServiceName::parse(service).expect("a service name"),
+        // Nothing listens on the discard port of the loopback address.
+        source: McpSource::Http("http://127.0.0.1:9/mcp".to_owned()),
+        tenant: crate::envelope::TenantId(0),
+        refresh_interval: std::time::Duration::from_secs(60),
+        bearer_token: None,
+        approved_tools: None,
+    };
+    let imports = [unreachable("first"), unreachable("second")];
     MetricsSources {
         records: Arc::new(RecordLog::in_memory(10)),
-        store: crate::registry::memory::MemoryStore::start(16, 16),
+        store,
         health: Arc::new(ProviderHealthBook::default()),
         serving: ServingState::new(),
         rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
         agents: Arc::new(AgentStore::new(10, 0, 0)),
-        mcp_imports: ImportStates::new(2),
+        mcp_imports: LiveImports::start(&imports, &registry, &Default::default()),
         mcp_sessions: Some(McpSessions::default()),
         mcp_refusals: Some(Arc::default()),
         reloads: Arc::default(),

@@ -1,0 +1,219 @@
+//! `[[mcp_imports]]` entries added, changed and removed in the configuration file of a running
+//! `toolplane serve` are put in force without a restart, against real MCP servers built with
+//! the official MCP Python SDK (one at a URL, one started over stdio): an entry added is
+//! imported, an entry moved to another server follows it, an entry removed is deregistered
+//! (watchers see `REMOVED`) and the server toolplane started for it is stopped, and a file that
+//! does not check is refused with the imports running kept.
+
+mod common;
+
+use std::time::Duration;
+
+use common::mcp_server::{PythonMcpServer, output, wait_for_at};
+use common::meta;
+use common::process::{ServerProcess, peer, wait_until};
+use serde_json::json;
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+use toolplane::json::json_to_struct;
+use toolplane::pb;
+use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
+use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
+
+const HEADER: &str = "tls_reload_interval = \"200ms\"\n";
+
+fn http_entry(service: &str, url: &str) -> String {
+    format!("[[mcp_imports]]\nservice = \"{service}\"\nurl = \"{url}\"\n")
+}
+
+fn stdio_entry(service: &str, command: &[String]) -> String {
+    let command: Vec<String> = command.iter().map(|part| format!("{part:?}")).collect();
+    format!(
+        "[[mcp_imports]]\nservice = \"{service}\"\ncommand = [{}]\n",
+        command.join(", ")
+    )
+}
+
+/// The pids of the processes `pid` started that still run.
+fn children_of(pid: u32) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the server's threads");
+    let mut children = Vec::new();
+    for task in tasks.map_while(Result::ok) {
+        let listed = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.extend(listed.split_whitespace().map(str::to_owned));
+    }
+    children
+}
+
+/// `add` of `service` called through toolplane.
+async fn add(
+    invoker: &mut ToolInvokeServiceClient<Channel>,
+    service: &str,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    invoker
+        .invoke_tool(pb::InvokeToolRequest {
+            meta: meta(0),
+            service_name: service.into(),
+            tool_name: "add".into(),
+            input: json_to_struct(&json!({"a": 2, "b": 3})),
+            ..Default::default()
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// The next event of `events`, within 30 s.
+async fn next_event(
+    events: &mut tonic::Streaming<pb::WatchServicesResponse>,
+) -> (pb::ServiceEventType, String) {
+    let answer = tokio::time::timeout(Duration::from_secs(30), events.next())
+        .await
+        .expect("an event within 30 s")
+        .expect("the stream is open")
+        .expect("an event");
+    let event = answer.event.expect("an event");
+    (event.r#type(), event.service_name)
+}
+
+/// Imports added to the file are imported, one moved to another server follows it, one removed
+/// is deregistered and its stdio server stopped; a broken file changes nothing; none of it is
+/// logged as waiting for a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn imports_follow_the_configuration_file_without_a_restart() {
+    let Some(python) = peer("venv/bin/python") else {
+        return;
+    };
+    let Some(first) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let second = PythonMcpServer::start(0).expect("a second server");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_mcp_server.py");
+    let command = [
+        python.display().to_string(),
+        script.display().to_string(),
+        "stdio".into(),
+    ];
+
+    let (server, dir) = ServerProcess::start_with_config(HEADER, &[], &[]);
+    let file = dir.path().join("toolplane.toml");
+    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    let mut invoker = ToolInvokeServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    let mut events = discovery
+        .watch_services(pb::WatchServicesRequest {
+            meta: meta(0),
+            service_name: String::new(),
+        })
+        .await
+        .expect("watching")
+        .into_inner();
+    assert_eq!(
+        next_event(&mut events).await.0,
+        pb::ServiceEventType::Synced
+    );
+
+    // Two imports added while the server runs.
+    let both = format!(
+        "{HEADER}{}{}",
+        http_entry("alpha", &first.url()),
+        stdio_entry("beta", &command)
+    );
+    std::fs::write(&file, both).expect("rewritten");
+    let alpha = wait_for_at(&mut discovery, "alpha", |found| found.is_some()).await;
+    assert_eq!(
+        alpha.expect("imported").endpoint,
+        format!("mcp+{}", first.url())
+    );
+    let beta = wait_for_at(&mut discovery, "beta", |found| found.is_some()).await;
+    assert_eq!(beta.expect("imported").endpoint, "mcp+stdio://0/beta");
+    let mut added = vec![next_event(&mut events).await, next_event(&mut events).await];
+    added.sort_by(|one, other| one.1.cmp(&other.1));
+    assert_eq!(
+        added,
+        [
+            (pb::ServiceEventType::Added, "alpha".to_owned()),
+            (pb::ServiceEventType::Added, "beta".to_owned())
+        ]
+    );
+    add(&mut invoker, "beta").await.expect("called over stdio");
+    let pid = server.child.id();
+    assert_eq!(children_of(pid).len(), 1, "the stdio server runs");
+
+    // beta's environment changed: its server is started again with it.
+    let with_env = format!(
+        "{HEADER}{}{}env = {{ TOOLPLANE_TEST_SET = \"second\" }}\n",
+        http_entry("alpha", &first.url()),
+        stdio_entry("beta", &command)
+    );
+    std::fs::write(&file, with_env).expect("rewritten");
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = invoker
+            .invoke_tool(pb::InvokeToolRequest {
+                meta: meta(0),
+                service_name: "beta".into(),
+                tool_name: "getenv".into(),
+                input: json_to_struct(&json!({"name": "TOOLPLANE_TEST_SET"})),
+                ..Default::default()
+            })
+            .await
+            .map(tonic::Response::into_inner);
+        if answer.is_ok_and(|answer| output(&answer) == json!({"result": "second"})) {
+            break;
+        }
+        assert!(std::time::Instant::now() < give_up, "never restarted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_until("one stdio server runs", || children_of(pid).len() == 1);
+
+    // alpha moved to the second server, beta removed.
+    let moved = format!("{HEADER}{}", http_entry("alpha", &second.url()));
+    std::fs::write(&file, moved).expect("rewritten");
+    wait_for_at(&mut discovery, "beta", |found| found.is_none()).await;
+    let alpha = wait_for_at(&mut discovery, "alpha", |found| {
+        found.is_some_and(|service| service.endpoint == format!("mcp+{}", second.url()))
+    })
+    .await;
+    assert_eq!(alpha.expect("moved").available_tools.len(), 7);
+    wait_until("the stdio server stopped", || children_of(pid).is_empty());
+    let mut changes = Vec::new();
+    while !changes.contains(&(pb::ServiceEventType::Removed, "beta".to_owned())) {
+        changes.push(next_event(&mut events).await);
+    }
+    assert!(
+        !changes
+            .iter()
+            .any(|(kind, _)| *kind == pb::ServiceEventType::Expired),
+        "{changes:?}"
+    );
+    let gone = add(&mut invoker, "beta").await.expect_err("deregistered");
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{gone:?}");
+    // Calls go to the second server: the first is stopped.
+    drop(first);
+    let answer = add(&mut invoker, "alpha").await.expect("called");
+    assert_eq!(output(&answer), json!({"result": 5}));
+
+    // An entry that does not check: refused, and alpha kept as it is.
+    let broken = format!(
+        "{HEADER}{}command = [\"true\"]\n",
+        http_entry("alpha", &second.url())
+    );
+    std::fs::write(&file, broken).expect("rewritten");
+    wait_until("the file refused", || {
+        !server.log_lines_with("cannot be used").is_empty()
+    });
+    add(&mut invoker, "alpha").await.expect("still imported");
+
+    // Every import removed.
+    std::fs::write(&file, HEADER).expect("rewritten");
+    wait_for_at(&mut discovery, "alpha", |found| found.is_none()).await;
+    assert!(
+        server.log_lines_with("next restart").is_empty(),
+        "imports need no restart: {:?}",
+        server.log_lines_with("next restart")
+    );
+}
