@@ -10,7 +10,7 @@ use crate::invoke::health::ProviderHealthBook;
 use crate::json::{json_to_struct, struct_to_json};
 use crate::pb;
 use crate::registry::lease::monotonic_now;
-use crate::registry::model::{HealthState, ServiceEntry};
+use crate::registry::model::{HealthState, ServiceEntry, ToolAnnotations};
 use crate::registry::preflight::{MissingReason, MissingTool, Requirement};
 use crate::registry::store::{ChangeKind, RegistryEvent, ToolChange};
 use crate::registry::validate::MCP_STDIO_ENDPOINT_PREFIX;
@@ -171,6 +171,7 @@ pub fn service_spec(
             timeout_ms: tool.timeout_ms,
             domains: tool.domains,
             categories: tool.categories,
+            annotations: tool.annotations.map(annotations_of).unwrap_or_default(),
         });
     }
     if registration.endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX) {
@@ -197,6 +198,28 @@ pub fn service_spec(
     })
 }
 
+/// A tool's annotations as sent.
+fn annotations_of(annotations: pb::ToolAnnotations) -> ToolAnnotations {
+    ToolAnnotations {
+        title: annotations.title,
+        read_only: annotations.read_only_hint,
+        destructive: annotations.destructive_hint,
+        idempotent: annotations.idempotent_hint,
+        open_world: annotations.open_world_hint,
+    }
+}
+
+/// A tool's annotations on the wire; `None` when they say nothing.
+pub fn annotations_to_pb(annotations: &ToolAnnotations) -> Option<pb::ToolAnnotations> {
+    (!annotations.is_empty()).then(|| pb::ToolAnnotations {
+        title: annotations.title.clone(),
+        read_only_hint: annotations.read_only,
+        destructive_hint: annotations.destructive,
+        idempotent_hint: annotations.idempotent,
+        open_world_hint: annotations.open_world,
+    })
+}
+
 /// The wire form of a registered tool of `service`. Built once per registered tool (a tool
 /// belongs to one registration of one service) and kept *encoded* with the tool: the protobuf
 /// bytes are about the size of the schema text, while a decoded `google.protobuf.Struct` of a
@@ -219,6 +242,7 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
         definition_sha256: tool.definition_sha256.clone(),
         domains: tool.domains.clone(),
         categories: tool.categories.clone(),
+        annotations: annotations_to_pb(&tool.annotations),
     };
     let cached = tool
         .wire

@@ -58,6 +58,7 @@ fn engine(panics: bool) -> Invoker {
                     timeout_ms: None,
                     domains: Vec::new(),
                     categories: Vec::new(),
+                    annotations: Default::default(),
                 }],
                 ttl: None,
                 instance_id: String::new(),

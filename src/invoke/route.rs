@@ -161,6 +161,7 @@ mod tests {
                 timeout_ms: None,
                 domains: Vec::new(),
                 categories: Vec::new(),
+                annotations: Default::default(),
             }],
             ttl: None,
             instance_id: String::new(),

@@ -35,7 +35,7 @@ pub use super::import_config::{
 };
 use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};
-use crate::registry::model::{Capability, ServiceSpec, ToolSpec};
+use crate::registry::model::{Capability, ServiceSpec, ToolAnnotations, ToolSpec};
 use crate::registry::validate::validate_service;
 use crate::registry::{LeaseId, RegistrationLimits, Registry};
 
@@ -257,6 +257,20 @@ fn tool_spec(tool: &Tool) -> ToolSpec {
         // Inferred from the names at registration, as for any provider that declares none.
         domains: Vec::new(),
         categories: Vec::new(),
+        annotations: annotations_of(tool),
+    }
+}
+
+/// The hints `tool` gives (its annotations, and its title: the tool's own, else its
+/// annotations').
+fn annotations_of(tool: &Tool) -> ToolAnnotations {
+    let given = tool.annotations.clone().unwrap_or_default();
+    ToolAnnotations {
+        title: tool.title.clone().or(given.title).unwrap_or_default(),
+        read_only: given.read_only_hint,
+        destructive: given.destructive_hint,
+        idempotent: given.idempotent_hint,
+        open_world: given.open_world_hint,
     }
 }
 

@@ -13,7 +13,7 @@ use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
 use crate::envelope::TenantId;
-use crate::registry::model::Capability;
+use crate::registry::model::{Capability, RegisteredTool};
 use crate::registry::{Registry, ServiceName, ToolName, ToolRef};
 
 /// The `_meta` keys toolplane adds to what it lists and answers (a `toolplane/` prefix, as MCP
@@ -116,13 +116,42 @@ pub fn listed_tool(found: &ToolRef, name: String) -> Tool {
     if let Some(schema) = output_schema {
         listed = listed.with_raw_output_schema(Arc::new(schema));
     }
-    // A tool safe to retry after a transient failure is one calling twice does no more than
-    // calling once: MCP's idempotentHint.
-    if tool.capabilities.contains(&Capability::Retry) {
-        listed = listed.with_annotations(ToolAnnotations::new().idempotent(true));
+    if let Some(annotations) = annotations_of(tool) {
+        if let Some(title) = &annotations.title {
+            listed = listed.with_title(title.clone());
+        }
+        listed = listed.with_annotations(annotations);
     }
     listed.meta = Some(MetaObject(meta));
     listed
+}
+
+/// The annotations a tool is listed with: those it was registered with, and, when it says
+/// nothing of it, `idempotentHint` for a tool safe to retry after a transient failure (one
+/// calling twice does no more than calling once); `None` when there is nothing to say.
+fn annotations_of(tool: &RegisteredTool) -> Option<ToolAnnotations> {
+    let hints = &tool.annotations;
+    let idempotent = hints.idempotent.or(tool
+        .capabilities
+        .contains(&Capability::Retry)
+        .then_some(true));
+    let title = Some(hints.title.clone()).filter(|title| !title.is_empty());
+    let said = [
+        hints.read_only,
+        hints.destructive,
+        idempotent,
+        hints.open_world,
+    ];
+    if title.is_none() && said.iter().all(Option::is_none) {
+        return None;
+    }
+    Some(ToolAnnotations::from_raw(
+        title,
+        hints.read_only,
+        hints.destructive,
+        idempotent,
+        hints.open_world,
+    ))
 }
 
 /// The tool a `tools/call` name stands for, and its service when the name is `SERVICE.TOOL`.
@@ -178,6 +207,7 @@ mod tests {
                     timeout_ms: None,
                     domains: Vec::new(),
                     categories: Vec::new(),
+                    annotations: Default::default(),
                 })
                 .collect(),
             ttl: None,

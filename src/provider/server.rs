@@ -210,6 +210,9 @@ impl ProviderServer {
                     timeout_ms: tool.descriptor.timeout_ms,
                     domains: tool.descriptor.domains.clone(),
                     categories: tool.descriptor.categories.clone(),
+                    annotations: crate::grpc::convert::annotations_to_pb(
+                        &tool.descriptor.annotations,
+                    ),
                     ..Default::default()
                 })
                 .collect(),

@@ -22,6 +22,7 @@ use super::tools::{
 };
 use crate::json::sha256_hex;
 use crate::registry::Capability;
+use crate::registry::model::ToolAnnotations;
 use crate::registry::validate::{RegistrationLimits, compile_schema, violation_message};
 
 /// Entity type codes and names (seed 004, `ai/schemas/formats.json`).
@@ -65,6 +66,17 @@ fn number(value: f64) -> Value {
     }
 }
 
+/// The hints of a tool that only calculates: a title, read-only, and reaching nothing beyond
+/// its input.
+fn calculation(title: &str) -> ToolAnnotations {
+    ToolAnnotations {
+        title: title.to_owned(),
+        read_only: Some(true),
+        open_world: Some(false),
+        ..ToolAnnotations::default()
+    }
+}
+
 /// Every tool of the example provider, ready to serve.
 pub fn structs_tools() -> Result<RegisteredTools, RegistrationError> {
     let cacheable = [Capability::Caching, Capability::Retry];
@@ -75,7 +87,8 @@ pub fn structs_tools() -> Result<RegisteredTools, RegistrationError> {
                 "properties": {"id": {"type": "string", "maxLength": 64},
                                "expected_type": {"type": ["string", "integer"]}}}))
             .returns(json!({"type": "object", "required": ["valid", "format"]}))
-            .timeout_ms(1000).capabilities(&cacheable),
+            .timeout_ms(1000).capabilities(&cacheable)
+            .annotations(calculation("Validate an entity id")),
             handler(|call: ToolInvocation| async move { validate_entity_id(&call.input) }),
         )?
         .register(
@@ -83,7 +96,8 @@ pub fn structs_tools() -> Result<RegisteredTools, RegistrationError> {
                 "type": "object", "required": ["data", "schema"], "additionalProperties": false,
                 "properties": {"data": {}, "schema": {"type": "object"}}}))
             .returns(json!({"type": "object", "required": ["valid", "errors"], "properties": {"valid": {"type": "boolean"}, "errors": {"type": "array"}}}))
-            .timeout_ms(2000).capabilities(&cacheable),
+            .timeout_ms(2000).capabilities(&cacheable)
+            .annotations(calculation("Validate data against a schema")),
             handler(|call: ToolInvocation| async move { validate_schema(&call.input) }),
         )?
         .register(
@@ -92,7 +106,8 @@ pub fn structs_tools() -> Result<RegisteredTools, RegistrationError> {
                 "properties": {"alpha_matter": {"type": "number", "minimum": 0},
                                "generator_type": {"enum": GENERATOR_RATES.iter().map(|(name, _)| *name).collect::<Vec<_>>()}}}))
             .returns(json!({"type": "object", "required": ["power_generated", "formula", "conversion_rate"]}))
-            .timeout_ms(1000).capabilities(&cacheable),
+            .timeout_ms(1000).capabilities(&cacheable)
+            .annotations(calculation("Calculate generator power")),
             handler(|call: ToolInvocation| async move { calculate_power(&call.input) }),
         )?
         .register(
@@ -108,7 +123,8 @@ pub fn structs_tools() -> Result<RegisteredTools, RegistrationError> {
                         "armor": {"type": "number", "minimum": 0},
                         "defense": {"type": "number", "minimum": 0}}}}}))
             .returns(json!({"type": "object", "required": ["damage", "formula", "breakdown"]}))
-            .timeout_ms(1000).capabilities(&cacheable),
+            .timeout_ms(1000).capabilities(&cacheable)
+            .annotations(calculation("Calculate combat damage")),
             handler(|call: ToolInvocation| async move { calculate_damage(&call.input) }),
         )?
         .register(
@@ -121,7 +137,8 @@ pub fn structs_tools() -> Result<RegisteredTools, RegistrationError> {
                     "difficulty": {"type": "integer", "minimum": 1},
                     "max_iterations": {"type": "integer", "minimum": 1}}}))
             .returns(json!({"type": "object", "required": ["hash", "nonce", "iterations", "valid", "difficulty_met", "computation_time_ms"]}))
-            .timeout_ms(30_000).capabilities(&[Capability::Retry]),
+            .timeout_ms(30_000).capabilities(&[Capability::Retry])
+            .annotations(calculation("Find a proof-of-work nonce")),
             handler(|call: ToolInvocation| async move {
                 let cancel = call.context.cancellation();
                 let input = call.input;

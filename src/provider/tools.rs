@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::envelope::TenantId;
+use crate::registry::model::ToolAnnotations;
 use crate::registry::validate::{RegistrationLimits, compile_schema};
 use crate::registry::{Capability, ToolName};
 
@@ -36,6 +37,9 @@ pub struct ToolDescriptor {
     pub domains: Vec<String>,
     /// The categories the tool declares; empty to have them inferred from its name's verb.
     pub categories: Vec<String>,
+    /// Hints about the tool's behaviour (MCP's tool annotations: a title, read-only,
+    /// destructive, idempotent, open world); empty says none.
+    pub annotations: ToolAnnotations,
 }
 
 impl ToolDescriptor {
@@ -50,6 +54,7 @@ impl ToolDescriptor {
             capabilities: Vec::new(),
             domains: Vec::new(),
             categories: Vec::new(),
+            annotations: ToolAnnotations::default(),
         }
     }
 
@@ -80,6 +85,12 @@ impl ToolDescriptor {
     /// Declares categories (`["crud.read"]`) instead of having them inferred.
     pub fn categories(mut self, categories: &[&str]) -> Self {
         self.categories = categories.iter().map(|c| (*c).to_owned()).collect();
+        self
+    }
+
+    /// Declares hints about the tool's behaviour, which MCP clients see as its annotations.
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = annotations;
         self
     }
 }

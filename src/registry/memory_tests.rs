@@ -141,6 +141,7 @@ fn service_with_tools(name: &str, tools: &[&str]) -> ValidatedService {
                 timeout_ms: None,
                 domains: Vec::new(),
                 categories: Vec::new(),
+                annotations: Default::default(),
             })
             .collect(),
         ttl: Some(Duration::from_secs(60)),

@@ -4,6 +4,7 @@
 //! [`Registry`] validates requests and pages results; it stores through the narrow
 //! [`store::RegistryStore`] trait, whose embedded implementation is [`memory::MemoryStore`].
 
+pub mod annotations;
 pub mod error;
 mod expiry;
 pub mod gone;

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+pub use super::annotations::ToolAnnotations;
 use super::instance::{Contract, Instance, InstanceId};
 use super::lease::{LeaseId, monotonic_now, wall_time_of};
 use super::quota::Usage;
@@ -152,6 +153,8 @@ pub struct ToolSpec {
     pub domains: Vec<String>,
     /// The categories the provider declares; empty to have them inferred.
     pub categories: Vec<String>,
+    /// Hints about the tool's behaviour (MCP's tool annotations); empty when none.
+    pub annotations: ToolAnnotations,
 }
 
 /// A service registration as a provider sends it, before validation.
@@ -199,7 +202,8 @@ pub struct RegisteredTool {
     pub capabilities: Vec<Capability>,
     /// The per-call time limit in milliseconds, when declared.
     pub timeout_ms: Option<u32>,
-    /// sha256 over the canonical JSON of name, description and both schemas.
+    /// sha256 over the canonical JSON of name, description and both schemas (and the
+    /// annotations, when there are any).
     pub definition_sha256: String,
     /// The areas the tool works in, most general first: declared, or inferred from the
     /// service's and the tool's names ([`super::taxonomy`]).
@@ -207,6 +211,8 @@ pub struct RegisteredTool {
     /// The kinds of operation it is (`crud.read`, `search` ...): declared, or inferred from
     /// its name's verb; may be empty.
     pub categories: Vec<String>,
+    /// Hints about its behaviour, as declared (MCP's tool annotations); empty when none.
+    pub annotations: ToolAnnotations,
     /// The transport layer's encoded form, built on first read.
     pub wire: WireSlot,
 }
@@ -218,10 +224,11 @@ impl RegisteredTool {
     }
 
     /// The bytes of the definition counted against the tenant's `max_tool_bytes_per_tenant`:
-    /// name, description and the schemas' compact JSON text.
+    /// name, description, title and the schemas' compact JSON text.
     pub fn definition_bytes(&self) -> u64 {
         let bytes = self.name.as_str().len()
             + self.description.len()
+            + self.annotations.title.len()
             + self.input_schema.len()
             + self.output_schema.as_deref().map_or(0, str::len);
         bytes as u64

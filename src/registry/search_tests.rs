@@ -19,6 +19,7 @@ fn tool(name: &str, description: &str, schema: serde_json::Value) -> ToolSpec {
         timeout_ms: None,
         domains: Vec::new(),
         categories: Vec::new(),
+        annotations: Default::default(),
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::error::{FieldViolation, RegistryError, ViolationKind};
 use super::instance::InstanceId;
 use super::model::{
-    RegisteredTool, ServiceName, ServiceSpec, ToolName, ToolSpec, ValidatedService,
+    RegisteredTool, ServiceName, ServiceSpec, ToolAnnotations, ToolName, ToolSpec, ValidatedService,
 };
 use super::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT, TenantQuota};
 use super::taxonomy;
@@ -275,6 +275,13 @@ fn validate_tool(
             ),
         ));
     }
+    if let Err(problem) = super::annotations::check_title(&tool.annotations.title) {
+        violations.push(FieldViolation::new(
+            field("annotations.title"),
+            ViolationKind::Field,
+            format!("{label}: {problem}"),
+        ));
+    }
     let mut labels = |declared: &[String], name: &str, infer: fn(&str, &str) -> Vec<String>| {
         if declared.is_empty() {
             return infer(service, &tool.name);
@@ -337,6 +344,7 @@ fn validate_tool(
             &tool.description,
             &input_schema,
             tool.output_schema.as_ref(),
+            &tool.annotations,
         ),
         name,
         description: tool.description.clone(),
@@ -349,23 +357,37 @@ fn validate_tool(
         timeout_ms: tool.timeout_ms,
         domains,
         categories,
+        annotations: tool.annotations.clone(),
         wire: Default::default(),
     })
 }
 
-/// sha256 over the canonical JSON of a tool's name, description, input and output schema.
+/// sha256 over the canonical JSON of a tool's name, description, input and output schema,
+/// and of its annotations (as MCP names them) when it has any: a tool without annotations
+/// hashes as it did before they were kept, and one whose hints change (a destructive tool
+/// saying it is read-only) hashes differently, so an approval of it no longer holds.
 pub fn definition_sha256(
     name: &ToolName,
     description: &str,
     input: &Value,
     output: Option<&Value>,
+    annotations: &ToolAnnotations,
 ) -> String {
-    canonical_sha256(&json!({
+    let mut definition = json!({
         "name": name.as_str(),
         "description": description,
         "tool_schema": input,
         "output_schema": output,
-    }))
+    });
+    if !annotations.is_empty()
+        && let Value::Object(fields) = &mut definition
+    {
+        fields.insert(
+            "annotations".into(),
+            Value::Object(annotations.to_mcp_json()),
+        );
+    }
+    canonical_sha256(&definition)
 }
 
 /// Compiles a JSON Schema: Draft 7 unless it names another draft in `$schema`, no external

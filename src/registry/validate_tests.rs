@@ -1,6 +1,7 @@
 //! Unit tests of registration validation.
 
 use super::*;
+use crate::registry::model::ToolAnnotations;
 
 fn limits() -> RegistrationLimits {
     RegistrationLimits::default()
@@ -79,12 +80,24 @@ fn endpoints_are_grpc_urls_or_mcp_urls_after_mcp_plus() {
 #[test]
 fn hash_ignores_key_order_and_changes_with_content() {
     let name = ToolName::parse("t").expect("valid");
-    let a = definition_sha256(&name, "d", &json!({"a": 1, "b": 2}), None);
-    let b = definition_sha256(&name, "d", &json!({"b": 2, "a": 1}), None);
-    let c = definition_sha256(&name, "changed", &json!({"a": 1, "b": 2}), None);
+    let none = ToolAnnotations::default();
+    let a = definition_sha256(&name, "d", &json!({"a": 1, "b": 2}), None, &none);
+    let b = definition_sha256(&name, "d", &json!({"b": 2, "a": 1}), None, &none);
+    let c = definition_sha256(&name, "changed", &json!({"a": 1, "b": 2}), None, &none);
     assert_eq!(a, b);
     assert_ne!(a, c);
     assert_eq!(a.len(), 64);
+    // Without annotations, the hash of the four fields alone (as before annotations were kept).
+    let four = json!({"name": "t", "description": "d", "tool_schema": {"a": 1, "b": 2},
+                      "output_schema": null});
+    assert_eq!(a, crate::json::canonical_sha256(&four));
+    // A hint said changes it.
+    let read_only = ToolAnnotations {
+        read_only: Some(true),
+        ..ToolAnnotations::default()
+    };
+    let d = definition_sha256(&name, "d", &json!({"a": 1, "b": 2}), None, &read_only);
+    assert_ne!(a, d);
 }
 
 /// A pattern that backtracks exponentially is stopped at the limit and named as such;

@@ -114,6 +114,7 @@ mod tests {
                     timeout_ms: None,
                     domains: Vec::new(),
                     categories: Vec::new(),
+                    annotations: Default::default(),
                 })
                 .collect(),
             ttl: None,

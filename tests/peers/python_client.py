@@ -182,12 +182,15 @@ def search(tp):
     expect(violations and violations[0][0] == "query", f"violations {violations}")
 
 
-@check("Domains and categories: declared or inferred, read back, filtering ListTools and SearchTools")
+@check("Domains, categories and annotations: declared or inferred, read back, filtering ListTools and SearchTools")
 def labels(tp):
     declared = tp.tool("py_ledger", {"type": "object"})
     declared.domains.extend(["finance", "finance.ledgers"])
     declared.categories.append("crud.read")
-    tp.register("python-labels", [declared, tp.tool("py_delete_invoice", {"type": "object"})])
+    deleting = tp.tool("py_delete_invoice", {"type": "object"})
+    deleting.annotations.title = "Delete an invoice"
+    deleting.annotations.destructive_hint = True
+    tp.register("python-labels", [declared, deleting])
     page = tp.discovery.ListTools(tp.discovery_pb2.ListToolsRequest(
         meta=tp.meta(), domain="finance"), timeout=10)
     expect([tool.tool_name for tool in page.tools] == ["py_ledger"], f"{page}")
@@ -198,6 +201,11 @@ def labels(tp):
     inferred = page.tools[0]
     expect(list(inferred.domains) == ["python-labels", "python-labels.invoices"], f"{inferred}")
     expect(list(inferred.categories) == ["crud.delete"], f"{inferred}")
+    # Annotations come back as declared: a hint never set stays unset (proto3 optional).
+    hints = inferred.annotations
+    expect(hints.title == "Delete an invoice" and hints.destructive_hint, f"{hints}")
+    expect(not hints.HasField("read_only_hint"), f"a hint never set: {hints}")
+    expect(not page.tools[1].HasField("annotations"), f"{page.tools[1]}")
     found = tp.discovery.SearchTools(tp.discovery_pb2.SearchToolsRequest(
         meta=tp.meta(), query="calculate power", domain="structs.powers"), timeout=10)
     expect([match.tool.tool_name for match in found.matches] == ["structs_calculate_power"],

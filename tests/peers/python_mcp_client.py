@@ -113,6 +113,13 @@ async def listing(tp):
     expect(power.meta["toolplane/categories"] == [], f"meta: {power.meta}")
     expect(power.annotations is not None and power.annotations.idempotent_hint is True,
            f"a tool safe to retry is not annotated idempotent: {power.annotations}")
+    # The provider's own hints, and its title at both places MCP has one.
+    expect(power.annotations.read_only_hint is True and power.annotations.open_world_hint is False,
+           f"the provider's hints: {power.annotations}")
+    expect(power.annotations.destructive_hint is None, f"a hint never said: {power.annotations}")
+    expect(power.title == "Calculate generator power"
+           and power.annotations.title == "Calculate generator power",
+           f"title: {power.title!r}, {power.annotations}")
     bulk = next(tool for tool in tools if tool.name == "a_0000")
     expect(bulk.annotations is None, f"annotations of a tool without retry: {bulk.annotations}")
 
