@@ -159,11 +159,14 @@ async fn review_imports_prints_the_hashes_that_serve_takes() {
         .expect("a hash")
         .to_owned();
     assert_eq!(add["tool_schema"]["required"], json!(["a", "b"]), "{add}");
+    assert_eq!(add["annotations"], json!({"readOnlyHint": true}), "{add}");
 
     let (code, table, stderr) = toolplane_cli(&["config", "review-imports", "--config", file]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        table.contains(&format!("add = \"{add_sha}\"")) && table.contains("approved_tools = {"),
+        table.contains(&format!("add = \"{add_sha}\""))
+            && table.contains("approved_tools = {")
+            && table.contains("not read-only, idempotent"),
         "{table}"
     );
 

@@ -16,6 +16,7 @@ use crate::config::ServerConfig;
 use crate::grpc::provider_tls::ProviderTls;
 use crate::mcp::client::McpCaller;
 use crate::mcp::import::{ListedTool, McpImport, read_listing};
+use crate::registry::model::ToolAnnotations;
 
 /// How long one server may take to open a session and list its tools.
 const LISTING_TIMEOUT: Duration = Duration::from_secs(30);
@@ -111,6 +112,7 @@ fn tools_json((import, listed): &(&McpImport, Vec<ListedTool>)) -> Vec<Value> {
                 "approval": approval(tool),
                 "definition_sha256": tool.sha256,
                 "description": tool.spec.description,
+                "annotations": tool.spec.annotations.to_mcp_json(),
                 "tool_schema": tool.spec.input_schema,
                 "output_schema": tool.spec.output_schema,
             })
@@ -125,6 +127,7 @@ fn table(reviewed: &[(&McpImport, Vec<ListedTool>)]) -> String {
         "TOOL",
         "APPROVAL",
         "DEFINITION_SHA256",
+        "HINTS",
         "DESCRIPTION",
     ]);
     let mut lines = Vec::new();
@@ -135,6 +138,7 @@ fn table(reviewed: &[(&McpImport, Vec<ListedTool>)]) -> String {
                 tool.spec.name.clone(),
                 approval(tool).to_owned(),
                 tool.sha256.clone(),
+                hints(&tool.spec.annotations),
                 tool.spec.description.clone(),
             ]);
         }
@@ -143,12 +147,30 @@ fn table(reviewed: &[(&McpImport, Vec<ListedTool>)]) -> String {
             .collect();
         lines.push(format!(
             "# service {}: approves its tools as listed now (review them first; --json shows \
-             their schemas)\napproved_tools = {{ {} }}",
+             their schemas and titles)\napproved_tools = {{ {} }}",
             import.service,
             pins.join(", ")
         ));
     }
     format!("{table}\n\n{}", lines.join("\n"))
+}
+
+/// The hints the server gives a tool, in words (`read-only, closed world`); those it does
+/// not give are left out (MCP's defaults then apply).
+fn hints(annotations: &ToolAnnotations) -> String {
+    let said = |hint: Option<bool>, yes: &'static str, no: &'static str| {
+        hint.map(|hint| if hint { yes } else { no })
+    };
+    [
+        said(annotations.read_only, "read-only", "not read-only"),
+        said(annotations.destructive, "destructive", "not destructive"),
+        said(annotations.idempotent, "idempotent", "not idempotent"),
+        said(annotations.open_world, "open world", "closed world"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ")
 }
 
 /// A tool name as a TOML key: bare when TOML allows it (`[A-Za-z0-9_-]`), else quoted (a
