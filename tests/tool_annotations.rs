@@ -80,15 +80,15 @@ fn named<'a>(tools: &'a [Value], name: &str) -> &'a Value {
 }
 
 /// Annotations come back as declared, unset hints unset; saying a hint changes the hash and
-/// saying none leaves it as the four fields give it; MCP clients see them as annotations and
-/// a title.
+/// saying none leaves it as the four fields give it; searches find the title's words; MCP
+/// clients see them as annotations and a title.
 #[tokio::test(flavor = "multi_thread")]
 async fn annotations_are_kept_hashed_and_served_to_mcp_clients() {
     let (server, mcp) = TestServer::start_with_mcp(ServerOptions::default()).await;
     let mut discovery = server.discovery().await;
-    register_ok(&mut discovery, 0, files(destructive("Delete a file"))).await;
+    register_ok(&mut discovery, 0, files(destructive("Shred a file"))).await;
     let delete = get_tool(&server, "delete_file").await;
-    assert_eq!(delete.annotations, Some(destructive("Delete a file")));
+    assert_eq!(delete.annotations, Some(destructive("Shred a file")));
     let list = get_tool(&server, "list_files").await;
     assert_eq!(list.annotations, None);
     let four_fields = json!({"name": "list_files", "description": "list_files does things",
@@ -99,19 +99,34 @@ async fn annotations_are_kept_hashed_and_served_to_mcp_clients() {
         "a tool without annotations hashes as before they were kept"
     );
 
+    // Searches read the title too.
+    let found = discovery
+        .search_tools(pb::SearchToolsRequest {
+            meta: meta(0),
+            query: "shredding".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("searched")
+        .into_inner();
+    let names: Vec<_> = (found.matches.iter())
+        .filter_map(|found| found.tool.as_ref().map(|tool| tool.tool_name.as_str()))
+        .collect();
+    assert_eq!(names, ["delete_file"]);
+
     let listed = mcp_tools(mcp).await;
     let served = named(&listed, "delete_file");
-    assert_eq!(served["title"], "Delete a file");
+    assert_eq!(served["title"], "Shred a file");
     assert_eq!(
         served["annotations"],
-        json!({"title": "Delete a file", "readOnlyHint": false, "destructiveHint": true})
+        json!({"title": "Shred a file", "readOnlyHint": false, "destructiveHint": true})
     );
     assert!(named(&listed, "list_files").get("annotations").is_none());
 
     // The same tool saying it is not destructive is another definition.
     let softer = pb::ToolAnnotations {
         destructive_hint: Some(false),
-        ..destructive("Delete a file")
+        ..destructive("Shred a file")
     };
     register_ok(&mut discovery, 0, files(softer.clone())).await;
     let changed = get_tool(&server, "delete_file").await;
@@ -126,7 +141,7 @@ async fn annotations_are_kept_hashed_and_served_to_mcp_clients() {
 async fn a_bad_title_is_refused_and_nothing_changes() {
     let server = TestServer::start().await;
     let mut discovery = server.discovery().await;
-    register_ok(&mut discovery, 0, files(destructive("Delete a file"))).await;
+    register_ok(&mut discovery, 0, files(destructive("Shred a file"))).await;
     for title in ["Delete\na file".to_owned(), "x".repeat(257)] {
         let refused = register(&mut discovery, 0, files(destructive(&title)))
             .await
@@ -139,7 +154,7 @@ async fn a_bad_title_is_refused_and_nothing_changes() {
         assert_eq!(fields, ["registration.tools[0].annotations.title"]);
     }
     let kept = get_tool(&server, "delete_file").await;
-    assert_eq!(kept.annotations, Some(destructive("Delete a file")));
+    assert_eq!(kept.annotations, Some(destructive("Shred a file")));
     server.stop().await;
 }
 

@@ -38,6 +38,7 @@ impl ServiceSearchIndex {
             let terms = tool_terms(
                 service,
                 tool.name.as_str(),
+                &tool.annotations.title,
                 &tool.description,
                 &tool.input_schema,
             );

@@ -87,11 +87,12 @@ fn case_parts(run: &str) -> Vec<&str> {
 }
 
 /// How often each term occurs in a tool's document: its name (counted [`NAME_WEIGHT`]
-/// times), its service's name, its description, and the names, titles and descriptions of its
-/// input schema's parameters.
+/// times), its service's name, its title (its annotations'; may be empty), its description,
+/// and the names, titles and descriptions of its input schema's parameters.
 pub fn tool_terms(
     service: &str,
     name: &str,
+    title: &str,
     description: &str,
     input_schema: &str,
 ) -> HashMap<String, u16> {
@@ -102,6 +103,7 @@ pub fn tool_terms(
     for (text, weight) in [
         (name, NAME_WEIGHT),
         (service, 1),
+        (title, 1),
         (description, 1),
         (schema_words.as_str(), 1),
     ] {
@@ -193,10 +195,16 @@ mod tests {
         let schema = r#"{"type":"object","properties":{"owner":{"type":"string",
             "description":"Account owning the repository"},"state":{"enum":["closed"]}},
             "$defs":{"Label":{"properties":{"colour":{"title":"Label colour"}}}}}"#;
-        let terms = tool_terms("github", "list_issues", "Lists issues.", schema);
+        let terms = tool_terms(
+            "github",
+            "list_issues",
+            "Issue list",
+            "Lists issues.",
+            schema,
+        );
         let count = |term: &str| terms.get(term).copied().unwrap_or(0);
-        assert_eq!(count("issu"), NAME_WEIGHT + 1);
-        assert_eq!(count("list"), NAME_WEIGHT + 1);
+        assert_eq!(count("issu"), NAME_WEIGHT + 2);
+        assert_eq!(count("list"), NAME_WEIGHT + 2);
         assert_eq!(count("github"), 1);
         assert_eq!(count("owner"), 1);
         assert_eq!(count("account"), 1);
