@@ -167,9 +167,9 @@ const checks = [
     assert.equal(info.reason, 'VALIDATION_FIELD');
     assert.deepEqual(violations, ['max_results']);
   }],
-  ['Domains and categories: inferred and declared, filtering ListTools', async () => {
+  ['Domains, categories and annotations: inferred and declared, filtering ListTools', async () => {
     const declared = {...tool('node_ledger', {type: 'object'}), categories: ['crud.read'],
-      domains: ['finance']};
+      domains: ['finance'], annotations: {title: 'Ledger', read_only_hint: true}};
     await register('node-labels', [declared, tool('node_list_invoices', {type: 'object'})]);
     const page = await call(discovery, 'ListTools',
       {meta: meta(), service_name: 'node-labels', category: 'crud.read'});
@@ -177,6 +177,17 @@ const checks = [
       ['node_ledger', ['finance'], ['crud.read']],
       ['node_list_invoices', ['node-labels', 'node-labels.invoices'], ['crud.read']],
     ]);
+    // proto3 optional hints: the one set comes back, the others stay unset.
+    const hints = page.tools[0].annotations;
+    assert.equal(hints.title, 'Ledger');
+    assert.equal(hints.read_only_hint, true);
+    assert.equal(hints.destructive_hint, undefined);
+    assert.equal(page.tools[1].annotations, null);
+    const badTitle = await failedCall(discovery, 'RegisterService', {meta: meta(), registration: {
+      service_name: 'node-labels', service_version: '1.0.0', endpoint: 'http://127.0.0.1:7001',
+      tools: [{...declared, annotations: {title: 'two\nlines'}}]}});
+    assert.equal(badTitle.code, grpc.status.INVALID_ARGUMENT);
+    assert.deepEqual(richError(badTitle).violations, ['registration.tools[0].annotations.title']);
     const error = await failedCall(discovery, 'RegisterService', {meta: meta(), registration: {
       service_name: 'node-labels', service_version: '1.0.0', endpoint: 'http://127.0.0.1:7001',
       tools: [{...declared, domains: ['Finance']}]}});
