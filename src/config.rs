@@ -193,7 +193,9 @@ pub struct ServerConfig {
     /// The size in bytes at which the record log file is moved to `PATH.<first sequence>` and
     /// the chain goes on in a new file; 0 never rotates it.
     pub records_rotate_bytes: u64,
-    /// Invocations per second allowed per (tenant, service); 0 turns the limit off.
+    /// Invocations per second allowed per (tenant, service); 0 turns the limit off. This and
+    /// the other call limits below are read again from the file when it changes (every
+    /// `tls_reload_interval`).
     pub rate_limit_per_second: u32,
     /// Invocations per (tenant, service) allowed at once.
     pub rate_limit_burst: u32,
@@ -428,6 +430,8 @@ mod endpoints;
 mod options;
 #[path = "config_reload.rs"]
 mod reload;
+
+pub use reload::{ConfigSource, ReadConfigPart};
 
 #[cfg(test)]
 #[path = "config_tests.rs"]

@@ -12,6 +12,22 @@ use crate::otlp::OtlpExport;
 use crate::registry::validate::RegistrationLimits;
 
 impl ServerConfig {
+    /// The call limits these settings give.
+    pub fn rate_limit_config(&self) -> RateLimitConfig {
+        RateLimitConfig {
+            per_service: Some(Bucket {
+                per_second: self.rate_limit_per_second,
+                burst: self.rate_limit_burst,
+            }),
+            per_tool: self
+                .tool_rate_limits
+                .iter()
+                .map(|(key, bucket)| (key.clone(), *bucket))
+                .collect(),
+            max_in_flight_per_service: self.max_in_flight_per_service,
+        }
+    }
+
     /// The TLS served on the gRPC port, by this configuration; `None` for plain text.
     pub fn served_tls(&self) -> Option<ServerTlsFiles> {
         (!self.tls_cert_file.is_empty()).then(|| ServerTlsFiles {
@@ -50,6 +66,7 @@ impl ServerConfig {
             tenant_access: self.checked_tenant_access.clone(),
             tenant_access_source: self.tenant_access_source(),
             mcp_imports_source: self.mcp_imports_source(),
+            rate_limits_source: self.rate_limits_source(),
             tls_reload_interval: self.tls_reload_interval,
             response_compression: self.response_compression,
             limits: RegistrationLimits {
@@ -73,18 +90,7 @@ impl ServerConfig {
                 .filter(|path| !path.as_os_str().is_empty()),
             records_in_memory: self.records_in_memory,
             records_rotate_bytes: self.records_rotate_bytes,
-            rate_limits: RateLimitConfig {
-                per_service: Some(Bucket {
-                    per_second: self.rate_limit_per_second,
-                    burst: self.rate_limit_burst,
-                }),
-                per_tool: self
-                    .tool_rate_limits
-                    .iter()
-                    .map(|(key, bucket)| (key.clone(), *bucket))
-                    .collect(),
-                max_in_flight_per_service: self.max_in_flight_per_service,
-            },
+            rate_limits: self.rate_limit_config(),
             max_invoke_timeout: self.max_invoke_timeout,
             provider_health_interval: self.provider_health_interval,
             keepalive_interval: self.keepalive_interval,

@@ -1,59 +1,99 @@
 //! What of the configuration file is read again while the server runs: `[[tenant_access]]`,
 //! `forwarded_client_cert_proxies` and `forwarded_client_cert_header` (see
-//! [`crate::access::LiveTenantAccess`]), and `[[mcp_imports]]` (see
-//! [`crate::mcp::live_imports`]). Every other setting is read at the start only; one changed in
-//! the file is named in a WARN log line, as it takes effect at the next restart.
+//! [`crate::access::LiveTenantAccess`]), `[[mcp_imports]]` (see [`crate::mcp::live_imports`]),
+//! and the call limits: `rate_limit_per_second`, `rate_limit_burst`, `[tool_rate_limits]` and
+//! `max_in_flight_per_service` (see [`crate::invoke::limits::RateLimits::reconfigure`]). Every
+//! other setting is read at the start only; one changed in the file is named in a WARN log
+//! line, as it takes effect at the next restart.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::ServerConfig;
-use crate::access::{TenantAccess, TenantAccessSource};
-use crate::mcp::import::{McpImport, McpImportsSource};
+use crate::access::TenantAccessSource;
+use crate::invoke::limits::RateLimitConfig;
+use crate::mcp::import::McpImportsSource;
 
 /// The settings put in force again when the file changes.
-const RELOADED_SETTINGS: [&str; 4] = [
+const RELOADED_SETTINGS: [&str; 8] = [
     "tenant_access",
     "forwarded_client_cert_proxies",
     "forwarded_client_cert_header",
     "mcp_imports",
+    "rate_limit_per_second",
+    "rate_limit_burst",
+    "tool_rate_limits",
+    "max_in_flight_per_service",
 ];
 
+/// Reads a part of the configuration file again (with the environment laid over it, as at
+/// the start); the error says why the file cannot be used.
+pub type ReadConfigPart<T> = Arc<dyn Fn() -> Result<T, String> + Send + Sync>;
+
+/// Where a part of the configuration is read again from while the server runs: the
+/// configuration file, watched for changes every `tls_reload_interval`, and how to read the
+/// part from it.
+#[derive(Clone)]
+pub struct ConfigSource<T> {
+    /// The configuration file.
+    pub file: PathBuf,
+    /// The sha256 of the file's content when the configuration in force was read from it (a
+    /// change made before the watch starts is a change).
+    pub file_read: [u8; 32],
+    /// Reads the part from it.
+    pub read: ReadConfigPart<T>,
+}
+
+impl<T> std::fmt::Debug for ConfigSource<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigSource")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ServerConfig {
-    /// Where the tenant access rules are read again from: the file this configuration was read
-    /// from, with the environment laid over it as at the start; `None` without a file.
-    pub fn tenant_access_source(&self) -> Option<TenantAccessSource> {
+    /// Where `part` of the configuration is read again from: the file this configuration was
+    /// read from, with the environment laid over it as at the start; `None` without a file.
+    fn source_of<T>(
+        &self,
+        part: impl Fn(ServerConfig) -> T + Send + Sync + 'static,
+    ) -> Option<ConfigSource<T>> {
         let (file, file_read) = self.file.clone()?;
-        let started = self.clone();
         let path = file.clone();
-        let read = move || -> Result<TenantAccess, String> {
-            let now = ServerConfig::load(Some(&path), std::env::vars())
-                .map_err(|error| error.to_string())?;
-            warn_of_unreloaded_changes(&started, &now, &path);
-            Ok(now.checked_tenant_access)
+        let read = move || -> Result<T, String> {
+            ServerConfig::load(Some(&path), std::env::vars())
+                .map(&part)
+                .map_err(|error| error.to_string())
         };
-        Some(TenantAccessSource {
+        Some(ConfigSource {
             file,
             file_read,
             read: Arc::new(read),
         })
     }
 
-    /// Where the MCP imports are read again from: the file this configuration was read from,
-    /// with the environment laid over it as at the start; `None` without a file.
-    pub fn mcp_imports_source(&self) -> Option<McpImportsSource> {
-        let (file, file_read) = self.file.clone()?;
-        let path = file.clone();
-        let read = move || -> Result<Vec<McpImport>, String> {
-            let now = ServerConfig::load(Some(&path), std::env::vars())
-                .map_err(|error| error.to_string())?;
-            Ok(now.checked_mcp_imports)
-        };
-        Some(McpImportsSource {
-            file,
-            file_read,
-            read: Arc::new(read),
+    /// Where the tenant access rules are read again from: the file this configuration was read
+    /// from, with the environment laid over it as at the start; `None` without a file. Each
+    /// reading also logs the settings changed in the file that wait for a restart.
+    pub fn tenant_access_source(&self) -> Option<TenantAccessSource> {
+        let started = self.clone();
+        self.source_of(move |now| {
+            if let Some((path, _)) = &now.file {
+                warn_of_unreloaded_changes(&started, &now, path);
+            }
+            now.checked_tenant_access
         })
+    }
+
+    /// Where the MCP imports are read again from, as the tenant access rules are.
+    pub fn mcp_imports_source(&self) -> Option<McpImportsSource> {
+        self.source_of(|now| now.checked_mcp_imports)
+    }
+
+    /// Where the call limits are read again from, as the tenant access rules are.
+    pub fn rate_limits_source(&self) -> Option<ConfigSource<RateLimitConfig>> {
+        self.source_of(|now| now.rate_limit_config())
     }
 
     /// The settings (by name) whose values differ between `self` and `other`, other than those
@@ -85,8 +125,8 @@ fn warn_of_unreloaded_changes(started: &ServerConfig, now: &ServerConfig, path: 
             file = %path.display(),
             settings = %changed.join(", "),
             "settings changed in the configuration file take effect at the next restart \
-             (only tenant_access, the forwarded_client_cert settings and mcp_imports are read \
-             again)"
+             (only tenant_access, the forwarded_client_cert settings, mcp_imports and the rate \
+             limits are read again)"
         );
     }
 }
@@ -180,5 +220,27 @@ mod tests {
         std::fs::write(&file, "default_ttl = \"30s\"\n").expect("rewrite");
         let bare = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
         assert!(bare.mcp_imports_source().is_some());
+    }
+
+    /// The call limits are read again, and none is named as waiting for a restart.
+    #[test]
+    fn rate_limits_are_read_again() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("toolplane.toml");
+        std::fs::write(&file, "rate_limit_per_second = 5\n").expect("write");
+        let started = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
+        let source = started.rate_limits_source().expect("read from a file");
+        std::fs::write(
+            &file,
+            "rate_limit_per_second = 7\nmax_in_flight_per_service = 3\n\
+             [tool_rate_limits.\"svc/t\"]\nper_second = 1\nburst = 2\n",
+        )
+        .expect("rewrite");
+        let limits = (source.read)().expect("valid");
+        assert_eq!(limits.per_service.map(|bucket| bucket.per_second), Some(7));
+        assert_eq!(limits.max_in_flight_per_service, 3);
+        assert_eq!(limits.per_tool.len(), 1);
+        let now = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
+        assert!(now.settings_changed_since(&started).is_empty());
     }
 }

@@ -13,7 +13,6 @@
 //! none every caller may name any tenant; a server that started without rules checks no call).
 //! Both take a restart.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,28 +22,11 @@ use arc_swap::ArcSwap;
 use super::{AccessError, CallerGrant, TenantAccess, forwarded};
 
 /// Reads the rules again from where they came from; the error says why they cannot be used.
-pub type ReadTenantAccess = Arc<dyn Fn() -> Result<TenantAccess, String> + Send + Sync>;
+pub type ReadTenantAccess = crate::config::ReadConfigPart<TenantAccess>;
 
 /// Where the rules are read again from while the server runs: the configuration file, watched
 /// for changes every `tls_reload_interval`, and how to read the rules from it.
-#[derive(Clone)]
-pub struct TenantAccessSource {
-    /// The configuration file.
-    pub file: PathBuf,
-    /// The sha256 of the file's content when the rules given at the start were read from it
-    /// (a change made before the watch starts is a change).
-    pub file_read: [u8; 32],
-    /// Reads the rules from it (with the environment laid over it, as at the start).
-    pub read: ReadTenantAccess,
-}
-
-impl fmt::Debug for TenantAccessSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TenantAccessSource")
-            .field("file", &self.file)
-            .finish_non_exhaustive()
-    }
-}
+pub type TenantAccessSource = crate::config::ConfigSource<TenantAccess>;
 
 /// The rules in force: every connection checks its calls against the rules held here now.
 #[derive(Debug)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::reload_stats::{ReloadStats, ReloadedFiles};
 use super::tls_reload::spawn_counted;
-use crate::access::{LiveTenantAccess, TenantAccessSource};
+use crate::access::{LiveTenantAccess, TenantAccess, TenantAccessSource};
 
 /// Watches, until `serving` turns false, each change counted in `stats`: the token files of
 /// the rules in force (read again when they change), and the configuration file of `source`
@@ -35,33 +35,24 @@ pub(super) fn watch(
             serving,
         );
     }
-    let Some(TenantAccessSource {
-        file,
-        file_read,
-        read,
-    }) = source
-    else {
+    let Some(source) = source else {
         return;
     };
-    let rebuild = move || {
-        let rules = read()?;
-        match &live {
-            Some(live) => live.replace(rules),
-            None if rules.is_open() => Ok(()),
-            None => Err(
-                "tenant_access entries were added, but the server started without any and \
-                 checks no call's tenant: they take effect at a restart"
-                    .to_owned(),
-            ),
-        }
+    let apply = move |rules: TenantAccess| match &live {
+        Some(live) => live.replace(rules),
+        None if rules.is_open() => Ok(()),
+        None => Err(
+            "tenant_access entries were added, but the server started without any and \
+             checks no call's tenant: they take effect at a restart"
+                .to_owned(),
+        ),
     };
-    spawn_counted(
+    super::config_watch::watch(
+        source,
         ReloadedFiles::TenantAccessConfig,
-        move || vec![file.clone()],
-        Some(vec![Some(file_read)]),
-        stats,
+        apply,
         interval,
-        rebuild,
+        stats,
         serving,
     );
 }

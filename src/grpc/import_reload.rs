@@ -1,12 +1,10 @@
-//! The `[[mcp_imports]]` entries read again while the server runs: the configuration file they
-//! came from, watched every `tls_reload_interval` as the TLS files are
-//! ([`super::tls_reload`]), and each change put in force by [`LiveImports::apply`].
+//! The `[[mcp_imports]]` entries read again while the server runs (see
+//! [`super::config_watch`]), each change put in force by [`LiveImports::apply`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::reload_stats::{ReloadStats, ReloadedFiles};
-use super::tls_reload::spawn_counted;
 use crate::mcp::import::{LiveImports, McpImportsSource};
 
 /// Watches the configuration file of `source` until `serving` turns false, each change counted
@@ -19,13 +17,7 @@ pub(super) fn watch(
     stats: &Arc<ReloadStats>,
     serving: &tokio::sync::watch::Receiver<bool>,
 ) {
-    let McpImportsSource {
-        file,
-        file_read,
-        read,
-    } = source;
-    let rebuild = move || {
-        let now = read()?;
+    let apply = move |now: Vec<_>| {
         let changes = imports.apply(&now);
         if !changes.is_empty() {
             tracing::info!(
@@ -38,13 +30,12 @@ pub(super) fn watch(
         }
         Ok(())
     };
-    spawn_counted(
+    super::config_watch::watch(
+        source,
         ReloadedFiles::McpImportsConfig,
-        move || vec![file.clone()],
-        Some(vec![Some(file_read)]),
-        stats,
+        apply,
         interval,
-        rebuild,
+        stats,
         serving,
     );
 }

@@ -7,6 +7,7 @@ pub mod agent;
 mod answer;
 pub mod call_scheduling;
 pub mod coalesce;
+mod config_watch;
 pub mod connections;
 pub mod convert;
 #[cfg(test)]

@@ -19,19 +19,22 @@ pub enum ReloadedFiles {
     TenantAccessTokenFiles,
     /// The configuration file, for `[[tenant_access]]`.
     TenantAccessConfig,
-    /// The configuration file, for the `approved_tools` of `[[mcp_imports]]`.
+    /// The configuration file, for `[[mcp_imports]]`.
     McpImportsConfig,
+    /// The configuration file, for the call limits.
+    RateLimitsConfig,
 }
 
 impl ReloadedFiles {
     /// Every kind, in label order.
-    pub const ALL: [ReloadedFiles; 6] = [
+    pub const ALL: [ReloadedFiles; 7] = [
         ReloadedFiles::ServedTls,
         ReloadedFiles::ProviderTls,
         ReloadedFiles::CollectorTls,
         ReloadedFiles::TenantAccessTokenFiles,
         ReloadedFiles::TenantAccessConfig,
         ReloadedFiles::McpImportsConfig,
+        ReloadedFiles::RateLimitsConfig,
     ];
 
     /// The metrics label value.
@@ -43,6 +46,7 @@ impl ReloadedFiles {
             ReloadedFiles::TenantAccessTokenFiles => "tenant_access_token_files",
             ReloadedFiles::TenantAccessConfig => "tenant_access_config",
             ReloadedFiles::McpImportsConfig => "mcp_imports_config",
+            ReloadedFiles::RateLimitsConfig => "rate_limits_config",
         }
     }
 
@@ -55,6 +59,7 @@ impl ReloadedFiles {
             ReloadedFiles::TenantAccessTokenFiles => "tenant_access token files",
             ReloadedFiles::TenantAccessConfig => "tenant_access in the configuration file",
             ReloadedFiles::McpImportsConfig => "mcp_imports in the configuration file",
+            ReloadedFiles::RateLimitsConfig => "rate limits in the configuration file",
         }
     }
 }

@@ -30,7 +30,7 @@ use super::invoke_wire::InvokeServer;
 use super::outgoing_tls::OutgoingTlsError;
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::provider_tls::ProviderTls;
-use super::reload_stats::ReloadStats;
+use super::reload_stats::{ReloadStats, ReloadedFiles};
 use super::response_compression::ResponseCompressionService;
 use super::rpc_metering::RpcMeteringLayer;
 use super::rpc_stats::{DescriptorError, RpcStats};
@@ -46,7 +46,7 @@ use crate::agent::store::AgentStore;
 use crate::invoke::caller::ByEndpointScheme;
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::heavy::{self, HeavyWork};
-use crate::invoke::limits::RateLimits;
+use crate::invoke::limits::{RateLimitConfig, RateLimits};
 use crate::invoke::records::{RecordError, RecordLog};
 use crate::invoke::{Invoker, InvokerOptions};
 use crate::mcp::client::McpCaller;
@@ -225,6 +225,25 @@ pub async fn serve_with(
         );
     }
     let limits = Arc::new(RateLimits::new(&options.rate_limits));
+    if let Some(source) = options.rate_limits_source.clone()
+        && !options.tls_reload_interval.is_zero()
+    {
+        let live = Arc::clone(&limits);
+        let apply = move |config: RateLimitConfig| {
+            if live.reconfigure(&config) {
+                tracing::info!("rate limits changed in the configuration file put in force");
+            }
+            Ok(())
+        };
+        super::config_watch::watch(
+            source,
+            ReloadedFiles::RateLimitsConfig,
+            apply,
+            options.tls_reload_interval,
+            &reload_stats,
+            &serving.subscribe(),
+        );
+    }
     let model = model_provider(options.model.as_ref())?;
     let invoker = Invoker::new(
         registry.clone(),

@@ -14,6 +14,7 @@ use crate::agent::openai::OpenAiConfig;
 use crate::agent::store::{
     DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
 };
+use crate::config::ConfigSource;
 use crate::invoke::DEFAULT_MAX_TIMEOUT;
 use crate::invoke::limits::RateLimitConfig;
 use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
@@ -115,6 +116,10 @@ pub struct ServerOptions {
     /// be put in force without a restart: imports added, removed or changed, and their
     /// `approved_tools` (see [`crate::mcp::live_imports`]); `None` keeps those given.
     pub mcp_imports_source: Option<McpImportsSource>,
+    /// Where `rate_limits` are read again from when they change (the configuration file), to
+    /// be put in force without a restart (see
+    /// [`crate::invoke::limits::RateLimits::reconfigure`]); `None` keeps those given.
+    pub rate_limits_source: Option<ConfigSource<RateLimitConfig>>,
 }
 
 impl ServerOptions {
@@ -161,6 +166,7 @@ impl Default for ServerOptions {
             tenant_access: TenantAccess::default(),
             tenant_access_source: None,
             mcp_imports_source: None,
+            rate_limits_source: None,
         }
     }
 }

@@ -4,6 +4,8 @@
 //! provider's connection and a timer, until their deadlines pass. Past the bound a call is
 //! refused at once, so callers find out and back off rather than queue.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use dashmap::DashMap;
 
 use crate::envelope::TenantId;
@@ -12,7 +14,7 @@ use crate::envelope::TenantId;
 #[derive(Debug, Default)]
 pub(super) struct InFlightCalls {
     /// The most calls in flight per (tenant, service); 0 sets no bound (and counts nothing).
-    max: usize,
+    max: AtomicUsize,
     // A sharded map (dashmap) rather than one mutex: every call of every service takes and
     // gives back a slot here.
     counts: DashMap<(TenantId, String), usize>,
@@ -29,14 +31,21 @@ impl InFlightCalls {
     /// At most `max` calls in flight per (tenant, service); 0 sets no bound.
     pub(super) fn new(max: usize) -> Self {
         Self {
-            max,
+            max: AtomicUsize::new(max),
             counts: DashMap::new(),
         }
     }
 
+    /// Bounds the calls from now on by `max` (0: no bound). Calls in flight keep their slots;
+    /// those begun while there was no bound were not counted, so for a moment more may run.
+    pub(super) fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+
     /// Takes a slot for a call to `service`, or answers the bound when all are taken.
     pub(super) fn begin(&self, tenant: TenantId, service: &str) -> Result<InFlightCall<'_>, usize> {
-        if self.max == 0 {
+        let max = self.max.load(Ordering::Relaxed);
+        if max == 0 {
             return Ok(InFlightCall {
                 calls: self,
                 key: None,
@@ -44,8 +53,8 @@ impl InFlightCalls {
         }
         let key = (tenant, service.to_owned());
         let mut count = self.counts.entry(key.clone()).or_insert(0);
-        if *count >= self.max {
-            return Err(self.max);
+        if *count >= max {
+            return Err(max);
         }
         *count += 1;
         drop(count);

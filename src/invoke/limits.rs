@@ -4,8 +4,10 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
@@ -49,11 +51,58 @@ pub struct OverLimit {
     pub retry_after: Duration,
 }
 
+/// The limiters in force, replaced whole when the limits change ([`RateLimits::reconfigure`]).
+#[derive(Debug, Default)]
+struct Limiters {
+    per_service: Option<Arc<KeyedBucket<(TenantId, String)>>>,
+    per_tool: HashMap<String, Arc<KeyedBucket<TenantId>>>,
+}
+
+/// One bucket's limiter (a token bucket per key), and the bucket it was made for.
+#[derive(Debug)]
+struct KeyedBucket<K: std::hash::Hash + Eq + Clone> {
+    bucket: Bucket,
+    limiter: DefaultKeyedRateLimiter<K>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> KeyedBucket<K> {
+    /// The limiter of `bucket`, kept from `before` when that was made for the same bucket (its
+    /// keys keep the tokens they have); `None` when the bucket limits nothing.
+    fn of(bucket: Bucket, before: Option<&Arc<Self>>) -> Option<Arc<Self>> {
+        if let Some(kept) = before.filter(|before| before.bucket == bucket) {
+            return Some(Arc::clone(kept));
+        }
+        let quota = bucket.quota()?;
+        Some(Arc::new(Self {
+            bucket,
+            limiter: RateLimiter::keyed(quota),
+        }))
+    }
+}
+
+impl Limiters {
+    /// The limiters of `config`, keeping those of `before` whose buckets are unchanged.
+    fn of(config: &RateLimitConfig, before: &Limiters) -> Self {
+        Self {
+            per_service: config
+                .per_service
+                .and_then(|bucket| KeyedBucket::of(bucket, before.per_service.as_ref())),
+            per_tool: (config.per_tool.iter())
+                .filter_map(|(key, bucket)| {
+                    KeyedBucket::of(*bucket, before.per_tool.get(key))
+                        .map(|limiter| (key.clone(), limiter))
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The live limiters.
 #[derive(Debug)]
 pub struct RateLimits {
-    per_service: Option<DefaultKeyedRateLimiter<(TenantId, String)>>,
-    per_tool: HashMap<String, DefaultKeyedRateLimiter<TenantId>>,
+    limiters: ArcSwap<Limiters>,
+    /// The configuration the limiters were made for.
+    config: ArcSwap<RateLimitConfig>,
     clock: DefaultClock,
     in_flight: InFlightCalls,
 }
@@ -62,22 +111,25 @@ impl RateLimits {
     /// Limiters for `config`.
     pub fn new(config: &RateLimitConfig) -> Self {
         Self {
-            per_service: config
-                .per_service
-                .and_then(Bucket::quota)
-                .map(RateLimiter::keyed),
-            per_tool: config
-                .per_tool
-                .iter()
-                .filter_map(|(key, bucket)| {
-                    bucket
-                        .quota()
-                        .map(|quota| (key.clone(), RateLimiter::keyed(quota)))
-                })
-                .collect(),
+            limiters: ArcSwap::from_pointee(Limiters::of(config, &Limiters::default())),
+            config: ArcSwap::from_pointee(config.clone()),
             clock: DefaultClock::default(),
             in_flight: InFlightCalls::new(config.max_in_flight_per_service),
         }
+    }
+
+    /// Puts `config` in force for the calls from now on: a bucket that changed starts full
+    /// (for every key), an unchanged one keeps its keys' tokens, and the calls in flight are
+    /// counted on against the new bound. Answers whether anything changed.
+    pub fn reconfigure(&self, config: &RateLimitConfig) -> bool {
+        if **self.config.load() == *config {
+            return false;
+        }
+        let limiters = Limiters::of(config, &self.limiters.load());
+        self.limiters.store(Arc::new(limiters));
+        self.in_flight.set_max(config.max_in_flight_per_service);
+        self.config.store(Arc::new(config.clone()));
+        true
     }
 
     /// Takes a slot among the calls in flight to `service`, held until the slot is dropped, or
@@ -92,18 +144,19 @@ impl RateLimits {
 
     /// Takes one token from the tool's and the service's bucket, or says when to come back.
     pub fn check(&self, tenant: TenantId, service: &str, tool: &str) -> Result<(), OverLimit> {
+        let limiters = self.limiters.load();
         // Most deployments set no per-tool limits: skip building the key for them.
-        if !self.per_tool.is_empty() {
+        if !limiters.per_tool.is_empty() {
             let tool_key = format!("{service}/{tool}");
-            if let Some(limiter) = self.per_tool.get(&tool_key) {
-                limiter.check_key(&tenant).map_err(|not_until| OverLimit {
+            if let Some(tool_bucket) = limiters.per_tool.get(&tool_key) {
+                (tool_bucket.limiter.check_key(&tenant)).map_err(|not_until| OverLimit {
                     scope: format!("tool {tool_key}"),
                     retry_after: not_until.wait_time_from(self.clock.now()),
                 })?;
             }
         }
-        if let Some(limiter) = &self.per_service {
-            limiter
+        if let Some(service_bucket) = &limiters.per_service {
+            (service_bucket.limiter)
                 .check_key(&(tenant, service.to_owned()))
                 .map_err(|not_until| OverLimit {
                     scope: format!("service {service}"),
@@ -115,11 +168,12 @@ impl RateLimits {
 
     /// Forgets buckets that are full again, so idle keys take no memory.
     pub fn shrink(&self) {
-        if let Some(limiter) = &self.per_service {
-            limiter.retain_recent();
+        let limiters = self.limiters.load();
+        if let Some(service_bucket) = &limiters.per_service {
+            service_bucket.limiter.retain_recent();
         }
-        for limiter in self.per_tool.values() {
-            limiter.retain_recent();
+        for tool_bucket in limiters.per_tool.values() {
+            tool_bucket.limiter.retain_recent();
         }
     }
 }
@@ -174,5 +228,57 @@ mod tests {
             "tool svc/slow"
         );
         assert!(limits.check(TenantId(0), "svc", "fast").is_ok());
+    }
+
+    /// A changed bucket starts full, an unchanged one keeps its tokens, and a bucket taken
+    /// away limits nothing more.
+    #[test]
+    fn reconfigured_limits_apply_to_the_calls_after() {
+        let one = Bucket {
+            per_second: 1,
+            burst: 1,
+        };
+        let config = |service: Option<Bucket>, tool: Option<Bucket>| RateLimitConfig {
+            per_service: service,
+            per_tool: tool
+                .map(|bucket| HashMap::from([("svc/t".to_owned(), bucket)]))
+                .unwrap_or_default(),
+            max_in_flight_per_service: 0,
+        };
+        let limits = RateLimits::new(&config(Some(one), None));
+        assert!(limits.check(TenantId(0), "svc", "t").is_ok());
+        assert!(limits.check(TenantId(0), "svc", "t").is_err());
+        assert!(
+            !limits.reconfigure(&config(Some(one), None)),
+            "nothing changed"
+        );
+        // A tool bucket added: the service bucket, unchanged, is still empty.
+        assert!(limits.reconfigure(&config(Some(one), Some(one))));
+        assert_eq!(
+            limits
+                .check(TenantId(0), "svc", "t")
+                .expect_err("empty")
+                .scope,
+            "service svc"
+        );
+        // The service bucket changed: it starts full; the tool bucket was spent above.
+        let ten = Bucket {
+            per_second: 10,
+            burst: 10,
+        };
+        assert!(limits.reconfigure(&config(Some(ten), Some(one))));
+        assert_eq!(
+            limits
+                .check(TenantId(0), "svc", "t")
+                .expect_err("tool spent")
+                .scope,
+            "tool svc/t"
+        );
+        assert!(limits.check(TenantId(0), "svc", "other").is_ok());
+        // Every bucket taken away.
+        assert!(limits.reconfigure(&config(None, None)));
+        for _ in 0..100 {
+            assert!(limits.check(TenantId(0), "svc", "t").is_ok());
+        }
     }
 }

@@ -5,8 +5,6 @@
 //! ([`super::approval`]).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -64,27 +62,11 @@ pub struct McpImportConfig {
 
 /// Reads the imports the configuration file gives now (with the environment laid over it, as
 /// at the start), checked.
-pub type ReadMcpImports = Arc<dyn Fn() -> Result<Vec<McpImport>, String> + Send + Sync>;
+pub type ReadMcpImports = crate::config::ReadConfigPart<Vec<McpImport>>;
 
-/// Where the imports' `approved_tools` are read again from while the server runs: the
-/// configuration file, watched every `tls_reload_interval`.
-#[derive(Clone)]
-pub struct McpImportsSource {
-    /// The configuration file.
-    pub file: PathBuf,
-    /// The sha256 of its content when the imports given at the start were read from it.
-    pub file_read: [u8; 32],
-    /// Reads the imports from it.
-    pub read: ReadMcpImports,
-}
-
-impl std::fmt::Debug for McpImportsSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpImportsSource")
-            .field("file", &self.file)
-            .finish_non_exhaustive()
-    }
-}
+/// Where the imports are read again from while the server runs: the configuration file,
+/// watched every `tls_reload_interval`.
+pub type McpImportsSource = crate::config::ConfigSource<Vec<McpImport>>;
 
 /// A secret: shown as `[redacted]` wherever it is printed for debugging.
 #[derive(Clone, PartialEq, Eq)]
