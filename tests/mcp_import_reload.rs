@@ -13,7 +13,6 @@ use common::mcp_server::{PythonMcpServer, output, wait_for_at};
 use common::meta;
 use common::process::{ServerProcess, peer, wait_until};
 use serde_json::json;
-use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 use toolplane::json::json_to_struct;
 use toolplane::pb;
@@ -62,16 +61,12 @@ async fn add(
         .map(tonic::Response::into_inner)
 }
 
-/// The next event of `events`, within 30 s.
+/// The next event of `events` (see [`common::next_event`]), as its type and service. Each is
+/// awaited after the change it reports has been seen through GetService, so it has arrived.
 async fn next_event(
     events: &mut tonic::Streaming<pb::WatchServicesResponse>,
 ) -> (pb::ServiceEventType, String) {
-    let answer = tokio::time::timeout(Duration::from_secs(30), events.next())
-        .await
-        .expect("an event within 30 s")
-        .expect("the stream is open")
-        .expect("an event");
-    let event = answer.event.expect("an event");
+    let event = common::next_event(events).await;
     (event.r#type(), event.service_name)
 }
 
@@ -103,14 +98,7 @@ async fn imports_follow_the_configuration_file_without_a_restart() {
     let mut invoker = ToolInvokeServiceClient::connect(server.endpoint())
         .await
         .expect("connects");
-    let mut events = discovery
-        .watch_services(pb::WatchServicesRequest {
-            meta: meta(0),
-            service_name: String::new(),
-        })
-        .await
-        .expect("watching")
-        .into_inner();
+    let mut events = common::watch(&mut discovery, 0, "").await;
     assert_eq!(
         next_event(&mut events).await.0,
         pb::ServiceEventType::Synced
