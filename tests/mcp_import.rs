@@ -253,6 +253,48 @@ async fn a_server_asking_for_a_bearer_token_is_sent_the_one_configured() {
     without.stop().await;
 }
 
+/// An import's bearer token is sent only for the service the import registered: another
+/// service a provider registers at the same URL is called without it (and refused by a server
+/// that asks for one), while the import's own calls go on with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_imports_token_is_not_lent_to_other_services_at_its_url() {
+    let Some(mcp) = PythonMcpServer::start_with(0, &["s3cret"]) else {
+        return;
+    };
+    let server = TestServer::start_with(import_with_token(
+        &mcp,
+        Duration::from_secs(60),
+        Some("s3cret"),
+    ))
+    .await;
+    wait_for_service(&server, |found| found.is_some()).await;
+    register_add_at(&server, "borrowed", &mcp.url()).await;
+    let mut invoker = common::invoke_fixture::invoker(&server).await;
+    let mut add_of = async |service: &str| {
+        invoker
+            .invoke_tool(pb::InvokeToolRequest {
+                meta: meta(0),
+                tool_name: "add".into(),
+                service_name: service.into(),
+                input: toolplane::json::json_to_struct(&json!({"a": 2, "b": 3})),
+                ..Default::default()
+            })
+            .await
+    };
+    let refused = add_of("borrowed")
+        .await
+        .expect_err("sent without the token");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("authorization required"),
+        "{}",
+        refused.message()
+    );
+    let added = add_of("python-tools").await.expect("sent with the token");
+    assert_eq!(output(&added.into_inner()), json!({"result": 5}));
+    server.stop().await;
+}
+
 /// A server toolplane starts itself (`command`) is spoken to over its standard input and
 /// output: its tools are imported under `mcp+stdio://TENANT/SERVICE` and called, and it is
 /// started again after its process ended, the import following the new process.

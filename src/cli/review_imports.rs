@@ -16,6 +16,7 @@ use crate::config::ServerConfig;
 use crate::grpc::provider_tls::ProviderTls;
 use crate::mcp::client::McpCaller;
 use crate::mcp::import::{ListedTool, McpImport, read_listing};
+use crate::mcp::session_keys::SessionKey;
 use crate::registry::model::ToolAnnotations;
 
 /// How long one server may take to open a session and list its tools.
@@ -87,7 +88,7 @@ fn fail(error: &str) -> ExitCode {
 }
 
 async fn list(caller: &McpCaller, import: &McpImport) -> Result<Vec<rmcp::model::Tool>, String> {
-    let session = caller.session(&import.endpoint()).await?;
+    let session = caller.session(&SessionKey::of_import(import)).await?;
     session
         .list_all_tools()
         .await

@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use crate::envelope::TenantId;
+use crate::registry::ServiceName;
 
 /// A value in the transport's own form, carried through the engine untouched: the caller's
 /// input on its way to the provider, and the provider's output on its way back (the gRPC
@@ -34,6 +35,8 @@ impl PartialEq for WireForm {
 pub struct ProviderCall {
     /// Where the provider serves ToolProviderService.
     pub endpoint: String,
+    /// The service whose tool it is (of the caller's tenant).
+    pub service: ServiceName,
     /// The tool to run.
     pub tool: String,
     /// The validated input, shared by every attempt.

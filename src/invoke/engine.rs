@@ -307,6 +307,7 @@ impl Invoker {
             );
             let call = ProviderCall {
                 endpoint,
+                service: found.service.name.clone(),
                 tool: found.tool.name.to_string(),
                 input: Arc::clone(&input),
                 input_wire: if attempt >= max_attempts {

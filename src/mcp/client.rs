@@ -3,15 +3,15 @@
 //! [`super::import`] registers, or any provider registering such an endpoint), or
 //! `mcp+stdio://TENANT/SERVICE` for a server an import starts with its command.
 //!
-//! One MCP session per endpoint is opened on first use (protocol 2025-11-25, the initialize
-//! handshake) and shared by every call to it, and by the import of that server's tools; a
+//! Sessions are opened on first use (protocol 2025-11-25, the initialize handshake): each
+//! import has its own, shared by its listings and the calls of the service it registered; the
+//! services that name an MCP URL themselves share one per URL ([`super::session_keys`]). A
 //! session whose connection is lost is opened again on the next call. A call is `tools/call`
 //! with the input as its arguments; its answer becomes the tool's output: the `structuredContent` when the server sent one, else the text of
 //! a single text block as a JSON string, else the content blocks as a JSON array. A result
 //! marked `isError` is the tool's failure (gRPC code UNKNOWN, reason `TOOL_FAILED`, the text as
 //! its message). A health check is an MCP `ping`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +35,8 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::import_config::{INHERITED_ENV, McpImport, McpSource, Secret, StdioServer};
+use super::import_config::{INHERITED_ENV, McpImport, StdioServer};
+use super::session_keys::{ImportEndpoints, Opening, SessionKey};
 use crate::grpc::outgoing_tls::http_client_builder;
 use crate::grpc::provider_tls::{ProviderTls, causes};
 use crate::invoke::caller::{
@@ -187,39 +188,15 @@ fn opening_failure(
     )
 }
 
-/// Calls tools of MCP servers, one shared session per endpoint.
+/// Calls tools of MCP servers: over each import's own session for the service it registered,
+/// else over one session per endpoint (see [`super::session_keys`]).
 #[derive(Debug, Clone)]
 pub struct McpCaller {
-    sessions: moka::future::Cache<String, Arc<McpSession>>,
+    sessions: moka::future::Cache<SessionKey, Arc<McpSession>>,
     /// What the imports running now say of their endpoints (replaced when they change).
     imports: Arc<ArcSwap<ImportEndpoints>>,
     /// How `mcp+https://` servers are reached: the TLS to providers.
     tls: ProviderTls,
-}
-
-/// What imports say of their servers' endpoints.
-#[derive(Debug, Default)]
-struct ImportEndpoints {
-    /// The bearer tokens sent to the servers of some endpoints (imports that have one).
-    tokens: HashMap<String, Secret>,
-    /// The commands that start the servers of `mcp+stdio://` endpoints: only those imports
-    /// configure (a registration cannot make toolplane start a program).
-    commands: HashMap<String, StdioServer>,
-}
-
-impl ImportEndpoints {
-    fn of(imports: &[McpImport]) -> Self {
-        let mut endpoints = Self::default();
-        for import in imports {
-            if let Some(token) = &import.bearer_token {
-                endpoints.tokens.insert(import.endpoint(), token.clone());
-            }
-            if let McpSource::Stdio(server) = &import.source {
-                endpoints.commands.insert(import.endpoint(), server.clone());
-            }
-        }
-        endpoints
-    }
 }
 
 impl Default for McpCaller {
@@ -262,40 +239,38 @@ impl McpCaller {
         self.imports.store(Arc::new(ImportEndpoints::of(imports)));
     }
 
-    /// Closes the session with `endpoint`'s server, if there is one (stopping a server
-    /// toolplane started, once the calls on it have ended): the next use opens another.
-    pub async fn close(&self, endpoint: &str) {
-        self.sessions.invalidate(endpoint).await;
+    /// Closes the session `key`, if it is open (stopping a server toolplane started, once the
+    /// calls on it have ended): the next use opens another.
+    pub async fn close(&self, key: &SessionKey) {
+        self.sessions.invalidate(key).await;
     }
 
-    /// The session with `endpoint`'s server (`mcp+` and its URL), opened now when there is none
-    /// (or it closed); the error says why it cannot be opened.
-    pub async fn session(&self, endpoint: &str) -> Result<Arc<McpSession>, String> {
-        if let Some(session) = self.sessions.get(endpoint).await {
+    /// The session `key`, opened now when there is none (or it closed); the error says why it
+    /// cannot be opened.
+    pub async fn session(&self, key: &SessionKey) -> Result<Arc<McpSession>, String> {
+        if let Some(session) = self.sessions.get(key).await {
             if !session.is_transport_closed() {
                 return Ok(session);
             }
-            self.sessions.invalidate(endpoint).await;
+            self.sessions.invalidate(key).await;
         }
+        let endpoint = &key.endpoint;
         let url = endpoint
             .strip_prefix(MCP_ENDPOINT_PREFIX)
             .unwrap_or(endpoint)
             .to_owned();
-        let imports = self.imports.load();
-        let token = imports.tokens.get(endpoint).map(|secret| secret.0.clone());
-        let command = imports.commands.get(endpoint).cloned();
-        drop(imports);
+        let Opening { token, command } = self.imports.load().opening(key);
         let tls = self.tls.clone();
         let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
         self.sessions
-            .try_get_with(endpoint.to_owned(), async move {
+            .try_get_with(key.clone(), async move {
                 let opened = match command {
                     Some(server) => start(&server).await,
                     None if stdio => Err(format!(
                         "no MCP server command is configured for {url}: only an \
                          [[mcp_imports]] entry starts a server over stdio"
                     )),
-                    None => connect(&url, token, &tls).await,
+                    None => connect(&url, token.map(|secret| secret.0), &tls).await,
                 };
                 opened.map(Arc::new)
             })
@@ -303,13 +278,13 @@ impl McpCaller {
             .map_err(|error| error.to_string())
     }
 
-    /// Forgets `session` with `endpoint`'s server (it failed), so the next use opens another;
-    /// a newer session already opened in its place stays.
-    pub async fn forget(&self, endpoint: &str, session: &Arc<McpSession>) {
-        if let Some(current) = self.sessions.get(endpoint).await
+    /// Forgets `session`, the session `key` (it failed), so the next use opens another; a
+    /// newer session already opened in its place stays.
+    pub async fn forget(&self, key: &SessionKey, session: &Arc<McpSession>) {
+        if let Some(current) = self.sessions.get(key).await
             && Arc::ptr_eq(&current, session)
         {
-            self.sessions.invalidate(endpoint).await;
+            self.sessions.invalidate(key).await;
         }
     }
 
@@ -323,8 +298,12 @@ impl McpCaller {
                 unsent: true,
             });
         };
+        let key = self
+            .imports
+            .load()
+            .for_call(call.tenant, &call.service, &call.endpoint);
         let session = self
-            .session(&call.endpoint)
+            .session(&key)
             .await
             .map_err(|message| unavailable(message, true))?;
         let mut params =
@@ -361,7 +340,7 @@ impl McpCaller {
                 unsent: false,
             }),
             Err(other) => {
-                self.forget(&call.endpoint, &session).await;
+                self.forget(&key, &session).await;
                 Err(unavailable(
                     format!("the MCP session failed: {other}"),
                     false,
@@ -372,11 +351,12 @@ impl McpCaller {
 
     /// An MCP `ping` of `endpoint`'s server.
     async fn ping(self, endpoint: String) -> Result<(), String> {
-        let session = self.session(&endpoint).await?;
+        let key = self.imports.load().for_health_check(&endpoint);
+        let session = self.session(&key).await?;
         match tokio::time::timeout(PING_TIMEOUT, session.send_request(ping_request())).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => {
-                self.forget(&endpoint, &session).await;
+                self.forget(&key, &session).await;
                 Err(format!("MCP ping failed: {error}"))
             }
             Err(_) => Err(format!("MCP ping unanswered within {PING_TIMEOUT:?}")),

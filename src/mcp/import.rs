@@ -35,6 +35,7 @@ pub use super::import_config::{
 };
 use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};
+use super::session_keys::SessionKey;
 use crate::registry::model::{Capability, ServiceSpec, ToolAnnotations, ToolSpec};
 use crate::registry::validate::validate_service;
 use crate::registry::{LeaseId, RegistrationLimits, Registry};
@@ -78,11 +79,12 @@ pub(super) async fn run(
     state: Arc<ImportState>,
 ) {
     let endpoint = import.endpoint();
+    let key = SessionKey::of_import(&import);
     let mut retry = FIRST_RETRY;
     let mut registered: Option<Registered> = None;
     let mut held_log = HeldLog::default();
     loop {
-        match caller.session(&endpoint).await {
+        match caller.session(&key).await {
             Ok(session) => loop {
                 let version = session
                     .peer_info()
@@ -112,7 +114,7 @@ pub(super) async fn run(
                     }
                     Err(error) => {
                         tracing::warn!(service = %import.service, source = %import.source, %error, "cannot list the MCP server's tools");
-                        caller.forget(&endpoint, &session).await;
+                        caller.forget(&key, &session).await;
                         state.set_imported(false);
                         break;
                     }

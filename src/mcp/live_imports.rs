@@ -22,6 +22,7 @@ use super::client::McpCaller;
 use super::import::run;
 use super::import_config::McpImport;
 use super::import_states::ImportState;
+use super::session_keys::SessionKey;
 use crate::envelope::TenantId;
 use crate::registry::{Registry, ServiceName};
 
@@ -194,7 +195,7 @@ impl Shared {
     async fn retired(self: Arc<Self>, old: Running, deregister: bool) {
         // Ended (aborted, or it panicked): it registers nothing more.
         let _ended = old.task.await;
-        self.caller.close(&old.import.endpoint()).await;
+        self.caller.close(&SessionKey::of_import(&old.import)).await;
         if deregister && let Some(lease) = old.state.lease() {
             let import = &old.import;
             match self

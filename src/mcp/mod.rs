@@ -8,6 +8,8 @@
 //! - [`answer`]: a call's outcome as an MCP result, tool error or protocol error.
 //! - [`approval`]: which imported tools are registered when an import asks for approval.
 //! - [`client`]: calling the tools of MCP servers (services whose endpoint is an MCP URL).
+//! - [`session_keys`]: which session a use of an MCP server goes over (an import's own, or
+//!   one shared per URL).
 //! - [`import`]: the tools of configured MCP servers, registered as services.
 //! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
 //! - [`live_imports`]: the imports running, kept as the configuration file says.
@@ -25,6 +27,7 @@ mod import_states;
 pub mod list_changed;
 pub mod live_imports;
 pub mod rtfs;
+pub mod session_keys;
 pub mod tools;
 
 pub use handler::McpTools;
