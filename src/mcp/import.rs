@@ -36,6 +36,7 @@ pub use super::import_config::{
 use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};
 use super::session_keys::SessionKey;
+use crate::registry::annotations::fitted_title;
 use crate::registry::model::{Capability, ServiceSpec, ToolAnnotations, ToolSpec};
 use crate::registry::validate::validate_service;
 use crate::registry::{LeaseId, RegistrationLimits, Registry};
@@ -264,11 +265,13 @@ fn tool_spec(tool: &Tool) -> ToolSpec {
 }
 
 /// The hints `tool` gives (its annotations, and its title: the tool's own, else its
-/// annotations').
+/// annotations', fitted to what a registration takes: one line, at most
+/// [`MAX_TITLE_BYTES`](crate::registry::annotations::MAX_TITLE_BYTES)).
 fn annotations_of(tool: &Tool) -> ToolAnnotations {
     let given = tool.annotations.clone().unwrap_or_default();
+    let title = tool.title.clone().or(given.title).unwrap_or_default();
     ToolAnnotations {
-        title: tool.title.clone().or(given.title).unwrap_or_default(),
+        title: fitted_title(&title),
         read_only: given.read_only_hint,
         destructive: given.destructive_hint,
         idempotent: given.idempotent_hint,

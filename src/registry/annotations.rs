@@ -65,6 +65,27 @@ pub fn check_title(title: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `title` made one [`check_title`] accepts, for a title toolplane takes from elsewhere (an
+/// imported MCP server's): each control character (a line break, a tab ...) becomes a space,
+/// and a title past [`MAX_TITLE_BYTES`] is cut at a character boundary, ending in `…`.
+pub fn fitted_title(title: &str) -> String {
+    let spaced: String = title
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if spaced.len() <= MAX_TITLE_BYTES {
+        return spaced;
+    }
+    const ELLIPSIS: char = '…';
+    let mut end = MAX_TITLE_BYTES - ELLIPSIS.len_utf8();
+    while !spaced.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut fitted = spaced[..end].to_owned();
+    fitted.push(ELLIPSIS);
+    fitted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +114,22 @@ mod tests {
         assert!(check_title(&"x".repeat(MAX_TITLE_BYTES)).is_ok());
         assert!(check_title(&"x".repeat(MAX_TITLE_BYTES + 1)).is_err());
         assert!(check_title("two\nlines").is_err());
+    }
+
+    /// A title from elsewhere is made one the check accepts, keeping what it can.
+    #[test]
+    fn a_fitted_title_passes_the_check() {
+        assert_eq!(fitted_title("List issues"), "List issues");
+        assert_eq!(fitted_title("two\nlines\t"), "two lines ");
+        // Cut inside a three-byte character: the cut falls back to its start.
+        let long = format!("x{}", "€".repeat(100));
+        let fitted = fitted_title(&long);
+        assert!(check_title(&fitted).is_ok(), "{fitted}");
+        assert!(fitted.ends_with("€…"), "{fitted}");
+        assert!(long.starts_with(fitted.trim_end_matches('…')));
+        assert_eq!(
+            fitted_title(&"x".repeat(MAX_TITLE_BYTES)).len(),
+            MAX_TITLE_BYTES
+        );
     }
 }
