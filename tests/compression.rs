@@ -1,5 +1,6 @@
 //! Requests compressed with gzip or deflate (as gRPC clients in other languages send them
-//! when told to) are accepted by every service, `InvokeTool`'s own path included; responses
+//! when told to) are accepted by every service, the own paths of `InvokeTool` and
+//! `WatchServices` included; responses
 //! are compressed as `response_compression` says: as the request was (`mirror`, the default),
 //! with gzip whenever the caller accepts it (`gzip`), or never (`off`).
 
@@ -59,12 +60,12 @@ fn encoding_of<T>(response: &tonic::Response<T>) -> Option<String> {
         .filter(|encoding| encoding != "identity")
 }
 
-/// The encodings a ListServices and an InvokeTool response came back with, each sent
-/// compressed with `sent` (or plain) by a caller accepting gzip and deflate.
+/// The encodings a ListServices, an InvokeTool and a WatchServices response came back with,
+/// each sent compressed with `sent` (or plain) by a caller accepting gzip and deflate.
 async fn response_encodings(
     setup: &Setup,
     sent: Option<CompressionEncoding>,
-) -> [Option<String>; 2] {
+) -> [Option<String>; 3] {
     let channel = setup.server.channel().await;
     let mut discovery = DiscoveryServiceClient::new(channel.clone())
         .accept_compressed(CompressionEncoding::Gzip)
@@ -92,7 +93,23 @@ async fn response_encodings(
     let output = invoked.get_ref().output.as_ref().expect("output");
     let output = toolplane::json::value_to_json(output).expect("JSON");
     assert_eq!(output["text"], json!(text));
-    [encoding_of(&listed), encoding_of(&invoked)]
+    let mut watched = discovery
+        .watch_services(pb::WatchServicesRequest {
+            meta: meta(0),
+            service_name: String::new(),
+        })
+        .await
+        .expect("watching");
+    let first = watched.get_mut().message().await.expect("a message");
+    let event = first.and_then(|message| message.event).expect("an event");
+    assert_eq!(event.r#type, pb::ServiceEventType::Added as i32);
+    let tools = event.service.expect("the service").available_tools;
+    assert!(!tools.is_empty() && tools[0].tool_schema.is_some());
+    [
+        encoding_of(&listed),
+        encoding_of(&invoked),
+        encoding_of(&watched),
+    ]
 }
 
 /// By default a response is compressed as its request was, and only then: a caller that
@@ -101,8 +118,8 @@ async fn response_encodings(
 #[tokio::test(flavor = "multi_thread")]
 async fn responses_are_compressed_as_their_requests_were_by_default() {
     let setup = setup().await;
-    let both = |encoding: &str| [Some(encoding.to_owned()), Some(encoding.to_owned())];
-    assert_eq!(response_encodings(&setup, None).await, [None, None]);
+    let both = |encoding: &str| [(); 3].map(|()| Some(encoding.to_owned()));
+    assert_eq!(response_encodings(&setup, None).await, [None, None, None]);
     assert_eq!(
         response_encodings(&setup, Some(CompressionEncoding::Gzip)).await,
         both("gzip")
@@ -122,11 +139,11 @@ async fn responses_are_compressed_always_or_never_as_configured() {
         ..test_options()
     };
     let setup = setup_with(options(ResponseCompression::Gzip)).await;
-    let gzip = [Some("gzip".to_owned()), Some("gzip".to_owned())];
+    let gzip = [(); 3].map(|()| Some("gzip".to_owned()));
     assert_eq!(response_encodings(&setup, None).await, gzip);
     let setup = setup_with(options(ResponseCompression::Off)).await;
     assert_eq!(
         response_encodings(&setup, Some(CompressionEncoding::Gzip)).await,
-        [None, None]
+        [None, None, None]
     );
 }

@@ -46,6 +46,8 @@ pub struct Sizes {
     pub expiry_services: usize,
     /// Watcher counts of the fan-out scenario.
     pub watchers: Vec<usize>,
+    /// Watchers, and tools in each changed service, of the fan-out of changes with tools.
+    pub tool_changes: (usize, usize),
     /// Tool counts of the memory measurement.
     pub memory_tools: Vec<usize>,
 }
@@ -60,6 +62,7 @@ impl Sizes {
             open_loop_rate: 2_000.0,
             expiry_services: 1_000,
             watchers: vec![1_000, 10_000],
+            tool_changes: (1_000, 20),
             memory_tools: vec![1_000, 10_000, 100_000],
         }
     }
@@ -73,6 +76,7 @@ impl Sizes {
             open_loop_rate: 200.0,
             expiry_services: 20,
             watchers: vec![20],
+            tool_changes: (20, 3),
             memory_tools: vec![100, 300],
         }
     }

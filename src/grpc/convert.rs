@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use prost::Message;
 
 use crate::invoke::health::ProviderHealthBook;
@@ -220,13 +221,31 @@ pub fn annotations_to_pb(annotations: &ToolAnnotations) -> Option<pb::ToolAnnota
     })
 }
 
-/// The wire form of a registered tool of `service`. Built once per registered tool (a tool
-/// belongs to one registration of one service) and kept *encoded* with the tool: the protobuf
-/// bytes are about the size of the schema text, while a decoded `google.protobuf.Struct` of a
-/// 1 KB schema takes about 20 KB of memory. Each answer decodes a fresh copy, which costs about
-/// what cloning a kept `Struct` would.
+/// The wire form of a registered tool of `service`, decoded afresh from
+/// [`encoded_tool`]'s bytes: a decoded `google.protobuf.Struct` of a 1 KB schema takes about
+/// 20 KB of memory, so it is not kept; decoding costs about what cloning a kept one would.
 pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegistration {
-    let build = || pb::ToolRegistration {
+    pb::ToolRegistration::decode(encoded_tool(tool, service))
+        .unwrap_or_else(|_| tool_registration(tool, service))
+}
+
+/// A registered tool of `service` as its encoded `ToolRegistration`. Built once per registered
+/// tool (a tool belongs to one registration of one service) and kept with the tool: the bytes
+/// are about the size of the schema text. Cloning them shares them.
+pub fn encoded_tool(tool: &RegisteredTool, service: &ServiceEntry) -> Bytes {
+    let cached = tool.wire.get_or_init(|| {
+        Arc::new(EncodedTool(Bytes::from(
+            tool_registration(tool, service).encode_to_vec(),
+        )))
+    });
+    match cached.downcast_ref::<EncodedTool>() {
+        Some(encoded) => encoded.0.clone(),
+        None => Bytes::from(tool_registration(tool, service).encode_to_vec()),
+    }
+}
+
+fn tool_registration(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegistration {
+    pb::ToolRegistration {
         tool_name: tool.name.to_string(),
         description: tool.description.clone(),
         tool_schema: json_to_struct(&tool.input_schema_json()),
@@ -243,18 +262,11 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
         domains: tool.domains.clone(),
         categories: tool.categories.clone(),
         annotations: annotations_to_pb(&tool.annotations),
-    };
-    let cached = tool
-        .wire
-        .get_or_init(|| Arc::new(EncodedTool(build().encode_to_vec().into_boxed_slice())));
-    cached
-        .downcast_ref::<EncodedTool>()
-        .and_then(|encoded| pb::ToolRegistration::decode(&*encoded.0).ok())
-        .unwrap_or_else(build)
+    }
 }
 
 /// The encoded `ToolRegistration` kept in a tool's wire slot.
-struct EncodedTool(Box<[u8]>);
+struct EncodedTool(Bytes);
 
 /// The health of a live service: UNHEALTHY while every instance with an endpoint fails
 /// health checks.
@@ -290,21 +302,43 @@ fn instances_to_pb(
 
 /// The wire form of a live service.
 pub fn discovery_info(service: &ServiceEntry, health: &ProviderHealthBook) -> pb::DiscoveryInfo {
+    let (head, tail) = discovery_info_parts(service, health);
     pb::DiscoveryInfo {
-        service_name: service.name.to_string(),
-        service_version: service.version().to_owned(),
-        endpoint: service.endpoint().to_owned(),
+        service_name: head.service_name,
+        service_version: head.service_version,
+        endpoint: head.endpoint,
         available_tools: service
             .tools()
             .iter()
             .map(|tool| tool_to_pb(tool, service))
             .collect(),
+        ..tail
+    }
+}
+
+/// The wire form of a live service without its tools, in two parts: the fields numbered
+/// before `available_tools` (4) and those after it. Encoded one after the other with the tools
+/// between, they are the bytes of the whole message, field for field in order (protobuf writes
+/// no field left at its default).
+pub fn discovery_info_parts(
+    service: &ServiceEntry,
+    health: &ProviderHealthBook,
+) -> (pb::DiscoveryInfo, pb::DiscoveryInfo) {
+    let head = pb::DiscoveryInfo {
+        service_name: service.name.to_string(),
+        service_version: service.version().to_owned(),
+        endpoint: service.endpoint().to_owned(),
+        ..Default::default()
+    };
+    let tail = pb::DiscoveryInfo {
         service_health: health_to_pb(service_health(service, health)) as i32,
         uptime_seconds: service.uptime_seconds(),
         registered_at: Some(service.registered_at().into()),
         expires_at: Some(service.expires_at().into()),
         instances: instances_to_pb(service, health),
-    }
+        ..Default::default()
+    };
+    (head, tail)
 }
 
 fn tool_change_to_pb(change: &ToolChange) -> pb::ToolChange {
@@ -317,6 +351,20 @@ fn tool_change_to_pb(change: &ToolChange) -> pb::ToolChange {
 
 /// The wire form of a registry change.
 pub fn event_to_pb(event: &RegistryEvent, health: &ProviderHealthBook) -> pb::ServiceEvent {
+    let (head, tail) = event_parts(event);
+    pb::ServiceEvent {
+        service: event
+            .entry
+            .as_deref()
+            .map(|entry| discovery_info(entry, health)),
+        tool_changes: tail.tool_changes,
+        ..head
+    }
+}
+
+/// The wire form of a registry change without its service, in two parts: the fields numbered
+/// before `service` (4) and those after it (see [`discovery_info_parts`]).
+pub fn event_parts(event: &RegistryEvent) -> (pb::ServiceEvent, pb::ServiceEvent) {
     let (kind, tool_changes) = match &event.kind {
         ChangeKind::Added => (pb::ServiceEventType::Added, Vec::new()),
         ChangeKind::Updated(changes) => (
@@ -326,16 +374,17 @@ pub fn event_to_pb(event: &RegistryEvent, health: &ProviderHealthBook) -> pb::Se
         ChangeKind::Removed => (pb::ServiceEventType::Removed, Vec::new()),
         ChangeKind::Expired => (pb::ServiceEventType::Expired, Vec::new()),
     };
-    pb::ServiceEvent {
+    let head = pb::ServiceEvent {
         r#type: kind as i32,
         revision: event.revision,
         service_name: event.service.to_string(),
-        service: event
-            .entry
-            .as_deref()
-            .map(|entry| discovery_info(entry, health)),
+        ..Default::default()
+    };
+    let tail = pb::ServiceEvent {
         tool_changes,
-    }
+        ..Default::default()
+    };
+    (head, tail)
 }
 
 /// Converts pre-flight requirements, rejecting malformed names and an empty list.

@@ -3,7 +3,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 use tracing::{Span, instrument};
@@ -11,12 +11,17 @@ use tracing::{Span, instrument};
 use super::accept::accept;
 use super::convert;
 use super::serving::{ServingState, shutting_down};
+use super::watch_wire::{
+    self, SharedMessage, WatchServicesResponseWire, WatchWire, WireWatchStream,
+};
 use crate::envelope::RequestMeta;
 use crate::invoke::health::ProviderHealthBook;
 use crate::pb;
 use crate::pb::discovery_service_server::DiscoveryService;
 use crate::registry::store::{RegistryEvent, ToolFilter};
-use crate::registry::{Registry, RegistryError, ServiceName, ViolationKind, taxonomy};
+use crate::registry::{
+    Registry, RegistryError, ServiceEntry, ServiceName, ViolationKind, taxonomy,
+};
 
 /// Serves `toolplane.v1.DiscoveryService` over a [`Registry`].
 #[derive(Debug, Clone)]
@@ -272,19 +277,16 @@ impl DiscoveryService for DiscoveryApi {
 
     type WatchServicesStream = WatchStream;
 
-    #[instrument(skip_all, fields(rpc = "WatchServices", tenant, correlation_id))]
+    /// Served through [`WatchWire`] (see [`super::watch_wire`]); here each message is decoded
+    /// into its generated form.
     async fn watch_services(
         &self,
         request: Request<pb::WatchServicesRequest>,
     ) -> Result<Response<Self::WatchServicesStream>, Status> {
-        let (meta, request) = accept(request)?;
-        let only = convert::optional_service_name("service_name", &request.service_name)?;
-        let start = self.registry.watch(meta.tenant);
-        let watch = Watch::start(meta, only, start, &self.serving, &self.health);
-        Ok(Response::new(Box::pin(futures_util::stream::unfold(
-            watch,
-            Watch::next,
-        ))))
+        let stream = self.watch_wire(request).await?;
+        Ok(Response::new(Box::pin(stream.map(|item| {
+            item.and_then(|wire| watch_wire::decoded(&wire))
+        }))))
     }
 
     #[instrument(skip_all, fields(rpc = "Preflight", tenant, correlation_id))]
@@ -323,21 +325,39 @@ impl DiscoveryService for DiscoveryApi {
     }
 }
 
+impl WatchWire for DiscoveryApi {
+    #[instrument(skip_all, fields(rpc = "WatchServices", tenant, correlation_id))]
+    async fn watch_wire(
+        &self,
+        request: Request<pb::WatchServicesRequest>,
+    ) -> Result<WireWatchStream, Status> {
+        let (meta, request) = accept(request)?;
+        let only = convert::optional_service_name("service_name", &request.service_name)?;
+        let start = self.registry.watch(meta.tenant);
+        let watch = Watch::start(meta, only, start, &self.serving, &self.health);
+        Ok(Box::pin(futures_util::stream::unfold(watch, Watch::next)))
+    }
+}
+
 /// One WatchServices stream: the snapshot, SYNCED, then live changes. The response stream
 /// polls the registry's broadcast receiver of the tenant itself (no task or channel per
-/// watcher), so a change costs one wake-up per watcher of its tenant.
+/// watcher), so a change costs one wake-up per watcher of its tenant; the first watcher to
+/// send a change encodes it for all (see [`super::watch_wire`]).
 struct Watch {
     meta: RequestMeta,
     only: Option<ServiceName>,
     revision: u64,
-    snapshot: std::vec::IntoIter<pb::ServiceEvent>,
+    /// The services of the snapshot not sent yet, each encoded as it is sent.
+    snapshot: std::vec::IntoIter<Arc<ServiceEntry>>,
+    /// Whether SYNCED has been sent.
+    synced: bool,
     events: broadcast::Receiver<Arc<RegistryEvent>>,
     stopping: tokio::sync::watch::Receiver<bool>,
     health: Arc<ProviderHealthBook>,
     done: bool,
 }
 
-type WatchItem = Result<pb::WatchServicesResponse, Status>;
+type WatchItem = Result<WatchServicesResponseWire, Status>;
 
 impl Watch {
     fn start(
@@ -349,30 +369,16 @@ impl Watch {
     ) -> Self {
         let crate::registry::store::WatchStart {
             revision,
-            services,
+            mut services,
             events,
         } = start;
-        let mut snapshot: Vec<pb::ServiceEvent> = services
-            .iter()
-            .filter(|s| only.as_ref().is_none_or(|only| *only == s.name))
-            .map(|service| pb::ServiceEvent {
-                r#type: pb::ServiceEventType::Added as i32,
-                revision,
-                service_name: service.name.to_string(),
-                service: Some(convert::discovery_info(service, health)),
-                tool_changes: Vec::new(),
-            })
-            .collect();
-        snapshot.push(pb::ServiceEvent {
-            r#type: pb::ServiceEventType::Synced as i32,
-            revision,
-            ..Default::default()
-        });
+        services.retain(|s| only.as_ref().is_none_or(|only| *only == s.name));
         Self {
             meta,
             only,
             revision,
-            snapshot: snapshot.into_iter(),
+            snapshot: services.into_iter(),
+            synced: false,
             events,
             stopping: serving.subscribe(),
             health: Arc::clone(health),
@@ -386,11 +392,41 @@ impl Watch {
             && self.only.as_ref().is_none_or(|only| *only == event.service)
     }
 
-    fn message(&self, event: pb::ServiceEvent) -> WatchItem {
-        Ok(pb::WatchServicesResponse {
+    fn message(&self, event: SharedMessage) -> WatchItem {
+        Ok(WatchServicesResponseWire {
             meta: Some(self.meta.response()),
             event: Some(event),
         })
+    }
+
+    /// The snapshot's next message (ADDED for each service, then SYNCED), if any is left.
+    fn next_of_snapshot(&mut self) -> Option<SharedMessage> {
+        let head = |kind: pb::ServiceEventType, name: String| pb::ServiceEvent {
+            r#type: kind as i32,
+            revision: self.revision,
+            service_name: name,
+            ..Default::default()
+        };
+        if let Some(service) = self.snapshot.next() {
+            let parts = (
+                head(pb::ServiceEventType::Added, service.name.to_string()),
+                pb::ServiceEvent::default(),
+            );
+            return Some(watch_wire::encoded_event(
+                parts,
+                Some(&service),
+                &self.health,
+            ));
+        }
+        if self.synced {
+            return None;
+        }
+        self.synced = true;
+        let parts = (
+            head(pb::ServiceEventType::Synced, String::new()),
+            pb::ServiceEvent::default(),
+        );
+        Some(watch_wire::encoded_event(parts, None, &self.health))
     }
 
     /// The next message of the stream; `None` ends it.
@@ -398,7 +434,7 @@ impl Watch {
         if self.done {
             return None;
         }
-        if let Some(event) = self.snapshot.next() {
+        if let Some(event) = self.next_of_snapshot() {
             let message = self.message(event);
             return Some((message, self));
         }
@@ -412,15 +448,18 @@ impl Watch {
             };
             match received {
                 Ok(event) if self.wants(&event) => {
-                    // Every watcher of this change sends the same message: convert it once.
-                    let wire = event
-                        .wire
-                        .get_or_init(|| Arc::new(convert::event_to_pb(&event, &self.health)));
-                    let converted = wire
-                        .downcast_ref::<pb::ServiceEvent>()
+                    // Every watcher of this change sends the same event: encode it once.
+                    let health = &self.health;
+                    let encode = || {
+                        let parts = convert::event_parts(&event);
+                        watch_wire::encoded_event(parts, event.entry.as_deref(), health)
+                    };
+                    let wire = event.wire.get_or_init(|| Arc::new(encode()));
+                    let encoded = wire
+                        .downcast_ref::<SharedMessage>()
                         .cloned()
-                        .unwrap_or_else(|| convert::event_to_pb(&event, &self.health));
-                    let message = self.message(converted);
+                        .unwrap_or_else(encode);
+                    let message = self.message(encoded);
                     return Some((message, self));
                 }
                 Ok(_) => {}

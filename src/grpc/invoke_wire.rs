@@ -9,18 +9,16 @@
 //! into its twin (every other method goes to the generated server unchanged), so the input and
 //! output are read into JSON once and sent on as they came, never rebuilt as prost trees.
 
-use std::convert::Infallible;
+use std::marker::PhantomData;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
 use tonic::body::Body;
-use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
-use tonic::server::NamedService;
 
 use super::raw_message::RawMessage;
+use super::wire_server::{Compression, OwnMethod, WireServer};
 use crate::pb;
-use crate::pb::tool_invoke_service_server::{ToolInvokeService, ToolInvokeServiceServer};
+use crate::pb::tool_invoke_service_server::ToolInvokeServiceServer;
 
 /// The path of `ToolInvokeService.InvokeTool`.
 pub const INVOKE_TOOL: &str = "/toolplane.v1.ToolInvokeService/InvokeTool";
@@ -110,96 +108,43 @@ pub trait InvokeWire: Send + Sync + 'static {
 
 /// Serves `toolplane.v1.ToolInvokeService`: `InvokeTool` through its wire twins, every other
 /// method through the generated server, with the generated server's message size limits.
+pub type InvokeServer<T> = WireServer<ToolInvokeServiceServer<T>, InvokeToolMethod<T>>;
+
+/// `InvokeTool`, served through [`InvokeWire`].
 #[derive(Debug)]
-pub struct InvokeServer<T> {
-    api: Arc<T>,
-    generated: ToolInvokeServiceServer<T>,
-    /// The encodings requests may be compressed with, for `InvokeTool` too.
-    accepted: EnabledCompressionEncodings,
-    /// The encodings responses may be compressed with, for `InvokeTool` too.
-    sent: EnabledCompressionEncodings,
-}
+pub struct InvokeToolMethod<T>(PhantomData<fn() -> T>);
 
-impl<T> Clone for InvokeServer<T> {
-    fn clone(&self) -> Self {
-        Self {
-            api: Arc::clone(&self.api),
-            generated: self.generated.clone(),
-            accepted: self.accepted,
-            sent: self.sent,
-        }
+impl<T: InvokeWire> OwnMethod for InvokeToolMethod<T> {
+    type Api = T;
+    const PATH: &'static str = INVOKE_TOOL;
+
+    fn serve(
+        api: Arc<T>,
+        compression: Compression,
+        request: http::Request<Body>,
+    ) -> BoxFuture<'static, http::Response<Body>> {
+        Box::pin(async move {
+            // As the generated server: the same compression, 4 MB messages each way.
+            let codec =
+                tonic_prost::ProstCodec::<InvokeToolResponseWire, InvokeToolRequestWire>::default();
+            compression
+                .grpc(codec)
+                .unary(InvokeCall(api), request)
+                .await
+        })
     }
 }
 
-impl<T: ToolInvokeService + InvokeWire> InvokeServer<T> {
-    /// Serves `api`.
-    pub fn new(api: T) -> Self {
-        let api = Arc::new(api);
-        Self {
-            generated: ToolInvokeServiceServer::from_arc(Arc::clone(&api)),
-            api,
-            accepted: EnabledCompressionEncodings::default(),
-            sent: EnabledCompressionEncodings::default(),
-        }
-    }
+/// One `InvokeTool` call of the API.
+struct InvokeCall<T>(Arc<T>);
 
-    /// Accepts requests compressed with `encoding`, as the generated servers' method does.
-    pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
-        self.generated = self.generated.accept_compressed(encoding);
-        self.accepted.enable(encoding);
-        self
-    }
-
-    /// May compress responses with `encoding`, as the generated servers' method does: the
-    /// first encoding the request's `grpc-accept-encoding` lists that is enabled here.
-    pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
-        self.generated = self.generated.send_compressed(encoding);
-        self.sent.enable(encoding);
-        self
-    }
-}
-
-impl<T> NamedService for InvokeServer<T> {
-    const NAME: &'static str = <ToolInvokeServiceServer<T> as NamedService>::NAME;
-}
-
-/// `InvokeTool` as a tonic unary method over the twins.
-struct InvokeToolMethod<T>(Arc<T>);
-
-impl<T: InvokeWire> tonic::server::UnaryService<InvokeToolRequestWire> for InvokeToolMethod<T> {
+impl<T: InvokeWire> tonic::server::UnaryService<InvokeToolRequestWire> for InvokeCall<T> {
     type Response = InvokeToolResponseWire;
     type Future = BoxFuture<'static, Result<tonic::Response<Self::Response>, tonic::Status>>;
 
     fn call(&mut self, request: tonic::Request<InvokeToolRequestWire>) -> Self::Future {
         let api = Arc::clone(&self.0);
         Box::pin(async move { api.invoke_wire(request).await.map(tonic::Response::new) })
-    }
-}
-
-impl<T: ToolInvokeService + InvokeWire> tonic::codegen::Service<http::Request<Body>>
-    for InvokeServer<T>
-{
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        if request.uri().path() != INVOKE_TOOL {
-            return self.generated.call(request);
-        }
-        let method = InvokeToolMethod(Arc::clone(&self.api));
-        let (accepted, sent) = (self.accepted, self.sent);
-        Box::pin(async move {
-            // As the generated server: the same compression, 4 MB messages each way.
-            let codec =
-                tonic_prost::ProstCodec::<InvokeToolResponseWire, InvokeToolRequestWire>::default();
-            let mut grpc = tonic::server::Grpc::new(codec).apply_compression_config(accepted, sent);
-            Ok(grpc.unary(method, request).await)
-        })
     }
 }
 

@@ -41,6 +41,8 @@ pub mod tls_reload;
 pub mod trace_headers;
 mod unary_calls;
 pub mod unary_client;
+pub mod watch_wire;
+pub mod wire_server;
 
 pub use server::{ServeError, ServerOptions, SideListeners, serve, serve_with};
 pub use serving::shutdown_signal;

@@ -37,6 +37,7 @@ use super::rpc_stats::{DescriptorError, RpcStats};
 use super::server_tls::{ServedTls, ServerTlsError};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
+use super::watch_wire::WatchServer;
 use crate::access::LiveTenantAccess;
 use crate::agent::builtin::BuiltinModel;
 use crate::agent::model::{LlmProvider, ModelError};
@@ -56,7 +57,6 @@ use crate::metrics::MetricsSources;
 use crate::otlp::OtlpError;
 use crate::pb;
 use crate::pb::agent_service_server::AgentServiceServer;
-use crate::pb::discovery_service_server::DiscoveryServiceServer;
 use crate::pb::health_service_server::HealthServiceServer;
 use crate::registry::memory::MemoryStore;
 use crate::registry::{Registry, RegistryStore};
@@ -344,7 +344,7 @@ pub async fn serve_with(
                 .send_compressed(CompressionEncoding::Deflate)
         };
     }
-    let discovery = DiscoveryServiceServer::new(DiscoveryApi::new(
+    let discovery = WatchServer::new(DiscoveryApi::new(
         registry.clone(),
         serving.clone(),
         Arc::clone(&health),
@@ -430,7 +430,7 @@ pub fn served_rpc_stats() -> Result<RpcStats, DescriptorError> {
             tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
         ],
         &[
-            <DiscoveryServiceServer<DiscoveryApi> as NamedService>::NAME,
+            <WatchServer<DiscoveryApi> as NamedService>::NAME,
             <HealthServiceServer<HealthApi> as NamedService>::NAME,
             <InvokeServer<InvokeApi> as NamedService>::NAME,
             <AgentServiceServer<AgentApi> as NamedService>::NAME,
