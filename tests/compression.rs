@@ -1,6 +1,6 @@
 //! Requests compressed with gzip or deflate (as gRPC clients in other languages send them
-//! when told to) are accepted by every service, the own paths of `InvokeTool` and
-//! `WatchServices` included; responses
+//! when told to) are accepted by every service, the own paths of `InvokeTool`, `ListTools`
+//! and `WatchServices` included; responses
 //! are compressed as `response_compression` says: as the request was (`mirror`, the default),
 //! with gzip whenever the caller accepts it (`gzip`), or never (`off`).
 
@@ -60,12 +60,13 @@ fn encoding_of<T>(response: &tonic::Response<T>) -> Option<String> {
         .filter(|encoding| encoding != "identity")
 }
 
-/// The encodings a ListServices, an InvokeTool and a WatchServices response came back with,
-/// each sent compressed with `sent` (or plain) by a caller accepting gzip and deflate.
+/// The encodings a ListServices, an InvokeTool, a WatchServices and a ListTools response came
+/// back with, each sent compressed with `sent` (or plain) by a caller accepting gzip and
+/// deflate.
 async fn response_encodings(
     setup: &Setup,
     sent: Option<CompressionEncoding>,
-) -> [Option<String>; 3] {
+) -> [Option<String>; 4] {
     let channel = setup.server.channel().await;
     let mut discovery = DiscoveryServiceClient::new(channel.clone())
         .accept_compressed(CompressionEncoding::Gzip)
@@ -105,10 +106,25 @@ async fn response_encodings(
     assert_eq!(event.r#type, pb::ServiceEventType::Added as i32);
     let tools = event.service.expect("the service").available_tools;
     assert!(!tools.is_empty() && tools[0].tool_schema.is_some());
+    let tools = discovery
+        .list_tools(pb::ListToolsRequest {
+            meta: meta(0),
+            ..Default::default()
+        })
+        .await
+        .expect("tools listed");
+    assert!(
+        tools
+            .get_ref()
+            .tools
+            .iter()
+            .any(|tool| tool.tool_name == "echo")
+    );
     [
         encoding_of(&listed),
         encoding_of(&invoked),
         encoding_of(&watched),
+        encoding_of(&tools),
     ]
 }
 
@@ -118,8 +134,11 @@ async fn response_encodings(
 #[tokio::test(flavor = "multi_thread")]
 async fn responses_are_compressed_as_their_requests_were_by_default() {
     let setup = setup().await;
-    let both = |encoding: &str| [(); 3].map(|()| Some(encoding.to_owned()));
-    assert_eq!(response_encodings(&setup, None).await, [None, None, None]);
+    let both = |encoding: &str| [(); 4].map(|()| Some(encoding.to_owned()));
+    assert_eq!(
+        response_encodings(&setup, None).await,
+        [None, None, None, None]
+    );
     assert_eq!(
         response_encodings(&setup, Some(CompressionEncoding::Gzip)).await,
         both("gzip")
@@ -139,11 +158,11 @@ async fn responses_are_compressed_always_or_never_as_configured() {
         ..test_options()
     };
     let setup = setup_with(options(ResponseCompression::Gzip)).await;
-    let gzip = [(); 3].map(|()| Some("gzip".to_owned()));
+    let gzip = [(); 4].map(|()| Some("gzip".to_owned()));
     assert_eq!(response_encodings(&setup, None).await, gzip);
     let setup = setup_with(options(ResponseCompression::Off)).await;
     assert_eq!(
         response_encodings(&setup, Some(CompressionEncoding::Gzip)).await,
-        [None, None, None]
+        [None, None, None, None]
     );
 }

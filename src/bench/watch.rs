@@ -79,7 +79,7 @@ async fn watch_heads(channel: Channel) -> Result<tonic::Streaming<WatchedHead>, 
         .await
         .map_err(|error| tonic::Status::unavailable(error.to_string()))?;
     let codec = tonic_prost::ProstCodec::<pb::WatchServicesRequest, WatchedHead>::default();
-    let path = http::uri::PathAndQuery::from_static(crate::grpc::watch_wire::WATCH_SERVICES);
+    let path = http::uri::PathAndQuery::from_static(crate::grpc::discovery_wire::WATCH_SERVICES);
     let request = tonic::Request::new(pb::WatchServicesRequest {
         meta: meta(),
         service_name: String::new(),

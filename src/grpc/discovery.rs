@@ -4,24 +4,22 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
-use tokio::sync::broadcast;
 use tonic::{Request, Response, Status};
 use tracing::{Span, instrument};
 
 use super::accept::accept;
 use super::convert;
-use super::serving::{ServingState, shutting_down};
-use super::watch_wire::{
-    self, SharedMessage, WatchServicesResponseWire, WatchWire, WireWatchStream,
+use super::discovery_wire::{
+    DiscoveryWire, GetToolResponseWire, ListToolsResponseWire, SearchToolsResponseWire,
+    SharedMessage, ToolMatchWire, WireWatchStream, decoded,
 };
-use crate::envelope::RequestMeta;
+use super::serving::ServingState;
+use super::watch::Watch;
 use crate::invoke::health::ProviderHealthBook;
 use crate::pb;
 use crate::pb::discovery_service_server::DiscoveryService;
-use crate::registry::store::{RegistryEvent, ToolFilter};
-use crate::registry::{
-    Registry, RegistryError, ServiceEntry, ServiceName, ViolationKind, taxonomy,
-};
+use crate::registry::store::ToolFilter;
+use crate::registry::{Registry, RegistryError, ViolationKind, taxonomy};
 
 /// Serves `toolplane.v1.DiscoveryService` over a [`Registry`].
 #[derive(Debug, Clone)]
@@ -139,98 +137,34 @@ impl DiscoveryService for DiscoveryApi {
         }))
     }
 
-    #[instrument(
-        level = "debug",
-        skip_all,
-        fields(rpc = "ListTools", tenant, correlation_id)
-    )]
+    /// Served through [`DiscoveryWire`] (see [`super::discovery_wire`]); here the answer is
+    /// decoded into its generated form.
     async fn list_tools(
         &self,
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
-        let (meta, request) = accept(request)?;
-        let filter = tool_filter(
-            &request.service_name,
-            request.capability,
-            request.name_prefix,
-            request.domain,
-            request.category,
-        )?;
-        let page = self.registry.list_tools(
-            meta.tenant,
-            &filter,
-            request.page_size,
-            &request.page_token,
-        )?;
-        Ok(Response::new(pb::ListToolsResponse {
-            meta: Some(meta.response()),
-            tools: page
-                .items
-                .iter()
-                .map(|found| convert::tool_to_pb(&found.tool, &found.service))
-                .collect(),
-            next_page_token: page.next_page_token.unwrap_or_default(),
-        }))
+        let wire = self.list_tools_wire(request).await?;
+        decoded(&wire).map(Response::new)
     }
 
-    #[instrument(
-        level = "debug",
-        skip_all,
-        fields(rpc = "SearchTools", tenant, correlation_id)
-    )]
+    /// Served through [`DiscoveryWire`] (see [`super::discovery_wire`]); here the answer is
+    /// decoded into its generated form.
     async fn search_tools(
         &self,
         request: Request<pb::SearchToolsRequest>,
     ) -> Result<Response<pb::SearchToolsResponse>, Status> {
-        let (meta, request) = accept(request)?;
-        let filter = tool_filter(
-            &request.service_name,
-            request.capability,
-            String::new(),
-            request.domain,
-            request.category,
-        )?;
-        // A search builds the index of each service not searched before (about 40 µs per
-        // tool, seconds for a first search over 100,000 tools): off the runtime's threads.
-        let registry = self.registry.clone();
-        let found = tokio::task::spawn_blocking(move || {
-            registry.search_tools(meta.tenant, &filter, &request.query, request.max_results)
-        })
-        .await
-        .map_err(|error| Status::internal(format!("the search stopped: {error}")))??;
-        Ok(Response::new(pb::SearchToolsResponse {
-            meta: Some(meta.response()),
-            matches: found
-                .hits
-                .iter()
-                .map(|hit| pb::ToolMatch {
-                    tool: Some(convert::tool_to_pb(&hit.tool.tool, &hit.tool.service)),
-                    score: hit.score,
-                })
-                .collect(),
-            total_matches: i32::try_from(found.total_matches).unwrap_or(i32::MAX),
-        }))
+        let wire = self.search_tools_wire(request).await?;
+        decoded(&wire).map(Response::new)
     }
 
-    #[instrument(
-        level = "debug",
-        skip_all,
-        fields(rpc = "GetTool", tenant, correlation_id)
-    )]
+    /// Served through [`DiscoveryWire`] (see [`super::discovery_wire`]); here the answer is
+    /// decoded into its generated form.
     async fn get_tool(
         &self,
         request: Request<pb::GetToolRequest>,
     ) -> Result<Response<pb::GetToolResponse>, Status> {
-        let (meta, request) = accept(request)?;
-        let tool = convert::tool_name("tool_name", &request.tool_name)?;
-        let service = convert::optional_service_name("service_name", &request.service_name)?;
-        let found = self
-            .registry
-            .get_tool(meta.tenant, &tool, service.as_ref())?;
-        Ok(Response::new(pb::GetToolResponse {
-            meta: Some(meta.response()),
-            tool: Some(convert::tool_to_pb(&found.tool, &found.service)),
-        }))
+        let wire = self.get_tool_wire(request).await?;
+        decoded(&wire).map(Response::new)
     }
 
     #[instrument(
@@ -284,9 +218,9 @@ impl DiscoveryService for DiscoveryApi {
         request: Request<pb::WatchServicesRequest>,
     ) -> Result<Response<Self::WatchServicesStream>, Status> {
         let stream = self.watch_wire(request).await?;
-        Ok(Response::new(Box::pin(stream.map(|item| {
-            item.and_then(|wire| watch_wire::decoded(&wire))
-        }))))
+        Ok(Response::new(Box::pin(
+            stream.map(|item| item.and_then(|wire| decoded(&wire))),
+        )))
     }
 
     #[instrument(skip_all, fields(rpc = "Preflight", tenant, correlation_id))]
@@ -325,7 +259,101 @@ impl DiscoveryService for DiscoveryApi {
     }
 }
 
-impl WatchWire for DiscoveryApi {
+impl DiscoveryWire for DiscoveryApi {
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "ListTools", tenant, correlation_id)
+    )]
+    async fn list_tools_wire(
+        &self,
+        request: Request<pb::ListToolsRequest>,
+    ) -> Result<ListToolsResponseWire, Status> {
+        let (meta, request) = accept(request)?;
+        let filter = tool_filter(
+            &request.service_name,
+            request.capability,
+            request.name_prefix,
+            request.domain,
+            request.category,
+        )?;
+        let page = self.registry.list_tools(
+            meta.tenant,
+            &filter,
+            request.page_size,
+            &request.page_token,
+        )?;
+        Ok(ListToolsResponseWire {
+            meta: Some(meta.response()),
+            tools: page
+                .items
+                .iter()
+                .map(|found| SharedMessage::tool(&found.tool, &found.service))
+                .collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+        })
+    }
+
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "SearchTools", tenant, correlation_id)
+    )]
+    async fn search_tools_wire(
+        &self,
+        request: Request<pb::SearchToolsRequest>,
+    ) -> Result<SearchToolsResponseWire, Status> {
+        let (meta, request) = accept(request)?;
+        let filter = tool_filter(
+            &request.service_name,
+            request.capability,
+            String::new(),
+            request.domain,
+            request.category,
+        )?;
+        // A search builds the index of each service not searched before (about 40 µs per
+        // tool, seconds for a first search over 100,000 tools): off the runtime's threads.
+        let registry = self.registry.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            registry.search_tools(meta.tenant, &filter, &request.query, request.max_results)
+        })
+        .await
+        .map_err(|error| Status::internal(format!("the search stopped: {error}")))??;
+        Ok(SearchToolsResponseWire {
+            meta: Some(meta.response()),
+            matches: found
+                .hits
+                .iter()
+                .map(|hit| ToolMatchWire {
+                    tool: Some(SharedMessage::tool(&hit.tool.tool, &hit.tool.service)),
+                    score: hit.score,
+                })
+                .collect(),
+            total_matches: i32::try_from(found.total_matches).unwrap_or(i32::MAX),
+        })
+    }
+
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(rpc = "GetTool", tenant, correlation_id)
+    )]
+    async fn get_tool_wire(
+        &self,
+        request: Request<pb::GetToolRequest>,
+    ) -> Result<GetToolResponseWire, Status> {
+        let (meta, request) = accept(request)?;
+        let tool = convert::tool_name("tool_name", &request.tool_name)?;
+        let service = convert::optional_service_name("service_name", &request.service_name)?;
+        let found = self
+            .registry
+            .get_tool(meta.tenant, &tool, service.as_ref())?;
+        Ok(GetToolResponseWire {
+            meta: Some(meta.response()),
+            tool: Some(SharedMessage::tool(&found.tool, &found.service)),
+        })
+    }
+
     #[instrument(skip_all, fields(rpc = "WatchServices", tenant, correlation_id))]
     async fn watch_wire(
         &self,
@@ -336,139 +364,5 @@ impl WatchWire for DiscoveryApi {
         let start = self.registry.watch(meta.tenant);
         let watch = Watch::start(meta, only, start, &self.serving, &self.health);
         Ok(Box::pin(futures_util::stream::unfold(watch, Watch::next)))
-    }
-}
-
-/// One WatchServices stream: the snapshot, SYNCED, then live changes. The response stream
-/// polls the registry's broadcast receiver of the tenant itself (no task or channel per
-/// watcher), so a change costs one wake-up per watcher of its tenant; the first watcher to
-/// send a change encodes it for all (see [`super::watch_wire`]).
-struct Watch {
-    meta: RequestMeta,
-    only: Option<ServiceName>,
-    revision: u64,
-    /// The services of the snapshot not sent yet, each encoded as it is sent.
-    snapshot: std::vec::IntoIter<Arc<ServiceEntry>>,
-    /// Whether SYNCED has been sent.
-    synced: bool,
-    events: broadcast::Receiver<Arc<RegistryEvent>>,
-    stopping: tokio::sync::watch::Receiver<bool>,
-    health: Arc<ProviderHealthBook>,
-    done: bool,
-}
-
-type WatchItem = Result<WatchServicesResponseWire, Status>;
-
-impl Watch {
-    fn start(
-        meta: RequestMeta,
-        only: Option<ServiceName>,
-        start: crate::registry::store::WatchStart,
-        serving: &ServingState,
-        health: &Arc<ProviderHealthBook>,
-    ) -> Self {
-        let crate::registry::store::WatchStart {
-            revision,
-            mut services,
-            events,
-        } = start;
-        services.retain(|s| only.as_ref().is_none_or(|only| *only == s.name));
-        Self {
-            meta,
-            only,
-            revision,
-            snapshot: services.into_iter(),
-            synced: false,
-            events,
-            stopping: serving.subscribe(),
-            health: Arc::clone(health),
-            done: false,
-        }
-    }
-
-    fn wants(&self, event: &RegistryEvent) -> bool {
-        // The receiver carries only the tenant's events (`RegistryStore::watch`).
-        event.revision > self.revision
-            && self.only.as_ref().is_none_or(|only| *only == event.service)
-    }
-
-    fn message(&self, event: SharedMessage) -> WatchItem {
-        Ok(WatchServicesResponseWire {
-            meta: Some(self.meta.response()),
-            event: Some(event),
-        })
-    }
-
-    /// The snapshot's next message (ADDED for each service, then SYNCED), if any is left.
-    fn next_of_snapshot(&mut self) -> Option<SharedMessage> {
-        let head = |kind: pb::ServiceEventType, name: String| pb::ServiceEvent {
-            r#type: kind as i32,
-            revision: self.revision,
-            service_name: name,
-            ..Default::default()
-        };
-        if let Some(service) = self.snapshot.next() {
-            let parts = (
-                head(pb::ServiceEventType::Added, service.name.to_string()),
-                pb::ServiceEvent::default(),
-            );
-            return Some(watch_wire::encoded_event(
-                parts,
-                Some(&service),
-                &self.health,
-            ));
-        }
-        if self.synced {
-            return None;
-        }
-        self.synced = true;
-        let parts = (
-            head(pb::ServiceEventType::Synced, String::new()),
-            pb::ServiceEvent::default(),
-        );
-        Some(watch_wire::encoded_event(parts, None, &self.health))
-    }
-
-    /// The next message of the stream; `None` ends it.
-    async fn next(mut self) -> Option<(WatchItem, Self)> {
-        if self.done {
-            return None;
-        }
-        if let Some(event) = self.next_of_snapshot() {
-            let message = self.message(event);
-            return Some((message, self));
-        }
-        loop {
-            let received = tokio::select! {
-                received = self.events.recv() => received,
-                () = shutting_down(&mut self.stopping) => {
-                    self.done = true;
-                    return Some((Err(Status::unavailable("the control plane is shutting down; watch another instance or retry")), self));
-                }
-            };
-            match received {
-                Ok(event) if self.wants(&event) => {
-                    // Every watcher of this change sends the same event: encode it once.
-                    let health = &self.health;
-                    let encode = || {
-                        let parts = convert::event_parts(&event);
-                        watch_wire::encoded_event(parts, event.entry.as_deref(), health)
-                    };
-                    let wire = event.wire.get_or_init(|| Arc::new(encode()));
-                    let encoded = wire
-                        .downcast_ref::<SharedMessage>()
-                        .cloned()
-                        .unwrap_or_else(encode);
-                    let message = self.message(encoded);
-                    return Some((message, self));
-                }
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    self.done = true;
-                    return Some((Err(RegistryError::WatchLagged { missed }.into()), self));
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
     }
 }

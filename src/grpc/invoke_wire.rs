@@ -16,7 +16,7 @@ use futures_util::future::BoxFuture;
 use tonic::body::Body;
 
 use super::raw_message::RawMessage;
-use super::wire_server::{Compression, OwnMethod, WireServer};
+use super::wire_server::{Call, Compression, OwnMethods, WireServer, unary};
 use crate::pb;
 use crate::pb::tool_invoke_service_server::ToolInvokeServiceServer;
 
@@ -114,37 +114,21 @@ pub type InvokeServer<T> = WireServer<ToolInvokeServiceServer<T>, InvokeToolMeth
 #[derive(Debug)]
 pub struct InvokeToolMethod<T>(PhantomData<fn() -> T>);
 
-impl<T: InvokeWire> OwnMethod for InvokeToolMethod<T> {
+impl<T: InvokeWire> OwnMethods for InvokeToolMethod<T> {
     type Api = T;
-    const PATH: &'static str = INVOKE_TOOL;
+
+    fn owns(path: &str) -> bool {
+        path == INVOKE_TOOL
+    }
 
     fn serve(
         api: Arc<T>,
         compression: Compression,
         request: http::Request<Body>,
     ) -> BoxFuture<'static, http::Response<Body>> {
-        Box::pin(async move {
-            // As the generated server: the same compression, 4 MB messages each way.
-            let codec =
-                tonic_prost::ProstCodec::<InvokeToolResponseWire, InvokeToolRequestWire>::default();
-            compression
-                .grpc(codec)
-                .unary(InvokeCall(api), request)
-                .await
-        })
-    }
-}
-
-/// One `InvokeTool` call of the API.
-struct InvokeCall<T>(Arc<T>);
-
-impl<T: InvokeWire> tonic::server::UnaryService<InvokeToolRequestWire> for InvokeCall<T> {
-    type Response = InvokeToolResponseWire;
-    type Future = BoxFuture<'static, Result<tonic::Response<Self::Response>, tonic::Status>>;
-
-    fn call(&mut self, request: tonic::Request<InvokeToolRequestWire>) -> Self::Future {
-        let api = Arc::clone(&self.0);
-        Box::pin(async move { api.invoke_wire(request).await.map(tonic::Response::new) })
+        let call: Call<T, InvokeToolRequestWire, InvokeToolResponseWire> =
+            |api, request| Box::pin(async move { api.invoke_wire(request).await });
+        unary(api, call, compression, request)
     }
 }
 

@@ -15,6 +15,7 @@ pub mod convert;
 mod damage;
 pub mod deadline;
 pub mod discovery;
+pub mod discovery_wire;
 pub mod health;
 mod import_reload;
 pub mod invoke;
@@ -41,7 +42,7 @@ pub mod tls_reload;
 pub mod trace_headers;
 mod unary_calls;
 pub mod unary_client;
-pub mod watch_wire;
+mod watch;
 pub mod wire_server;
 
 pub use server::{ServeError, ServerOptions, SideListeners, serve, serve_with};

@@ -24,6 +24,7 @@ pub use super::server_options::{
 use super::agent::AgentApi;
 use super::connections::{RuledAccess, serve_connections};
 use super::discovery::DiscoveryApi;
+use super::discovery_wire::DiscoveryServer;
 use super::health::HealthApi;
 use super::invoke::InvokeApi;
 use super::invoke_wire::InvokeServer;
@@ -37,7 +38,6 @@ use super::rpc_stats::{DescriptorError, RpcStats};
 use super::server_tls::{ServedTls, ServerTlsError};
 use super::serving::ServingState;
 use super::std_health::StandardHealth;
-use super::watch_wire::WatchServer;
 use crate::access::LiveTenantAccess;
 use crate::agent::builtin::BuiltinModel;
 use crate::agent::model::{LlmProvider, ModelError};
@@ -344,7 +344,7 @@ pub async fn serve_with(
                 .send_compressed(CompressionEncoding::Deflate)
         };
     }
-    let discovery = WatchServer::new(DiscoveryApi::new(
+    let discovery = DiscoveryServer::new(DiscoveryApi::new(
         registry.clone(),
         serving.clone(),
         Arc::clone(&health),
@@ -430,7 +430,7 @@ pub fn served_rpc_stats() -> Result<RpcStats, DescriptorError> {
             tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
         ],
         &[
-            <WatchServer<DiscoveryApi> as NamedService>::NAME,
+            <DiscoveryServer<DiscoveryApi> as NamedService>::NAME,
             <HealthServiceServer<HealthApi> as NamedService>::NAME,
             <InvokeServer<InvokeApi> as NamedService>::NAME,
             <AgentServiceServer<AgentApi> as NamedService>::NAME,
