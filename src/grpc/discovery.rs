@@ -211,8 +211,8 @@ impl DiscoveryService for DiscoveryApi {
 
     type WatchServicesStream = WatchStream;
 
-    /// Served through [`WatchWire`] (see [`super::watch_wire`]); here each message is decoded
-    /// into its generated form.
+    /// Served through [`DiscoveryWire`] (see [`super::discovery_wire`]); here each message is
+    /// decoded into its generated form.
     async fn watch_services(
         &self,
         request: Request<pb::WatchServicesRequest>,
