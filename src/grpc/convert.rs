@@ -349,7 +349,9 @@ fn tool_change_to_pb(change: &ToolChange) -> pb::ToolChange {
     }
 }
 
-/// The wire form of a registry change.
+/// The generated form of a registry change: what the encoded events of
+/// [`super::discovery_wire`] are tested against.
+#[cfg(test)]
 pub fn event_to_pb(event: &RegistryEvent, health: &ProviderHealthBook) -> pb::ServiceEvent {
     let (head, tail) = event_parts(event);
     pb::ServiceEvent {

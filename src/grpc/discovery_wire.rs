@@ -61,11 +61,6 @@ impl SharedMessage {
     pub fn tool(tool: &RegisteredTool, service: &ServiceEntry) -> Self {
         Self(convert::encoded_tool(tool, service))
     }
-
-    /// A message's encoded bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
 }
 
 impl std::fmt::Debug for SharedMessage {
@@ -349,7 +344,7 @@ mod tests {
             let before = generated();
             let wire = encoded();
             if generated() == before {
-                assert_eq!(wire.as_bytes(), before.encode_to_vec().as_slice());
+                assert_eq!(wire.0, before.encode_to_vec());
                 return;
             }
         }
