@@ -258,6 +258,7 @@ impl<T: DiscoveryWire> OwnMethods for DiscoveryWireMethods<T> {
                     |api, request| Box::pin(async move { api.search_tools_wire(request).await });
                 unary(api, call, compression, request)
             }
+            // WATCH_SERVICES, the last path `owns` names.
             _ => Box::pin(async move {
                 let codec = tonic_prost::ProstCodec::<
                     WatchServicesResponseWire,

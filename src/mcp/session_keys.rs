@@ -52,11 +52,19 @@ pub struct Opening {
 /// What the imports running say of their servers.
 #[derive(Debug, Default)]
 pub struct ImportEndpoints {
-    /// The imports, by tenant and service.
-    imports: HashMap<(TenantId, ServiceName), McpImport>,
+    /// The imports, by tenant and service, each with its endpoint (worked out once here, not
+    /// on every call).
+    imports: HashMap<TenantId, HashMap<ServiceName, Imported>>,
     /// For each imported endpoint, the import whose session health checks ping (a server may
     /// answer only with a token); the first in the configuration.
     pinged: HashMap<String, (TenantId, ServiceName)>,
+}
+
+/// An import running, and the endpoint its service is registered with.
+#[derive(Debug)]
+struct Imported {
+    endpoint: String,
+    import: McpImport,
 }
 
 impl ImportEndpoints {
@@ -64,26 +72,44 @@ impl ImportEndpoints {
     pub fn of(imports: &[McpImport]) -> Self {
         let mut endpoints = Self::default();
         for import in imports {
-            let key = (import.tenant, import.service.clone());
+            let endpoint = import.endpoint();
             endpoints
                 .pinged
-                .entry(import.endpoint())
-                .or_insert_with(|| key.clone());
-            endpoints.imports.insert(key, import.clone());
+                .entry(endpoint.clone())
+                .or_insert_with(|| (import.tenant, import.service.clone()));
+            endpoints.imports.entry(import.tenant).or_default().insert(
+                import.service.clone(),
+                Imported {
+                    endpoint,
+                    import: import.clone(),
+                },
+            );
         }
         endpoints
+    }
+
+    /// The import of `tenant`'s `service`, when it runs at `endpoint`.
+    fn imported(
+        &self,
+        tenant: TenantId,
+        service: &ServiceName,
+        endpoint: &str,
+    ) -> Option<&McpImport> {
+        self.imports
+            .get(&tenant)?
+            .get(service)
+            .filter(|imported| imported.endpoint == endpoint)
+            .map(|imported| &imported.import)
     }
 
     /// The session a call of `tenant`'s `service` at `endpoint` goes over: its import's when
     /// it is the service an import registered at that endpoint, else the shared one.
     pub fn for_call(&self, tenant: TenantId, service: &ServiceName, endpoint: &str) -> SessionKey {
-        let key = (tenant, service.clone());
-        match self.imports.get(&key) {
-            Some(import) if import.endpoint() == endpoint => SessionKey {
-                endpoint: endpoint.to_owned(),
-                import: Some(key),
-            },
-            _ => SessionKey::shared(endpoint),
+        SessionKey {
+            endpoint: endpoint.to_owned(),
+            import: self
+                .imported(tenant, service, endpoint)
+                .map(|_| (tenant, service.clone())),
         }
     }
 
@@ -101,8 +127,7 @@ impl ImportEndpoints {
         let Some(import) = key
             .import
             .as_ref()
-            .and_then(|import| self.imports.get(import))
-            .filter(|import| import.endpoint() == key.endpoint)
+            .and_then(|(tenant, service)| self.imported(*tenant, service, &key.endpoint))
         else {
             return Opening::default();
         };
