@@ -10,7 +10,6 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, ServerTlsConfig};
 
 use clap::{Parser, Subcommand};
-use prost::Message;
 use toolplane::bench::fixtures::{BaselineDiscovery, bench_tools};
 use toolplane::bench::passthrough::PassThroughInvoke;
 use toolplane::bench::report::table;
@@ -21,7 +20,6 @@ use toolplane::grpc::outgoing_tls::OutgoingTlsFiles;
 use toolplane::grpc::provider_tls::ProviderTls;
 use toolplane::grpc::server_tls::{self, ServedTls, ServerTlsFiles};
 use toolplane::grpc::unary_client::UnaryChannel;
-use toolplane::pb;
 use toolplane::provider::{ProviderConfig, ProviderServer};
 
 /// Benchmarks toolplane against a bare tonic server and against calling the provider directly.
@@ -57,8 +55,9 @@ enum Command {
         #[arg(long)]
         tls: bool,
     },
-    /// (Used by `run`.) The baseline: a bare tonic DiscoveryService answering GetTool and
-    /// ListTools with the responses stored in DIR.
+    /// (Used by `run`.) The baseline: a bare tonic DiscoveryService answering GetTool,
+    /// ListTools and SearchTools with the responses stored in DIR, their tools sent as the
+    /// stored bytes.
     Baseline {
         /// Address to listen on.
         #[arg(long)]
@@ -108,25 +107,6 @@ impl TlsDirArg {
     fn files(&self) -> Option<TlsDir> {
         self.tls_dir.as_deref().map(TlsDir::new)
     }
-}
-
-/// Reads length-delimited GetTool answers, keyed by tool name.
-fn decode_answers(
-    bytes: &[u8],
-) -> Result<std::collections::HashMap<String, pb::GetToolResponse>, String> {
-    let mut rest = bytes;
-    let mut answers = std::collections::HashMap::new();
-    while !rest.is_empty() {
-        let answer =
-            pb::GetToolResponse::decode_length_delimited(&mut rest).map_err(|e| e.to_string())?;
-        let name = answer
-            .tool
-            .as_ref()
-            .map(|tool| tool.tool_name.clone())
-            .unwrap_or_default();
-        answers.insert(name, answer);
-    }
-    Ok(answers)
 }
 
 /// How a bench server accepts and serves connections.
@@ -207,16 +187,12 @@ async fn baseline(
     tls: Option<TlsDir>,
 ) -> Result<(), String> {
     let read = |name: &str| std::fs::read(responses.join(name)).map_err(|e| format!("{name}: {e}"));
-    let service = BaselineDiscovery {
-        get_tool: decode_answers(&read("get_tool.bin")?)?,
-        list_tools: pb::ListToolsResponse::decode(read("list_tools.bin")?.as_slice())
-            .map_err(|e| e.to_string())?,
-        search_tools: pb::SearchToolsResponse::decode(read("search_tools.bin")?.as_slice())
-            .map_err(|e| e.to_string())?,
-    };
-    let routes = tonic::service::Routes::new(
-        pb::discovery_service_server::DiscoveryServiceServer::new(service),
-    );
+    let service = BaselineDiscovery::from_encoded(
+        &read("get_tool.bin")?,
+        &read("list_tools.bin")?,
+        &read("search_tools.bin")?,
+    )?;
+    let routes = tonic::service::Routes::new(service.server());
     serve_routes(listen, routes, Accept::Plain, tls.as_ref()).await
 }
 

@@ -81,7 +81,8 @@ impl Message for SharedMessage {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
-        // Only toolplane's own tests decode one: copying the bytes on each field is simplest.
+        // Only tests, and the bench baseline once as it starts, decode one: copying the bytes
+        // on each field is simplest.
         let mut raw = RawMessage::from_encoded(BytesMut::from(&self.0[..]));
         raw.merge_field(tag, wire_type, buf, ctx)?;
         self.0 = Bytes::copy_from_slice(raw.as_bytes());
