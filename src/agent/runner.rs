@@ -203,7 +203,7 @@ impl AgentRunner {
     }
 
     /// The [`MAX_OFFERED_TOOLS`] tools the agent may use that best match the turn's messages
-    /// and its system prompt (a search, off the runtime's threads: the first one builds the
+    /// and its system prompt (a search, in the pool of heavy work: the first one builds the
     /// search indexes).
     async fn best_matches(&self, agent: &Agent, messages: &[CanonicalMessage]) -> Vec<ToolRef> {
         let mut text: String = messages
@@ -218,7 +218,7 @@ impl AgentRunner {
         };
         let (registry, tenant) = (self.registry.clone(), agent.tenant);
         let allowed = agent.config.allowed_tools.clone();
-        tokio::task::spawn_blocking(move || {
+        let search = move || {
             // Among allowed tools, every match is ranked and the allowed ones kept.
             let limit = allowed.as_ref().map_or(MAX_OFFERED_TOOLS, |_| usize::MAX);
             let found = registry.search(tenant, &ToolFilter::default(), &query, limit);
@@ -233,12 +233,18 @@ impl AgentRunner {
                 })
                 .take(MAX_OFFERED_TOOLS)
                 .collect()
-        })
-        .await
-        .unwrap_or_else(|error| {
-            tracing::warn!(agent = %agent.id, %error, "the search for the turn's tools failed: offering none");
-            Vec::new()
-        })
+        };
+        // In the pool of heavy work, as SearchTools is (`invoke::heavy`); a failed search
+        // offers no tools rather than failing the turn.
+        let search = move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(search));
+        self.invoker
+            .heavy_work()
+            .run_to_end(search)
+            .await
+            .unwrap_or_else(|_| {
+                tracing::warn!(agent = %agent.id, "the search for the turn's tools failed: offering none");
+                Vec::new()
+            })
     }
 
     fn emit(events: Option<&UnboundedSender<TurnEvent>>, event: TurnEvent) {

@@ -16,6 +16,7 @@ use super::discovery_wire::{
 use super::serving::ServingState;
 use super::watch::Watch;
 use crate::invoke::health::ProviderHealthBook;
+use crate::invoke::heavy::HeavyWork;
 use crate::pb;
 use crate::pb::discovery_service_server::DiscoveryService;
 use crate::registry::store::ToolFilter;
@@ -27,16 +28,23 @@ pub struct DiscoveryApi {
     registry: Registry,
     serving: ServingState,
     health: Arc<ProviderHealthBook>,
+    heavy_work: HeavyWork,
 }
 
 impl DiscoveryApi {
     /// An adapter over `registry`, reporting provider health from `health`; watches end when
-    /// `serving` turns to shutting down.
-    pub fn new(registry: Registry, serving: ServingState, health: Arc<ProviderHealthBook>) -> Self {
+    /// `serving` turns to shutting down; searches run in `heavy_work`.
+    pub fn new(
+        registry: Registry,
+        serving: ServingState,
+        health: Arc<ProviderHealthBook>,
+        heavy_work: HeavyWork,
+    ) -> Self {
         Self {
             registry,
             serving,
             health,
+            heavy_work,
         }
     }
 }
@@ -311,14 +319,18 @@ impl DiscoveryWire for DiscoveryApi {
             request.domain,
             request.category,
         )?;
-        // A search builds the index of each service not searched before (about 40 µs per
-        // tool, seconds for a first search over 100,000 tools): off the runtime's threads.
+        // A search scores every tool of the tenant that holds a query word (hundreds of µs
+        // over 10,000 tools) and builds the index of each service not searched before (about
+        // 40 µs per tool): it runs in the pool of heavy work, a few at once, so a burst of
+        // searches neither takes every core from the calls being served nor starts a thread
+        // per search. The caller's deadline is kept by the connection, which drops this call.
         let registry = self.registry.clone();
-        let found = tokio::task::spawn_blocking(move || {
-            registry.search_tools(meta.tenant, &filter, &request.query, request.max_results)
-        })
-        .await
-        .map_err(|error| Status::internal(format!("the search stopped: {error}")))??;
+        let found = self
+            .heavy_work
+            .run_to_end(move || {
+                registry.search_tools(meta.tenant, &filter, &request.query, request.max_results)
+            })
+            .await?;
         Ok(SearchToolsResponseWire {
             meta: Some(meta.response()),
             matches: found

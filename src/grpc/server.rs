@@ -348,6 +348,7 @@ pub async fn serve_with(
         registry.clone(),
         serving.clone(),
         Arc::clone(&health),
+        invoker.heavy_work().clone(),
     ));
     let health_api = HealthServiceServer::new(HealthApi::new(
         registry.clone(),

@@ -1,5 +1,5 @@
-//! Work that takes time in proportion to a call's input, moved off the threads that serve
-//! calls when the input is large.
+//! Work that takes time in proportion to a call's input, or to the tools searched, moved off
+//! the threads that serve calls.
 //!
 //! Reading an `InvokeTool` input into JSON, its canonical digest for the record, and its
 //! validation against the tool's schema each take time in proportion to the input: about a
@@ -16,6 +16,13 @@
 //! deadline passes first it runs on, holding its permit, and its result is dropped; the call
 //! is answered at its deadline. Smaller inputs are worked on in place, where a hand-off would
 //! cost more than the work.
+//!
+//! Tool searches (`SearchTools`, and an agent choosing the tools to offer its model) share the
+//! same permits: a search scores every tool holding a query word, hundreds of microseconds
+//! over 10,000 tools, and the first search of a service builds its index. Run on a thread of
+//! their own each, a burst of 64 searches ran 64 threads on two cores; each new thread's
+//! first allocations faulted in fresh memory, and the first such burst in the benchmark
+//! answered at p99 0.7-1 s (BENCHMARKS.md, item 33).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,8 +33,8 @@ use tokio::sync::Semaphore;
 /// threads.
 pub const OFF_THREAD_INPUT_BYTES: usize = 16 * 1024;
 
-/// The number of large inputs worked on at once by default: half the CPUs, at least one, so
-/// that large inputs can never take every core from the calls being served.
+/// The number of pieces of work (large inputs, searches) worked on at once by default: half the
+/// CPUs, at least one, so that they can never take every core from the calls being served.
 pub fn default_permits() -> usize {
     std::thread::available_parallelism().map_or(1, |cpus| (cpus.get() / 2).max(1))
 }
@@ -37,7 +44,7 @@ pub fn is_large(bytes: usize) -> bool {
     bytes >= OFF_THREAD_INPUT_BYTES
 }
 
-/// The pool's permits: how many large inputs are worked on at once.
+/// The pool's permits: how many pieces of work are worked on at once.
 #[derive(Debug, Clone)]
 pub struct HeavyWork {
     permits: Arc<Semaphore>,
@@ -62,24 +69,34 @@ impl HeavyWork {
         if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
             return None;
         }
-        let permits = Arc::clone(&self.permits);
-        let run = async move {
-            let permit = permits
-                .acquire_owned()
-                .await
-                .expect("the semaphore is never closed");
-            let task = tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                work()
-            });
-            match task.await {
-                Ok(result) => result,
-                Err(error) => std::panic::resume_unwind(error.into_panic()),
-            }
-        };
         match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline.into(), run).await.ok(),
-            None => Some(run.await),
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), self.run_to_end(work))
+                .await
+                .ok(),
+            None => Some(self.run_to_end(work).await),
+        }
+    }
+
+    /// Runs `work` on the blocking pool once a permit is free, and returns its result: for a
+    /// caller whose deadline is kept elsewhere (dropping the returned future gives up the wait
+    /// for a permit, or the result of work already started). A panic in `work` is resumed
+    /// here, as if it had run in place.
+    pub async fn run_to_end<T, F>(&self, work: F) -> T
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let permit = Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work()
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
         }
     }
 }
@@ -113,6 +130,35 @@ mod tests {
         assert_eq!(second.await, None, "the first still holds the only permit");
         release.send(()).expect("the first work still waits");
         assert_eq!(pool.run(None, || 3).await, Some(3), "the permit came back");
+    }
+
+    /// Work without a deadline (a search) waits for a permit held by other work (a large
+    /// input), and answers once it has run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn work_without_a_deadline_waits_its_turn() {
+        let pool = HeavyWork::new(1);
+        let (release, released) = mpsc::channel::<()>();
+        let (started, starts) = mpsc::channel::<()>();
+        let holder = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.run_to_end(move || {
+                    started.send(()).expect("the test waits");
+                    released.recv().is_ok()
+                })
+                .await
+            }
+        });
+        starts.recv().expect("the first work started");
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.run_to_end(|| 2).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "the only permit is held");
+        release.send(()).expect("the first work still waits");
+        assert!(holder.await.expect("no panic"));
+        assert_eq!(waiting.await.expect("no panic"), 2);
     }
 
     #[tokio::test]
