@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use super::error::{RegistryError, ViolationKind};
-use super::model::{RegisteredTool, ServiceEntry, ToolRef};
+use super::model::{ServiceEntry, ToolRef};
 use super::search_index::ServiceSearchIndex;
 use super::search_terms::for_each_term;
 use super::store::ToolFilter;
@@ -213,10 +213,14 @@ impl<'a> Corpus<'a> {
                 .services
                 .iter()
                 .map(|service| {
-                    let postings = service.index.postings(term).iter();
-                    postings
-                        .filter(|posting| service.allows(posting.tool as usize))
-                        .count()
+                    let postings = service.index.postings(term);
+                    match service.allowed {
+                        None => postings.len(),
+                        Some(_) => postings
+                            .iter()
+                            .filter(|posting| service.allows(posting.tool as usize))
+                            .count(),
+                    }
                 })
                 .sum();
             let with = with as f64;
@@ -237,19 +241,16 @@ impl<'a> Corpus<'a> {
         }
         scores
     }
+}
 
-    /// The service entry and tool in `slot`.
-    fn tool_in(&self, slot: usize) -> (&'a Arc<ServiceEntry>, &'a Arc<RegisteredTool>) {
-        let service = self
-            .services
-            .partition_point(|service| service.offset <= slot)
-            - 1;
-        let entry = self.services[service].entry;
-        (
-            entry,
-            &entry.contract.tools[slot - self.services[service].offset],
-        )
-    }
+/// A tool that holds a word of the query: its score, and where it is.
+#[derive(Debug, Clone, Copy)]
+struct Match {
+    score: f64,
+    /// Its service's place in the corpus.
+    service: u32,
+    /// Its place in its service's tools.
+    tool: u32,
 }
 
 /// Ranks the tools of the live `services` that pass `filter` against `query`, and keeps the
@@ -264,38 +265,58 @@ pub fn rank(
     if corpus.tools == 0 {
         return SearchResults::default();
     }
-    let mut matches: Vec<(f64, usize)> = corpus
-        .scores(query)
-        .into_iter()
-        .enumerate()
-        .filter(|(_, score)| *score > 0.0)
-        .map(|(slot, score)| (score, slot))
-        .collect();
+    let scores = corpus.scores(query);
+    let mut matches = Vec::new();
+    for (service, searched) in corpus.services.iter().enumerate() {
+        let tools = searched.entry.contract.tools.len();
+        let slots = &scores[searched.offset..searched.offset + tools];
+        for (tool, &score) in slots.iter().enumerate().filter(|(_, score)| **score > 0.0) {
+            matches.push(Match {
+                score,
+                service: service as u32,
+                tool: tool as u32,
+            });
+        }
+    }
     let total_matches = matches.len();
+    let tool_of = |found: &Match| {
+        let entry = corpus.services[found.service as usize].entry;
+        (entry, &entry.contract.tools[found.tool as usize])
+    };
+    let by_score = |a: &Match, b: &Match| b.score.total_cmp(&a.score);
     // Best first; ties in (tool name, service name) order.
-    let order = |a: &(f64, usize), b: &(f64, usize)| {
-        b.0.total_cmp(&a.0).then_with(|| {
-            let (x_service, x) = corpus.tool_in(a.1);
-            let (y_service, y) = corpus.tool_in(b.1);
+    let order = |a: &Match, b: &Match| {
+        by_score(a, b).then_with(|| {
+            let (x_service, x) = tool_of(a);
+            let (y_service, y) = tool_of(b);
             (x.name.as_str(), x_service.name.as_str())
                 .cmp(&(y.name.as_str(), y_service.name.as_str()))
         })
     };
-    if matches.len() > limit && limit > 0 {
-        matches.select_nth_unstable_by(limit - 1, order);
+    if limit > 0 && matches.len() > limit {
+        // The best `limit` by score alone, whose comparisons are cheap; then, of the tools
+        // scoring no less than the last of them, the names decide between those tied with it.
+        // Tools of documents of one length often tie, and comparing their names made most of
+        // the cost of a search over many tools.
+        matches.select_nth_unstable_by(limit - 1, by_score);
+        let cut = matches[limit - 1].score;
+        matches.retain(|found| found.score >= cut);
+        if matches.len() > limit {
+            matches.select_nth_unstable_by(limit - 1, order);
+        }
     }
     matches.truncate(limit);
     matches.sort_unstable_by(order);
     let hits = matches
-        .into_iter()
-        .map(|(score, slot)| {
-            let (entry, tool) = corpus.tool_in(slot);
+        .iter()
+        .map(|found| {
+            let (entry, tool) = tool_of(found);
             SearchHit {
                 tool: ToolRef {
                     service: Arc::clone(entry),
                     tool: Arc::clone(tool),
                 },
-                score,
+                score: found.score,
             }
         })
         .collect();

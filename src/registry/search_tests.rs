@@ -211,3 +211,65 @@ async fn bad_queries_and_limits_name_the_field() {
         "more than 32 distinct words"
     );
 }
+
+/// Tools whose documents tie are ordered by tool name, then service name, wherever the limit
+/// cuts through them: every limited answer is the start of the full one.
+#[tokio::test]
+async fn ties_are_cut_by_name_at_any_limit() {
+    let registry = Registry::new(
+        MemoryStore::start(16, 16),
+        RegistrationLimits::default(),
+        16,
+    );
+    for service in ["south", "east", "north"] {
+        let mut tools: Vec<ToolSpec> = ["t_5", "t_2", "t_4", "t_1", "t_3"]
+            .map(|name| tool(name, "Shared words here.", json!({"type": "object"})))
+            .into();
+        if service == "north" {
+            tools.push(tool(
+                "t_9",
+                "Shared shared words words.",
+                json!({"type": "object"}),
+            ));
+        }
+        registry
+            .register(
+                TenantId(1),
+                &ServiceSpec {
+                    name: service.into(),
+                    version: "1.0.0".into(),
+                    endpoint: "http://127.0.0.1:9".into(),
+                    tools,
+                    ttl: None,
+                    instance_id: String::new(),
+                },
+            )
+            .expect("registers");
+    }
+    let ranked = |limit: i32| {
+        registry
+            .search_tools(TenantId(1), &ToolFilter::default(), "shared words", limit)
+            .expect("valid")
+    };
+    let all = ranked(100);
+    assert_eq!(all.total_matches, 16);
+    assert_eq!(
+        names(&all)[..5],
+        [
+            "north/t_9",
+            "east/t_1",
+            "north/t_1",
+            "south/t_1",
+            "east/t_2"
+        ]
+    );
+    for limit in 1..=17 {
+        let found = ranked(limit);
+        assert_eq!(found.total_matches, 16);
+        assert_eq!(
+            names(&found),
+            names(&all)[..(limit as usize).min(16)],
+            "limit {limit}"
+        );
+    }
+}
