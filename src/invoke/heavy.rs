@@ -10,15 +10,15 @@
 //! task serving the connection (`grpc::call_scheduling`), so done in place that work would stop
 //! the connection's other calls, and the thread's other connections, until it ended.
 //!
-//! So an input of [`OFF_THREAD_INPUT_BYTES`] or more is worked on in tokio's blocking pool, at
-//! most `permits` inputs at once (the rest wait their turn), while the serving threads go on.
+//! So an input of [`OFF_THREAD_INPUT_BYTES`] or more is worked on in a pool of `permits`
+//! threads of its own ([`HeavyWork`]; the rest wait their turn), while the serving threads go on.
 //! The call waits at most until its deadline: the work cannot be stopped midway, so when the
-//! deadline passes first it runs on, holding its permit, and its result is dropped; the call
+//! deadline passes first it runs on, holding its thread, and its result is dropped; the call
 //! is answered at its deadline. Smaller inputs are worked on in place, where a hand-off would
 //! cost more than the work.
 //!
 //! Tool searches (`SearchTools`, and an agent choosing the tools to offer its model) share the
-//! same permits: a search scores every tool holding a query word, hundreds of microseconds
+//! same threads: a search scores every tool holding a query word, hundreds of microseconds
 //! over 10,000 tools, and the first search of a service builds its index. Run on a thread of
 //! their own each, a burst of 64 searches ran 64 threads on two cores; each new thread's
 //! first allocations faulted in fresh memory, and the first such burst in the benchmark
@@ -26,8 +26,6 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-
-use tokio::sync::Semaphore;
 
 /// Inputs of at least this many bytes (of their encoded form) are worked on off the serving
 /// threads.
@@ -44,23 +42,43 @@ pub fn is_large(bytes: usize) -> bool {
     bytes >= OFF_THREAD_INPUT_BYTES
 }
 
-/// The pool's permits: how many pieces of work are worked on at once.
-#[derive(Debug, Clone)]
+/// The pool: `permits` threads of its own, each taking the next piece of work as soon as it
+/// is done with the last (a rayon pool; the caller awaits the result on a oneshot channel).
+///
+/// The threads live as long as the pool, so the memory their allocator keeps stays warm. A
+/// semaphore in front of tokio's blocking pool did the same bounding, but each piece of work
+/// then waited for a permit, a wake-up of its task and a wake-up of a blocking thread before
+/// it started, and the permit stood idle meanwhile: a burst of searches ran at about half the
+/// rate the work itself allowed (BENCHMARKS.md, item 33).
+#[derive(Clone)]
 pub struct HeavyWork {
-    permits: Arc<Semaphore>,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+impl std::fmt::Debug for HeavyWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeavyWork")
+            .field("threads", &self.pool.current_num_threads())
+            .finish()
+    }
 }
 
 impl HeavyWork {
-    /// At most `permits` (at least 1) pieces of work at once.
+    /// At most `permits` (at least 1) pieces of work at once, on as many threads.
     pub fn new(permits: usize) -> Self {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(permits.max(1))
+            .thread_name(|index| format!("toolplane-heavy-{index}"))
+            .build()
+            .expect("the heavy work's threads start");
         Self {
-            permits: Arc::new(Semaphore::new(permits.max(1))),
+            pool: Arc::new(pool),
         }
     }
 
-    /// Runs `work` on the blocking pool once a permit is free, and returns its result, or
-    /// `None` when `deadline` passed first (waiting for a permit or for the work). A panic in
-    /// `work` is resumed here, as if it had run in place.
+    /// Runs `work` on the pool when a thread is free, and returns its result, or `None` when
+    /// `deadline` passed first (waiting for a thread or for the work). A panic in `work` is
+    /// resumed here, as if it had run in place.
     pub async fn run<T, F>(&self, deadline: Option<Instant>, work: F) -> Option<T>
     where
         T: Send + 'static,
@@ -77,26 +95,28 @@ impl HeavyWork {
         }
     }
 
-    /// Runs `work` on the blocking pool once a permit is free, and returns its result: for a
-    /// caller whose deadline is kept elsewhere (dropping the returned future gives up the wait
-    /// for a permit, or the result of work already started). A panic in `work` is resumed
-    /// here, as if it had run in place.
+    /// Runs `work` on the pool when a thread is free, and returns its result: for a caller
+    /// whose deadline is kept elsewhere. Dropping the returned future gives up the result;
+    /// work not started by then is never started. A panic in `work` is resumed here, as if it
+    /// had run in place.
     pub async fn run_to_end<T, F>(&self, work: F) -> T
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        let permit = Arc::clone(&self.permits)
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            work()
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.pool.spawn(move || {
+            if answer.is_closed() {
+                return;
+            }
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            // The caller may have gone meanwhile: then the result is dropped.
+            let _ = answer.send(result);
         });
-        match task.await {
-            Ok(result) => result,
-            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        match answered.await {
+            Ok(Ok(result)) => result,
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => unreachable!("every piece of work the pool takes is answered"),
         }
     }
 }
@@ -116,7 +136,7 @@ mod tests {
         assert!(is_large(OFF_THREAD_INPUT_BYTES));
     }
 
-    /// Work past its deadline is given up on at the deadline and keeps its permit until it
+    /// Work past its deadline is given up on at the deadline and keeps its thread until it
     /// ends, so the next piece waits for it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_deadline_ends_the_wait_not_the_work() {
@@ -126,13 +146,24 @@ mod tests {
         let first = pool.run(Some(deadline), move || released.recv().is_ok());
         assert_eq!(first.await, None, "given up at the deadline");
 
-        let second = pool.run(Some(Instant::now() + Duration::from_millis(50)), || 2);
-        assert_eq!(second.await, None, "the first still holds the only permit");
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&started);
+        let second = pool.run(
+            Some(Instant::now() + Duration::from_millis(50)),
+            move || {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            },
+        );
+        assert_eq!(second.await, None, "the first still holds the only thread");
         release.send(()).expect("the first work still waits");
-        assert_eq!(pool.run(None, || 3).await, Some(3), "the permit came back");
+        assert_eq!(pool.run(None, || 3).await, Some(3), "the thread came back");
+        assert!(
+            !started.load(std::sync::atomic::Ordering::SeqCst),
+            "work whose caller had gone was not started"
+        );
     }
 
-    /// Work without a deadline (a search) waits for a permit held by other work (a large
+    /// Work without a deadline (a search) waits for the thread held by other work (a large
     /// input), and answers once it has run.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn work_without_a_deadline_waits_its_turn() {
@@ -155,7 +186,7 @@ mod tests {
             async move { pool.run_to_end(|| 2).await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "the only permit is held");
+        assert!(!waiting.is_finished(), "the only thread is busy");
         release.send(()).expect("the first work still waits");
         assert!(holder.await.expect("no panic"));
         assert_eq!(waiting.await.expect("no panic"), 2);
