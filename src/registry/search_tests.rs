@@ -71,21 +71,26 @@ fn registry() -> Registry {
         ),
     ];
     for (name, tools) in services {
-        registry
-            .register(
-                TenantId(1),
-                &ServiceSpec {
-                    name: name.into(),
-                    version: "1.0.0".into(),
-                    endpoint: "http://127.0.0.1:9".into(),
-                    tools,
-                    ttl: None,
-                    instance_id: String::new(),
-                },
-            )
-            .expect("registers");
+        register(&registry, name, tools);
     }
     registry
+}
+
+/// Registers `tools` as the service `name` of tenant 1.
+fn register(registry: &Registry, name: &str, tools: Vec<ToolSpec>) {
+    registry
+        .register(
+            TenantId(1),
+            &ServiceSpec {
+                name: name.into(),
+                version: "1.0.0".into(),
+                endpoint: "http://127.0.0.1:9".into(),
+                tools,
+                ttl: None,
+                instance_id: String::new(),
+            },
+        )
+        .expect("registers");
 }
 
 fn names(results: &SearchResults) -> Vec<String> {
@@ -232,19 +237,7 @@ async fn ties_are_cut_by_name_at_any_limit() {
                 json!({"type": "object"}),
             ));
         }
-        registry
-            .register(
-                TenantId(1),
-                &ServiceSpec {
-                    name: service.into(),
-                    version: "1.0.0".into(),
-                    endpoint: "http://127.0.0.1:9".into(),
-                    tools,
-                    ttl: None,
-                    instance_id: String::new(),
-                },
-            )
-            .expect("registers");
+        register(&registry, service, tools);
     }
     let ranked = |limit: i32| {
         registry
