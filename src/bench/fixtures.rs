@@ -103,9 +103,10 @@ pub fn bench_tools() -> RegisteredTools {
 /// nothing else.
 ///
 /// Each answer is kept as toolplane sends it: the envelope decoded, every tool as its encoded
-/// bytes ([`SharedMessage`](crate::grpc::discovery_wire::SharedMessage)), written out as they are. The baseline thus pays what toolplane
-/// pays to send kept bytes, and nothing for finding, authorizing or enveloping them: it is the
-/// floor toolplane's discovery reads are compared against.
+/// bytes ([`SharedMessage`](crate::grpc::discovery_wire::SharedMessage)), written out as they
+/// are. The baseline thus pays what toolplane pays to send kept bytes, and nothing for
+/// finding, authorizing or enveloping them: it is the floor toolplane's discovery reads are
+/// compared against.
 #[derive(Debug, Clone)]
 pub struct BaselineDiscovery {
     /// toolplane's answer to GetTool, by tool name.
@@ -197,9 +198,9 @@ impl DiscoveryWire for BaselineDiscovery {
 
 type NoStream = Pin<Box<dyn Stream<Item = Result<pb::WatchServicesResponse, Status>> + Send>>;
 
-/// The generated trait, for the methods [`DiscoveryWire`] does not serve: [`DiscoveryServer`]
-/// sends GetTool, ListTools, SearchTools and WatchServices to [`DiscoveryWire`], so none of
-/// these is served.
+/// The generated trait: every method answers `UNIMPLEMENTED`. [`DiscoveryServer`] sends
+/// GetTool, ListTools, SearchTools and WatchServices to [`DiscoveryWire`] instead, and the
+/// baseline answers nothing else.
 #[tonic::async_trait]
 impl DiscoveryService for BaselineDiscovery {
     async fn register_service(
