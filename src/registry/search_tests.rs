@@ -23,12 +23,17 @@ fn tool(name: &str, description: &str, schema: serde_json::Value) -> ToolSpec {
     }
 }
 
-fn registry() -> Registry {
-    let registry = Registry::new(
+/// A registry with nothing registered.
+fn empty_registry() -> Registry {
+    Registry::new(
         MemoryStore::start(16, 16),
         RegistrationLimits::default(),
         16,
-    );
+    )
+}
+
+fn registry() -> Registry {
+    let registry = empty_registry();
     let object = json!({"type": "object"});
     let services = [
         (
@@ -221,11 +226,7 @@ async fn bad_queries_and_limits_name_the_field() {
 /// cuts through them: every limited answer is the start of the full one.
 #[tokio::test]
 async fn ties_are_cut_by_name_at_any_limit() {
-    let registry = Registry::new(
-        MemoryStore::start(16, 16),
-        RegistrationLimits::default(),
-        16,
-    );
+    let registry = empty_registry();
     for service in ["south", "east", "north"] {
         let mut tools: Vec<ToolSpec> = ["t_5", "t_2", "t_4", "t_1", "t_3"]
             .map(|name| tool(name, "Shared words here.", json!({"type": "object"})))
