@@ -492,3 +492,102 @@ async fn a_connection_holds_at_most_its_streams() {
         .expect("the task ends");
     answered.expect("listed");
 }
+
+/// A watch open when the server stops ends with UNAVAILABLE (so its client knows to watch
+/// another instance) and does not hold up the server's drain.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_ends_unavailable_when_the_server_stops() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let mut stream = watch(&mut client, 0, "").await;
+    assert_eq!(next_event(&mut stream).await.r#type, Kind::Synced as i32);
+
+    let stopping = tokio::spawn(server.stop());
+    let ended = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .expect("the watch hears of the shutdown")
+        .expect_err("the watch ends with an error");
+    assert_eq!(ended.code(), Code::Unavailable, "{ended:?}");
+    assert!(ended.message().contains("shutting down"), "{ended:?}");
+    tokio::time::timeout(PATIENCE, stopping)
+        .await
+        .expect("the server drains with the watch ended")
+        .expect("server stops within its grace period");
+}
+
+/// A watcher that stops reading falls behind; once the tenant's changes overrun the event
+/// buffer, its stream delivers what it had and then ends with ABORTED, reason
+/// RESOURCE_WATCH_LAGGED, naming how many changes it missed (so it can list and watch again).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watcher_too_far_behind_is_ended_with_the_count_it_missed() {
+    let server = TestServer::start_with(toolplane::grpc::ServerOptions {
+        event_buffer: 4,
+        ..test_options()
+    })
+    .await;
+    // The watcher's own connection, with small flow-control windows: while it does not read,
+    // the server can send it only about 64 KB, and its watch stops taking changes.
+    let slow = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .expect("valid uri")
+        .initial_stream_window_size(65_535)
+        .initial_connection_window_size(65_535)
+        .connect()
+        .await
+        .expect("connect to test server");
+    let mut watcher = pb::discovery_service_client::DiscoveryServiceClient::new(slow);
+    let mut stream = watch(&mut watcher, 0, "").await;
+    assert_eq!(next_event(&mut stream).await.r#type, Kind::Synced as i32);
+
+    // Each change carries its service's tool, about 2 KB: 80 of them are more than the window
+    // and the buffer hold.
+    let mut client = server.discovery().await;
+    let wordy = |name: &str| pb::ToolRegistration {
+        description: "x".repeat(2000),
+        ..simple_tool(name)
+    };
+    for n in 0..80 {
+        register_ok(
+            &mut client,
+            0,
+            registration(&format!("s{n}"), vec![wordy("t")]),
+        )
+        .await;
+    }
+
+    let mut delivered = 0;
+    let ended = loop {
+        match tokio::time::timeout(PATIENCE, stream.message())
+            .await
+            .expect("the watch delivers or ends")
+        {
+            Ok(Some(message)) => {
+                let event = message.event.expect("event set");
+                assert_eq!(
+                    (event.r#type, event.service_name),
+                    (Kind::Added as i32, format!("s{delivered}")),
+                    "changes arrive in order before the end"
+                );
+                delivered += 1;
+            }
+            Ok(None) => panic!("the watch ended without saying it lagged"),
+            Err(status) => break status,
+        }
+    };
+    assert!(delivered < 80, "the watcher was expected to fall behind");
+    assert_eq!(ended.code(), Code::Aborted, "{ended:?}");
+    assert_eq!(reason(&ended), "RESOURCE_WATCH_LAGGED");
+    let missed: usize = {
+        use tonic_types::StatusExt;
+        ended
+            .get_error_details()
+            .error_info()
+            .and_then(|info| info.metadata.get("missed_events").cloned())
+            .expect("missed_events in the ErrorInfo")
+            .parse()
+            .expect("missed_events is a count")
+    };
+    assert!(
+        (1..=80 - delivered).contains(&missed),
+        "missed {missed} with {delivered} of 80 delivered"
+    );
+}

@@ -375,6 +375,6 @@ impl DiscoveryWire for DiscoveryApi {
         let only = convert::optional_service_name("service_name", &request.service_name)?;
         let start = self.registry.watch(meta.tenant);
         let watch = Watch::start(meta, only, start, &self.serving, &self.health);
-        Ok(Box::pin(futures_util::stream::unfold(watch, Watch::next)))
+        Ok(Box::pin(watch))
     }
 }
