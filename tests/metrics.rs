@@ -351,3 +351,52 @@ async fn refused_calls_are_counted_by_code() {
     assert_eq!(sample(&text, &started), Some(3.0), "{text}");
     server.stop().await;
 }
+
+/// A lapsed lease is counted, with how late it was removed, in
+/// `toolplane_lease_expiry_lateness_seconds`; leases deregistered or still live are not.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scrape_reports_how_late_lapsed_leases_were_removed() {
+    let (server, metrics) = TestServer::start_with_metrics(test_options()).await;
+    let http = http_client();
+    let count = "toolplane_lease_expiry_lateness_seconds_count";
+    assert_eq!(sample(&scrape_text(&http, metrics).await, count), Some(0.0));
+
+    let mut client = server.discovery().await;
+    let mut stream = watch(&mut client, 0, "").await;
+    assert_eq!(
+        next_event(&mut stream).await.r#type,
+        toolplane::pb::ServiceEventType::Synced as i32
+    );
+    let ttl = std::time::Duration::from_millis(300);
+    register_ok(
+        &mut client,
+        0,
+        with_ttl(registration("lapsing", vec![simple_tool("t")]), ttl),
+    )
+    .await;
+    register_ok(&mut client, 0, registration("kept", vec![simple_tool("t")])).await;
+    let gone = register_ok(&mut client, 0, registration("gone", vec![simple_tool("t")])).await;
+    deregister(&mut client, 0, "gone", gone.lease_id)
+        .await
+        .expect("deregistered");
+    loop {
+        let event = next_event(&mut stream).await;
+        if event.r#type == toolplane::pb::ServiceEventType::Expired as i32 {
+            assert_eq!(event.service_name, "lapsing");
+            break;
+        }
+    }
+
+    let text = scrape_text(&http, metrics).await;
+    assert_eq!(sample(&text, count), Some(1.0), "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            "toolplane_lease_expiry_lateness_seconds_bucket{le=\"+Inf\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let late = sample(&text, "toolplane_lease_expiry_lateness_seconds_sum").expect("sum");
+    assert!(late >= 0.0, "{late}");
+}

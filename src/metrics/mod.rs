@@ -31,6 +31,7 @@ use crate::invoke::record_stats::DURATION_BUCKETS;
 use crate::invoke::records::{InvocationStatus, RecordLog};
 use crate::mcp::import::LiveImports;
 use crate::mcp::{McpRefusals, McpSessions};
+use crate::registry::lateness::LATENESS_BUCKETS;
 use crate::registry::store::RegistryStore;
 
 /// Where the metrics are read from.
@@ -173,6 +174,19 @@ impl Collector for MetricsSources {
             "toolplane_registered_tool_definition_bytes",
             "Bytes of the registered tools' names, descriptions and schema text, across tenants.",
             usage.tool_bytes,
+        )?;
+        let lateness = self.store.expiry_lateness();
+        histogram(
+            &mut encoder.encode_descriptor(
+                "toolplane_lease_expiry_lateness_seconds",
+                "How long past its deadline each lease that lapsed was removed from the registry \
+                 (and its change published to the tenant's watchers).",
+                None,
+                MetricType::Histogram,
+            )?,
+            &LATENESS_BUCKETS,
+            &lateness.buckets,
+            lateness.sum_seconds,
         )?;
         gauge(
             &mut encoder,

@@ -13,7 +13,7 @@
 //! late, which the lease contract does not allow.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use tokio::sync::{broadcast, mpsc};
@@ -22,6 +22,7 @@ use super::error::RegistryError;
 use super::expiry::{ExpiryTicket, spawn_expiry_task};
 use super::gone::GoneNames;
 use super::instance::{Contract, Instance};
+use super::lateness::ExpiryLateness;
 use super::lease::{Lease, LeaseId, monotonic_now};
 use super::model::{ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService};
 use super::quota::{TenantQuota, Usage};
@@ -43,6 +44,7 @@ pub struct MemoryStore {
     writer: Mutex<()>,
     events: TenantEvents,
     expiry: mpsc::UnboundedSender<ExpiryTicket>,
+    lateness: Mutex<ExpiryLateness>,
 }
 
 /// What the expiry task should do after asking the store to expire a lease.
@@ -68,6 +70,7 @@ impl MemoryStore {
             writer: Mutex::new(()),
             events: TenantEvents::new(event_buffer),
             expiry,
+            lateness: Mutex::default(),
         });
         spawn_expiry_task(Arc::downgrade(&store), tickets);
         store
@@ -117,10 +120,16 @@ impl MemoryStore {
         let Some(instance) = entry.instance_with_lease(ticket.lease) else {
             return ExpiryOutcome::Done;
         };
-        if instance.lease.is_live() {
+        let now = monotonic_now();
+        if instance.lease.is_live_at(now) {
             return ExpiryOutcome::CheckAgainAt(instance.lease.deadline());
         }
-        tracing::info!(tenant = %ticket.tenant, service = %ticket.service, instance = %instance.id, "lease expired");
+        let late = Duration::from_nanos(now.saturating_sub(instance.lease.deadline()));
+        self.lateness
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .observe(late);
+        tracing::info!(tenant = %ticket.tenant, service = %ticket.service, instance = %instance.id, late_ms = late.as_secs_f64() * 1e3, "lease expired");
         let mut next = (*current).clone();
         let (kind, entry) = match remaining_instances(entry, ticket.lease) {
             Some(remaining) => {
@@ -456,6 +465,13 @@ impl RegistryStore for MemoryStore {
 
     fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>> {
         self.events.subscribe(tenant)
+    }
+
+    fn expiry_lateness(&self) -> ExpiryLateness {
+        self.lateness
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 }
 

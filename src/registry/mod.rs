@@ -9,6 +9,7 @@ pub mod error;
 mod expiry;
 pub mod gone;
 pub mod instance;
+pub mod lateness;
 pub mod lease;
 pub mod memory;
 pub mod model;

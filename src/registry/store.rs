@@ -201,4 +201,6 @@ pub trait RegistryStore: Send + Sync + Debug {
     fn totals(&self) -> (u64, Usage);
     /// How many live instances the services of every tenant have together.
     fn instance_count(&self) -> u64;
+    /// How late the leases that lapsed since the start were removed.
+    fn expiry_lateness(&self) -> super::lateness::ExpiryLateness;
 }
