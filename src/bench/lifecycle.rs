@@ -40,14 +40,94 @@ fn small_registration(name: String, ttl: Duration) -> pb::ServiceRegistration {
 
 /// What one expiry measurement saw.
 struct ExpiryRun {
+    /// From each lease's deadline to its EXPIRED event at a watcher.
     lateness_us: Histogram<u64>,
+    /// The server's own count of the round's lapses (`toolplane_lease_expiry_lateness_seconds`).
+    at_server: ServerLateness,
     early: u64,
     wrongly_expired: u64,
     never_expired: u64,
 }
 
-async fn expiry_run(endpoint: &str, round: usize, services: usize) -> Result<ExpiryRun, String> {
+/// The cumulative buckets of the server's `toolplane_lease_expiry_lateness_seconds`: (upper
+/// bound in seconds, lapses at most that late), `+Inf` last.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ServerLateness(Vec<(f64, u64)>);
+
+impl ServerLateness {
+    /// Scrapes the server's metrics endpoint at `metrics` (`127.0.0.1:PORT`).
+    async fn scrape(metrics: &str) -> Result<Self, String> {
+        let text = crate::grpc::outgoing_tls::http_client_builder(None)
+            .build()
+            .map_err(|e| e.to_string())?
+            .get(format!("http://{metrics}/metrics"))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| format!("scraping toolplane's metrics: {e}"))?
+            .text()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self::parse(&text))
+    }
+
+    fn parse(text: &str) -> Self {
+        let buckets = text
+            .lines()
+            .filter_map(|line| {
+                let rest =
+                    line.strip_prefix("toolplane_lease_expiry_lateness_seconds_bucket{le=\"")?;
+                let (bound, count) = rest.split_once("\"} ")?;
+                let bound = if bound == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    bound.parse().ok()?
+                };
+                Some((bound, count.trim().parse().ok()?))
+            })
+            .collect();
+        Self(buckets)
+    }
+
+    /// The lapses counted since `before`.
+    fn since(&self, before: &Self) -> Self {
+        let earlier = |bound: f64| {
+            before
+                .0
+                .iter()
+                .find(|(b, _)| *b == bound)
+                .map_or(0, |(_, count)| *count)
+        };
+        Self(
+            self.0
+                .iter()
+                .map(|(bound, count)| (*bound, count.saturating_sub(earlier(*bound))))
+                .collect(),
+        )
+    }
+
+    /// The upper bound, in milliseconds, of the bucket holding the `quantile` of the lapses
+    /// (`None` without any; infinite past the last bound).
+    fn bound_ms(&self, quantile: f64) -> Option<f64> {
+        let total = self.0.last()?.1;
+        let wanted = (quantile * total as f64).ceil().max(1.0) as u64;
+        (total > 0).then(|| {
+            self.0
+                .iter()
+                .find(|(_, count)| *count >= wanted)
+                .map_or(f64::INFINITY, |(bound, _)| bound * 1000.0)
+        })
+    }
+}
+
+async fn expiry_run(
+    endpoint: &str,
+    metrics: &str,
+    round: usize,
+    services: usize,
+) -> Result<ExpiryRun, String> {
     let mut client = DiscoveryServiceClient::new(channel(endpoint).await?);
+    let at_start = ServerLateness::scrape(metrics).await?;
     let mut stream = client
         .watch_services(pb::WatchServicesRequest {
             meta: meta(),
@@ -116,9 +196,25 @@ async fn expiry_run(endpoint: &str, round: usize, services: usize) -> Result<Exp
         join_all(beats).await;
     }
     watcher.abort();
+    // The heartbeated leases go now, so that they do not lapse during the next round.
+    let goodbyes = leases
+        .iter()
+        .filter(|(_, (_, _, abandoned))| !abandoned)
+        .map(|(name, (lease, _, _))| {
+            let mut client = client.clone();
+            let request = pb::DeregisterServiceRequest {
+                meta: meta(),
+                service_name: name.clone(),
+                lease_id: lease.clone(),
+            };
+            async move { client.deregister_service(request).await }
+        });
+    join_all(goodbyes).await;
+    let at_server = ServerLateness::scrape(metrics).await?.since(&at_start);
     let seen = expired.lock().await.clone();
     let mut run = ExpiryRun {
         lateness_us: Histogram::new(3).map_err(|e| e.to_string())?,
+        at_server,
         early: 0,
         wrongly_expired: 0,
         never_expired: 0,
@@ -147,7 +243,12 @@ async fn expiry_run(endpoint: &str, round: usize, services: usize) -> Result<Exp
 
 /// Runs scenario 3.
 pub(super) async fn churn(bench: &Bench) -> Result<Vec<Row>, String> {
-    let toolplane = bench.start_toolplane(&[]).await?;
+    // Metrics on, for the server's own count of expiry lateness (it also counts each call, a
+    // few atomic increments: BENCHMARKS.md item 24).
+    let metrics = format!("127.0.0.1:{}", free_port().map_err(|e| e.to_string())?);
+    let toolplane = bench
+        .start_toolplane(&[("TOOLPLANE_METRICS_LISTEN", &metrics)])
+        .await?;
     let endpoint = toolplane.endpoint();
     let client = DiscoveryServiceClient::new(channel(&endpoint).await?);
     let (mut registrations, mut heartbeats) = (Vec::new(), Vec::new());
@@ -214,10 +315,13 @@ pub(super) async fn churn(bench: &Bench) -> Result<Vec<Row>, String> {
     ];
     let (mut late_max, mut late_p99, mut early, mut wrong, mut never) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut server_p99, mut server_max) = (Vec::new(), Vec::new());
     for round in 0..bench.sizes.repetitions {
-        let run = expiry_run(&endpoint, round, bench.sizes.expiry_services).await?;
+        let run = expiry_run(&endpoint, &metrics, round, bench.sizes.expiry_services).await?;
         late_max.push(run.lateness_us.max() as f64 / 1000.0);
         late_p99.push(run.lateness_us.value_at_quantile(0.99) as f64 / 1000.0);
+        server_p99.extend(run.at_server.bound_ms(0.99));
+        server_max.extend(run.at_server.bound_ms(1.0));
         early.push(run.early as f64);
         wrong.push(run.wrongly_expired as f64);
         never.push(run.never_expired as f64);
@@ -241,6 +345,18 @@ pub(super) async fn churn(bench: &Bench) -> Result<Vec<Row>, String> {
         "expiry lateness p99",
         "ms",
         late_p99,
+    ));
+    rows.push(Row::single(
+        "3 expiry",
+        "at the server: lateness p99 (its metric's bucket, upper bound)",
+        "ms",
+        server_p99,
+    ));
+    rows.push(Row::single(
+        "3 expiry",
+        "at the server: lateness max (its metric's bucket, upper bound)",
+        "ms",
+        server_max,
     ));
     rows.push(
         Row::single(
@@ -403,4 +519,42 @@ fn per_added_tool(
         "bytes",
         vec![(grown - before - text) / added],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerLateness;
+
+    const SCRAPE: &str = "# TYPE toolplane_lease_expiry_lateness_seconds histogram
+toolplane_lease_expiry_lateness_seconds_sum 0.5
+toolplane_lease_expiry_lateness_seconds_count 100
+toolplane_lease_expiry_lateness_seconds_bucket{le=\"0.001\"} 10
+toolplane_lease_expiry_lateness_seconds_bucket{le=\"0.0025\"} 98
+toolplane_lease_expiry_lateness_seconds_bucket{le=\"0.005\"} 99
+toolplane_lease_expiry_lateness_seconds_bucket{le=\"0.01\"} 100
+toolplane_lease_expiry_lateness_seconds_bucket{le=\"+Inf\"} 100
+";
+
+    #[test]
+    fn lateness_is_read_from_the_metric_and_counted_per_round() {
+        let now = ServerLateness::parse(SCRAPE);
+        assert_eq!(now.0.len(), 5);
+        assert_eq!(now.bound_ms(0.99), Some(5.0));
+        assert_eq!(now.bound_ms(1.0), Some(10.0));
+        let before = ServerLateness(vec![
+            (0.001, 5),
+            (0.0025, 5),
+            (0.005, 5),
+            (0.01, 5),
+            (f64::INFINITY, 5),
+        ]);
+        let round = now.since(&before);
+        assert_eq!(round.0.last(), Some(&(f64::INFINITY, 95)));
+        assert_eq!(round.bound_ms(0.5), Some(2.5));
+        assert_eq!(ServerLateness::default().bound_ms(0.99), None);
+        assert_eq!(
+            ServerLateness(vec![(f64::INFINITY, 0)]).bound_ms(0.99),
+            None
+        );
+    }
 }
