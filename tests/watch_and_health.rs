@@ -516,8 +516,8 @@ async fn a_watch_ends_unavailable_when_the_server_stops() {
 }
 
 /// A watcher that stops reading falls behind; once the tenant's changes overrun the event
-/// buffer, its stream delivers what it had and then ends with ABORTED, reason
-/// RESOURCE_WATCH_LAGGED, naming how many changes it missed (so it can list and watch again).
+/// buffer, it reads the changes already sent to it, in order, and then the stream ends with
+/// ABORTED, reason RESOURCE_WATCH_LAGGED, naming how many it missed (so it can watch again).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_watcher_too_far_behind_is_ended_with_the_count_it_missed() {
     let server = TestServer::start_with(toolplane::grpc::ServerOptions {
