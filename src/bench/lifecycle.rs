@@ -178,38 +178,41 @@ async fn expiry_run(
             .ok_or("no expires_at")?;
         leases.insert(name, (answer.lease_id, expires_at, index % 10 == 0));
     }
+    // The (service, lease) of each lease kept alive.
+    let heartbeated = || {
+        leases
+            .iter()
+            .filter(|(_, (_, _, abandoned))| !abandoned)
+            .map(|(name, (lease, _, _))| (name.clone(), lease.clone()))
+    };
     let window_end = Instant::now() + EXPIRY_TTL * 2 + Duration::from_millis(500);
     while Instant::now() < window_end {
         tokio::time::sleep(EXPIRY_TTL / 4).await;
-        let beats = leases
-            .iter()
-            .filter(|(_, (_, _, abandoned))| !abandoned)
-            .map(|(name, (lease, _, _))| {
-                let mut client = client.clone();
-                let request = pb::HeartbeatRequest {
-                    meta: meta(),
-                    service_name: name.clone(),
-                    lease_id: lease.clone(),
-                };
-                async move { client.heartbeat(request).await }
-            });
+        let beats = heartbeated().map(|(service_name, lease_id)| {
+            let mut client = client.clone();
+            let request = pb::HeartbeatRequest {
+                meta: meta(),
+                service_name,
+                lease_id,
+            };
+            async move { client.heartbeat(request).await }
+        });
         join_all(beats).await;
     }
     watcher.abort();
     // The heartbeated leases go now, so that they do not lapse during the next round.
-    let goodbyes = leases
-        .iter()
-        .filter(|(_, (_, _, abandoned))| !abandoned)
-        .map(|(name, (lease, _, _))| {
-            let mut client = client.clone();
-            let request = pb::DeregisterServiceRequest {
-                meta: meta(),
-                service_name: name.clone(),
-                lease_id: lease.clone(),
-            };
-            async move { client.deregister_service(request).await }
-        });
-    join_all(goodbyes).await;
+    let goodbyes = heartbeated().map(|(service_name, lease_id)| {
+        let mut client = client.clone();
+        let request = pb::DeregisterServiceRequest {
+            meta: meta(),
+            service_name,
+            lease_id,
+        };
+        async move { client.deregister_service(request).await }
+    });
+    for goodbye in join_all(goodbyes).await {
+        goodbye.map_err(|s| format!("DeregisterService: {s}"))?;
+    }
     let at_server = ServerLateness::scrape(metrics).await?.since(&at_start);
     let seen = expired.lock().await.clone();
     let mut run = ExpiryRun {
