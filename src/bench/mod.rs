@@ -6,6 +6,7 @@
 mod discovery;
 pub mod fixtures;
 mod invoke;
+mod lateness;
 mod lifecycle;
 pub mod load;
 pub mod passthrough;
