@@ -23,6 +23,7 @@ impl ServerLateness {
         Ok(Self::parse(&text))
     }
 
+    /// Reads the histogram's buckets out of a scrape's text (other lines are skipped).
     fn parse(text: &str) -> Self {
         let buckets = text
             .lines()
