@@ -48,8 +48,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::transport::server::{Connected, TcpIncoming};
 
-/// Above this many buffered bytes, writes go to the socket before more are buffered.
-const MAX_BUFFERED: usize = 64 * 1024;
+/// Above this many buffered bytes, writes go to the socket before more are buffered; a write
+/// at least this large goes out on its own. One full HTTP/2 DATA frame (16 KB, h2's default):
+/// with 64 KB, a caller that read more slowly than toolplane wrote (its socket's receive
+/// buffer full) had a segment dropped now and then, and with a few large segments in flight
+/// nothing after it prompted a fast retransmit, so the connection waited out TCP's
+/// retransmission timeout (200 ms, then 400, 800 ...): 250 KB ListTools answers at 64 callers
+/// stalled for up to 1.3 s (BENCHMARKS.md, item 36). Smaller writes recover as plain h2's do.
+const MAX_BUFFERED: usize = 16 * 1024;
 /// A flush this soon after the connection's last write is taken as part of a burst and waits
 /// for the runtime's ready tasks. At concurrency 1 a connection writes every 100 µs or more
 /// here, so a lone message never waits; a fan-out writes every few µs.
