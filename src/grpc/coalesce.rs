@@ -17,8 +17,9 @@
 //! poll, so a batch of large messages (requests queued for a provider, answers for a caller)
 //! leaves in writes of up to `MAX_BUFFERED` bytes, not one per message; when only the first
 //! one's flush was put off, each large message after it forced a write of its own. Every
-//! other flush, and any read or shutdown, writes out what is buffered (a read, unless a burst's flush is already waiting: see below). Nothing waits
-//! for more traffic: a put-off flush is made up within the same poll.
+//! other flush, and any read or shutdown, writes out what is buffered (a read, unless a
+//! burst's flush is already waiting: see below). Nothing waits for more traffic: a put-off
+//! flush is made up within the same poll.
 //!
 //! Bursts: when one change reaches 10,000 watch streams, each stream's task hands its message
 //! to the connection and wakes the connection's task, which tokio runs next (its LIFO slot), so
