@@ -1,5 +1,5 @@
 //! Unit tests of the configuration of TLS (served and towards providers) and of tenant access:
-//! what is read from the file and the environment, and what `serve` refuses.
+//! what is read from the file and the environment, and which settings are refused.
 
 use super::*;
 use crate::envelope::TenantId;
