@@ -246,3 +246,30 @@ fn a_burst_does_not_keep_its_buffer() {
     flush(&mut io, &mut cx);
     assert!(io.buffered.capacity() <= RETAINED_CAPACITY);
 }
+
+/// A batch of large messages, each flush after one put off, leaves in writes of at most
+/// `MAX_BUFFERED` bytes, in order (with larger writes a dropped segment waited out TCP's
+/// retransmission timeout: BENCHMARKS.md, item 36).
+#[test]
+fn a_batch_leaves_in_writes_of_at_most_max_buffered_bytes() {
+    let mut cx = context();
+    let mut io = CoalescingIo::new(Recorder::default());
+    io.burst_window = Duration::ZERO;
+    let mut sent = Vec::new();
+    let messages = 2 * MAX_BUFFERED / 6000 + 2;
+    for message in 0..messages {
+        let payload = vec![message as u8; 6000];
+        write_chained(&mut io, &mut cx, b"head", &payload);
+        flush(&mut io, &mut cx);
+        sent.extend_from_slice(b"head");
+        sent.extend_from_slice(&payload);
+    }
+    write(&mut io, &mut cx, b"trailers");
+    flush(&mut io, &mut cx);
+    sent.extend_from_slice(b"trailers");
+    let writes = &io.get_ref().writes;
+    assert!(sent.len() > 2 * MAX_BUFFERED);
+    assert!(writes.len() > 2, "{} writes", writes.len());
+    assert!(writes.iter().all(|write| write.len() <= MAX_BUFFERED));
+    assert_eq!(writes.concat(), sent);
+}
