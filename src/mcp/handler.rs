@@ -42,13 +42,21 @@ impl McpTools {
     pub fn new(registry: Registry, invoker: Invoker) -> Self {
         Self { registry, invoker }
     }
+
+    /// The registry the tools are read from.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+/// The HTTP request an MCP message arrived in, without its body (none over other transports).
+fn http_request(extensions: &Extensions) -> Option<&http::request::Parts> {
+    extensions.get::<http::request::Parts>()
 }
 
 /// The HTTP request headers an MCP message arrived with (none over other transports).
 fn headers(extensions: &Extensions) -> Option<&http::HeaderMap> {
-    extensions
-        .get::<http::request::Parts>()
-        .map(|parts| &parts.headers)
+    http_request(extensions).map(|parts| &parts.headers)
 }
 
 /// The tenant a request acts for.
@@ -191,7 +199,10 @@ impl ServerHandler for McpTools {
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
         let tenant = tenant_of(&subscription.request_context().extensions)?;
-        list_changed::listen(&self.registry, tenant, &subscription).await;
+        let since = http_request(&subscription.request_context().extensions)
+            .and_then(|parts| parts.extensions.get::<list_changed::RevisionAtArrival>())
+            .copied();
+        list_changed::listen(&self.registry, tenant, since, &subscription).await;
         Ok(())
     }
 }

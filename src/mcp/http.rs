@@ -29,9 +29,11 @@ use tonic::transport::server::TcpIncoming;
 use tower::Service;
 
 use super::handler::McpTools;
+use super::list_changed::RevisionAtArrival;
 use crate::access::{AccessError, ConnectionAccess, LiveTenantAccess};
 use crate::envelope::{TENANT_HEADER, TenantId};
 use crate::grpc::server_tls::{ConnectionPeer, ServedTls};
+use crate::registry::Registry;
 
 /// The path MCP is served at.
 pub const MCP_PATH: &str = "/mcp";
@@ -154,6 +156,7 @@ pub async fn serve(
         config = config.disable_allowed_hosts();
     }
     let service = Endpoint {
+        registry: tools.registry().clone(),
         mcp: StreamableHttpService::new(
             move || Ok(tools.clone()),
             Arc::clone(&sessions.manager),
@@ -178,6 +181,8 @@ pub async fn serve(
 /// The endpoint's service: the SDK's, and the sessions it holds.
 #[derive(Clone)]
 struct Endpoint {
+    /// Whose revision each request is stamped with (`list_changed::RevisionAtArrival`).
+    registry: Registry,
     mcp: McpService,
     sessions: McpSessions,
     max_sessions: usize,
@@ -193,7 +198,7 @@ impl Endpoint {
     /// SDK would close that gap, but the SDK answers its refusals 500).
     async fn answer(
         mut self,
-        request: Request<Incoming>,
+        mut request: Request<Incoming>,
         access: Option<ConnectionAccess>,
     ) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
         if request.uri().path() != MCP_PATH {
@@ -209,6 +214,8 @@ impl Endpoint {
         {
             return Ok(too_many_sessions(self.max_sessions));
         }
+        let arrived = RevisionAtArrival(self.registry.revision());
+        request.extensions_mut().insert(arrived);
         self.mcp.call(request).await
     }
 }

@@ -6,6 +6,13 @@
 //! `subscriptions/listen` stream it opens for them ([`listen`]). Changes that come together (a
 //! provider registering several services at its start) are told once, [`SETTLE`] after the
 //! first.
+//!
+//! The SDK acknowledges a `subscriptions/listen` request before the stream's handler starts, so
+//! a client may change the registry (and expect to hear of it) before the handler subscribes
+//! to the changes. The endpoint therefore notes the registry's revision when each request
+//! arrives ([`RevisionAtArrival`]), and a stream that starts at a later revision tells of a
+//! change at once. The revision counts every tenant's changes, so that first notification may
+//! be of another tenant's change: a client reads its list once more, and misses nothing.
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,6 +25,11 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::envelope::TenantId;
 use crate::registry::Registry;
 use crate::registry::store::{ChangeKind, RegistryEvent};
+
+/// The registry's revision when an MCP request arrived, put in the request's extensions by the
+/// endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevisionAtArrival(pub u64);
 
 /// How long after a change further changes are gathered into the same notification.
 pub const SETTLE: Duration = Duration::from_millis(50);
@@ -40,28 +52,33 @@ fn notification() -> ServerNotification {
 }
 
 /// Tells `tenant`'s tool list changes through `notify` (which answers whether it could) until
-/// `stop` completes or a notification cannot be sent.
+/// `stop` completes or a notification cannot be sent; at once when the registry changed after
+/// revision `since` (see the module docs).
 async fn tell_changes<Notify, Sent>(
     registry: &Registry,
     tenant: TenantId,
+    since: Option<RevisionAtArrival>,
     mut notify: Notify,
     stop: impl Future<Output = ()>,
 ) where
     Notify: FnMut() -> Sent,
     Sent: Future<Output = bool>,
 {
-    let mut events = registry.watch(tenant).events;
+    let start = registry.watch(tenant);
+    let mut events = start.events;
+    let mut missed = since.is_some_and(|RevisionAtArrival(at)| start.revision > at);
     let mut stop = std::pin::pin!(stop);
     loop {
-        let changed = tokio::select! {
-            received = events.recv() => match received {
-                Ok(event) => changes_tools(&event),
-                // Changes were missed: the list may have changed.
-                Err(RecvError::Lagged(_)) => true,
-                Err(RecvError::Closed) => return,
-            },
-            () = &mut stop => return,
-        };
+        let changed = std::mem::take(&mut missed)
+            || tokio::select! {
+                received = events.recv() => match received {
+                    Ok(event) => changes_tools(&event),
+                    // Changes were missed: the list may have changed.
+                    Err(RecvError::Lagged(_)) => true,
+                    Err(RecvError::Closed) => return,
+                },
+                () = &mut stop => return,
+            };
         if !changed {
             continue;
         }
@@ -87,13 +104,98 @@ pub fn spawn_for_session(registry: Registry, tenant: TenantId, peer: Peer<RoleSe
             }
         };
         let notify = || async { peer.send_notification(notification()).await.is_ok() };
-        tell_changes(&registry, tenant, notify, closed).await;
+        tell_changes(&registry, tenant, None, notify, closed).await;
     });
 }
 
 /// Tells a `subscriptions/listen` stream of its tenant's tool list changes until the client
-/// cancels it.
-pub async fn listen(registry: &Registry, tenant: TenantId, subscription: &SubscriptionContext) {
+/// cancels it, starting with any change since the request arrived (`since`).
+pub async fn listen(
+    registry: &Registry,
+    tenant: TenantId,
+    since: Option<RevisionAtArrival>,
+    subscription: &SubscriptionContext,
+) {
     let notify = || async { subscription.sink().send(notification()).await.is_ok() };
-    tell_changes(registry, tenant, notify, subscription.cancelled()).await;
+    tell_changes(registry, tenant, since, notify, subscription.cancelled()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::registry::memory::MemoryStore;
+    use crate::registry::model::{ServiceSpec, ToolSpec};
+    use crate::registry::{RegistrationLimits, RegistryStore};
+
+    fn registry() -> Registry {
+        let store: Arc<dyn RegistryStore> = MemoryStore::start(64, 0);
+        Registry::new(store, RegistrationLimits::default(), 16)
+    }
+
+    fn register(registry: &Registry, tenant: TenantId) {
+        let spec = ServiceSpec {
+            name: "fresh".into(),
+            version: "1.0.0".into(),
+            endpoint: String::new(),
+            tools: vec![ToolSpec {
+                name: "fresh_tool".into(),
+                description: "a tool registered while a stream starts".into(),
+                input_schema: Some(json!({"type": "object"})),
+                output_schema: None,
+                capabilities: Vec::new(),
+                timeout_ms: None,
+                domains: Vec::new(),
+                categories: Vec::new(),
+                annotations: Default::default(),
+            }],
+            ttl: None,
+            instance_id: String::new(),
+        };
+        registry.register(tenant, &spec).expect("registered");
+    }
+
+    /// How many notifications a stream starting now tells within `within`, for a request
+    /// that arrived at `since`.
+    async fn told(
+        registry: &Registry,
+        since: Option<RevisionAtArrival>,
+        within: Duration,
+    ) -> usize {
+        let count = AtomicUsize::new(0);
+        let notify = || async {
+            count.fetch_add(1, Ordering::Relaxed);
+            true
+        };
+        tell_changes(
+            registry,
+            TenantId(1),
+            since,
+            notify,
+            tokio::time::sleep(within),
+        )
+        .await;
+        count.into_inner()
+    }
+
+    /// A change between a listen request's arrival and its stream's start (after the SDK's
+    /// acknowledgment) is told at once; with none, nothing is told.
+    #[tokio::test]
+    async fn a_change_before_the_stream_started_is_told_at_once() {
+        let registry = registry();
+        let arrived = RevisionAtArrival(registry.revision());
+        let quiet = told(&registry, Some(arrived), 3 * SETTLE).await;
+        assert_eq!(quiet, 0, "nothing changed since the request arrived");
+        register(&registry, TenantId(1));
+        assert_eq!(told(&registry, Some(arrived), 3 * SETTLE).await, 1);
+        assert_eq!(
+            told(&registry, None, 3 * SETTLE).await,
+            0,
+            "without the request's revision only later changes are told"
+        );
+    }
 }

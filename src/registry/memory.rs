@@ -434,6 +434,10 @@ impl RegistryStore for MemoryStore {
         }
     }
 
+    fn revision(&self) -> u64 {
+        self.snapshot.load().revision
+    }
+
     fn endpoints(&self) -> std::collections::HashSet<String> {
         let snapshot = self.snapshot.load();
         live_instances(&snapshot, monotonic_now())

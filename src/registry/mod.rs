@@ -251,6 +251,11 @@ impl Registry {
         self.store.watch(tenant)
     }
 
+    /// The revision of the registry now: it grows with every change of any tenant's services.
+    pub fn revision(&self) -> u64 {
+        self.store.revision()
+    }
+
     /// Checks that the required tools are registered.
     pub fn preflight(
         &self,

@@ -193,6 +193,8 @@ pub trait RegistryStore: Send + Sync + Debug {
     fn was_seen(&self, tenant: TenantId, name: &ServiceName) -> bool;
     /// Starts a watch of the tenant's services.
     fn watch(&self, tenant: TenantId) -> WatchStart;
+    /// The revision of the registry now (every tenant's changes count).
+    fn revision(&self) -> u64;
     /// Every distinct non-empty endpoint of a live service, in any tenant.
     fn endpoints(&self) -> std::collections::HashSet<String>;
     /// Subscribes to every event of the tenant, from now on.
