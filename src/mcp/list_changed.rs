@@ -122,42 +122,10 @@ pub async fn listen(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use serde_json::json;
-
     use super::*;
-    use crate::registry::memory::MemoryStore;
-    use crate::registry::model::{ServiceSpec, ToolSpec};
-    use crate::registry::{RegistrationLimits, RegistryStore};
-
-    fn registry() -> Registry {
-        let store: Arc<dyn RegistryStore> = MemoryStore::start(64, 0);
-        Registry::new(store, RegistrationLimits::default(), 16)
-    }
-
-    fn register(registry: &Registry, tenant: TenantId) {
-        let spec = ServiceSpec {
-            name: "fresh".into(),
-            version: "1.0.0".into(),
-            endpoint: String::new(),
-            tools: vec![ToolSpec {
-                name: "fresh_tool".into(),
-                description: "a tool registered while a stream starts".into(),
-                input_schema: Some(json!({"type": "object"})),
-                output_schema: None,
-                capabilities: Vec::new(),
-                timeout_ms: None,
-                domains: Vec::new(),
-                categories: Vec::new(),
-                annotations: Default::default(),
-            }],
-            ttl: None,
-            instance_id: String::new(),
-        };
-        registry.register(tenant, &spec).expect("registered");
-    }
+    use crate::mcp::tools::tests::{register, registry};
 
     /// How many notifications a stream starting now tells within `within`, for a request
     /// that arrived at `since`.
@@ -190,7 +158,7 @@ mod tests {
         let arrived = RevisionAtArrival(registry.revision());
         let quiet = told(&registry, Some(arrived), 3 * SETTLE).await;
         assert_eq!(quiet, 0, "nothing changed since the request arrived");
-        register(&registry, TenantId(1));
+        register(&registry, "fresh", &["fresh_tool"], None);
         assert_eq!(told(&registry, Some(arrived), 3 * SETTLE).await, 1);
         assert_eq!(
             told(&registry, None, 3 * SETTLE).await,

@@ -180,18 +180,25 @@ pub fn resolve_name(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::registry::memory::MemoryStore;
     use crate::registry::model::{ServiceSpec, ToolSpec};
     use crate::registry::{RegistrationLimits, RegistryStore};
 
-    fn registry() -> Registry {
+    /// An empty registry in memory.
+    pub(in crate::mcp) fn registry() -> Registry {
         let store: Arc<dyn RegistryStore> = MemoryStore::start(64, 0);
         Registry::new(store, RegistrationLimits::default(), 16)
     }
 
-    fn register(registry: &Registry, service: &str, tools: &[&str], output: Option<Value>) {
+    /// Registers `service` offering `tools` (schemas `{"type": "object"}`) in tenant 1.
+    pub(in crate::mcp) fn register(
+        registry: &Registry,
+        service: &str,
+        tools: &[&str],
+        output: Option<Value>,
+    ) {
         let spec = ServiceSpec {
             name: service.into(),
             version: "1.0.0".into(),
