@@ -185,7 +185,8 @@ fn grpcurl_lists_describes_and_calls() {
     assert!(ok, "{err}");
     assert!(health.contains("\"SERVING\""), "{health}");
 
-    // A bad registration shows its code and details to a grpcurl user too.
+    // A bad registration shows its code and details to a grpcurl user too: the details are
+    // printed as JSON, their types resolved through reflection.
     let (ok, _, err) = grpcurl(&[
         "-plaintext",
         "-d",
@@ -198,6 +199,15 @@ fn grpcurl_lists_describes_and_calls() {
         err.contains("InvalidArgument") && err.contains("registration.service_name"),
         "{err}"
     );
+    for readable in [
+        r#""@type":"type.googleapis.com/google.rpc.ErrorInfo""#,
+        r#""reason":"VALIDATION_NAME""#,
+        r#""@type":"type.googleapis.com/google.rpc.BadRequest""#,
+        r#""field":"registration.service_name""#,
+    ] {
+        assert!(err.contains(readable), "{readable} not in {err}");
+    }
+    assert!(!err.contains("not recognized"), "{err}");
 }
 
 /// The README's walk-through: server, example provider, preflight, invoke with the CLI and with

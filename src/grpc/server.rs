@@ -324,13 +324,18 @@ pub async fn serve_with(
     ));
     tokio::spawn(shrink_rate_limits(limits, serving.clone()));
 
+    // Reflection also describes google.rpc's error details (ErrorInfo, BadRequest, ...), which
+    // no toolplane service names: grpcurl resolves an error's details through it, and prints
+    // them as JSON instead of "google.rpc.ErrorInfo is not recognized" and base64.
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
     // Requests compressed with gzip or deflate are accepted; responses are compressed as
