@@ -233,6 +233,40 @@ async fn unknown_tool_is_recorded_and_records_are_per_tenant() {
         .await
         .expect_err("not visible to tenant 5");
     assert_eq!(other_tenant.code(), Code::NotFound);
+    use tonic_types::StatusExt;
+    let info = other_tenant.get_error_details().error_info().cloned();
+    assert_eq!(
+        info.expect("ErrorInfo").metadata.get("invocation_id"),
+        Some(&written[0].invocation_id)
+    );
+
+    // An id in another of a UUID's forms finds the record; one that is no UUID is refused.
+    let upper = client
+        .get_invocation_record(pb::GetInvocationRecordRequest {
+            meta: meta(0),
+            invocation_id: written[0].invocation_id.to_uppercase(),
+        })
+        .await
+        .expect("the same UUID in capitals");
+    assert_eq!(
+        upper.into_inner().record.expect("record").invocation_id,
+        written[0].invocation_id
+    );
+    let malformed = client
+        .get_invocation_record(pb::GetInvocationRecordRequest {
+            meta: meta(0),
+            invocation_id: "no-such-id".into(),
+        })
+        .await
+        .expect_err("not a UUID");
+    assert_eq!(malformed.code(), Code::InvalidArgument, "{malformed:?}");
+    let violations = malformed
+        .get_error_details()
+        .bad_request()
+        .map(|bad| bad.field_violations.clone())
+        .unwrap_or_default();
+    assert_eq!(violations.len(), 1, "{malformed:?}");
+    assert_eq!(violations[0].field, "invocation_id");
 }
 
 /// The caller's W3C trace context reaches the provider with the call, `tracestate` with it, and

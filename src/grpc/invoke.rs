@@ -350,13 +350,14 @@ impl ToolInvokeService for InvokeApi {
         request: Request<pb::GetInvocationRecordRequest>,
     ) -> Result<Response<pb::GetInvocationRecordResponse>, Status> {
         let (meta, request) = accept(request)?;
+        let invocation_id = invocation_id(&request.invocation_id)?;
         let records = self.invoker.records();
-        let found = match records.get(meta.tenant, &request.invocation_id) {
+        let found = match records.get(meta.tenant, &invocation_id) {
             Some(record) => Some(record),
             // Older than memory holds: read the files, off the serving threads.
             None => {
                 let (records, tenant) = (Arc::clone(records), meta.tenant);
-                let id = request.invocation_id.clone();
+                let id = invocation_id.clone();
                 tokio::task::spawn_blocking(move || records.find(tenant, &id))
                     .await
                     .map_err(|error| Status::internal(format!("record lookup failed: {error}")))?
@@ -367,9 +368,10 @@ impl ToolInvokeService for InvokeApi {
             super::status::not_found(
                 "RESOURCE_NOT_FOUND",
                 format!(
-                    "tenant {} has no invocation record {}",
-                    meta.tenant, request.invocation_id
+                    "tenant {} has no invocation record {invocation_id}",
+                    meta.tenant
                 ),
+                vec![("invocation_id", invocation_id.clone())],
             )
         })?;
         Ok(Response::new(pb::GetInvocationRecordResponse {
@@ -417,6 +419,23 @@ pub(super) fn record_duration(micros: u64) -> Option<prost_types::Duration> {
 }
 
 /// A listing's `trace_id` filter: empty for none, else a trace id as records keep them.
+/// The id of the record asked for, in the form records carry (a lowercase hyphenated UUID), or
+/// INVALID_ARGUMENT: an id that is no UUID names no record, and looking it up would read through
+/// every file of the record log for nothing.
+fn invocation_id(given: &str) -> Result<String, RegistryError> {
+    let uuid = uuid::Uuid::try_parse(given).map_err(|_| {
+        RegistryError::invalid(
+            "invocation_id",
+            ViolationKind::Field,
+            format!(
+                "{given:?} is not an invocation id: a UUID, as InvokeTool's answer and \
+                 ListInvocationRecords give it"
+            ),
+        )
+    })?;
+    Ok(uuid.hyphenated().to_string())
+}
+
 fn trace_id_filter(trace_id: String) -> Result<Option<String>, RegistryError> {
     if trace_id.is_empty() {
         return Ok(None);

@@ -189,9 +189,9 @@ fn quota_exceeded(
     (code, message, details)
 }
 
-/// A NOT_FOUND status with ErrorInfo.
-pub fn not_found(reason: &str, message: String) -> Status {
-    let (code, message, details) = status(Code::NotFound, message, reason, Vec::new());
+/// A NOT_FOUND status with ErrorInfo carrying `metadata`.
+pub fn not_found(reason: &str, message: String, metadata: Vec<(&str, String)>) -> Status {
+    let (code, message, details) = status(Code::NotFound, message, reason, metadata);
     Status::with_error_details(code, message, details)
 }
 
