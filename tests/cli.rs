@@ -114,15 +114,20 @@ fn sigterm_right_after_the_announcement_drains() {
     }
 }
 
-/// A client command that cannot reach the server exits 2 with a clear message.
+/// A client command that cannot reach the server exits 2 with a clear message, each cause said
+/// once.
 #[test]
 fn unreachable_server_is_a_clear_error() {
     let (code, _, stderr) = toolplane_cli(&["services", "--endpoint", "http://127.0.0.1:1"]);
     assert_eq!(code, 2);
     assert!(
-        stderr.contains("cannot connect to http://127.0.0.1:1"),
+        stderr.contains("cannot connect to http://127.0.0.1:1") && stderr.contains("refused"),
         "{stderr}"
     );
+    assert_eq!(stderr.matches("tcp connect error").count(), 1, "{stderr}");
+    let (code, _, stderr) = toolplane_cli(&["services", "--endpoint", "no-scheme"]);
+    assert_eq!(code, 2);
+    assert_eq!(stderr.matches("scheme is missing").count(), 1, "{stderr}");
 }
 
 /// A bad config file stops `serve` with exit 2 and says what is wrong.

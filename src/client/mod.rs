@@ -75,13 +75,18 @@ pub enum ClientError {
 }
 
 /// An error and the errors beneath it, as one line: tonic's transport error says only
-/// "transport error" by itself.
+/// "transport error" by itself. A cause that says what the line already ends with is left out
+/// (hyper-util's connect error wraps one that says the same, and tonic's invalid URL error is
+/// its own source's words).
 pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let said = cause.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
         source = cause.source();
     }
     text
