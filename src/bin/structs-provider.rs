@@ -42,7 +42,12 @@ struct Args {
     /// Which replica of the service this is (for example its pod name): replicas with
     /// different ids hold their registrations side by side and share the calls [default:
     /// none, so each registration of the service replaces the last].
-    #[arg(long, env = "TOOLPLANE_INSTANCE_ID", default_value = "")]
+    #[arg(
+        long,
+        env = "TOOLPLANE_INSTANCE_ID",
+        default_value = "",
+        hide_default_value = true
+    )]
     instance_id: String,
     /// The endpoint to advertise [default: http:// (https:// with --tls-cert) + the bound
     /// address].
