@@ -469,6 +469,13 @@ fn replicas_of_the_example_provider_share_one_service() {
     let (code, stdout, stderr) = toolplane_cli(&["services", "--endpoint", &endpoint]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("INSTANCES"), "{stdout}");
+    // The table as kubectl prints one: the first column at the margin, no padding at line ends.
+    let header = stdout.lines().next().unwrap_or_default();
+    assert!(header.starts_with("SERVICE   VERSION   "), "{stdout}");
+    assert!(
+        stdout.lines().all(|line| line == line.trim_end()),
+        "{stdout:?}"
+    );
 
     // A replica stopping deregisters its own instance only.
     drop(second);

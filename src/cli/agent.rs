@@ -125,7 +125,7 @@ pub fn agents_table(agents: &[pb::Agent]) -> String {
             tools,
         ]);
     }
-    table.to_string()
+    table.trim_fmt()
 }
 
 /// Creates an agent.

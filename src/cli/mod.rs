@@ -42,9 +42,14 @@ pub(crate) fn timestamp(value: Option<&prost_types::Timestamp>) -> String {
     value.map(ToString::to_string).unwrap_or_default()
 }
 
+/// A table without borders, as kubectl and docker print them: columns three spaces apart, none
+/// before the first. Print it with [`Table::trim_fmt`], so no line ends in padding.
 pub(crate) fn new_table(header: &[&str]) -> Table {
     let mut table = Table::new();
     table.load_preset(NOTHING).set_header(header.to_vec());
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 3));
+    }
     table
 }
 
@@ -132,7 +137,7 @@ pub fn services_table(services: &[pb::DiscoveryInfo]) -> String {
             timestamp(service.expires_at.as_ref()),
         ]);
     }
-    table.to_string()
+    table.trim_fmt()
 }
 
 /// A table of tools.
@@ -161,7 +166,7 @@ pub fn tools_table(tools: &[pb::ToolRegistration]) -> String {
             tool.description.clone(),
         ]);
     }
-    table.to_string()
+    table.trim_fmt()
 }
 
 /// A search's answer as JSON: `total_matches`, and `matches` best first, each with its `score`
@@ -189,7 +194,8 @@ pub fn search_table(found: &pb::SearchToolsResponse) -> String {
         ]);
     }
     format!(
-        "{table}\n{} of {} matching tools shown",
+        "{}\n{} of {} matching tools shown",
+        table.trim_fmt(),
         found.matches.len(),
         found.total_matches
     )
@@ -226,7 +232,7 @@ pub fn health_table(service: &str, health: &pb::GetServiceHealthResponse) -> Str
         health.uptime_seconds.to_string(),
         tools,
     ]);
-    table.to_string()
+    table.trim_fmt()
 }
 
 /// A missing tool as JSON.
@@ -294,5 +300,5 @@ pub fn records_table(records: &[pb::InvocationRecord]) -> String {
             millis.to_string(),
         ]);
     }
-    table.to_string()
+    table.trim_fmt()
 }

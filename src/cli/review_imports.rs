@@ -153,7 +153,7 @@ fn table(reviewed: &[(&McpImport, Vec<ListedTool>)]) -> String {
             pins.join(", ")
         ));
     }
-    format!("{table}\n\n{}", lines.join("\n"))
+    format!("{}\n\n{}", table.trim_fmt(), lines.join("\n"))
 }
 
 /// The hints the server gives a tool, in words (`read-only, closed world`); those it does
