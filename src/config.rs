@@ -6,6 +6,7 @@
 //! environment as `TOOLPLANE_` + the name in upper case, e.g. `default_ttl = "30s"` or
 //! `TOOLPLANE_DEFAULT_TTL=30s`. Durations are written as `500ms`, `30s`, `5m`.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -371,21 +372,22 @@ impl ServerConfig {
         };
         let fields =
             toml::Table::try_from(Self::default()).expect("the default configuration serializes");
+        // The settings the environment set, and the variable that set each.
+        let mut from_env = HashMap::new();
         for (key, value) in env {
             let Some(field) = key.strip_prefix(ENV_PREFIX).map(str::to_ascii_lowercase) else {
                 continue;
             };
             if let Some(default) = fields.get(&field) {
-                table.insert(field, env_value(&value, default));
+                table.insert(field.clone(), env_value(&value, default));
+                from_env.insert(field, key);
             }
         }
-        let mut config: Self =
-            table
-                .try_into()
-                .map_err(|error: toml::de::Error| ConfigError::Invalid {
-                    origin: format!("{origin} + environment"),
-                    message: error.message().to_owned(),
-                })?;
+        let mut config: Self = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|error| ConfigError::Invalid {
+                origin: format!("{origin} + environment"),
+                message: located(&error, &from_env),
+            })?;
         let checked = config
             .check()
             .map_err(|message| ConfigError::Invalid { origin, message })?;
@@ -406,9 +408,43 @@ fn read_table(path: &Path) -> Result<(toml::Table, [u8; 32]), ConfigError> {
         .parse()
         .map_err(|error: toml::de::Error| ConfigError::Invalid {
             origin: path.display().to_string(),
-            message: error.message().to_owned(),
+            message: match error.span() {
+                Some(span) => format!(
+                    "{}: {}",
+                    line_and_column(&text, span.start),
+                    error.message()
+                ),
+                None => error.message().to_owned(),
+            },
         })?;
     Ok((table, content_digest(text.as_bytes())))
+}
+
+/// Where byte `at` of `text` is, as an editor counts: `line 2, column 16`.
+fn line_and_column(text: &str, at: usize) -> String {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    format!("line {line}, column {column}")
+}
+
+/// A setting that does not read, named as where it was set: the variable that set it
+/// (`TOOLPLANE_MAX_TTL: ...`), else its path in the file (`mcp_imports[0].url: ...`).
+fn located(
+    error: &serde_path_to_error::Error<toml::de::Error>,
+    from_env: &HashMap<String, String>,
+) -> String {
+    let message = error.inner().message();
+    let path = error.path().to_string();
+    let top = path.split(['.', '[']).next().unwrap_or_default();
+    match from_env.get(top) {
+        Some(variable) => format!("{variable}: {message}"),
+        // An unknown key at the top names itself; an error of the whole table has no path.
+        None if path == "." || (path == top && message.starts_with("unknown field")) => {
+            message.to_owned()
+        }
+        None => format!("{path}: {message}"),
+    }
 }
 
 /// An environment value typed like the field's default (numbers stay numbers).

@@ -128,6 +128,28 @@ fn unknown_file_keys_and_bad_values_are_rejected() {
     assert!(off.server_options().keepalive_interval.is_zero());
 }
 
+/// A setting that does not read is named as where it was set: its line in a file that does not
+/// parse, its path in the file, or the variable that set it.
+#[test]
+fn a_bad_value_is_named_where_it_was_set() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bad.toml");
+    let refused = |text: &str, vars: &[(&str, &str)]| {
+        std::fs::write(&path, text).expect("write");
+        (ServerConfig::load(Some(&path), env(vars)).expect_err("refused")).to_string()
+    };
+    let message = refused("listen = \"127.0.0.1:1\"\nrecords_path = \n", &[]);
+    assert!(message.contains("line 2, column 16: "), "{message}");
+    let message = refused("rate_limit_per_second = -1\n", &[]);
+    assert!(message.contains("): rate_limit_per_second: "), "{message}");
+    let message = refused("[[mcp_imports]]\nservice = \"docs\"\nurl = 5\n", &[]);
+    assert!(message.contains("): mcp_imports[0].url: "), "{message}");
+    let message = refused("lisen = 1\n", &[]);
+    assert!(message.contains("): unknown field `lisen`"), "{message}");
+    let message = refused("max_ttl = \"1h\"\n", &[("TOOLPLANE_MAX_TTL", "forever")]);
+    assert!(message.contains("): TOOLPLANE_MAX_TTL: "), "{message}");
+}
+
 #[test]
 fn call_scheduling_is_per_connection_unless_set() {
     let default = ServerConfig::load(None, env(&[])).expect("defaults");
