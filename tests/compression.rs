@@ -51,6 +51,58 @@ async fn compressed_requests_are_accepted() {
     assert_eq!(setup.probes.echo_calls.load(Ordering::SeqCst), 2);
 }
 
+/// A request message over 4 MiB, plain or once decompressed, is refused RESOURCE_EXHAUSTED
+/// (as gRPC's status codes have it) with ErrorInfo giving its size and the limit, before any
+/// handler runs; nothing is registered and the echo tool is not called.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_over_the_message_limit_is_resource_exhausted() {
+    use tonic_types::StatusExt;
+    let setup = setup().await;
+    let text = "x".repeat(5 * 1024 * 1024);
+    for encoding in [None, Some(CompressionEncoding::Gzip)] {
+        let mut invoke = ToolInvokeServiceClient::new(setup.server.channel().await);
+        if let Some(encoding) = encoding {
+            invoke = invoke.send_compressed(encoding);
+        }
+        let refused = invoke
+            .invoke_tool(request("echo", json!({"n": 1, "text": text})))
+            .await
+            .expect_err("over 4 MiB");
+        assert_eq!(
+            refused.code(),
+            tonic::Code::ResourceExhausted,
+            "{encoding:?}: {refused:?}"
+        );
+        assert!(refused.message().contains("4194304"), "{refused:?}");
+        let info = refused.get_error_details().error_info().cloned();
+        let info = info.expect("ErrorInfo");
+        assert_eq!(info.reason, "RESOURCE_MESSAGE_TOO_LARGE");
+        assert_eq!(info.metadata["limit_bytes"], "4194304");
+        // Plain, tonic reads the size from the message's prefix; compressed, it stops at
+        // the limit while decompressing.
+        assert_eq!(
+            info.metadata.contains_key("message_bytes"),
+            encoding.is_none(),
+            "{info:?}"
+        );
+    }
+    assert_eq!(setup.probes.echo_calls.load(Ordering::SeqCst), 0);
+
+    let mut discovery = DiscoveryServiceClient::new(setup.server.channel().await);
+    let mut big = story_generator();
+    big.service_name = "too-big".into();
+    big.tools[0].description = text.clone();
+    let refused = register(&mut discovery, 0, big)
+        .await
+        .expect_err("over 4 MiB");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(get_service(&mut discovery, 0, "too-big").await.is_err());
+}
+
 /// The `grpc-encoding` a response came back with (`None`: plain).
 fn encoding_of<T>(response: &tonic::Response<T>) -> Option<String> {
     response

@@ -377,7 +377,13 @@ pub async fn serve_with(
         .prepare();
     let settings = options.connection_settings();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let routes = ResponseCompressionService::new(routes, options.response_compression);
+    let routes = ResponseCompressionService::new(
+        tower::util::MapResponse::new(
+            routes,
+            super::message_limit::restate_size_refusal as Restate,
+        ),
+        options.response_compression,
+    );
     let access = access.map(|rules| RuledAccess {
         rules,
         counted_in: rpc_stats.clone(),
@@ -424,6 +430,9 @@ pub async fn serve_with(
     spans.shut_down().await;
     Ok(())
 }
+
+/// How [`super::message_limit`] is applied to every answer.
+type Restate = fn(http::Response<tonic::body::Body>) -> http::Response<tonic::body::Body>;
 
 /// The methods of every service [`serve`] serves, to count calls to (see
 /// [`super::rpc_stats`]).
