@@ -51,7 +51,9 @@ async fn run_against_a_server(mut command: Command, peer_name: &'static str) {
 }
 
 /// Python's grpcio with generated stubs: every RPC family works and the rich error details
-/// (ErrorInfo, BadRequest) decode with grpcio-status; grpc.health.v1 Watch keeps an unknown
+/// (ErrorInfo, BadRequest) decode with grpcio-status, a request over 4 MiB is
+/// RESOURCE_EXHAUSTED with its size, a method not served is UNIMPLEMENTED naming it;
+/// grpc.health.v1 Watch keeps an unknown
 /// name's stream open and follows it through registration and deregistration; an agent's
 /// StreamComplete turn streams its states, its tool call (recorded under the turn's
 /// correlation id) and deltas that add up to the answer.

@@ -33,6 +33,7 @@ use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::provider_tls::ProviderTls;
 use super::reload_stats::{ReloadStats, ReloadedFiles};
 use super::response_compression::ResponseCompressionService;
+use super::restated::Restated;
 use super::rpc_metering::RpcMeteringLayer;
 use super::rpc_stats::{DescriptorError, RpcStats};
 use super::server_tls::{ServedTls, ServerTlsError};
@@ -378,10 +379,7 @@ pub async fn serve_with(
     let settings = options.connection_settings();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let routes = ResponseCompressionService::new(
-        tower::util::MapResponse::new(
-            routes,
-            super::message_limit::restate_size_refusal as Restate,
-        ),
+        Restated::new(routes, SERVED_SERVICES.map(str::to_owned)),
         options.response_compression,
     );
     let access = access.map(|rules| RuledAccess {
@@ -431,9 +429,6 @@ pub async fn serve_with(
     Ok(())
 }
 
-/// How [`super::message_limit`] is applied to every answer.
-type Restate = fn(http::Response<tonic::body::Body>) -> http::Response<tonic::body::Body>;
-
 /// The methods of every service [`serve`] serves, to count calls to (see
 /// [`super::rpc_stats`]).
 pub fn served_rpc_stats() -> Result<RpcStats, DescriptorError> {
@@ -444,17 +439,20 @@ pub fn served_rpc_stats() -> Result<RpcStats, DescriptorError> {
             tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
             tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
         ],
-        &[
-            <DiscoveryServer<DiscoveryApi> as NamedService>::NAME,
-            <HealthServiceServer<HealthApi> as NamedService>::NAME,
-            <InvokeServer<InvokeApi> as NamedService>::NAME,
-            <AgentServiceServer<AgentApi> as NamedService>::NAME,
-            <tonic_health::pb::health_server::HealthServer<StandardHealth> as NamedService>::NAME,
-            "grpc.reflection.v1.ServerReflection",
-            "grpc.reflection.v1alpha.ServerReflection",
-        ],
+        &SERVED_SERVICES,
     )
 }
+
+/// The names of the services [`serve`] serves.
+const SERVED_SERVICES: [&str; 7] = [
+    <DiscoveryServer<DiscoveryApi> as NamedService>::NAME,
+    <HealthServiceServer<HealthApi> as NamedService>::NAME,
+    <InvokeServer<InvokeApi> as NamedService>::NAME,
+    <AgentServiceServer<AgentApi> as NamedService>::NAME,
+    <tonic_health::pb::health_server::HealthServer<StandardHealth> as NamedService>::NAME,
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
 
 /// Aborts its task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

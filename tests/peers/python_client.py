@@ -284,6 +284,32 @@ def unknown_tool(tp):
     expect(info.reason == "RESOURCE_NOT_FOUND", f"reason {info.reason}")
 
 
+@check("A request over 4 MiB: RESOURCE_EXHAUSTED, RESOURCE_MESSAGE_TOO_LARGE, its size and the limit")
+def too_large(tp):
+    request = tp.invoke_pb2.InvokeToolRequest(meta=tp.meta(), tool_name="structs_calculate_power")
+    json_format.ParseDict({"padding": "x" * (5 * 1024 * 1024)}, request.input)
+    error = failed_call(lambda: tp.invoke.InvokeTool(request, timeout=10))
+    expect(error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, f"code {error.code()}")
+    info, _ = rich_error(error)
+    expect(info.reason == "RESOURCE_MESSAGE_TOO_LARGE", f"reason {info.reason}")
+    expect(info.metadata["limit_bytes"] == "4194304", f"{info.metadata}")
+    expect(int(info.metadata["message_bytes"]) > 5 * 1024 * 1024, f"{info.metadata}")
+
+
+@check("A method the server does not serve (stubs of other protos): UNIMPLEMENTED naming it")
+def unknown_methods(tp):
+    for path, said in [
+        ("/toolplane.v2.DiscoveryService/ListTools", "unknown service toolplane.v2.DiscoveryService"),
+        ("/toolplane.v1.DiscoveryService/ListToolz",
+         "unknown method ListToolz for service toolplane.v1.DiscoveryService"),
+    ]:
+        call = tp.channel.unary_unary(path, request_serializer=lambda raw: raw,
+                                      response_deserializer=lambda raw: raw)
+        error = failed_call(lambda: call(b"", timeout=10))
+        expect(error.code() == grpc.StatusCode.UNIMPLEMENTED, f"{path}: code {error.code()}")
+        expect(error.details().startswith(said), f"{path}: {error.details()!r}")
+
+
 @check("WatchServices: a snapshot of the live services, then SYNCED")
 def watch_services(tp):
     stream = tp.discovery.WatchServices(tp.discovery_pb2.WatchServicesRequest(meta=tp.meta()),
