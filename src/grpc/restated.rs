@@ -19,7 +19,6 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use tonic::body::Body;
@@ -33,16 +32,13 @@ use super::status::ERROR_DOMAIN;
 pub struct Restated<S> {
     inner: S,
     /// The names of the services served (`toolplane.v1.DiscoveryService`, ...).
-    services: Arc<[String]>,
+    services: &'static [&'static str],
 }
 
 impl<S> Restated<S> {
     /// Wraps `inner`, which serves the services named `services`.
-    pub fn new(inner: S, services: impl IntoIterator<Item = String>) -> Self {
-        Self {
-            inner,
-            services: services.into_iter().collect(),
-        }
+    pub fn new(inner: S, services: &'static [&'static str]) -> Self {
+        Self { inner, services }
     }
 }
 
@@ -61,8 +57,8 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         RestatedCall {
             // A reference count: the path's bytes are shared with the request's.
-            uri: request.uri().clone(),
-            services: Arc::clone(&self.services),
+            path: request.uri().path_and_query().cloned(),
+            services: self.services,
             answer: self.inner.call(request),
         }
     }
@@ -74,8 +70,8 @@ pin_project_lite::pin_project! {
     pub struct RestatedCall<F> {
         #[pin]
         answer: F,
-        uri: http::Uri,
-        services: Arc<[String]>,
+        path: Option<http::uri::PathAndQuery>,
+        services: &'static [&'static str],
     }
 }
 
@@ -90,12 +86,14 @@ where
         let answer = ready!(this.answer.poll(cx))?;
         let answer = match answer
             .headers()
-            .get("grpc-status")
+            .get(GRPC_STATUS)
             .map(|code| code.as_bytes())
         {
-            Some(b"12") if !answer.headers().contains_key("grpc-message") => {
-                unknown_method(this.uri.path(), this.services).into_http()
-            }
+            Some(b"12") if !answer.headers().contains_key("grpc-message") => unknown_method(
+                this.path.as_ref().map_or("", |path| path.path()),
+                this.services,
+            )
+            .into_http(),
             Some(b"11" | b"8") => restate_size_refusal(answer),
             _ => answer,
         };
@@ -104,12 +102,12 @@ where
 }
 
 /// The refusal of a call to `path`, which no service served answers, in grpc-go's words.
-fn unknown_method(path: &str, services: &[String]) -> Status {
+fn unknown_method(path: &str, services: &[&str]) -> Status {
     let (service, method) = path
         .trim_start_matches('/')
         .split_once('/')
         .unwrap_or((path, ""));
-    let message = if services.iter().any(|served| served == service) {
+    let message = if services.contains(&service) {
         format!("unknown method {method} for service {service}")
     } else {
         format!(
@@ -126,6 +124,9 @@ pub const MAX_REQUEST_MESSAGE: usize = 4 * 1024 * 1024;
 /// The ErrorInfo reason of a request message over [`MAX_REQUEST_MESSAGE`].
 pub const REASON: &str = "RESOURCE_MESSAGE_TOO_LARGE";
 
+/// Looked up by a name made once: a `&str` name is parsed and hashed on each lookup.
+const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+
 const DECODED_TOO_LARGE: &str = "Error, decoded message length too large: found ";
 const DECOMPRESSED_TOO_LARGE: &str = "Error decompressing: size limit";
 
@@ -135,7 +136,7 @@ const DECOMPRESSED_TOO_LARGE: &str = "Error decompressing: size limit";
 fn restate_size_refusal(answer: http::Response<Body>) -> http::Response<Body> {
     let refused = match answer
         .headers()
-        .get("grpc-status")
+        .get(GRPC_STATUS)
         .map(|code| code.as_bytes())
     {
         Some(b"11" | b"8") => Status::from_header_map(answer.headers()),
@@ -218,7 +219,7 @@ mod tests {
 
     #[test]
     fn an_unknown_service_or_method_is_named() {
-        let services = ["toolplane.v1.DiscoveryService".to_owned()];
+        let services = ["toolplane.v1.DiscoveryService"];
         let status = unknown_method("/toolplane.v1.DiscoveryService/Nope", &services);
         assert_eq!(status.code(), Code::Unimplemented);
         assert_eq!(

@@ -379,7 +379,7 @@ pub async fn serve_with(
     let settings = options.connection_settings();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let routes = ResponseCompressionService::new(
-        Restated::new(routes, SERVED_SERVICES.map(str::to_owned)),
+        Restated::new(routes, &SERVED_SERVICES),
         options.response_compression,
     );
     let access = access.map(|rules| RuledAccess {
