@@ -418,7 +418,6 @@ pub(super) fn record_duration(micros: u64) -> Option<prost_types::Duration> {
     Duration::from_micros(micros).try_into().ok()
 }
 
-/// A listing's `trace_id` filter: empty for none, else a trace id as records keep them.
 /// The id of the record asked for, in the form records carry (a lowercase hyphenated UUID), or
 /// INVALID_ARGUMENT: an id that is no UUID names no record, and looking it up would read through
 /// every file of the record log for nothing.
@@ -436,6 +435,7 @@ fn invocation_id(given: &str) -> Result<String, RegistryError> {
     Ok(uuid.hyphenated().to_string())
 }
 
+/// A listing's `trace_id` filter: empty for none, else a trace id as records keep them.
 fn trace_id_filter(trace_id: String) -> Result<Option<String>, RegistryError> {
     if trace_id.is_empty() {
         return Ok(None);
