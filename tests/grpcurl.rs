@@ -211,7 +211,7 @@ fn grpcurl_lists_describes_and_calls() {
 }
 
 /// The README's walk-through: server, example provider, preflight, invoke with the CLI and with
-/// grpcurl, records.
+/// grpcurl, records; an invocation whose deadline passes.
 #[test]
 fn example_provider_walkthrough() {
     use common::process::{ChildGuard, toolplane_cli};
@@ -292,5 +292,20 @@ fn example_provider_walkthrough() {
         correlated[0]["correlation_id"], "walkthrough",
         "{correlated}"
     );
+
+    // A deadline that passes before any answer is DEADLINE_EXCEEDED, whichever side's timer
+    // ends the call (tonic's own says CANCELLED).
+    let (code, _, stderr) = toolplane_cli(&[
+        "invoke",
+        "structs_calculate_power",
+        "--endpoint",
+        &endpoint,
+        "--input",
+        r#"{"alpha_matter": 100, "generator_type": "reactor"}"#,
+        "--timeout",
+        "1ns",
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("DeadlineExceeded"), "{stderr}");
     assert_eq!(server.terminate().code(), Some(0));
 }

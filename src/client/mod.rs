@@ -411,10 +411,24 @@ impl ToolplaneClient {
         if let Some(timeout) = timeout {
             request.set_timeout(timeout);
         }
-        Ok(ToolInvokeServiceClient::new(self.channel())
+        let answer = ToolInvokeServiceClient::new(self.channel())
             .invoke_tool(request)
-            .await?
-            .into_inner())
+            .await
+            .map_err(|status| match timeout {
+                // tonic's own timer passing first is CANCELLED "Timeout expired"; gRPC calls a
+                // passed deadline DEADLINE_EXCEEDED, as the server does when its timer wins.
+                Some(timeout)
+                    if status.code() == tonic::Code::Cancelled
+                        && status.message() == "Timeout expired" =>
+                {
+                    tonic::Status::deadline_exceeded(format!(
+                        "no answer within the call's deadline ({})",
+                        humantime::format_duration(timeout)
+                    ))
+                }
+                _ => status,
+            })?;
+        Ok(answer.into_inner())
     }
 
     /// Up to `limit` invocation records (newest first) that pass `filter` (0: up to
