@@ -134,14 +134,7 @@ const DECOMPRESSED_TOO_LARGE: &str = "Error decompressing: size limit";
 /// refusal as `RESOURCE_EXHAUSTED` with ErrorInfo (`message_bytes` when tonic said it,
 /// `limit_bytes`).
 fn restate_size_refusal(answer: http::Response<Body>) -> http::Response<Body> {
-    let refused = match answer
-        .headers()
-        .get(GRPC_STATUS)
-        .map(|code| code.as_bytes())
-    {
-        Some(b"11" | b"8") => Status::from_header_map(answer.headers()),
-        _ => None,
-    };
+    let refused = Status::from_header_map(answer.headers());
     let message_bytes = refused.as_ref().and_then(|status| match status.code() {
         Code::OutOfRange => status
             .message()
@@ -181,6 +174,10 @@ fn too_large(message_bytes: &str) -> Status {
 mod tests {
     use super::*;
 
+    fn error_info(status: &Status) -> tonic_types::ErrorInfo {
+        (status.get_error_details().error_info().cloned()).expect("ErrorInfo")
+    }
+
     fn restated(status: Status) -> Status {
         let answer = restate_size_refusal(status.into_http());
         Status::from_header_map(answer.headers()).expect("a status")
@@ -194,11 +191,7 @@ mod tests {
         ));
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert!(status.message().contains("7688988 bytes"), "{status:?}");
-        let info = status
-            .get_error_details()
-            .error_info()
-            .cloned()
-            .expect("info");
+        let info = error_info(&status);
         assert_eq!(info.reason, REASON);
         assert_eq!(info.metadata["message_bytes"], "7688988");
         assert_eq!(info.metadata["limit_bytes"], "4194304");
@@ -208,11 +201,7 @@ mod tests {
              message",
         ));
         assert_eq!(status.code(), Code::ResourceExhausted);
-        let info = status
-            .get_error_details()
-            .error_info()
-            .cloned()
-            .expect("info");
+        let info = error_info(&status);
         assert_eq!(info.reason, REASON);
         assert!(!info.metadata.contains_key("message_bytes"));
     }
