@@ -213,23 +213,10 @@ async fn unknown_tool_is_recorded_and_records_are_per_tenant() {
     assert_eq!(error.code(), Code::NotFound);
     let written = records(&mut client, "nope").await;
     assert_eq!(written[0].status, pb::InvocationStatus::Rejected as i32);
-    let fetched = client
-        .get_invocation_record(pb::GetInvocationRecordRequest {
-            meta: meta(0),
-            invocation_id: written[0].invocation_id.clone(),
-        })
-        .await
-        .expect("get")
-        .into_inner();
-    assert_eq!(
-        fetched.record.expect("record").sequence,
-        written[0].sequence
-    );
-    let other_tenant = client
-        .get_invocation_record(pb::GetInvocationRecordRequest {
-            meta: meta(5),
-            invocation_id: written[0].invocation_id.clone(),
-        })
+    let id = &written[0].invocation_id;
+    let fetched = get_record(&setup.server, 0, id).await.expect("get");
+    assert_eq!(fetched.sequence, written[0].sequence);
+    let other_tenant = get_record(&setup.server, 5, id)
         .await
         .expect_err("not visible to tenant 5");
     assert_eq!(other_tenant.code(), Code::NotFound);
@@ -237,36 +224,21 @@ async fn unknown_tool_is_recorded_and_records_are_per_tenant() {
     let info = other_tenant.get_error_details().error_info().cloned();
     assert_eq!(
         info.expect("ErrorInfo").metadata.get("invocation_id"),
-        Some(&written[0].invocation_id)
+        Some(id)
     );
 
     // An id in another of a UUID's forms finds the record; one that is no UUID is refused.
-    let upper = client
-        .get_invocation_record(pb::GetInvocationRecordRequest {
-            meta: meta(0),
-            invocation_id: written[0].invocation_id.to_uppercase(),
-        })
+    let upper = get_record(&setup.server, 0, &id.to_uppercase())
         .await
         .expect("the same UUID in capitals");
-    assert_eq!(
-        upper.into_inner().record.expect("record").invocation_id,
-        written[0].invocation_id
-    );
-    let malformed = client
-        .get_invocation_record(pb::GetInvocationRecordRequest {
-            meta: meta(0),
-            invocation_id: "no-such-id".into(),
-        })
+    assert_eq!(&upper.invocation_id, id);
+    let malformed = get_record(&setup.server, 0, "no-such-id")
         .await
         .expect_err("not a UUID");
     assert_eq!(malformed.code(), Code::InvalidArgument, "{malformed:?}");
-    let violations = malformed
-        .get_error_details()
-        .bad_request()
-        .map(|bad| bad.field_violations.clone())
-        .unwrap_or_default();
+    let violations = violations(&malformed);
     assert_eq!(violations.len(), 1, "{malformed:?}");
-    assert_eq!(violations[0].field, "invocation_id");
+    assert_eq!(violations[0].0, "invocation_id");
 }
 
 /// The caller's W3C trace context reaches the provider with the call, `tracestate` with it, and

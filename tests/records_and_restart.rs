@@ -5,6 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::invoke_fixture::get_record;
 use common::process::toolplane_cli;
 use common::provider::{TestProvider, start_structs_provider};
 use common::*;
@@ -261,21 +262,6 @@ async fn a_rotated_record_log_verifies_as_one_chain() {
     let (code, _, stderr) = toolplane_cli(&["audit", "verify", "--after", "abc", files[0]]);
     assert_eq!(code, 2, "a head hash that is not one: {stderr}");
     assert!(stderr.contains("64 lowercase hex digits"), "{stderr}");
-}
-
-async fn get_record(
-    server: &TestServer,
-    tenant: u64,
-    invocation_id: &str,
-) -> Result<pb::InvocationRecord, tonic::Status> {
-    let mut client = ToolInvokeServiceClient::new(server.channel().await);
-    client
-        .get_invocation_record(pb::GetInvocationRecordRequest {
-            meta: meta(tenant),
-            invocation_id: invocation_id.to_owned(),
-        })
-        .await
-        .map(|response| response.into_inner().record.expect("record set"))
 }
 
 /// GetInvocationRecord finds a record memory no longer holds in the log's files (a rotated

@@ -212,3 +212,19 @@ pub async fn records(
         .into_inner()
         .records
 }
+
+/// GetInvocationRecord of `invocation_id` for `tenant`: the record, or the status.
+pub async fn get_record(
+    server: &TestServer,
+    tenant: u64,
+    invocation_id: &str,
+) -> Result<pb::InvocationRecord, tonic::Status> {
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    client
+        .get_invocation_record(pb::GetInvocationRecordRequest {
+            meta: meta(tenant),
+            invocation_id: invocation_id.to_owned(),
+        })
+        .await
+        .map(|response| response.into_inner().record.expect("record set"))
+}
