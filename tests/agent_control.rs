@@ -258,6 +258,24 @@ async fn bad_agent_requests() {
     hot.request.as_mut().expect("request").temperature = Some(2.5);
     let error = client.complete(hot).await.expect_err("temperature");
     assert_eq!(error.code(), Code::InvalidArgument);
+    assert_eq!(violations(&error)[0].0, "request.temperature");
+    let mut silent = complete_request("valid", "hi", "c");
+    silent.request.as_mut().expect("request").max_tokens = Some(0);
+    let error = client.complete(silent).await.expect_err("max_tokens 0");
+    assert_eq!(violations(&error)[0].0, "request.max_tokens");
+    let mut ahead = complete_request("valid", "hi", "c");
+    ahead.request.as_mut().expect("request").messages[0].timestamp = Some(prost_types::Timestamp {
+        seconds: chrono::Utc::now().timestamp() + 7200,
+        nanos: 0,
+    });
+    let error = client.complete(ahead).await.expect_err("future timestamp");
+    assert_eq!(
+        violations(&error)[0],
+        (
+            "request.messages[0].timestamp".to_owned(),
+            "invalid message: timestamp is more than 1 hour in the future".to_owned()
+        )
+    );
     let mut streaming = complete_request("valid", "hi", "c");
     streaming.request.as_mut().expect("request").stream = true;
     assert_eq!(

@@ -110,9 +110,16 @@ fn message_from_pb(
         timestamp,
         metadata: message.metadata.into_iter().collect(),
     };
+    // The seed's check says what is wrong but not where: an empty content, or a timestamp out
+    // of its window.
+    let checked = if converted.is_empty() {
+        "content"
+    } else {
+        "timestamp"
+    };
     converted
         .validate_self()
-        .map_err(|error| invalid(&field("content"), error.to_string()))?;
+        .map_err(|error| invalid(&field(checked), error.to_string()))?;
     Ok(converted)
 }
 
@@ -148,6 +155,20 @@ fn request_from_pb(
         return Err(invalid(
             "request.messages",
             "at least one message is needed",
+        ));
+    }
+    if let Some(temperature) = request.temperature
+        && !(0.0..=2.0).contains(&temperature)
+    {
+        return Err(invalid(
+            "request.temperature",
+            format!("temperature must be between 0.0 and 2.0, got {temperature}"),
+        ));
+    }
+    if request.max_tokens == Some(0) {
+        return Err(invalid(
+            "request.max_tokens",
+            "max_tokens must be at least 1 when set (leave it unset for the model's own limit)",
         ));
     }
     Ok(ChatCompletionRequest {
