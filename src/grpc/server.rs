@@ -325,19 +325,8 @@ pub async fn serve_with(
     ));
     tokio::spawn(shrink_rate_limits(limits, serving.clone()));
 
-    // Reflection also describes google.rpc's error details (ErrorInfo, BadRequest, ...), which
-    // no toolplane service names: grpcurl resolves an error's details through it, and prints
-    // them as JSON instead of "google.rpc.ErrorInfo is not recognized" and base64.
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
 
     // Requests compressed with gzip or deflate are accepted; responses are compressed as
     // `options.response_compression` decides per request (`super::response_compression`).
@@ -441,6 +430,27 @@ pub fn served_rpc_stats() -> Result<RpcStats, DescriptorError> {
         ],
         &SERVED_SERVICES,
     )
+}
+
+/// The reflection service's settings, for both of its versions. It lists the services
+/// [`serve`] serves ([`SERVED_SERVICES`]), and no others: the descriptors also hold
+/// `ToolProviderService`, which providers serve and toolplane does not, and which reflection
+/// would otherwise list too. Every descriptor stays resolvable by name, so `grpcurl describe
+/// toolplane.v1.ToolProviderService` still shows a provider's author the contract. Reflection
+/// also describes google.rpc's error details (ErrorInfo, BadRequest, ...), which no toolplane
+/// service names: grpcurl resolves an error's details through it, and prints them as JSON
+/// instead of "google.rpc.ErrorInfo is not recognized" and base64.
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    let builder = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
+        .include_reflection_service(false);
+    SERVED_SERVICES
+        .iter()
+        .fold(builder, |builder, name| builder.with_service_name(*name))
 }
 
 /// The names of the services [`serve`] serves.
