@@ -1,5 +1,6 @@
-//! Serving accepted connections: the accept loop, one hyper HTTP/2 server per connection, the
-//! caller's deadline, and a graceful stop.
+//! Serving accepted connections: the accept loop, one hyper HTTP/2 server per connection (an
+//! HTTP/1 request is answered in words that this is gRPC), the caller's deadline, and a graceful
+//! stop.
 //!
 //! This does what tonic's `Server::serve_with_incoming_shutdown` does for toolplane's services
 //! (HTTP/2 only, keepalive, `grpc-timeout` enforced, GOAWAY and a drain on stop), so that each
@@ -160,8 +161,17 @@ async fn serve_connection<S, B, IO>(
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (mut driver, executor) = ConnectionDriver::new(settings.scheduling);
-    let mut builder = hyper::server::conn::http2::Builder::new(executor);
+    // hyper-util tells HTTP/2 from HTTP/1 by the connection's first bytes. HTTP/1 is served
+    // only to say, in words, that this is gRPC ([`refusal_of_http1`]): a browser, curl or an
+    // HTTP health check would otherwise read HTTP/2 frames as an "HTTP/0.9" answer, or nothing.
+    let mut builder = hyper_util::server::conn::auto::Builder::new(executor);
     builder
+        .http1()
+        .timer(TokioTimer::new())
+        .keep_alive(false)
+        .header_read_timeout(HTTP1_HEADER_READ_TIMEOUT);
+    builder
+        .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.keepalive_interval)
         .keep_alive_timeout(settings.keepalive_timeout)
@@ -209,6 +219,9 @@ where
     type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
     fn call(&self, mut request: http::Request<Incoming>) -> Self::Future {
+        if request.version() != http::Version::HTTP_2 {
+            return Box::pin(std::future::ready(Ok(refusal_of_http1(&request))));
+        }
         let deadline = request
             .headers()
             .get("grpc-timeout")
@@ -250,6 +263,40 @@ where
             }
         })
     }
+}
+
+/// How long an HTTP/1 caller may take to send its request's headers.
+const HTTP1_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The answer to a request that came over HTTP/1: 505 (HTTP Version Not Supported), and in
+/// words what is served here and how to call it, as gRPC needs HTTP/2. The connection is
+/// closed after it.
+fn refusal_of_http1<B>(request: &http::Request<B>) -> http::Response<Body> {
+    let address = request
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .unwrap_or("HOST:PORT");
+    tracing::debug!(
+        path = %request.uri().path(),
+        version = ?request.version(),
+        "an HTTP/1 request to the gRPC address was answered 505"
+    );
+    let text = format!(
+        "toolplane serves gRPC at this address, which needs HTTP/2; this request came over \
+         {:?}.\nCall it with a gRPC client, for example `grpcurl -plaintext {address} list` \
+         (`-cacert CA.pem` in place of `-plaintext` when it serves TLS).\nPrometheus metrics \
+         are served at /metrics on metrics_listen, and MCP clients at /mcp on mcp_listen, when \
+         those are set.\n",
+        request.version()
+    );
+    let mut answer = http::Response::new(Body::new(http_body_util::Full::new(Bytes::from(text))));
+    *answer.status_mut() = http::StatusCode::HTTP_VERSION_NOT_SUPPORTED;
+    answer.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    answer
 }
 
 #[cfg(test)]

@@ -86,6 +86,12 @@ impl Service<http::Request<Body>> for Probe {
 
 /// Serves [`Probe`] on 127.0.0.1 until the test ends; a channel to it (one connection).
 async fn serve_probe(scheduling: CallScheduling) -> UnaryChannel {
+    let addr = serve_probe_at(scheduling).await;
+    UnaryChannel::new(&format!("http://{addr}"), Duration::from_secs(1)).expect("valid")
+}
+
+/// Serves [`Probe`] on 127.0.0.1 until the test ends; its address.
+async fn serve_probe_at(scheduling: CallScheduling) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -103,7 +109,7 @@ async fn serve_probe(scheduling: CallScheduling) -> UnaryChannel {
         None,
         std::future::pending(),
     ));
-    UnaryChannel::new(&format!("http://{addr}"), Duration::from_secs(1)).expect("valid")
+    addr
 }
 
 async fn call(
@@ -130,6 +136,36 @@ async fn per_connection_calls_run_on_their_connections_task_and_per_call_ones_do
 
     let own = serve_probe(CallScheduling::PerCall).await;
     assert_ne!(task_of_call(&own).await, task_of_call(&own).await);
+}
+
+/// An HTTP/1.1 request (curl, a browser, an HTTP health check) is answered 505 in words, and
+/// the connection closed; gRPC is served on the same address as before.
+#[tokio::test]
+async fn an_http1_request_is_told_this_address_serves_grpc() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = serve_probe_at(CallScheduling::PerCall).await;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: toolplane.example:50051\r\n\r\n")
+        .await
+        .expect("request sent");
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+        .await
+        .expect("answered and closed")
+        .expect("read");
+    assert!(
+        answer.starts_with("HTTP/1.1 505 HTTP Version Not Supported\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    assert!(
+        answer.contains("grpcurl -plaintext toolplane.example:50051 list"),
+        "{answer}"
+    );
+    let channel =
+        UnaryChannel::new(&format!("http://{addr}"), Duration::from_secs(1)).expect("valid");
+    assert!(!task_of_call(&channel).await.is_empty());
 }
 
 #[tokio::test]

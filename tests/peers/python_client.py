@@ -1,8 +1,8 @@
 """toolplane driven by grpcio, the Python gRPC implementation, with stubs that grpcio-tools
 generates from proto/ here (as a Python team would): registration, listing with paging,
 search, pre-flight, invocation (gzip-compressed too), google.rpc error details read with grpcio-status,
-grpc.health.v1 Check and Watch through grpcio-health-checking's stubs, and an agent's streamed
-turn.
+grpc.health.v1 Check and Watch through grpcio-health-checking's stubs, an agent's streamed
+turn, and urllib's HTTP/1.1 request to the gRPC address answered in words.
 
 Run by tests/polyglot.rs against a running toolplane with the example Structs provider
 registered (service "structs", tenant 0):
@@ -16,6 +16,8 @@ what was expected and what came back.
 import queue
 import sys
 import threading
+import urllib.error
+import urllib.request
 
 import grpc
 from google.protobuf import json_format
@@ -40,6 +42,7 @@ class Toolplane:
         discovery_grpc = stubs["discovery_service_pb2_grpc"]
         invoke_grpc = stubs["invoke_service_pb2_grpc"]
         agent_grpc = stubs["agent_service_pb2_grpc"]
+        self.address = address
         self.channel = grpc.insecure_channel(address)
         self.discovery = discovery_grpc.DiscoveryServiceStub(self.channel)
         self.invoke = invoke_grpc.ToolInvokeServiceStub(self.channel)
@@ -308,6 +311,18 @@ def unknown_methods(tp):
         error = failed_call(lambda: call(b"", timeout=10))
         expect(error.code() == grpc.StatusCode.UNIMPLEMENTED, f"{path}: code {error.code()}")
         expect(error.details().startswith(said), f"{path}: {error.details()!r}")
+
+
+@check("An HTTP/1.1 request to the gRPC address (urllib): 505, saying it serves gRPC and how to call it")
+def http1_request(tp):
+    try:
+        urllib.request.urlopen(f"http://{tp.address}/metrics", timeout=10)
+    except urllib.error.HTTPError as error:
+        body = error.read().decode()
+        expect(error.code == 505, f"HTTP status {error.code}: {body}")
+        expect(f"grpcurl -plaintext {tp.address} list" in body, body)
+    else:
+        raise AssertionError("an HTTP/1.1 request was answered as if it were served")
 
 
 @check("WatchServices: a snapshot of the live services, then SYNCED")
