@@ -129,7 +129,9 @@ impl MemoryStore {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .observe(late);
-        tracing::info!(tenant = %ticket.tenant, service = %ticket.service, instance = %instance.id, late_ms = late.as_secs_f64() * 1e3, "lease expired");
+        // In whole microseconds, so the log says 1.789 rather than 1.7891190000000001.
+        let late_ms = f64::from(u32::try_from(late.as_micros()).unwrap_or(u32::MAX)) / 1e3;
+        tracing::info!(tenant = %ticket.tenant, service = %ticket.service, instance = %instance.id, late_ms, "lease expired");
         let mut next = (*current).clone();
         let (kind, entry) = match remaining_instances(entry, ticket.lease) {
             Some(remaining) => {
