@@ -56,6 +56,7 @@ pub const ENV_PREFIX: &str = "TOOLPLANE_";
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// The address to listen on.
+    #[serde(deserialize_with = "endpoints::deserialize_listen_address")]
     pub listen: SocketAddr,
     /// The certificate chain (PEM) to serve TLS with; empty serves plain text. Set with
     /// `tls_key_file`.
@@ -467,6 +468,7 @@ mod options;
 #[path = "config_reload.rs"]
 mod reload;
 
+pub use endpoints::parse_listen_address;
 pub use reload::{ConfigSource, ReadConfigPart};
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 
 use std::net::SocketAddr;
 
+use serde::{Deserialize, Deserializer};
+
 use super::ServerConfig;
 use crate::mcp::McpEndpoint;
 
@@ -61,4 +63,23 @@ fn side_address(
             "{setting} {value:?} is not an address such as {example} ({error}); leave it empty to serve no {what}"
         )
     })
+}
+
+/// The gRPC address `listen` (or `--listen`) names: an IP address and a port. Host names are
+/// not looked up, since a name may stand for several addresses.
+pub fn parse_listen_address(value: &str) -> Result<SocketAddr, String> {
+    value.parse().map_err(|error| {
+        format!(
+            "{value:?} is not an IP address and port such as 0.0.0.0:50051, [::]:50051 or \
+             127.0.0.1:50051 ({error})"
+        )
+    })
+}
+
+/// Reads `listen` as [`parse_listen_address`] does.
+pub(crate) fn deserialize_listen_address<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<SocketAddr, D::Error> {
+    let value = String::deserialize(deserializer)?;
+    parse_listen_address(&value).map_err(serde::de::Error::custom)
 }

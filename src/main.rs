@@ -10,6 +10,7 @@ use toolplane::cli::agent;
 use toolplane::cli::client_args::{ClientArgs, connect};
 use toolplane::client::{ClientError, ToolRequirement, ToolplaneClient};
 use toolplane::config::{LogFormat, ServerConfig};
+use toolplane::outln;
 
 /// toolplane: a gRPC control plane for AI tool services.
 #[derive(Debug, Parser)]
@@ -24,7 +25,7 @@ enum Command {
     /// Run the control plane server (in-memory store). Stops on SIGTERM/SIGINT after draining.
     Serve {
         /// Address to listen on [default: 127.0.0.1:50051, or `listen` from the config file or TOOLPLANE_LISTEN].
-        #[arg(long)]
+        #[arg(long, value_parser = toolplane::config::parse_listen_address)]
         listen: Option<std::net::SocketAddr>,
         /// Address to serve Prometheus metrics on, as GET /metrics over HTTP/1.1 [default: none, or `metrics_listen` from the config file or TOOLPLANE_METRICS_LISTEN].
         #[arg(long)]
@@ -240,7 +241,7 @@ fn main() -> ExitCode {
 }
 
 fn print_json(value: &serde_json::Value) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()
     );
@@ -270,7 +271,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             if client.json {
                 print_json(&services.iter().map(cli::service_json).collect());
             } else {
-                println!("{}", cli::services_table(&services));
+                outln!("{}", cli::services_table(&services));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -282,7 +283,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             if client.json {
                 print_json(&tools.iter().map(cli::tool_json).collect());
             } else {
-                println!("{}", cli::tools_table(&tools));
+                outln!("{}", cli::tools_table(&tools));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -299,7 +300,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             if client.json {
                 print_json(&cli::search_json(&found));
             } else {
-                println!("{}", cli::search_table(&found));
+                outln!("{}", cli::search_table(&found));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -319,7 +320,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             };
             match client.json {
                 true => print_json(&paths.iter().map(|p| serde_json::json!(p)).collect()),
-                false => paths.iter().for_each(|path| println!("{path}")),
+                false => paths.iter().for_each(|path| outln!("{path}")),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -389,7 +390,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             if client.json {
                 print_json(&records.iter().map(cli::record_json).collect());
             } else {
-                println!("{}", cli::records_table(&records));
+                outln!("{}", cli::records_table(&records));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -412,7 +413,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             if client.json {
                 print_json(&cli::health_json(&service, &health));
             } else {
-                println!("{}", cli::health_table(&service, &health));
+                outln!("{}", cli::health_table(&service, &health));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -447,7 +448,7 @@ async fn preflight(
     }
     if missing_required.is_empty() {
         if !json {
-            println!("pre-flight ok: every required tool is registered");
+            outln!("pre-flight ok: every required tool is registered");
         }
         return Ok(ExitCode::SUCCESS);
     }

@@ -184,11 +184,33 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
             "[[tenant_access]]\nidentity = \"planner.agents.svc\"\ntenants = [1]\n",
             "set tls_client_ca_file",
         ),
+        (
+            "listen = \"localhost:50051\"\n",
+            "listen: \"localhost:50051\" is not an IP address and port such as 0.0.0.0:50051",
+        ),
     ] {
         let (code, _, stderr) = check(text);
         assert_eq!(code, 2, "{text}");
         assert!(stderr.contains(named), "{text}: {stderr}");
     }
+}
+
+/// A command whose reader has gone (`toolplane config check | head -1`) ends quietly, with
+/// the status of a program SIGPIPE ended, instead of panicking.
+#[test]
+fn a_reader_that_has_gone_ends_the_command_quietly() {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolplane"))
+        .args(["config", "check", "--config", "/dev/null"])
+        .env_remove("RUST_BACKTRACE")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run config check");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(141), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
 }
 
 /// `toolplane agent create|list|show|chat` against the real server and example provider: chat

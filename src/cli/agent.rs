@@ -1,5 +1,6 @@
 //! `toolplane agent`: create, list, show and chat with agents.
 
+use crate::outln;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -69,12 +70,12 @@ pub async fn run(command: AgentCommand, args: &ClientArgs) -> Result<ExitCode, C
     };
     if args.json {
         let shown: Value = shown.iter().map(agent_json).collect();
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&shown).unwrap_or_default()
         );
     } else {
-        println!("{}", agents_table(&shown));
+        outln!("{}", agents_table(&shown));
     }
     Ok(ExitCode::SUCCESS)
 }

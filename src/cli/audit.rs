@@ -1,6 +1,7 @@
 //! `toolplane audit verify`: checking an invocation record log's hash chain from the command
 //! line (the checking itself is [`crate::invoke::audit`]).
 
+use crate::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -46,14 +47,15 @@ impl AuditCommand {
         let Self::Verify { files, after } = self;
         match verify_files_after(&files, after.as_deref()) {
             Ok(verified) => {
-                println!(
+                outln!(
                     "ok: {} records, chain intact, head {}",
-                    verified.records, verified.head_sha256
+                    verified.records,
+                    verified.head_sha256
                 );
                 ExitCode::SUCCESS
             }
             Err((file, broken)) => {
-                println!("broken: {}: {broken}", file.display());
+                outln!("broken: {}: {broken}", file.display());
                 ExitCode::from(1)
             }
         }

@@ -4,6 +4,7 @@
 //! directory), without binding an address or writing a file, so a configuration can be
 //! checked before it is rolled out (a ConfigMap, say).
 
+use crate::outln;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -25,7 +26,7 @@ pub fn run(file: Option<&Path>) -> ExitCode {
         });
     match checked {
         Ok(summary) => {
-            println!("{summary}");
+            outln!("{summary}");
             ExitCode::SUCCESS
         }
         Err(error) => {

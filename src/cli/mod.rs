@@ -15,6 +15,35 @@ use crate::client::ToolSelection;
 use crate::json::struct_to_json;
 use crate::pb;
 
+/// `println!` for what the commands answer on standard output. When the reader has gone
+/// (`toolplane records | head -3`), the command ends quietly with status 141, as a program that
+/// SIGPIPE ends does, where `println!` would panic: Rust ignores SIGPIPE, and putting its default
+/// back would also end the command on a write to a server that closed its connection.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_line(::std::format_args!($($arg)*))
+    };
+}
+
+/// Writes one line to standard output, for [`outln!`](crate::outln).
+pub fn write_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(line)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(141),
+        Err(error) => {
+            eprintln!("error: cannot write to standard output: {error}");
+            std::process::exit(1);
+        }
+    }
+}
+
 /// The lowercase label of a proto enum value name without its prefix, as the seeds write them
 /// (`HEALTH_STATE_HEALTHY` -> `healthy`, `AGENT_STATE_TOOL_CALL` -> `toolcall`).
 pub(crate) fn label(name: &str, prefix: &str) -> String {

@@ -5,6 +5,7 @@
 //! `definition_sha256` and what the entry's `approved_tools` say of it; then, per service, the
 //! `approved_tools` line that approves the tools as listed now, to paste once reviewed.
 
+use crate::outln;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -68,12 +69,12 @@ pub async fn run(file: Option<&Path>, service: Option<&str>, json: bool) -> Exit
     }
     if json {
         let tools: Vec<Value> = reviewed.iter().flat_map(tools_json).collect();
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&tools).expect("JSON values serialize")
         );
     } else {
-        println!("{}", table(&reviewed));
+        outln!("{}", table(&reviewed));
     }
     if failed {
         ExitCode::from(2)
