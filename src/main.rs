@@ -90,7 +90,7 @@ enum Command {
     Invoke {
         /// The tool to call.
         tool: String,
-        /// The input, a JSON object.
+        /// The input, a JSON object; `@FILE` reads it from a file, `-` from standard input.
         #[arg(long, default_value = "{}")]
         input: String,
         /// The service offering the tool, when several do.
@@ -331,14 +331,10 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             timeout,
             client,
         } => {
-            let input: serde_json::Value = match serde_json::from_str(&input) {
-                Ok(value @ serde_json::Value::Object(_)) => value,
-                Ok(_) => {
-                    eprintln!("error: --input must be a JSON object");
-                    return Ok(ExitCode::from(2));
-                }
+            let input = match cli::invoke_input(&input) {
+                Ok(input) => input,
                 Err(error) => {
-                    eprintln!("error: --input is not JSON: {error}");
+                    eprintln!("error: {error}");
                     return Ok(ExitCode::from(2));
                 }
             };

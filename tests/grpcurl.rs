@@ -237,13 +237,17 @@ fn example_provider_walkthrough() {
 
     common::process::invoke_structs_damage(&["--endpoint", &endpoint]);
 
+    // The input read from a file (`@FILE`).
+    let inputs = tempfile::tempdir().expect("temp dir");
+    let input_file = inputs.path().join("input.json");
+    std::fs::write(&input_file, r#"{"id": 11}"#).expect("input written");
     let (code, _, stderr) = toolplane_cli(&[
         "invoke",
         "structs_validate_entity_id",
         "--endpoint",
         &endpoint,
         "--input",
-        r#"{"id": 11}"#,
+        &format!("@{}", input_file.display()),
     ]);
     assert_eq!(code, 1);
     assert!(

@@ -44,6 +44,32 @@ pub fn write_line(line: std::fmt::Arguments<'_>) {
     }
 }
 
+/// The input `toolplane invoke --input` names: the JSON object itself, `@FILE` for the one in
+/// a file, or `-` for the one on standard input; else why it cannot be used.
+pub fn invoke_input(given: &str) -> Result<Value, String> {
+    let (text, from) = match given {
+        "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|error| format!("--input -: cannot read standard input: {error}"))?;
+            (text, "standard input")
+        }
+        _ => match given.strip_prefix('@') {
+            Some(path) => (
+                std::fs::read_to_string(path)
+                    .map_err(|error| format!("--input {given}: cannot read {path}: {error}"))?,
+                path,
+            ),
+            None => (given.to_owned(), "--input"),
+        },
+    };
+    match serde_json::from_str(&text) {
+        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(_) => Err(format!("the input ({from}) must be a JSON object")),
+        Err(error) => Err(format!("the input ({from}) is not JSON: {error}")),
+    }
+}
+
 /// The lowercase label of a proto enum value name without its prefix, as the seeds write them
 /// (`HEALTH_STATE_HEALTHY` -> `healthy`, `AGENT_STATE_TOOL_CALL` -> `toolcall`).
 pub(crate) fn label(name: &str, prefix: &str) -> String {
@@ -330,4 +356,38 @@ pub fn records_table(records: &[pb::InvocationRecord]) -> String {
         ]);
     }
     table.trim_fmt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invoke_input_is_given_or_read_from_a_file() {
+        assert_eq!(invoke_input(r#"{"a": 1}"#), Ok(json!({"a": 1})));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("input.json");
+        std::fs::write(&file, r#"{"b": [2]}"#).expect("written");
+        let named = format!("@{}", file.display());
+        assert_eq!(invoke_input(&named), Ok(json!({"b": [2]})));
+        std::fs::write(&file, "[1]").expect("written");
+        assert_eq!(
+            invoke_input(&named),
+            Err(format!(
+                "the input ({}) must be a JSON object",
+                file.display()
+            ))
+        );
+        let missing = format!("@{}", dir.path().join("missing.json").display());
+        let error = invoke_input(&missing).expect_err("no such file");
+        assert!(
+            error.starts_with(&format!("--input {missing}: cannot read ")),
+            "{error}"
+        );
+        let error = invoke_input("{oops").expect_err("not JSON");
+        assert!(
+            error.starts_with("the input (--input) is not JSON: "),
+            "{error}"
+        );
+    }
 }
