@@ -113,8 +113,8 @@ enum Command {
         /// Only records with this correlation id (the envelope's, or an MCP session's id).
         #[arg(long)]
         correlation_id: Option<String>,
-        /// How many records.
-        #[arg(long, default_value_t = 50)]
+        /// How many records, newest first (the listing's pages are followed).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i32).range(1..))]
         limit: i32,
         #[command(flatten)]
         client: ClientArgs,
