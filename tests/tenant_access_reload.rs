@@ -217,22 +217,38 @@ async fn a_token_file_added_to_the_file_is_watched() {
     assert_eq!(with("first-token"), 2, "the old token is refused");
 }
 
-/// A server that started without rules checks no call; rules added to its file are logged
-/// as taking a restart, and calls stay unchecked until then.
-#[test]
-fn rules_added_to_a_server_without_rules_take_a_restart() {
-    let (server, dir) = ServerProcess::start_with_config(
-        "tls_reload_interval = \"100ms\"\n",
-        &[],
-        &[("PLANNER_TOKEN", TOKEN)],
+/// A server that started without rules checks no call until rules are added to its file;
+/// then they are put in force, on the Rust client's connection opened before and on the MCP
+/// endpoint; taking every rule away again is refused (that takes a restart) and they stay.
+#[tokio::test(flavor = "multi_thread")]
+async fn rules_added_to_a_server_without_rules_are_put_in_force() {
+    let (server, dir) = ServerProcess::start_with_config(SERVED, &[], &[("PLANNER_TOKEN", TOKEN)]);
+    let anyone = ToolplaneClient::connect(&server.endpoint(), TenantId(9))
+        .await
+        .expect("connected");
+    let (mcp, http) = (
+        logged_url(&server, "MCP served at /mcp", "/mcp"),
+        http_client(),
     );
+    let mcp_status = |tenant: &'static str| {
+        let request = tools_list(&http, &mcp, tenant);
+        async move { request.send().await.expect("answered").status().as_u16() }
+    };
+    assert!(lists(&anyone, 9).await, "no rules: any tenant");
+    assert_eq!(mcp_status("9").await, 200);
+
     rewrite(dir.path(), &config("1", ""));
-    wait_until("the added rules were never logged", || {
-        !server
-            .log_lines_with("they take effect at a restart")
-            .is_empty()
+    until_lists(&anyone, 9, false, "the added rules were never put in force").await;
+    assert_eq!(mcp_status("9").await, 403);
+    let planner = ToolplaneClient::connect(&server.endpoint(), TenantId(1))
+        .await
+        .expect("connected")
+        .with_bearer_token(BearerToken::new(TOKEN).expect("a valid token"));
+    assert!(lists(&planner, 1).await, "the token grants tenant 1");
+
+    rewrite(dir.path(), SERVED);
+    wait_until("removing every rule was never refused", || {
+        !server.log_lines_with("takes a restart").is_empty()
     });
-    let (code, _, stderr) =
-        toolplane_cli(&["tools", "--endpoint", &server.endpoint(), "--tenant", "9"]);
-    assert_eq!(code, 0, "still unchecked: {stderr}");
+    assert!(!lists(&anyone, 9).await, "the rules stay in force");
 }

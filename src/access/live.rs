@@ -7,11 +7,12 @@
 //! against the rules in force when it arrives, also on connections accepted before the change:
 //! a connection's grant is worked out again, once, the first time it is used under new rules.
 //!
-//! Two changes are refused, logged, and the rules in force stay: rules that name certificate
-//! identities on a server that neither asks for client certificates nor believes a forwarding
-//! proxy (no caller could have one), and a change between having rules and having none (with
-//! none every caller may name any tenant; a server that started without rules checks no call).
-//! Both take a restart.
+//! A server that started without rules (every caller may name any tenant) puts rules added to
+//! the file in force the same way, so access can be ruled without a restart. Two changes are
+//! refused, logged, and the rules in force stay: rules that name certificate identities on a
+//! server that neither asks for client certificates nor believes a forwarding proxy (no caller
+//! could have one), and removing every rule from a server that has some (that would let every
+//! caller name any tenant, which takes a restart).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -51,22 +52,20 @@ fn unservable(rules: &TenantAccess, client_certificates: bool) -> bool {
 
 impl LiveTenantAccess {
     /// The rules to serve, on a server that asks callers for client certificates or not;
-    /// `None` when there are none (every caller may name any tenant). Rules naming identities
-    /// that no caller could have are an error ([`IDENTITIES_NEED_CERTIFICATES`]).
+    /// rules that are open (none: every caller may name any tenant) check no call until rules
+    /// replace them. Rules naming identities that no caller could have are an error
+    /// ([`IDENTITIES_NEED_CERTIFICATES`]).
     pub fn start(
         rules: &TenantAccess,
         client_certificates: bool,
-    ) -> Result<Option<Arc<Self>>, &'static str> {
-        if rules.is_open() {
-            return Ok(None);
-        }
+    ) -> Result<Arc<Self>, &'static str> {
         if unservable(rules, client_certificates) {
             return Err(IDENTITIES_NEED_CERTIFICATES);
         }
-        Ok(Some(Arc::new(Self {
+        Ok(Arc::new(Self {
             rules: ArcSwap::from_pointee(rules.clone()),
             client_certificates,
-        })))
+        }))
     }
 
     /// The rules in force now.
@@ -74,11 +73,12 @@ impl LiveTenantAccess {
         self.rules.load_full()
     }
 
-    /// Puts `rules` in force for every call from now on, also on open connections. Rules that
-    /// grant nothing (every caller could name any tenant) or name identities no caller could
-    /// have are refused, saying why, and the rules in force stay.
+    /// Puts `rules` in force for every call from now on, also on open connections, also on a
+    /// server whose rules were open until now. Open rules replacing rules that grant (every
+    /// caller could then name any tenant) and rules naming identities no caller could have are
+    /// refused, saying why, and the rules in force stay.
     pub fn replace(&self, rules: TenantAccess) -> Result<(), String> {
-        if rules.is_open() {
+        if rules.is_open() && !self.rules.load().is_open() {
             return Err(
                 "tenant_access has no entry now: letting every caller name any tenant takes a \
                  restart; the entries read before stay in force"
@@ -181,12 +181,16 @@ impl ConnectionAccess {
     /// from a listed proxy that names its caller (in `x-forwarded-client-cert` or
     /// `l5d-client-id`, as the rules say), that caller's grant (not the proxy's own), else the
     /// connection's; then the tenants of its bearer token (see
-    /// [`TenantAccess::grant_for_call`]).
+    /// [`TenantAccess::grant_for_call`]). `None` while the rules in force are open: the call
+    /// may name any tenant, and what it sends is not looked at.
     pub fn grant_for_call(
         &self,
         headers: &http::HeaderMap,
-    ) -> Result<Arc<CallerGrant>, AccessError> {
+    ) -> Result<Option<Arc<CallerGrant>>, AccessError> {
         let granted = self.granted();
+        if granted.rules.is_open() {
+            return Ok(None);
+        }
         // Looked for only on connections from a listed proxy.
         let named_in = granted.rules.forwarded_header;
         let forwarded = granted
@@ -205,6 +209,7 @@ impl ConnectionAccess {
         granted
             .rules
             .grant_for_call(&connection, authorization.map(|value| value.as_bytes()))
+            .map(Some)
     }
 }
 
@@ -239,7 +244,7 @@ mod tests {
 
     fn may_act_for(access: &ConnectionAccess, headers: &http::HeaderMap, tenant: u64) -> bool {
         let grant = access.grant_for_call(headers).expect("granted something");
-        grant.check(TenantId(tenant)).is_ok()
+        grant.expect("ruled").check(TenantId(tenant)).is_ok()
     }
 
     /// A connection accepted before the rules change is checked against the new rules from
@@ -247,9 +252,7 @@ mod tests {
     #[test]
     fn open_connections_follow_replaced_rules() {
         let planner = "spiffe://test/ns/a/sa/planner";
-        let live = LiveTenantAccess::start(&rules(&[(planner, &[1])], ""), true)
-            .expect("servable")
-            .expect("ruled");
+        let live = LiveTenantAccess::start(&rules(&[(planner, &[1])], ""), true).expect("servable");
         let der = certificate(planner);
         let access = ConnectionAccess::new(&live, Some(&der), None);
         let none = http::HeaderMap::new();
@@ -275,9 +278,8 @@ mod tests {
     /// have, are refused saying why, and the rules in force stay.
     #[test]
     fn unservable_rules_are_refused_and_the_old_stay() {
-        let live = LiveTenantAccess::start(&rules(&[("a.example", &[1])], ""), true)
-            .expect("servable")
-            .expect("ruled");
+        let live =
+            LiveTenantAccess::start(&rules(&[("a.example", &[1])], ""), true).expect("servable");
         let error = live
             .replace(TenantAccess::default())
             .expect_err("no rules is refused");
@@ -286,8 +288,7 @@ mod tests {
 
         let uncertified =
             LiveTenantAccess::start(&rules(&[("a.example", &[1])], "10.0.0.1"), false)
-                .expect("servable: a proxy forwards certificates")
-                .expect("ruled");
+                .expect("servable: a proxy forwards certificates");
         let error = uncertified
             .replace(rules(&[("a.example", &[1])], ""))
             .expect_err("no proxy and no client certificates");
@@ -301,11 +302,33 @@ mod tests {
                 .expect_err("no caller could have the identity"),
             IDENTITIES_NEED_CERTIFICATES
         );
-        assert!(
-            LiveTenantAccess::start(&TenantAccess::default(), true)
-                .expect("open")
-                .is_none()
+    }
+
+    /// A server that started with no rules checks no call, and checks every call, also on
+    /// connections open before, once rules replace them.
+    #[test]
+    fn rules_added_to_an_open_server_are_put_in_force() {
+        let live = LiveTenantAccess::start(&TenantAccess::default(), true).expect("open");
+        let planner = "spiffe://test/ns/a/sa/planner";
+        let der = certificate(planner);
+        let access = ConnectionAccess::new(&live, Some(&der), None);
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_static("Bearer anything"),
         );
+        assert!(
+            access.grant_for_call(&headers).expect("open").is_none(),
+            "open rules check nothing, a token neither"
+        );
+        live.replace(TenantAccess::default())
+            .expect("open rules again are no change");
+
+        live.replace(rules(&[(planner, &[1])], ""))
+            .expect("rules put in force");
+        let none = http::HeaderMap::new();
+        assert!(may_act_for(&access, &none, 1));
+        assert!(!may_act_for(&access, &none, 2));
     }
 
     /// A proxy added to `forwarded_client_cert_proxies` is believed on connections from it
@@ -313,9 +336,7 @@ mod tests {
     #[test]
     fn an_added_proxy_is_believed_on_open_connections() {
         let planner = "spiffe://test/ns/a/sa/planner";
-        let live = LiveTenantAccess::start(&rules(&[(planner, &[1])], ""), true)
-            .expect("servable")
-            .expect("ruled");
+        let live = LiveTenantAccess::start(&rules(&[(planner, &[1])], ""), true).expect("servable");
         let proxy: SocketAddr = "127.0.0.6:41000".parse().expect("address");
         let access = ConnectionAccess::new(&live, None, Some(proxy));
         let mut headers = http::HeaderMap::new();

@@ -11,20 +11,18 @@ use crate::access::{LiveTenantAccess, TenantAccess, TenantAccessSource};
 
 /// Watches, until `serving` turns false, each change counted in `stats`: the token files of
 /// the rules in force (read again when they change), and the configuration file of `source`
-/// (the rules read from it put in force when it changes; see [`LiveTenantAccess::replace`]).
-/// On a server that started without rules (`live` is `None`), rules added to the file are
-/// logged at WARN, as they take a restart.
+/// (the rules read from it put in force when it changes, also on a server that started
+/// without rules; see [`LiveTenantAccess::replace`]).
 pub(super) fn watch(
-    live: Option<Arc<LiveTenantAccess>>,
+    live: Arc<LiveTenantAccess>,
     source: Option<TenantAccessSource>,
     interval: Duration,
     stats: &Arc<ReloadStats>,
     serving: &tokio::sync::watch::Receiver<bool>,
 ) {
-    if let Some(live) = live.clone()
-        && (source.is_some() || !live.token_files().is_empty())
-    {
+    if source.is_some() || !live.token_files().is_empty() {
         let (files, read) = (Arc::clone(&live), live.token_files_read());
+        let live = Arc::clone(&live);
         spawn_counted(
             ReloadedFiles::TenantAccessTokenFiles,
             move || files.token_files(),
@@ -38,15 +36,7 @@ pub(super) fn watch(
     let Some(source) = source else {
         return;
     };
-    let apply = move |rules: TenantAccess| match &live {
-        Some(live) => live.replace(rules),
-        None if rules.is_open() => Ok(()),
-        None => Err(
-            "tenant_access entries were added, but the server started without any and \
-             checks no call's tenant: they take effect at a restart"
-                .to_owned(),
-        ),
-    };
+    let apply = move |rules: TenantAccess| live.replace(rules);
     super::config_watch::watch(
         source,
         ReloadedFiles::TenantAccessConfig,

@@ -233,9 +233,10 @@ where
         }
         if let Some(access) = &self.access {
             match access.grant_for_call(request.headers()) {
-                Ok(grant) => {
+                Ok(Some(grant)) => {
                     request.extensions_mut().insert(grant);
                 }
+                Ok(None) => {}
                 Err(refused) => {
                     tracing::info!(%refused, "call refused");
                     let status = Status::from(refused);

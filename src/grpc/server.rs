@@ -107,10 +107,11 @@ pub fn check_tls_files(options: &ServerOptions) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// The tenant access rules `options` give, where there are any; rules naming certificate
+/// The tenant access rules `options` give (open ones, checking no call, where there are none,
+/// so that rules added to the configuration file later are put in force); rules naming certificate
 /// identities need client certificates asked for, or proxies that forward them, as without
 /// one a caller has no identity.
-fn ruled_access(options: &ServerOptions) -> Result<Option<Arc<LiveTenantAccess>>, ServeError> {
+fn ruled_access(options: &ServerOptions) -> Result<Arc<LiveTenantAccess>, ServeError> {
     let asks_for_certificates = options
         .tls
         .as_ref()
@@ -310,7 +311,7 @@ pub async fn serve_with(
                 tools,
                 endpoint,
                 tls,
-                access.clone(),
+                Some(Arc::clone(&access)),
                 sessions,
                 refusals,
             );
@@ -371,8 +372,8 @@ pub async fn serve_with(
         Restated::new(routes, &SERVED_SERVICES),
         options.response_compression,
     );
-    let access = access.map(|rules| RuledAccess {
-        rules,
+    let access = Some(RuledAccess {
+        rules: access,
         counted_in: rpc_stats.clone(),
     });
     let service = RpcMeteringLayer::new(rpc_stats, spans.clone())

@@ -273,7 +273,8 @@ fn refused_tenant(
 ) -> Option<Response<BoxBody<Bytes, Infallible>>> {
     let headers = request.headers();
     let refused = match access.grant_for_call(headers) {
-        Ok(grant) => {
+        Ok(None) => return None,
+        Ok(Some(grant)) => {
             let header = headers.get(TENANT_HEADER);
             let tenant = TenantId::from_header(header.map(|value| value.as_bytes()))?;
             grant.check(tenant).err()?
