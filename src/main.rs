@@ -137,7 +137,8 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Show the health of a service, or of the control plane when none is named.
+    /// Show the health of a service, or of the control plane when none is named. Exit 0 when
+    /// healthy or ready, 1 when not (or the service is not registered).
     Health {
         /// The service; omit for the control plane itself.
         service: Option<String>,
@@ -405,13 +406,24 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
         Command::Agent { command, client } => agent::run(command, &client).await,
         Command::Health { service, client } => {
             let service = service.unwrap_or_default();
-            let health = connect(&client).await?.health(&service).await?;
+            let health = match connect(&client).await?.health(&service).await {
+                Ok(health) => health,
+                Err(ClientError::Rpc(status)) if status.code() == tonic::Code::NotFound => {
+                    eprintln!("error: {}", toolplane::client::describe_status(&status));
+                    return Ok(ExitCode::from(1));
+                }
+                Err(other) => return Err(other),
+            };
             if client.json {
                 print_json(&cli::health_json(&service, &health));
             } else {
                 outln!("{}", cli::health_table(&service, &health));
             }
-            Ok(ExitCode::SUCCESS)
+            let taking_work = matches!(
+                toolplane::pb::HealthState::try_from(health.status),
+                Ok(toolplane::pb::HealthState::Healthy | toolplane::pb::HealthState::Ready)
+            );
+            Ok(ExitCode::from(u8::from(!taking_work)))
         }
     }
 }

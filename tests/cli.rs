@@ -95,6 +95,9 @@ async fn preflight_command_fails_fast_then_passes() {
     assert_eq!(code, 0);
     let health: serde_json::Value = serde_json::from_str(&stdout).expect("health --json is JSON");
     assert_eq!(health["status"], "healthy");
+    let (code, _, stderr) = toolplane_cli(&["health", "nobody", "--endpoint", &endpoint]);
+    assert_eq!(code, 1, "a service not registered is not healthy: {stderr}");
+    assert!(stderr.contains("service nobody is not registered"), "{stderr}");
 
     assert_eq!(
         server.terminate().code(),
