@@ -65,8 +65,9 @@ fn side_address(
     })
 }
 
-/// The gRPC address `listen` (or `--listen`) names: an IP address and a port. Host names are
-/// not looked up, since a name may stand for several addresses.
+/// The address `listen` (or `--listen`, `--metrics-listen`, `--mcp-listen`) names: an IP
+/// address and a port. Host names are not looked up, since a name may stand for several
+/// addresses.
 pub fn parse_listen_address(value: &str) -> Result<SocketAddr, String> {
     value.parse().map_err(|error| {
         format!(

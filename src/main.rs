@@ -28,10 +28,10 @@ enum Command {
         #[arg(long, value_parser = toolplane::config::parse_listen_address)]
         listen: Option<std::net::SocketAddr>,
         /// Address to serve Prometheus metrics on, as GET /metrics over HTTP/1.1 [default: none, or `metrics_listen` from the config file or TOOLPLANE_METRICS_LISTEN].
-        #[arg(long)]
+        #[arg(long, value_parser = toolplane::config::parse_listen_address)]
         metrics_listen: Option<std::net::SocketAddr>,
         /// Address to serve the registered tools to MCP clients on, as MCP's Streamable HTTP at /mcp [default: none, or `mcp_listen` from the config file or TOOLPLANE_MCP_LISTEN].
-        #[arg(long)]
+        #[arg(long, value_parser = toolplane::config::parse_listen_address)]
         mcp_listen: Option<std::net::SocketAddr>,
         /// Config file [default: ./toolplane.toml when it exists].
         #[arg(long, env = "TOOLPLANE_CONFIG")]

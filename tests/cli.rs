@@ -97,7 +97,10 @@ async fn preflight_command_fails_fast_then_passes() {
     assert_eq!(health["status"], "healthy");
     let (code, _, stderr) = toolplane_cli(&["health", "nobody", "--endpoint", &endpoint]);
     assert_eq!(code, 1, "a service not registered is not healthy: {stderr}");
-    assert!(stderr.contains("service nobody is not registered"), "{stderr}");
+    assert!(
+        stderr.contains("service nobody is not registered"),
+        "{stderr}"
+    );
 
     assert_eq!(
         server.terminate().code(),
