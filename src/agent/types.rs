@@ -231,16 +231,24 @@ impl ChatCompletionRequest {
                 reason: "messages must not be empty".to_owned(),
             });
         }
-        if let Some(temperature) = self.temperature
-            && !(0.0..=2.0).contains(&temperature)
-        {
-            return Err(SentinelError::DomainViolation {
-                rule: format!("temperature must be between 0.0 and 2.0, got {temperature}"),
-            });
+        if let Some(temperature) = self.temperature {
+            Self::check_temperature(temperature)
+                .map_err(|rule| SentinelError::DomainViolation { rule })?;
         }
         self.messages
             .iter()
             .try_for_each(CanonicalMessage::validate_self)
+    }
+
+    /// Checks a sampling temperature: 0.0 to 2.0; else the rule it breaks.
+    pub fn check_temperature(temperature: f64) -> Result<(), String> {
+        if (0.0..=2.0).contains(&temperature) {
+            Ok(())
+        } else {
+            Err(format!(
+                "temperature must be between 0.0 and 2.0, got {temperature}"
+            ))
+        }
     }
 }
 

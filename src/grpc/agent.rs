@@ -157,13 +157,10 @@ fn request_from_pb(
             "at least one message is needed",
         ));
     }
-    if let Some(temperature) = request.temperature
-        && !(0.0..=2.0).contains(&temperature)
-    {
-        return Err(invalid(
-            "request.temperature",
-            format!("temperature must be between 0.0 and 2.0, got {temperature}"),
-        ));
+    if let Some(temperature) = request.temperature {
+        // The seed's rule, with the field it concerns named.
+        ChatCompletionRequest::check_temperature(temperature)
+            .map_err(|rule| invalid("request.temperature", rule))?;
     }
     if request.max_tokens == Some(0) {
         return Err(invalid(
