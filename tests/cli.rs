@@ -176,6 +176,23 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
         "{stdout}"
     );
     assert!(!records.exists(), "a check writes nothing");
+    // An import's command that cannot be found is warned of; serve would start all the same.
+    let (code, stdout, stderr) = check(
+        "[[mcp_imports]]\nservice = \"gone\"\ncommand = [\"/nonexistent/mcp-server\"]\n\
+         [[mcp_imports]]\nservice = \"shell\"\ncommand = [\"sh\", \"server.sh\"]\n",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|line| line.contains("warning:"))
+            .collect::<Vec<_>>(),
+        [
+            "  warning:     MCP import gone: command \"/nonexistent/mcp-server\" is not found (as a \
+             file, or on PATH); serve starts anyway, and tries it again at each call and refresh"
+        ],
+        "{stdout}"
+    );
     for (text, named) in [
         ("max_ttl = \"1s\"\nmin_ttl = \"2s\"\n", "ttl"),
         (

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use crate::config::ServerConfig;
 use crate::grpc::outgoing_tls::ALPN_H2;
 use crate::grpc::server::{ServerOptions, check_tls_files, model_provider};
+use crate::mcp::import_config::McpSource;
 use crate::otlp::OTLP_TLS_SETTINGS;
 
 /// Checks the configuration `file` (or `./toolplane.toml` when it exists) with the process's
@@ -124,6 +125,26 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
             ),
         })
         .collect();
+    let missing_commands = options.mcp_imports.iter().filter_map(|import| {
+        let McpSource::Stdio(server) = &import.source else {
+            return None;
+        };
+        let program = server.command.first()?;
+        let path = server
+            .env
+            .iter()
+            .find(|(name, _)| name == "PATH")
+            .map(|(_, value)| value.0.clone())
+            .or_else(|| std::env::var("PATH").ok())
+            .unwrap_or_default();
+        (!runnable(program, &path)).then(|| {
+            format!(
+                "  warning:     MCP import {}: command {program:?} is not found (as a file, or on \
+                 PATH); serve starts anyway, and tries it again at each call and refresh",
+                import.service
+            )
+        })
+    });
     [
         "configuration ok".to_owned(),
         format!("  gRPC:        {} ({grpc_tls})", config.listen),
@@ -141,5 +162,35 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
             }
         ),
     ]
+    .into_iter()
+    .chain(missing_commands)
+    .collect::<Vec<_>>()
     .join("\n")
+}
+
+/// Whether `program` names a file that can be run: itself when it holds a `/`, else in one of
+/// the directories of `path`, as the operating system looks a command up. Written here: the
+/// `which` crate would be a new dependency for one warning.
+fn runnable(program: &str, path: &str) -> bool {
+    let is_runnable = |file: &Path| {
+        file.metadata()
+            .is_ok_and(|meta| meta.is_file() && executable(&meta))
+    };
+    if program.contains('/') {
+        return is_runnable(Path::new(program));
+    }
+    std::env::split_paths(path).any(|directory| is_runnable(&directory.join(program)))
+}
+
+/// Whether a file's permissions let it be run.
+#[cfg(unix)]
+fn executable(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    meta.permissions().mode() & 0o111 != 0
+}
+
+/// Whether a file's permissions let it be run: elsewhere than Unix, any file may be.
+#[cfg(not(unix))]
+fn executable(_meta: &std::fs::Metadata) -> bool {
+    true
 }
