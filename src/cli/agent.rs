@@ -1,6 +1,5 @@
 //! `toolplane agent`: create, list, show and chat with agents.
 
-use crate::outln;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -9,6 +8,7 @@ use serde_json::{Value, json};
 use super::client_args::{ClientArgs, connect};
 use super::{invocation_status_name, label, new_table, timestamp};
 use crate::client::{ClientError, ToolplaneClient};
+use crate::outln;
 use crate::pb;
 
 /// What `toolplane agent` does.

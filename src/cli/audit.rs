@@ -1,13 +1,13 @@
 //! `toolplane audit verify`: checking an invocation record log's hash chain from the command
 //! line (the checking itself is [`crate::invoke::audit`]).
 
-use crate::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
 use crate::invoke::audit::verify_files_after;
+use crate::outln;
 
 /// `toolplane audit`: work with invocation record logs.
 #[derive(Debug, Subcommand)]

@@ -4,7 +4,6 @@
 //! directory), without binding an address or writing a file, so a configuration can be
 //! checked before it is rolled out (a ConfigMap, say).
 
-use crate::outln;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -13,6 +12,7 @@ use crate::grpc::outgoing_tls::ALPN_H2;
 use crate::grpc::server::{ServerOptions, check_tls_files, model_provider};
 use crate::mcp::import_config::McpSource;
 use crate::otlp::OTLP_TLS_SETTINGS;
+use crate::outln;
 
 /// Checks the configuration `file` (or `./toolplane.toml` when it exists) with the process's
 /// environment laid over it; prints what it would serve and exits 0, or prints why it cannot

@@ -5,7 +5,6 @@
 //! `definition_sha256` and what the entry's `approved_tools` say of it; then, per service, the
 //! `approved_tools` line that approves the tools as listed now, to paste once reviewed.
 
-use crate::outln;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -18,6 +17,7 @@ use crate::grpc::provider_tls::ProviderTls;
 use crate::mcp::client::McpCaller;
 use crate::mcp::import::{ListedTool, McpImport, read_listing};
 use crate::mcp::session_keys::SessionKey;
+use crate::outln;
 use crate::registry::model::ToolAnnotations;
 
 /// How long one server may take to open a session and list its tools.

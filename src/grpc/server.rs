@@ -311,7 +311,7 @@ pub async fn serve_with(
                 tools,
                 endpoint,
                 tls,
-                Some(Arc::clone(&access)),
+                Arc::clone(&access),
                 sessions,
                 refusals,
             );

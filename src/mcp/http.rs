@@ -137,15 +137,16 @@ impl McpRefusals {
 }
 
 /// Serves MCP on `listener` with `sessions` until dropped (dropping it closes its connections
-/// too). With `access`, a request naming (in its `toolplane-tenant-id` header) a tenant its
-/// caller is not granted (by its client certificate or bearer token) is refused 403, and one
-/// sending a bearer token the rules do not hold 401.
+/// too). Under the tenant access rules in force in `access` (none: any tenant), a request
+/// naming (in its `toolplane-tenant-id` header) a tenant its caller is not granted (by its
+/// client certificate or bearer token) is refused 403, and one sending a bearer token the
+/// rules do not hold 401.
 pub async fn serve(
     listener: TcpListener,
     tools: McpTools,
     endpoint: McpEndpoint,
     tls: Option<ServedTls>,
-    access: Option<Arc<LiveTenantAccess>>,
+    access: Arc<LiveTenantAccess>,
     sessions: McpSessions,
     refusals: Arc<McpRefusals>,
 ) {
@@ -199,13 +200,12 @@ impl Endpoint {
     async fn answer(
         mut self,
         mut request: Request<Incoming>,
-        access: Option<ConnectionAccess>,
+        access: ConnectionAccess,
     ) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
         if request.uri().path() != MCP_PATH {
             return Ok(not_found());
         }
-        let refused = access.and_then(|access| refused_tenant(&request, &access, &self.refusals));
-        if let Some(refused) = refused {
+        if let Some(refused) = refused_tenant(&request, &access, &self.refusals) {
             return Ok(refused);
         }
         if self.max_sessions > 0
@@ -305,7 +305,7 @@ fn refused_tenant(
 async fn serve_incoming<IO>(
     incoming: impl Stream<Item = std::io::Result<IO>> + Send + 'static,
     service: Endpoint,
-    access: Option<Arc<LiveTenantAccess>>,
+    access: Arc<LiveTenantAccess>,
 ) where
     IO: AsyncRead + AsyncWrite + ConnectionPeer + Unpin + Send + 'static,
 {
@@ -315,11 +315,8 @@ async fn serve_incoming<IO>(
         tokio::select! {
             accepted = incoming.next() => match accepted {
                 Some(Ok(io)) => {
-                    let access = access
-                        .as_ref()
-                        .map(|rules| {
-                            ConnectionAccess::new(rules, io.peer_certificate(), io.peer_address())
-                        });
+                    let access =
+                        ConnectionAccess::new(&access, io.peer_certificate(), io.peer_address());
                     connections.spawn(serve_connection(io, service.clone(), access));
                 }
                 Some(Err(error)) => {
@@ -334,7 +331,7 @@ async fn serve_incoming<IO>(
     }
 }
 
-async fn serve_connection<IO>(io: IO, service: Endpoint, access: Option<ConnectionAccess>)
+async fn serve_connection<IO>(io: IO, service: Endpoint, access: ConnectionAccess)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
