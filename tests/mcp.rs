@@ -1,8 +1,8 @@
 //! toolplane's MCP endpoint (`mcp_listen`): the registered tools served to MCP clients over
 //! MCP's Streamable HTTP transport at `/mcp`. The official MCP Python SDK lists and calls them
 //! in both protocol eras (`tests/peers/python_mcp_client.py`); plain HTTP requests check what
-//! the endpoint refuses; a client with and without a certificate checks it over mutual TLS; and
-//! the MCP conformance suite runs the scenarios that apply to a server of tools.
+//! the endpoint refuses; and a client with and without a certificate checks it over mutual TLS.
+//! The MCP conformance suite's runs are in `tests/mcp_conformance.rs`.
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::TestServer;
-use common::process::{Runtime, peer, peer_script, proto_dir};
+use common::process::{Runtime, peer_script, proto_dir};
 use common::provider::start_structs_provider;
 use common::tls::TestCa;
 use toolplane::grpc::ServerOptions;
@@ -63,49 +63,6 @@ async fn the_mcp_python_sdk_lists_and_calls_the_registered_tools() {
         "the Python MCP client failed ({}):\n{stdout}\n{stderr}",
         output.status
     );
-    server.stop().await;
-}
-
-/// The scenarios of the MCP conformance suite that a server of tools alone can pass (the
-/// others call the suite's own test tools, resources and prompts).
-const CONFORMANCE_SCENARIOS: &[&str] = &[
-    "server-initialize",
-    "ping",
-    "tools-list",
-    "dns-rebinding-protection",
-    "server-sse-multiple-streams",
-];
-
-/// The MCP conformance suite (`@modelcontextprotocol/conformance`) passes the endpoint in each
-/// scenario that applies to it, with the Structs provider's tools registered.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_mcp_conformance_suite_passes_the_endpoint() {
-    let (Some(node), Some(suite)) = (
-        peer("mcp-conformance/node_modules/.bin/node"),
-        peer("mcp-conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"),
-    ) else {
-        return;
-    };
-    let (server, mcp) = TestServer::start_with_mcp(ServerOptions::default()).await;
-    let _provider = start_structs_provider(&server).await;
-    for scenario in CONFORMANCE_SCENARIOS {
-        let mut command = Command::new(&node);
-        command.arg(&suite).args([
-            "server",
-            "--url",
-            &format!("http://{mcp}/mcp"),
-            "--scenario",
-            scenario,
-        ]);
-        let output = run_to_end(command).await;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains(", 0 failed"),
-            "scenario {scenario} failed ({}):\n{stdout}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
     server.stop().await;
 }
 
