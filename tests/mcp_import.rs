@@ -1,7 +1,8 @@
 //! Importing the tools of an MCP server (`[[mcp_imports]]`): a real MCP server built with the
 //! official MCP Python SDK (`tests/peers/python_mcp_server.py`) has its tools registered as a
 //! service, discovered and invoked through toolplane over MCP, followed when it says its tool
-//! list changed, and expired while it is gone.
+//! list changed, and expired while it is gone. The TypeScript SDK's reference server is imported
+//! over stdio, and its answers reach an MCP client at toolplane's own endpoint as it gave them.
 
 mod common;
 
@@ -10,6 +11,10 @@ use std::time::Duration;
 use common::mcp_server::{PythonMcpServer, importing, invoke, output, register_add_at, wait_for};
 use common::process::peer;
 use common::{TestServer, meta, reason};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 use tonic::Code;
 use toolplane::grpc::ServerOptions;
@@ -411,5 +416,89 @@ async fn the_typescript_reference_server_is_imported_over_stdio() {
         .await
         .expect_err("a is a number");
     assert_eq!(refused.code(), Code::InvalidArgument);
+    server.stop().await;
+}
+
+/// Through toolplane, the reference server's answers reach an MCP client (rmcp's, at toolplane's
+/// MCP endpoint) as the server gave them: a text as its text, and an answer of several blocks,
+/// an image among them, as those blocks; the same answers over gRPC are a JSON string and the
+/// blocks as a JSON array.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_imported_tools_content_reaches_mcp_clients_as_its_server_gave_it() {
+    let Some(server_everything) =
+        peer("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+    else {
+        return;
+    };
+    let command = vec![
+        "node".to_owned(),
+        server_everything.display().to_string(),
+        "stdio".to_owned(),
+    ];
+    let source = McpSource::Stdio(StdioServer {
+        command,
+        env: Default::default(),
+    });
+    let (server, mcp) = TestServer::start_with_mcp(importing(
+        "everything",
+        source,
+        Duration::from_secs(60),
+        None,
+    ))
+    .await;
+    wait_for(&server, "everything", |found| found.is_some())
+        .await
+        .expect("imported");
+    let client = ()
+        .serve(StreamableHttpClientTransport::with_client(
+            common::http_client(),
+            StreamableHttpClientTransportConfig::with_uri(format!("http://{mcp}/mcp")),
+        ))
+        .await
+        .expect("a session with toolplane's endpoint");
+
+    let sum = client
+        .call_tool(
+            CallToolRequestParams::new("get-sum").with_arguments(
+                json!({"a": 2, "b": 3})
+                    .as_object()
+                    .cloned()
+                    .expect("object"),
+            ),
+        )
+        .await
+        .expect("summed");
+    assert_eq!(
+        serde_json::to_value(&sum.content).expect("blocks"),
+        json!([{"type": "text", "text": "The sum of 2 and 3 is 5."}])
+    );
+
+    let image = client
+        .call_tool(CallToolRequestParams::new("get-tiny-image"))
+        .await
+        .expect("an image");
+    let blocks = serde_json::to_value(&image.content).expect("blocks");
+    assert_eq!(image.is_error, Some(false));
+    assert_eq!(blocks.as_array().map(Vec::len), Some(3), "{blocks}");
+    assert_eq!(blocks[0]["text"], "Here's the image you requested:");
+    assert_eq!(blocks[1]["type"], "image");
+    assert_eq!(blocks[1]["mimeType"], "image/png");
+    assert!(
+        blocks[1]["data"]
+            .as_str()
+            .is_some_and(|data| data.starts_with("iVBORw0KGgo")),
+        "a PNG, base64: {blocks}"
+    );
+    assert_eq!(blocks[2]["text"], "The image above is the MCP logo.");
+
+    let over_grpc = invoke(&server, "get-tiny-image", json!({}))
+        .await
+        .expect("an image over gRPC");
+    assert_eq!(
+        output(&over_grpc),
+        blocks,
+        "gRPC callers get the blocks as JSON"
+    );
+    client.cancel().await.expect("the session ends");
     server.stop().await;
 }

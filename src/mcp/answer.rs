@@ -47,12 +47,38 @@ pub fn succeeded(invoked: Invoked) -> CallToolResult {
     if !invoked.warnings.is_empty() {
         meta.insert(meta_keys::WARNINGS.into(), json!(invoked.warnings));
     }
-    // MCP's structured content is an object; any other output is answered as JSON text only.
-    let result = match invoked.output {
+    content_of(invoked.output).with_meta(Some(MetaObject(meta)))
+}
+
+/// An output as MCP content: an object as `structuredContent` (MCP's structured content is
+/// an object) and as its JSON text; a string as its text; an array of MCP content blocks as
+/// those blocks; any other output as its JSON text. The last two undo what the MCP importer
+/// makes of a server's answer (`mcp::client`: one text block is its text, other content the
+/// blocks as a JSON array), so an imported tool's text, images, audio and resources reach MCP
+/// clients as its server gave them.
+fn content_of(output: Value) -> CallToolResult {
+    match output {
         output @ Value::Object(_) => CallToolResult::structured(output),
-        output => CallToolResult::success(vec![ContentBlock::text(output.to_string())]),
+        Value::String(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+        output => {
+            let blocks = content_blocks(&output)
+                .unwrap_or_else(|| vec![ContentBlock::text(output.to_string())]);
+            CallToolResult::success(blocks)
+        }
+    }
+}
+
+/// The content blocks `output` is, when it is a non-empty array of them written exactly as MCP
+/// writes them (nothing left out or added on the way back); else `None`.
+fn content_blocks(output: &Value) -> Option<Vec<ContentBlock>> {
+    let Value::Array(items) = output else {
+        return None;
     };
-    result.with_meta(Some(MetaObject(meta)))
+    if items.is_empty() {
+        return None;
+    }
+    let blocks: Vec<ContentBlock> = serde_json::from_value(output.clone()).ok()?;
+    (serde_json::to_value(&blocks).ok()? == *output).then_some(blocks)
 }
 
 /// The answer to a call that failed: a tool error, or a protocol error when the call named no
@@ -107,4 +133,63 @@ pub fn failed(failed: Failed) -> Result<CallToolResult, ErrorData> {
     meta.insert(meta_keys::INVOCATION_ID.into(), json!(invocation_id));
     meta.insert(meta_keys::ERROR_REASON.into(), json!(reason));
     Ok(CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(MetaObject(meta))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The blocks of an answer, as MCP writes them.
+    fn blocks(result: &CallToolResult) -> Value {
+        serde_json::to_value(&result.content).expect("blocks serialize")
+    }
+
+    #[test]
+    fn an_object_is_structured_content_and_a_string_its_own_text() {
+        let object = content_of(json!({"sum": 5}));
+        assert_eq!(object.structured_content, Some(json!({"sum": 5})));
+        assert_eq!(
+            blocks(&object),
+            json!([{"type": "text", "text": "{\"sum\":5}"}])
+        );
+        let text = content_of(json!("two lines:\n\"quoted\""));
+        assert_eq!(text.structured_content, None);
+        assert_eq!(
+            blocks(&text),
+            json!([{"type": "text", "text": "two lines:\n\"quoted\""}]),
+            "the text itself, not its JSON"
+        );
+    }
+
+    #[test]
+    fn an_array_of_content_blocks_is_answered_as_those_blocks() {
+        let given = json!([
+            {"type": "text", "text": "Here's the image:"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "resource_link", "uri": "file:///a.txt", "name": "a.txt"}
+        ]);
+        let answer = content_of(given.clone());
+        assert_eq!(blocks(&answer), given);
+        assert_eq!(answer.structured_content, None);
+        assert_eq!(answer.is_error, Some(false));
+    }
+
+    #[test]
+    fn other_outputs_are_their_json_text() {
+        for output in [
+            json!(42),
+            json!(null),
+            json!([]),
+            json!([1, 2]),
+            json!([{"type": "text", "text": "a"}, {"kind": "not a block"}]),
+            // A block with a member MCP does not have would lose it: left as JSON.
+            json!([{"type": "text", "text": "a", "score": 0.9}]),
+        ] {
+            assert_eq!(
+                blocks(&content_of(output.clone())),
+                json!([{"type": "text", "text": output.to_string()}]),
+                "{output}"
+            );
+        }
+    }
 }
