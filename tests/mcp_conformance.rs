@@ -1,8 +1,9 @@
 //! The MCP conformance suite (`@modelcontextprotocol/conformance`, run with the Node 22 the test
 //! script installs for it) against both of toolplane's MCP roles: the endpoint that serves the
-//! registered tools to MCP clients (server scenarios), and the importer that registers the tools
-//! of MCP servers (client scenarios, with `tests/peers/mcp_conformance_client.sh` serving an
-//! import of the suite's server and calling its tool through the toolplane CLI).
+//! registered tools to MCP clients (server scenarios, with the suite's test tools offered by a
+//! gRPC provider, and by an MCP server toolplane imports), and the importer that registers the
+//! tools of MCP servers (client scenarios, with `tests/peers/mcp_conformance_client.sh` serving
+//! an import of the suite's server and calling its tool through the toolplane CLI).
 
 mod common;
 
@@ -11,10 +12,12 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::TestServer;
+use common::mcp_server::{importing, wait_for};
 use common::process::peer;
 use common::provider::{TestProvider, start_structs_provider};
 use serde_json::json;
 use toolplane::grpc::ServerOptions;
+use toolplane::mcp::import::{McpSource, Secret, StdioServer};
 use toolplane::provider::{
     RegisteredTools, ToolDescriptor, ToolError, ToolInvocation, ToolOutput, ToolRegistry, handler,
 };
@@ -146,6 +149,61 @@ async fn the_mcp_conformance_suite_passes_the_endpoint() {
     common::wait_registered(&server, "conformance").await;
     let url = format!("http://{mcp}/mcp");
     for scenario in SERVER_SCENARIOS {
+        run_scenario(&node, &suite, &["server", "--url", &url], scenario).await;
+    }
+    server.stop().await;
+}
+
+/// The server scenarios that the MCP server `tests/peers/conformance_tools_server.js` offers the
+/// tools of; run against toolplane's endpoint while toolplane imports that server, they check
+/// what crosses toolplane both ways: the listing, text, images, audio, embedded resources, a
+/// mix of them, a tool error, and a Draft 2020-12 schema.
+const IMPORTED_SCENARIOS: &[&str] = &[
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-embedded-resource",
+    "tools-call-mixed-content",
+    "tools-call-error",
+    "json-schema-2020-12",
+];
+
+/// toolplane as a gateway between MCP servers and MCP clients: the suite's test tools, served
+/// by an MCP server of the TypeScript SDK that toolplane imports over stdio, pass the suite's
+/// scenarios at toolplane's own endpoint.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_conformance_suite_passes_the_tools_of_an_imported_mcp_server() {
+    let (Some((node, suite)), Some(_)) = (suite(), peer("node_modules/@modelcontextprotocol/sdk"))
+    else {
+        return;
+    };
+    let node_modules = peer("node_modules").expect("installed with the SDK");
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_tools_server.js");
+    let source = McpSource::Stdio(StdioServer {
+        command: vec!["node".to_owned(), script.display().to_string()],
+        env: [(
+            "NODE_PATH".to_owned(),
+            Secret(node_modules.display().to_string()),
+        )]
+        .into_iter()
+        .collect(),
+    });
+    let (server, mcp) = TestServer::start_with_mcp(importing(
+        "conformance",
+        source,
+        Duration::from_secs(60),
+        None,
+    ))
+    .await;
+    wait_for(&server, "conformance", |found| {
+        found.is_some_and(|service| service.available_tools.len() == 7)
+    })
+    .await
+    .expect("the seven tools imported");
+    let url = format!("http://{mcp}/mcp");
+    for scenario in IMPORTED_SCENARIOS {
         run_scenario(&node, &suite, &["server", "--url", &url], scenario).await;
     }
     server.stop().await;
