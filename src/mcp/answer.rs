@@ -11,6 +11,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject};
 use serde_json::{Value, json};
 
+use super::client::ServerContent;
 use super::tools::meta_keys;
 use crate::invoke::{Failed, InvokeError, Invoked, reason_of};
 use crate::registry::RegistryError;
@@ -21,7 +22,8 @@ pub const OUTPUT_MISMATCH_REASON: &str = "VALIDATION_OUTPUT";
 /// The answer to a call that ran (whether or not the tool succeeded). An output that does not
 /// match the tool's output schema (passed on to gRPC callers with warnings) is a tool error
 /// here, giving the mismatches and the output as text: MCP has a server's structured results
-/// match the output schema it lists, and clients check them.
+/// match the output schema it lists, and clients check them. An MCP server's answer (an
+/// imported tool's) keeps the server's own content blocks, beside the structured content.
 pub fn succeeded(invoked: Invoked) -> CallToolResult {
     let mut meta = JsonObject::new();
     meta.insert(
@@ -47,15 +49,18 @@ pub fn succeeded(invoked: Invoked) -> CallToolResult {
     if !invoked.warnings.is_empty() {
         meta.insert(meta_keys::WARNINGS.into(), json!(invoked.warnings));
     }
-    content_of(invoked.output).with_meta(Some(MetaObject(meta)))
+    let mut result = content_of(invoked.output);
+    // An MCP server's answer: its own blocks, beside the structured content it became.
+    if let Some(blocks) = invoked.output_wire.as_ref().and_then(ServerContent::of) {
+        result.content = blocks.to_vec();
+    }
+    result.with_meta(Some(MetaObject(meta)))
 }
 
 /// An output as MCP content: an object as `structuredContent` (MCP's structured content is
-/// an object) and as its JSON text; a string as its text; an array of MCP content blocks as
-/// those blocks; any other output as its JSON text. The last two undo what the MCP importer
-/// makes of a server's answer (`mcp::client`: one text block is its text, other content the
-/// blocks as a JSON array), so an imported tool's text, images, audio and resources reach MCP
-/// clients as its server gave them.
+/// an object) and as its JSON text; a string as its text; an array of MCP content blocks (a
+/// provider's way to answer images, audio or resources) as those blocks; any other output as
+/// its JSON text. (An MCP server's answer keeps its own blocks: [`succeeded`].)
 fn content_of(output: Value) -> CallToolResult {
     match output {
         output @ Value::Object(_) => CallToolResult::structured(output),

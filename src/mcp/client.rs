@@ -8,9 +8,10 @@
 //! services that name an MCP URL themselves share one per URL ([`super::session_keys`]). A
 //! session whose connection is lost is opened again on the next call. A call is `tools/call`
 //! with the input as its arguments; its answer becomes the tool's output: the `structuredContent` when the server sent one, else the text of
-//! a single text block as a JSON string, else the content blocks as a JSON array. A result
-//! marked `isError` is the tool's failure (gRPC code UNKNOWN, reason `TOOL_FAILED`, the text as
-//! its message). A health check is an MCP `ping`.
+//! a single text block as a JSON string, else the content blocks as a JSON array; the content
+//! blocks themselves go with it as its [`ServerContent`], which toolplane's own MCP endpoint
+//! answers with. A result marked `isError` is the tool's failure (gRPC code UNKNOWN, reason
+//! `TOOL_FAILED`, the text as its message). A health check is an MCP `ping`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +42,7 @@ use crate::grpc::outgoing_tls::http_client_builder;
 use crate::grpc::provider_tls::{ProviderTls, causes};
 use crate::invoke::caller::{
     FailureKind, MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX, ProviderCall, ProviderCaller,
-    ProviderFailure, ProviderReply,
+    ProviderFailure, ProviderReply, WireForm,
 };
 
 /// The longest an MCP session may take to open (connect and initialize).
@@ -383,12 +384,27 @@ pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure
         (None, [ContentBlock::Text(text)]) => Value::String(text.text.clone()),
         (None, blocks) => serde_json::to_value(blocks).unwrap_or(Value::Null),
     };
+    let content = (!result.content.is_empty()).then_some(ServerContent(result.content));
     Ok(ProviderReply {
         output,
-        output_wire: None,
+        output_wire: content.map(|content| WireForm(Arc::new(content))),
         output_bytes: 0,
         warnings: Vec::new(),
     })
+}
+
+/// The content blocks of an MCP server's answer, carried through the engine beside the output
+/// it became (as its [`WireForm`]) so that toolplane's MCP endpoint answers an MCP client with
+/// the server's own blocks: an image stays an image and a text its text, also beside
+/// `structuredContent`, where the output alone would have kept only the structured content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerContent(pub Vec<ContentBlock>);
+
+impl ServerContent {
+    /// The blocks `wire` carries, when it is an MCP server's answer.
+    pub fn of(wire: &WireForm) -> Option<&[ContentBlock]> {
+        (wire.0.downcast_ref::<Self>()).map(|content| content.0.as_slice())
+    }
 }
 
 /// The text blocks of `content`, joined by newlines; `None` when there is none.
@@ -439,6 +455,22 @@ mod tests {
             reply_of(blocks).expect("output").output,
             json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
         );
+    }
+
+    /// The server's blocks go with the output for toolplane's MCP endpoint, also beside
+    /// structured content, which alone becomes the output.
+    #[test]
+    fn a_results_content_blocks_go_with_its_output() {
+        let image = ContentBlock::image("iVBORw0KGgo=", "image/png");
+        let mut result = CallToolResult::success(vec![image.clone()]);
+        result.structured_content = Some(json!({"content": [{"type": "image"}]}));
+        let reply = reply_of(result).expect("output");
+        assert_eq!(reply.output, json!({"content": [{"type": "image"}]}));
+        let wire = reply.output_wire.expect("the blocks carried");
+        assert_eq!(ServerContent::of(&wire), Some(&[image][..]));
+        let empty = reply_of(CallToolResult::success(Vec::new())).expect("output");
+        assert_eq!(empty.output, json!([]));
+        assert!(empty.output_wire.is_none(), "no blocks, nothing carried");
     }
 
     #[test]
