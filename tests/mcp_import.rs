@@ -95,7 +95,9 @@ async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["add", "distance", "fail", "getenv", "grow", "quit", "shout"]
+        [
+            "add", "distance", "fail", "getenv", "grow", "quit", "shout", "wait"
+        ]
     );
     // Read-only and idempotent tools (MCP annotations) are safe to retry; the others are not.
     let retry = pb::ServiceCapability::Retry as i32;
@@ -587,4 +589,55 @@ async fn call(
         .expect("answered");
     assert_eq!(result.is_error, Some(false), "{tool}: {result:?}");
     result
+}
+
+/// A call toolplane gives up on, at its deadline or when its caller goes away, is cancelled at
+/// the MCP server too (`notifications/cancelled`), which stops the tool's work, as a gRPC
+/// provider's call is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_toolplane_gives_up_on_is_cancelled_at_the_mcp_server() {
+    let Some(mcp) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
+    wait_for_service(&server, |found| found.is_some()).await;
+    let markers = tempfile::tempdir().expect("a directory");
+    let wait = |marker: &str| pb::InvokeToolRequest {
+        meta: meta(0),
+        tool_name: "wait".into(),
+        input: common::schema(json!({
+            "seconds": 30,
+            "marker": markers.path().join(marker).display().to_string()
+        })),
+        ..Default::default()
+    };
+    let mut invoker = common::invoke_fixture::invoker(&server).await;
+
+    let mut timed = tonic::Request::new(wait("timed-out"));
+    timed.set_timeout(Duration::from_millis(500));
+    let timed_out = invoker
+        .invoke_tool(timed)
+        .await
+        .expect_err("past its deadline");
+    assert_eq!(timed_out.code(), Code::DeadlineExceeded, "{timed_out:?}");
+
+    let left = tokio::time::timeout(
+        Duration::from_millis(500),
+        invoker.invoke_tool(wait("left")),
+    )
+    .await;
+    assert!(left.is_err(), "the caller stopped waiting first");
+
+    for marker in ["timed-out", "left"] {
+        let path = markers.path().join(marker);
+        let noted = async {
+            while !path.exists() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), noted)
+            .await
+            .unwrap_or_else(|_| panic!("the {marker} call was not cancelled at the server"));
+    }
+    server.stop().await;
 }

@@ -68,7 +68,7 @@ async fn only_approved_tools_are_imported_and_new_or_changed_ones_are_held_back(
         return;
     };
     let hashes = hashes_imported_plainly(&mcp).await;
-    assert_eq!(hashes.len(), 7, "{hashes:?}");
+    assert_eq!(hashes.len(), 8, "{hashes:?}");
     let table = BTreeMap::from([
         ("add".to_owned(), hashes["add"].clone()),
         ("grow".to_owned(), hashes["grow"].clone()),
@@ -86,7 +86,7 @@ async fn only_approved_tools_are_imported_and_new_or_changed_ones_are_held_back(
     let (server, metrics) = TestServer::start_with_metrics(options).await;
     let service = wait_for(&server, SERVICE, |found| found.is_some()).await;
     assert_eq!(tool_names(service.as_ref()), ["add", "grow"]);
-    wait_for_held(metrics, 5.0).await;
+    wait_for_held(metrics, 6.0).await;
 
     let changed = invoke(&server, "distance", json!({}))
         .await
@@ -96,7 +96,7 @@ async fn only_approved_tools_are_imported_and_new_or_changed_ones_are_held_back(
         .await
         .expect("grown");
     // Listed again (the server said its list changed): one more tool held, none added.
-    wait_for_held(metrics, 6.0).await;
+    wait_for_held(metrics, 7.0).await;
     let mut discovery = server.discovery().await;
     let service = discovery
         .get_service(pb::GetServiceRequest {
@@ -147,7 +147,7 @@ async fn review_imports_prints_the_hashes_that_serve_takes() {
             )
         })
         .collect();
-    assert_eq!(standing.len(), 7, "{json_text}");
+    assert_eq!(standing.len(), 8, "{json_text}");
     assert_eq!(standing["add"], "changed");
     assert_eq!(standing["shout"], "not_approved");
     let add = reviewed
@@ -182,8 +182,8 @@ async fn review_imports_prints_the_hashes_that_serve_takes() {
     let service = wait_for_at(&mut discovery, SERVICE, |found| found.is_some()).await;
     assert_eq!(tool_names(service.as_ref()), ["add"]);
     // The lines were written before the registration; the test reads them on a thread.
-    wait_until("six tools logged as held back", || {
-        server.log_lines_with("held back until approved").len() == 6
+    wait_until("seven tools logged as held back", || {
+        server.log_lines_with("held back until approved").len() == 7
     });
     let held = server.log_lines_with("held back until approved");
     assert!(

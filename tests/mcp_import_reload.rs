@@ -166,7 +166,7 @@ async fn imports_follow_the_configuration_file_without_a_restart() {
         found.is_some_and(|service| service.endpoint == format!("mcp+{}", second.url()))
     })
     .await;
-    assert_eq!(alpha.expect("moved").available_tools.len(), 7);
+    assert_eq!(alpha.expect("moved").available_tools.len(), 8);
     wait_until("the stdio server stopped", || children_of(pid).is_empty());
     let mut changes = Vec::new();
     while !changes.contains(&(pb::ServiceEventType::Removed, "beta".to_owned())) {

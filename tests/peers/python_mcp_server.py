@@ -1,8 +1,8 @@
 """An MCP server built with the official MCP Python SDK (MCPServer), serving MCP's Streamable
 HTTP transport at /mcp, for toolplane to import: tools with plain and pydantic-model parameters
-(whose schemas use $defs and $ref), structured and text answers, a tool that fails, and one
-that adds a tool at run time and tells its client the tool list changed; `add` is annotated
-read-only and `distance` idempotent.
+(whose schemas use $defs and $ref), structured and text answers, a tool that fails, one
+that adds a tool at run time and tells its client the tool list changed, and one that notes
+its cancellation; `add` is annotated read-only and `distance` idempotent.
 
 Run by tests/mcp_import.rs:
 
@@ -20,6 +20,7 @@ import os
 import ssl
 import sys
 
+import anyio
 import uvicorn
 
 from pydantic import BaseModel
@@ -63,6 +64,18 @@ def fail(why: str) -> str:
 def getenv(name: str) -> str:
     """The value of the environment variable NAME in the server's process ("" when unset)."""
     return os.environ.get(name, "")
+
+
+@server.tool()
+async def wait(seconds: float, marker: str) -> str:
+    """Waits SECONDS; a call cancelled first writes the file MARKER."""
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        with open(marker, "w") as written:
+            written.write("cancelled")
+        raise
+    return "waited"
 
 
 @server.tool()
