@@ -167,7 +167,7 @@ async fn the_mcp_conformance_suite_passes_the_endpoint() {
 /// The server scenarios that the MCP server `tests/peers/conformance_tools_server.js` offers the
 /// tools of; run against toolplane's endpoint while toolplane imports that server, they check
 /// what crosses toolplane both ways: the listing, text, images, audio, embedded resources, a
-/// mix of them, a tool error, and a Draft 2020-12 schema.
+/// mix of them, a tool error, progress reports during a call, and a Draft 2020-12 schema.
 const IMPORTED_SCENARIOS: &[&str] = &[
     "tools-list",
     "tools-call-simple-text",
@@ -176,6 +176,7 @@ const IMPORTED_SCENARIOS: &[&str] = &[
     "tools-call-embedded-resource",
     "tools-call-mixed-content",
     "tools-call-error",
+    "tools-call-with-progress",
     "json-schema-2020-12",
 ];
 
@@ -208,10 +209,10 @@ async fn the_mcp_conformance_suite_passes_the_tools_of_an_imported_mcp_server() 
     ))
     .await;
     wait_for(&server, "conformance", |found| {
-        found.is_some_and(|service| service.available_tools.len() == 7)
+        found.is_some_and(|service| service.available_tools.len() == 8)
     })
     .await
-    .expect("the seven tools imported");
+    .expect("the eight tools imported");
     let url = format!("http://{mcp}/mcp");
     for scenario in IMPORTED_SCENARIOS {
         run_scenario(&node, &suite, &["server", "--url", &url], scenario).await;

@@ -591,15 +591,16 @@ async fn call(
     result
 }
 
-/// A call toolplane gives up on, at its deadline or when its caller goes away, is cancelled at
-/// the MCP server too (`notifications/cancelled`), which stops the tool's work, as a gRPC
-/// provider's call is.
+/// A call toolplane gives up on, at its deadline or when its caller goes away (a gRPC caller, or
+/// an MCP client at toolplane's endpoint), is cancelled at the MCP server too
+/// (`notifications/cancelled`), which stops the tool's work, as a gRPC provider's call is.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_toolplane_gives_up_on_is_cancelled_at_the_mcp_server() {
     let Some(mcp) = PythonMcpServer::start(0) else {
         return;
     };
-    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
+    let (server, endpoint) =
+        TestServer::start_with_mcp(import_of(&mcp, Duration::from_secs(60))).await;
     wait_for_service(&server, |found| found.is_some()).await;
     let markers = tempfile::tempdir().expect("a directory");
     let wait = |marker: &str| pb::InvokeToolRequest {
@@ -628,7 +629,21 @@ async fn a_call_toolplane_gives_up_on_is_cancelled_at_the_mcp_server() {
     .await;
     assert!(left.is_err(), "the caller stopped waiting first");
 
-    for marker in ["timed-out", "left"] {
+    // An MCP client's call (rmcp's asks for progress, so it takes the path that passes
+    // progress on) that the client gives up on.
+    let client = mcp_client(endpoint).await;
+    let arguments = json!({
+        "seconds": 30,
+        "marker": markers.path().join("left-over-mcp").display().to_string()
+    });
+    let call = client.call_tool(
+        CallToolRequestParams::new("wait")
+            .with_arguments(arguments.as_object().cloned().expect("an object")),
+    );
+    let left = tokio::time::timeout(Duration::from_millis(500), call).await;
+    assert!(left.is_err(), "the MCP client stopped waiting first");
+
+    for marker in ["timed-out", "left", "left-over-mcp"] {
         let path = markers.path().join(marker);
         let noted = async {
             while !path.exists() {
@@ -639,5 +654,6 @@ async fn a_call_toolplane_gives_up_on_is_cancelled_at_the_mcp_server() {
             .await
             .unwrap_or_else(|_| panic!("the {marker} call was not cancelled at the server"));
     }
+    client.cancel().await.expect("the session ends");
     server.stop().await;
 }

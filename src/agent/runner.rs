@@ -312,6 +312,7 @@ impl AgentRunner {
             retry: None,
             caller_timeout: None,
             trace: trace.cloned(),
+            progress: None,
         };
         let summary = |invocation_id: String, status, error_reason: String| ToolCallSummary {
             tool_name: tool.to_string(),

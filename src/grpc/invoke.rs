@@ -171,6 +171,7 @@ impl InvokeWire for InvokeApi {
             retry: retry_policy(request.retry_policy)?,
             caller_timeout,
             trace,
+            progress: None,
         };
         let invoked = self
             .invoker

@@ -30,6 +30,35 @@ impl PartialEq for WireForm {
     }
 }
 
+/// A provider's report of how far a call has got (MCP's `notifications/progress`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// The progress so far; it only grows.
+    pub progress: f64,
+    /// The total it is heading for, when the provider knows it.
+    pub total: Option<f64>,
+    /// What the provider is doing, when it says.
+    pub message: Option<String>,
+}
+
+/// Where a caller wants a call's progress reports: a transport that carries them (MCP) hands
+/// each one to it as it arrives, during the call; the others have none to give.
+#[derive(Clone)]
+pub struct ProgressSink(pub std::sync::Arc<dyn Fn(Progress) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressSink(..)")
+    }
+}
+
+impl PartialEq for ProgressSink {
+    /// The same sink.
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// One call of a provider's tool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderCall {
@@ -56,6 +85,8 @@ pub struct ProviderCall {
     pub timeout: Duration,
     /// The caller's W3C trace context, sent as `traceparent` and `tracestate`.
     pub trace: Option<crate::trace_context::TraceContext>,
+    /// Where the provider's progress reports go, when the caller wants them.
+    pub progress: Option<ProgressSink>,
 }
 
 /// A provider's answer.

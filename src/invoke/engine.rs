@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::caller::{FailureKind, ProviderCall, ProviderCaller, WireForm};
+use super::caller::{FailureKind, ProgressSink, ProviderCall, ProviderCaller, WireForm};
 use super::checks::{InspectedOutput, check_input, inspect_input, inspect_output};
 use super::error::InvokeError;
 use super::health::ProviderHealthBook;
@@ -63,6 +63,9 @@ pub struct Invocation {
     /// The call's W3C trace context: the caller's, or its server span's when spans are
     /// exported. The parent of each attempt's span, else passed to the provider as it is.
     pub trace: Option<TraceContext>,
+    /// Where the provider's progress reports go (MCP callers of MCP servers' tools have them
+    /// passed on); `None` when the caller wants none.
+    pub progress: Option<ProgressSink>,
 }
 
 /// A successful invocation.
@@ -324,6 +327,7 @@ impl Invoker {
                     Some(span) => Some(span.trace_context()),
                     None => invocation.trace.clone(),
                 },
+                progress: invocation.progress.clone(),
             };
             let result = match tokio::time::timeout(remaining, self.caller.call(call)).await {
                 Ok(result) => result,

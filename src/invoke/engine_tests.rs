@@ -92,6 +92,7 @@ fn invocation() -> Invocation {
         retry: None,
         caller_timeout: None,
         trace: None,
+        progress: None,
     }
 }
 

@@ -11,7 +11,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject};
 use serde_json::{Value, json};
 
-use super::client::ServerContent;
+use super::tool_call::ServerContent;
 use super::tools::meta_keys;
 use crate::invoke::{Failed, InvokeError, Invoked, reason_of};
 use crate::registry::RegistryError;

@@ -7,11 +7,8 @@
 //! import has its own, shared by its listings and the calls of the service it registered; the
 //! services that name an MCP URL themselves share one per URL ([`super::session_keys`]). A
 //! session whose connection is lost is opened again on the next call. A call is `tools/call`
-//! with the input as its arguments; its answer becomes the tool's output: the `structuredContent` when the server sent one, else the text of
-//! a single text block as a JSON string, else the content blocks as a JSON array; the content
-//! blocks themselves go with it as its [`ServerContent`], which toolplane's own MCP endpoint
-//! answers with. A result marked `isError` is the tool's failure (gRPC code UNKNOWN, reason
-//! `TOOL_FAILED`, the text as its message). A health check is an MCP `ping`.
+//! with the input as its arguments, made and read by [`super::tool_call`]. A health check is
+//! an MCP `ping`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,9 +17,10 @@ use arc_swap::ArcSwap;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use rmcp::ClientHandler;
+use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
-    ErrorCode, Implementation, ProtocolVersion, RequestMetaObject,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ErrorCode, Implementation,
+    ProgressNotificationParam, ProtocolVersion, RequestMetaObject,
 };
 use rmcp::service::NotificationContext;
 use rmcp::service::{
@@ -38,11 +36,12 @@ use tokio::sync::Notify;
 
 use super::import_config::{INHERITED_ENV, McpImport, StdioServer};
 use super::session_keys::{ImportEndpoints, Opening, SessionKey};
+use super::tool_call::{call_reporting_progress, reply_of};
 use crate::grpc::outgoing_tls::http_client_builder;
 use crate::grpc::provider_tls::{ProviderTls, causes};
 use crate::invoke::caller::{
     FailureKind, MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX, ProviderCall, ProviderCaller,
-    ProviderFailure, ProviderReply, WireForm,
+    ProviderFailure, ProviderReply,
 };
 
 /// The longest an MCP session may take to open (connect and initialize).
@@ -50,11 +49,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a health check's `ping` may take.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// gRPC codes an MCP failure is reported with.
-mod code {
-    pub(super) const UNKNOWN: i32 = 2;
-    pub(super) const INVALID_ARGUMENT: i32 = 3;
-    pub(super) const NOT_FOUND: i32 = 5;
-    pub(super) const INTERNAL: i32 = 13;
+pub(super) mod code {
+    pub(in crate::mcp) const UNKNOWN: i32 = 2;
+    pub(in crate::mcp) const INVALID_ARGUMENT: i32 = 3;
+    pub(in crate::mcp) const NOT_FOUND: i32 = 5;
+    pub(in crate::mcp) const INTERNAL: i32 = 13;
 }
 
 /// A session with one MCP server.
@@ -68,6 +67,8 @@ pub struct SessionEvents {
     config: ClientConfig,
     /// Notified on each `notifications/tools/list_changed`.
     pub tools_changed: Arc<Notify>,
+    /// The calls waiting for the server's `notifications/progress`, by progress token.
+    pub(super) progress: ProgressDispatcher,
 }
 
 impl Default for SessionEvents {
@@ -79,6 +80,7 @@ impl Default for SessionEvents {
             )
             .with_protocol_version(ProtocolVersion::V_2025_11_25),
             tools_changed: Arc::new(Notify::new()),
+            progress: ProgressDispatcher::new(),
         }
     }
 }
@@ -90,6 +92,14 @@ impl ClientHandler for SessionEvents {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.notify_one();
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.handle_notification(params).await;
     }
 }
 
@@ -317,7 +327,8 @@ impl McpCaller {
             }
             params.meta = Some(meta);
         }
-        let answer = match tokio::time::timeout(call.timeout, session.call_tool(params)).await {
+        let calling = call_reporting_progress(&session, params, call.progress.clone());
+        let answer = match tokio::time::timeout(call.timeout, calling).await {
             Ok(answer) => answer,
             Err(_) => {
                 return Err(ProviderFailure {
@@ -369,56 +380,6 @@ fn ping_request() -> rmcp::model::ClientRequest {
     rmcp::model::ClientRequest::PingRequest(rmcp::model::PingRequest::default())
 }
 
-/// A `tools/call` result as the tool's output or failure (see the module docs).
-pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure> {
-    if result.is_error == Some(true) {
-        return Err(ProviderFailure {
-            kind: FailureKind::Other(code::UNKNOWN),
-            reason: "TOOL_FAILED".to_owned(),
-            message: texts(&result.content).unwrap_or_else(|| "the tool failed".to_owned()),
-            unsent: false,
-        });
-    }
-    let output = match (result.structured_content, result.content.as_slice()) {
-        (Some(structured), _) => structured,
-        (None, [ContentBlock::Text(text)]) => Value::String(text.text.clone()),
-        (None, blocks) => serde_json::to_value(blocks).unwrap_or(Value::Null),
-    };
-    let content = (!result.content.is_empty()).then_some(ServerContent(result.content));
-    Ok(ProviderReply {
-        output,
-        output_wire: content.map(|content| WireForm(Arc::new(content))),
-        output_bytes: 0,
-        warnings: Vec::new(),
-    })
-}
-
-/// The content blocks of an MCP server's answer, carried through the engine beside the output
-/// it became (as its [`WireForm`]) so that toolplane's MCP endpoint answers an MCP client with
-/// the server's own blocks: an image stays an image and a text its text, also beside
-/// `structuredContent`, where the output alone would have kept only the structured content.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerContent(pub Vec<ContentBlock>);
-
-impl ServerContent {
-    /// The blocks `wire` carries, when it is an MCP server's answer.
-    pub fn of(wire: &WireForm) -> Option<&[ContentBlock]> {
-        (wire.0.downcast_ref::<Self>()).map(|content| content.0.as_slice())
-    }
-}
-
-/// The text blocks of `content`, joined by newlines; `None` when there is none.
-fn texts(content: &[ContentBlock]) -> Option<String> {
-    let texts: Vec<&str> = content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text(text) => Some(text.text.as_str()),
-            _ => None,
-        })
-        .collect();
-    (!texts.is_empty()).then(|| texts.join("\n"))
-}
-
 impl ProviderCaller for McpCaller {
     fn call(
         &self,
@@ -429,57 +390,5 @@ impl ProviderCaller for McpCaller {
 
     fn check_health(&self, endpoint: &str) -> BoxFuture<'static, Result<(), String>> {
         self.clone().ping(endpoint.to_owned()).boxed()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_result_becomes_structured_content_else_its_text_else_its_blocks() {
-        let structured = CallToolResult::structured(json!({"sum": 3}));
-        assert_eq!(
-            reply_of(structured).expect("output").output,
-            json!({"sum": 3})
-        );
-        let text = CallToolResult::success(vec![ContentBlock::text("{\"not\": \"parsed\"}")]);
-        assert_eq!(
-            reply_of(text).expect("output").output,
-            json!("{\"not\": \"parsed\"}")
-        );
-        let blocks =
-            CallToolResult::success(vec![ContentBlock::text("a"), ContentBlock::text("b")]);
-        assert_eq!(
-            reply_of(blocks).expect("output").output,
-            json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
-        );
-    }
-
-    /// The server's blocks go with the output for toolplane's MCP endpoint, also beside
-    /// structured content, which alone becomes the output.
-    #[test]
-    fn a_results_content_blocks_go_with_its_output() {
-        let image = ContentBlock::image("iVBORw0KGgo=", "image/png");
-        let mut result = CallToolResult::success(vec![image.clone()]);
-        result.structured_content = Some(json!({"content": [{"type": "image"}]}));
-        let reply = reply_of(result).expect("output");
-        assert_eq!(reply.output, json!({"content": [{"type": "image"}]}));
-        let wire = reply.output_wire.expect("the blocks carried");
-        assert_eq!(ServerContent::of(&wire), Some(&[image][..]));
-        let empty = reply_of(CallToolResult::success(Vec::new())).expect("output");
-        assert_eq!(empty.output, json!([]));
-        assert!(empty.output_wire.is_none(), "no blocks, nothing carried");
-    }
-
-    #[test]
-    fn a_result_marked_as_an_error_is_the_tools_failure_with_its_text() {
-        let failed = CallToolResult::error(vec![ContentBlock::text("no such file")]);
-        let failure = reply_of(failed).expect_err("a failure");
-        assert_eq!(failure.kind, FailureKind::Other(code::UNKNOWN));
-        assert_eq!(failure.reason, "TOOL_FAILED");
-        assert_eq!(failure.message, "no such file");
-        assert!(!failure.unsent);
     }
 }

@@ -5,11 +5,15 @@
 //! MCP requests carry no toolplane envelope: the tenant is the `toolplane-tenant-id` header's
 //! (tenant 0 without it), and the correlation id of every call in one MCP session is the
 //! session's id (`Mcp-Session-Id`), so `ListInvocationRecords` by correlation id lists a
-//! session's calls.
+//! session's calls. A call asking for progress is sent what the tool's provider reports (the
+//! MCP servers toolplane imports report it; see `progress_to_client`).
+
+use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Extensions, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+    SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -19,6 +23,7 @@ use super::answer;
 use super::list_changed;
 use super::tools::{listed_name, listed_tool, offered_counts, resolve_name};
 use crate::envelope::{MAX_CORRELATION_ID_LEN, RequestMeta, TENANT_HEADER, TenantId};
+use crate::invoke::caller::{Progress, ProgressSink};
 use crate::invoke::{Invocation, Invoker};
 use crate::registry::{Registry, ToolFilter};
 use crate::trace_context::TraceContext;
@@ -156,6 +161,7 @@ impl ServerHandler for McpTools {
             ));
         };
         let meta = RequestMeta::new(tenant, correlation_of(&context.extensions).as_deref());
+        let (progress, progress_sent) = progress_to_client(&context).unzip();
         let invocation = Invocation {
             tenant,
             correlation_id: meta.correlation_id,
@@ -170,6 +176,7 @@ impl ServerHandler for McpTools {
             retry: None,
             caller_timeout: None,
             trace: trace_of(&context),
+            progress,
         };
         // A client's `notifications/cancelled` ends the call; dropping it records it CANCELLED.
         let outcome = tokio::select! {
@@ -178,6 +185,10 @@ impl ServerHandler for McpTools {
                 return Err(ErrorData::internal_error("the client cancelled the call", None));
             }
         };
+        if let Some(sent) = progress_sent {
+            // The call's reports reach the client before its answer, which ends them.
+            let _ = tokio::time::timeout(PROGRESS_FLUSH_LIMIT, sent).await;
+        }
         match outcome {
             Ok(invoked) => Ok(answer::succeeded(invoked).into()),
             Err(failed) => answer::failed(failed).map(Into::into),
@@ -206,3 +217,37 @@ impl ServerHandler for McpTools {
         Ok(())
     }
 }
+
+/// Where the progress of a client's call goes: to the client, as `notifications/progress` of
+/// the token its request carried in `_meta.progressToken`; `None` when it carried none (it
+/// wants no progress). Reports are sent in order by a task of the call's own, which ends once
+/// the call has ended (the sink dropped) and every report is sent; a provider's report never
+/// waits on the client: one that finds [`PROGRESS_BACKLOG`] reports not yet sent is dropped (a
+/// later one says more).
+fn progress_to_client(
+    context: &RequestContext<RoleServer>,
+) -> Option<(ProgressSink, tokio::task::JoinHandle<()>)> {
+    let token = context.meta.get_progress_token()?;
+    let client = context.peer.clone();
+    let (reports, mut unsent) = tokio::sync::mpsc::channel::<Progress>(PROGRESS_BACKLOG);
+    let sending = tokio::spawn(async move {
+        while let Some(report) = unsent.recv().await {
+            let mut notification = ProgressNotificationParam::new(token.clone(), report.progress);
+            notification.total = report.total;
+            notification.message = report.message;
+            if client.notify_progress(notification).await.is_err() {
+                break;
+            }
+        }
+    });
+    let sink = ProgressSink(Arc::new(move |report: Progress| {
+        let _ = reports.try_send(report);
+    }));
+    Some((sink, sending))
+}
+
+/// The most progress reports of one call waiting to be sent to its client.
+const PROGRESS_BACKLOG: usize = 64;
+
+/// The longest a call's answer waits for its last progress reports to be sent.
+const PROGRESS_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);

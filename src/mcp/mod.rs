@@ -28,6 +28,7 @@ pub mod list_changed;
 pub mod live_imports;
 pub mod rtfs;
 pub mod session_keys;
+pub mod tool_call;
 pub mod tools;
 
 pub use handler::McpTools;

@@ -1,7 +1,8 @@
 // An MCP server over stdio, built with the MCP TypeScript SDK's low-level Server, offering the
 // test tools the MCP conformance suite's server scenarios call, answering as the suite
 // describes them: text, an image, audio, an embedded resource, all three mixed, a tool error,
-// and a tool whose input schema uses JSON Schema 2020-12 (`$schema`, `$defs`, `$ref`).
+// progress reports during a call, and a tool whose input schema uses JSON Schema 2020-12
+// (`$schema`, `$defs`, `$ref`).
 // tests/mcp_conformance.rs has toolplane import it and runs those scenarios against toolplane's
 // own MCP endpoint, so what the suite checks is what crossed toolplane.
 //
@@ -66,6 +67,12 @@ const TOOLS = [
     result: {isError: true, content: [{type: 'text', text: 'This tool intentionally returns an error for testing'}]},
   },
   {
+    name: 'test_tool_with_progress',
+    description: 'Reports progress 0, 50 and 100 of 100, 50 ms apart, then answers',
+    progress: [0, 50, 100],
+    result: {content: [{type: 'text', text: 'done, with progress'}]},
+  },
+  {
     name: 'json_schema_2020_12_tool',
     description: 'Tool with JSON Schema 2020-12 features',
     inputSchema: {
@@ -87,10 +94,21 @@ server.setRequestHandler(ListToolsRequestSchema, async () => ({
   tools: TOOLS.map(({name, description, inputSchema}) => ({name, description, inputSchema: inputSchema || noArguments})),
 }));
 
-server.setRequestHandler(CallToolRequestSchema, async (request) => {
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
   const tool = TOOLS.find(({name}) => name === request.params.name);
   if (!tool) {
     throw new Error(`no tool ${request.params.name}`);
+  }
+  const progressToken = request.params._meta?.progressToken;
+  for (const [step, progress] of (tool.progress || []).entries()) {
+    if (step > 0) {
+      await sleep(50);
+    }
+    if (progressToken !== undefined) {
+      await extra.sendNotification({method: 'notifications/progress', params: {progressToken, progress, total: 100}});
+    }
   }
   return tool.result;
 });
