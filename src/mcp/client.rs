@@ -17,10 +17,9 @@ use arc_swap::ArcSwap;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use rmcp::ClientHandler;
-use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ErrorCode, Implementation,
-    ProgressNotificationParam, ProtocolVersion, RequestMetaObject,
+    ProtocolVersion, RequestMetaObject,
 };
 use rmcp::service::NotificationContext;
 use rmcp::service::{
@@ -30,11 +29,12 @@ use rmcp::service::{
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
 use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::import_config::{INHERITED_ENV, McpImport, StdioServer};
+use super::progress_routes::{ProgressRoutes, ProgressTap};
 use super::session_keys::{ImportEndpoints, Opening, SessionKey};
 use super::tool_call::{call_reporting_progress, reply_of};
 use crate::grpc::outgoing_tls::http_client_builder;
@@ -68,7 +68,7 @@ pub struct SessionEvents {
     /// Notified on each `notifications/tools/list_changed`.
     pub tools_changed: Arc<Notify>,
     /// The calls waiting for the server's `notifications/progress`, by progress token.
-    pub(super) progress: ProgressDispatcher,
+    pub(super) progress: Arc<ProgressRoutes>,
 }
 
 impl Default for SessionEvents {
@@ -80,8 +80,26 @@ impl Default for SessionEvents {
             )
             .with_protocol_version(ProtocolVersion::V_2025_11_25),
             tools_changed: Arc::new(Notify::new()),
-            progress: ProgressDispatcher::new(),
+            progress: Arc::default(),
         }
+    }
+}
+
+impl SessionEvents {
+    /// Opens a session over `transport` (the initialize handshake), its progress reports
+    /// routed to the calls they are for as they are received ([`ProgressTap`]).
+    fn open<T>(
+        self,
+        transport: T,
+    ) -> impl Future<Output = Result<McpSession, ClientInitializeError>> + Send
+    where
+        T: Transport<RoleClient> + 'static,
+    {
+        let tap = ProgressTap {
+            inner: transport,
+            routes: Arc::clone(&self.progress),
+        };
+        self.serve_with_lifecycle(tap, ClientLifecycleMode::Initialize)
     }
 }
 
@@ -92,14 +110,6 @@ impl ClientHandler for SessionEvents {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.notify_one();
-    }
-
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.progress.handle_notification(params).await;
     }
 }
 
@@ -119,9 +129,7 @@ async fn connect(
         .build()
         .map_err(|error| format!("cannot make an HTTP client for {url}: {error}"))?;
     let transport = StreamableHttpClientTransport::with_client(client, config);
-    let opening =
-        SessionEvents::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
-    initialized(url, opening, Some(tls)).await
+    initialized(url, SessionEvents::default().open(transport), Some(tls)).await
 }
 
 /// Starts the MCP server `server` and opens a session with it over its standard input and
@@ -147,9 +155,7 @@ async fn start(server: &StdioServer) -> Result<McpSession, String> {
         .stderr(std::process::Stdio::inherit())
         .spawn()
         .map_err(|error| format!("cannot start MCP server {shown:?}: {error}"))?;
-    let opening =
-        SessionEvents::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize);
-    initialized(&shown, opening, None).await
+    initialized(&shown, SessionEvents::default().open(transport), None).await
 }
 
 /// The session `opening` opens with `server`, or why it could not be opened (over TLS as

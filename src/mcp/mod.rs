@@ -26,6 +26,7 @@ pub mod import_config;
 mod import_states;
 pub mod list_changed;
 pub mod live_imports;
+pub mod progress_routes;
 pub mod rtfs;
 pub mod session_keys;
 pub mod tool_call;

@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use futures_util::{FutureExt, StreamExt};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientRequest, ContentBlock, ProgressNotificationParam, RequestId, ServerResult,
@@ -38,10 +37,8 @@ pub(super) async fn call_reporting_progress(
     let handle = session
         .send_cancellable_request(request, PeerRequestOptions::no_options())
         .await?;
-    // Subscribed before the request can reach the server, which sends progress in answer.
-    let mut reports = (session.service().progress)
-        .subscribe(handle.progress_token.clone())
-        .await;
+    // Reports that came before this subscription were kept for it.
+    let mut reports = (session.service().progress).subscribe(handle.progress_token.clone());
     let mut unanswered = CancelUnanswered {
         peer: session.peer().clone(),
         id: Some(handle.id.clone()),
@@ -63,8 +60,9 @@ pub(super) async fn call_reporting_progress(
         }
     };
     unanswered.id = None;
-    // Reports that came just before the answer (a last "100 of 100") go first.
-    while let Some(Some(report)) = reports.next().now_or_never() {
+    // Every report the server sent before its answer is here by now (`ProgressTap` routes
+    // each as it is received): one that came just before it (a last "100 of 100") goes first.
+    while let Some(report) = reports.try_next() {
         pass_on(report);
     }
     match result? {
