@@ -12,12 +12,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::TestServer;
-use common::mcp_server::{importing, wait_for};
+use common::mcp_server::{importing_command, wait_for};
 use common::process::peer;
 use common::provider::{TestProvider, start_structs_provider};
 use serde_json::json;
 use toolplane::grpc::ServerOptions;
-use toolplane::mcp::import::{McpSource, Secret, StdioServer};
 use toolplane::provider::{
     RegisteredTools, ToolDescriptor, ToolError, ToolInvocation, ToolOutput, ToolRegistry, handler,
 };
@@ -192,20 +191,12 @@ async fn the_mcp_conformance_suite_passes_the_tools_of_an_imported_mcp_server() 
     let node_modules = peer("node_modules").expect("installed with the SDK");
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_tools_server.js");
-    let source = McpSource::Stdio(StdioServer {
-        command: vec!["node".to_owned(), script.display().to_string()],
-        env: [(
-            "NODE_PATH".to_owned(),
-            Secret(node_modules.display().to_string()),
-        )]
-        .into_iter()
-        .collect(),
-    });
-    let (server, mcp) = TestServer::start_with_mcp(importing(
+    let command = ["node".to_owned(), script.display().to_string()];
+    let node_path = node_modules.display().to_string();
+    let (server, mcp) = TestServer::start_with_mcp(importing_command(
         "conformance",
-        source,
-        Duration::from_secs(60),
-        None,
+        &command,
+        &[("NODE_PATH", &node_path)],
     ))
     .await;
     wait_for(&server, "conformance", |found| {

@@ -10,7 +10,9 @@ mod common;
 use std::time::Duration;
 
 use base64::Engine;
-use common::mcp_server::{PythonMcpServer, importing, invoke, output, register_add_at, wait_for};
+use common::mcp_server::{
+    PythonMcpServer, importing, importing_command, invoke, output, register_add_at, wait_for,
+};
 use common::process::peer;
 use common::{TestServer, meta, reason};
 use rmcp::ServiceExt;
@@ -22,7 +24,7 @@ use serde_json::{Value, json};
 use tonic::Code;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::struct_to_json;
-use toolplane::mcp::import::{INHERITED_ENV, McpSource, Secret, StdioServer};
+use toolplane::mcp::import::{INHERITED_ENV, McpSource};
 use toolplane::pb;
 
 fn import_of(server: &PythonMcpServer, refresh_interval: Duration) -> ServerOptions {
@@ -59,14 +61,7 @@ async fn import_started(
 ) -> (TestServer, pb::DiscoveryInfo) {
     let mut command = command.to_vec();
     command.push("stdio".into());
-    let source = McpSource::Stdio(StdioServer {
-        command,
-        env: (env.iter())
-            .map(|(name, value)| ((*name).to_owned(), Secret((*value).to_owned())))
-            .collect(),
-    });
-    let server =
-        TestServer::start_with(importing(service, source, Duration::from_secs(60), None)).await;
+    let server = TestServer::start_with(importing_command(service, &command, env)).await;
     let imported = wait_for(&server, service, |found| found.is_some())
         .await
         .expect("imported");
@@ -440,17 +435,8 @@ async fn an_imported_tools_content_reaches_mcp_clients_as_its_server_gave_it() {
         server_everything.display().to_string(),
         "stdio".to_owned(),
     ];
-    let source = McpSource::Stdio(StdioServer {
-        command,
-        env: Default::default(),
-    });
-    let (server, mcp) = TestServer::start_with_mcp(importing(
-        "everything",
-        source,
-        Duration::from_secs(60),
-        None,
-    ))
-    .await;
+    let (server, mcp) =
+        TestServer::start_with_mcp(importing_command("everything", &command, &[])).await;
     wait_for(&server, "everything", |found| found.is_some())
         .await
         .expect("imported");
@@ -503,16 +489,12 @@ async fn an_imported_servers_blocks_reach_mcp_clients_beside_its_structured_cont
     let root = files.path().canonicalize().expect("its path");
     std::fs::write(root.join("notes.txt"), "two\nlines\n").expect("a text file");
     std::fs::write(root.join("red.png"), RED_PIXEL_PNG).expect("an image file");
-    let source = McpSource::Stdio(StdioServer {
-        command: vec![
-            "node".to_owned(),
-            filesystem.display().to_string(),
-            root.display().to_string(),
-        ],
-        env: Default::default(),
-    });
-    let (server, mcp) =
-        TestServer::start_with_mcp(importing("files", source, Duration::from_secs(60), None)).await;
+    let command = [
+        "node".to_owned(),
+        filesystem.display().to_string(),
+        root.display().to_string(),
+    ];
+    let (server, mcp) = TestServer::start_with_mcp(importing_command("files", &command, &[])).await;
     wait_for(&server, "files", |found| found.is_some())
         .await
         .expect("imported");

@@ -11,7 +11,7 @@ use tonic::transport::Channel;
 use toolplane::envelope::TenantId;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::{json_to_struct, value_to_json};
-use toolplane::mcp::import::{McpImport, McpSource, Secret};
+use toolplane::mcp::import::{McpImport, McpSource, Secret, StdioServer};
 use toolplane::pb;
 use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
 use toolplane::registry::ServiceName;
@@ -128,6 +128,18 @@ pub fn importing(
         }],
         ..ServerOptions::default()
     }
+}
+
+/// Options importing, as `service`, the MCP server toolplane starts with `command` and the
+/// variables `env` (its list read every minute).
+pub fn importing_command(service: &str, command: &[String], env: &[(&str, &str)]) -> ServerOptions {
+    let source = McpSource::Stdio(StdioServer {
+        command: command.to_vec(),
+        env: (env.iter())
+            .map(|(name, value)| ((*name).to_owned(), Secret((*value).to_owned())))
+            .collect(),
+    });
+    importing(service, source, Duration::from_secs(60), None)
 }
 
 /// Service `name`, once `ready` says it is as expected (within 30 s).
