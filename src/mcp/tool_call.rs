@@ -67,6 +67,8 @@ pub(super) async fn call_reporting_progress(
     }
     match result? {
         ServerResult::CallToolResult(result) => Ok(result),
+        // An answer of `{}`, which rmcp's `call_tool` takes as a result with no content.
+        ServerResult::EmptyResult(_) => Ok(CallToolResult::default()),
         _ => Err(ServiceError::UnexpectedResponse),
     }
 }
