@@ -49,11 +49,15 @@ pub fn succeeded(invoked: Invoked) -> CallToolResult {
     if !invoked.warnings.is_empty() {
         meta.insert(meta_keys::WARNINGS.into(), json!(invoked.warnings));
     }
-    let mut result = content_of(invoked.output);
-    // An MCP server's answer: its own blocks, beside the structured content it became.
-    if let Some(blocks) = invoked.output_wire.as_ref().and_then(ServerContent::of) {
-        result.content = blocks.to_vec();
-    }
+    let result = match invoked.output_wire.as_ref().and_then(ServerContent::of) {
+        // An MCP server's answer: its own blocks, beside the structured content it became.
+        Some(blocks) => {
+            let mut result = CallToolResult::success(blocks.to_vec());
+            result.structured_content = Some(invoked.output).filter(Value::is_object);
+            result
+        }
+        None => content_of(invoked.output),
+    };
     result.with_meta(Some(MetaObject(meta)))
 }
 
