@@ -52,16 +52,14 @@ async fn wait_for_service(
     wait_for(server, "python-tools", ready).await
 }
 
-/// A server importing, as `service`, the MCP server that `command` and a last argument `stdio`
-/// start with the variables `env` (refreshed every minute), and the service once imported.
+/// A server importing, as `service`, the MCP server that `command` starts with the variables
+/// `env` (refreshed every minute), and the service once imported.
 async fn import_started(
     service: &str,
     command: &[String],
     env: &[(&str, &str)],
 ) -> (TestServer, pb::DiscoveryInfo) {
-    let mut command = command.to_vec();
-    command.push("stdio".into());
-    let server = TestServer::start_with(importing_command(service, &command, env)).await;
+    let server = TestServer::start_with(importing_command(service, command, env)).await;
     let imported = wait_for(&server, service, |found| found.is_some())
         .await
         .expect("imported");
@@ -305,12 +303,9 @@ async fn an_imports_token_is_not_lent_to_other_services_at_its_url() {
 /// started again after its process ended, the import following the new process.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_started_by_command_is_imported_over_stdio() {
-    let Some(python) = peer("venv/bin/python") else {
+    let Some(command) = PythonMcpServer::stdio_command() else {
         return;
     };
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_mcp_server.py");
-    let command = [python.display().to_string(), script.display().to_string()];
     let env = [("TOOLPLANE_TEST_SET", "set-value")];
     let (server, service) = import_started("python-stdio", &command, &env).await;
     assert_eq!(service.endpoint, "mcp+stdio://0/python-stdio");
@@ -385,7 +380,11 @@ async fn the_typescript_reference_server_is_imported_over_stdio() {
     else {
         return;
     };
-    let command = ["node".to_owned(), server_everything.display().to_string()];
+    let command = [
+        "node".to_owned(),
+        server_everything.display().to_string(),
+        "stdio".to_owned(),
+    ];
     let (server, service) = import_started("everything", &command, &[]).await;
     let names: Vec<&str> = service
         .available_tools

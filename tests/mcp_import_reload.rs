@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::mcp_server::{PythonMcpServer, output, wait_for_at};
 use common::meta;
-use common::process::{ServerProcess, peer, wait_until};
+use common::process::{ServerProcess, wait_until};
 use serde_json::json;
 use tonic::transport::Channel;
 use toolplane::json::json_to_struct;
@@ -75,20 +75,13 @@ async fn next_event(
 /// logged as waiting for a restart.
 #[tokio::test(flavor = "multi_thread")]
 async fn imports_follow_the_configuration_file_without_a_restart() {
-    let Some(python) = peer("venv/bin/python") else {
+    let Some(command) = PythonMcpServer::stdio_command() else {
         return;
     };
     let Some(first) = PythonMcpServer::start(0) else {
         return;
     };
     let second = PythonMcpServer::start(0).expect("a second server");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_mcp_server.py");
-    let command = [
-        python.display().to_string(),
-        script.display().to_string(),
-        "stdio".into(),
-    ];
 
     let (server, dir) = ServerProcess::start_with_config(HEADER, &[], &[]);
     let file = dir.path().join("toolplane.toml");

@@ -17,9 +17,10 @@ use arc_swap::ArcSwap;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use rmcp::ClientHandler;
+#[allow(deprecated)] // `LoggingMessageNotificationParam`: see `server_logs`.
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ErrorCode, Implementation,
-    ProtocolVersion, RequestMetaObject,
+    LoggingMessageNotificationParam, ProtocolVersion, RequestMetaObject,
 };
 use rmcp::service::NotificationContext;
 use rmcp::service::{
@@ -35,6 +36,7 @@ use tokio::sync::Notify;
 
 use super::import_config::{INHERITED_ENV, McpImport, StdioServer};
 use super::progress_routes::{ProgressRoutes, ProgressTap};
+use super::server_logs;
 use super::session_keys::{ImportEndpoints, Opening, SessionKey};
 use super::tool_call::{call_reporting_progress, reply_of};
 use crate::grpc::outgoing_tls::http_client_builder;
@@ -60,20 +62,26 @@ pub(super) mod code {
 pub type McpSession = RunningService<RoleClient, SessionEvents>;
 
 /// The client side of a session: how toolplane introduces itself (protocol 2025-11-25, the
-/// initialize handshake, which servers of every recent version answer), and a wake-up for
-/// whoever follows the server's tool list ([`super::import`]) when the server says it changed.
+/// initialize handshake, which servers of every recent version answer), a wake-up for
+/// whoever follows the server's tool list ([`super::import`]) when the server says it changed,
+/// and the server's log messages, logged ([`server_logs`]).
 #[derive(Debug, Clone)]
 pub struct SessionEvents {
     config: ClientConfig,
+    /// The server, as its log messages name it: the session's endpoint.
+    server: Arc<str>,
     /// Notified on each `notifications/tools/list_changed`.
     pub tools_changed: Arc<Notify>,
     /// The calls waiting for the server's `notifications/progress`, by progress token.
     pub(super) progress: Arc<ProgressRoutes>,
 }
 
-impl Default for SessionEvents {
-    fn default() -> Self {
+impl SessionEvents {
+    /// The events of a session with `server` (the endpoint, as the server's log messages are
+    /// to name it).
+    fn of(server: &str) -> Self {
         Self {
+            server: server.into(),
             config: ClientConfig::new(
                 ClientCapabilities::default(),
                 Implementation::new("toolplane", env!("CARGO_PKG_VERSION")),
@@ -83,9 +91,7 @@ impl Default for SessionEvents {
             progress: Arc::default(),
         }
     }
-}
 
-impl SessionEvents {
     /// Opens a session over `transport` (the initialize handshake), its progress reports
     /// routed to the calls they are for as they are received ([`ProgressTap`]).
     fn open<T>(
@@ -111,12 +117,23 @@ impl ClientHandler for SessionEvents {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.notify_one();
     }
+
+    #[allow(deprecated)] // MCP logging, deprecated by 2026-07-28: see `server_logs`.
+    async fn on_logging_message(
+        &self,
+        message: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        server_logs::log_message(&self.server, &message);
+    }
 }
 
 /// Opens a session with the MCP server at `url` (an `http://` or `https://` URL), sending
 /// `bearer_token` as `Authorization: Bearer ...` when given, over TLS as `tls` says (the TLS
-/// to providers: `provider_ca_file` and the client certificate).
+/// to providers: `provider_ca_file` and the client certificate); the server's log messages
+/// name it `endpoint`.
 async fn connect(
+    endpoint: &str,
     url: &str,
     bearer_token: Option<String>,
     tls: &ProviderTls,
@@ -129,13 +146,15 @@ async fn connect(
         .build()
         .map_err(|error| format!("cannot make an HTTP client for {url}: {error}"))?;
     let transport = StreamableHttpClientTransport::with_client(client, config);
-    initialized(url, SessionEvents::default().open(transport), Some(tls)).await
+    let events = SessionEvents::of(endpoint);
+    initialized(url, events.open(transport), Some(tls)).await
 }
 
 /// Starts the MCP server `server` and opens a session with it over its standard input and
-/// output; its standard error is toolplane's. It gets the [`INHERITED_ENV`] variables of
-/// toolplane's environment and its own, no others. It is stopped when the session ends.
-async fn start(server: &StdioServer) -> Result<McpSession, String> {
+/// output; its log messages and the lines of its standard error are logged naming it
+/// `endpoint` ([`server_logs`]). It gets the [`INHERITED_ENV`] variables of toolplane's
+/// environment and its own, no others. It is stopped when the session ends.
+async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSession, String> {
     let shown = server.command.join(" ");
     let (program, args) = server
         .command
@@ -151,11 +170,14 @@ async fn start(server: &StdioServer) -> Result<McpSession, String> {
     for (name, value) in &server.env {
         process.env(name, &value.0);
     }
-    let (transport, _stderr) = TokioChildProcess::builder(process)
-        .stderr(std::process::Stdio::inherit())
+    let (transport, stderr) = TokioChildProcess::builder(process)
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|error| format!("cannot start MCP server {shown:?}: {error}"))?;
-    initialized(&shown, SessionEvents::default().open(transport), None).await
+    if let Some(stderr) = stderr {
+        server_logs::relay_stderr(endpoint.into(), stderr);
+    }
+    initialized(&shown, SessionEvents::of(endpoint).open(transport), None).await
 }
 
 /// The session `opening` opens with `server`, or why it could not be opened (over TLS as
@@ -279,15 +301,16 @@ impl McpCaller {
         let Opening { token, command } = self.imports.load().opening(key);
         let tls = self.tls.clone();
         let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
+        let endpoint = endpoint.clone();
         self.sessions
             .try_get_with(key.clone(), async move {
                 let opened = match command {
-                    Some(server) => start(&server).await,
+                    Some(server) => start(&endpoint, &server).await,
                     None if stdio => Err(format!(
                         "no MCP server command is configured for {url}: only an \
                          [[mcp_imports]] entry starts a server over stdio"
                     )),
-                    None => connect(&url, token.map(|secret| secret.0), &tls).await,
+                    None => connect(&endpoint, &url, token.map(|secret| secret.0), &tls).await,
                 };
                 opened.map(Arc::new)
             })

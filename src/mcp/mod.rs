@@ -14,6 +14,7 @@
 //! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
 //! - [`live_imports`]: the imports running, kept as the configuration file says.
 //! - [`list_changed`]: `notifications/tools/list_changed` when the tenant's tools change.
+//! - [`server_logs`]: what MCP servers log, in toolplane's log.
 //! - [`rtfs`]: tools as RTFS capability definitions (`toolplane export-rtfs`).
 
 pub mod answer;
@@ -28,6 +29,7 @@ pub mod list_changed;
 pub mod live_imports;
 pub mod progress_routes;
 pub mod rtfs;
+pub mod server_logs;
 pub mod session_keys;
 pub mod tool_call;
 pub mod tools;

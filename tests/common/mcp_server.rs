@@ -36,6 +36,19 @@ impl Drop for PythonMcpServer {
 }
 
 impl PythonMcpServer {
+    /// The command that starts the server over stdio (for toolplane to start it); `None` when
+    /// the Python peers are not installed (the test is skipped).
+    pub fn stdio_command() -> Option<Vec<String>> {
+        let python = super::process::peer("venv/bin/python")?;
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/peers/python_mcp_server.py");
+        Some(vec![
+            python.display().to_string(),
+            script.display().to_string(),
+            "stdio".into(),
+        ])
+    }
+
     /// Starts the server on `port` (0 picks a free one) once it says it is listening; `None`
     /// when the Python peers are not installed (the test is skipped).
     pub fn start(port: u16) -> Option<Self> {

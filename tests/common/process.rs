@@ -34,11 +34,8 @@ impl ServerProcess {
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 kept.lock().expect("log lock").push(line.clone());
-                if !sent
-                    && line.contains("toolplane serving")
-                    && let Some(addr) = line.split("address=").nth(1)
-                {
-                    let _ = found.send(addr.trim().to_owned());
+                if !sent && let Some(addr) = serving_address(&line) {
+                    let _ = found.send(addr);
                     sent = true;
                 }
             }
@@ -107,6 +104,22 @@ impl Drop for ServerProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The gRPC address a log line says the server serves at, in either log format.
+fn serving_address(line: &str) -> Option<String> {
+    if let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) {
+        let fields = &entry["fields"];
+        return (fields["message"] == "toolplane serving")
+            .then(|| fields["address"].as_str().map(str::to_owned))
+            .flatten();
+    }
+    let address = line
+        .split("toolplane serving")
+        .nth(1)?
+        .split("address=")
+        .nth(1)?;
+    Some(address.trim().to_owned())
 }
 
 /// Polls `done` every 50 ms until it holds; fails the test with `what` after 20 s.

@@ -2,7 +2,9 @@
 HTTP transport at /mcp, for toolplane to import: tools with plain and pydantic-model parameters
 (whose schemas use $defs and $ref), structured and text answers, a tool that fails, one
 that adds a tool at run time and tells its client the tool list changed, and one that notes
-its cancellation; `add` is annotated read-only and `distance` idempotent.
+its cancellation; `add` is annotated read-only and `distance` idempotent. `shout` sends a log
+message (`notifications/message`, at warning) as it runs; over stdio, the server says so on
+its standard error as it starts.
 
 Run by tests/mcp_import.rs:
 
@@ -49,8 +51,9 @@ def distance(start: Point, end: Point) -> float:
 
 
 @server.tool(structured_output=False)
-def shout(text: str) -> str:
+async def shout(text: str, ctx: Context) -> str:
     """The text in capitals, as plain text."""
+    await ctx.warning(f"shouting {text!r}", logger_name="shout")
     return text.upper()
 
 
@@ -117,6 +120,7 @@ if __name__ == "__main__":
     parser.add_argument("--tls-client-ca")
     args = parser.parse_args()
     if args.port == "stdio":
+        print("python-tools: serving MCP over stdio", file=sys.stderr, flush=True)
         server.run("stdio")
         sys.exit(0)
     app = server.streamable_http_app(host="127.0.0.1")

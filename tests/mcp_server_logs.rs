@@ -1,0 +1,111 @@
+//! What imported MCP servers log reaches toolplane's own log, as events naming the server: the
+//! lines a server toolplane started writes to its standard error, and the log messages
+//! (`notifications/message`) servers send over stdio and over Streamable HTTP. With
+//! `log_format = "json"`, the log stays one JSON object per line (a server's standard error
+//! was once written into it as it came). Real servers: the official MCP Python SDK's.
+
+mod common;
+
+use std::time::Duration;
+
+use common::mcp_server::PythonMcpServer;
+use common::meta;
+use common::process::{ServerProcess, wait_until};
+use serde_json::{Value, json};
+use toolplane::json::json_to_struct;
+use toolplane::pb;
+use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
+use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
+
+/// The log events of `server` so far, each line parsed; fails on a line that is not JSON.
+fn events(server: &ServerProcess) -> Vec<Value> {
+    server
+        .log_lines_with("")
+        .iter()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|_| panic!("a log line that is not JSON: {line}"))
+        })
+        .collect()
+}
+
+/// The events of `events` logged for the MCP server `endpoint` whose message is `message`.
+fn logged_for<'a>(events: &'a [Value], endpoint: &str, message: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|event| {
+            event["target"] == "toolplane::mcp_server"
+                && event["fields"]["mcp_server"] == endpoint
+                && event["fields"]["message"] == message
+        })
+        .collect()
+}
+
+/// `shout` of `service`, called through toolplane, answers `HI`.
+async fn shout(invoker: &mut ToolInvokeServiceClient<tonic::transport::Channel>, service: &str) {
+    let answer = invoker
+        .invoke_tool(pb::InvokeToolRequest {
+            meta: meta(0),
+            service_name: service.into(),
+            tool_name: "shout".into(),
+            input: json_to_struct(&json!({"text": "hi"})),
+            ..Default::default()
+        })
+        .await
+        .expect("shouted")
+        .into_inner();
+    assert_eq!(common::mcp_server::output(&answer), json!("HI"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_imported_servers_log_is_in_the_json_log_naming_them() {
+    let Some(command) = PythonMcpServer::stdio_command() else {
+        return;
+    };
+    let Some(http_server) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let config = format!(
+        "log_format = \"json\"\n\
+         [[mcp_imports]]\nservice = \"piped\"\ncommand = {command:?}\n\
+         [[mcp_imports]]\nservice = \"remote\"\nurl = \"{}\"\n",
+        http_server.url(),
+    );
+    let (server, _dir) = ServerProcess::start_with_config(&config, &[], &[]);
+    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    for service in ["piped", "remote"] {
+        common::mcp_server::wait_for_at(&mut discovery, service, |found| found.is_some()).await;
+    }
+    let mut invoker = ToolInvokeServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    shout(&mut invoker, "piped").await;
+    shout(&mut invoker, "remote").await;
+
+    let piped = "mcp+stdio://0/piped";
+    let remote = format!("mcp+{}", http_server.url());
+    wait_until("both servers' log messages are logged", || {
+        let events = events(&server);
+        !logged_for(&events, piped, "shouting 'hi'").is_empty()
+            && !logged_for(&events, &remote, "shouting 'hi'").is_empty()
+    });
+    // Give a standard error line written out of order with the calls time to arrive.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let events = events(&server);
+
+    let started = logged_for(&events, piped, "python-tools: serving MCP over stdio");
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(started[0]["level"], "INFO");
+    assert_eq!(started[0]["fields"]["stream"], "stderr");
+
+    for endpoint in [piped, remote.as_str()] {
+        let sent = logged_for(&events, endpoint, "shouting 'hi'");
+        assert_eq!(sent.len(), 1, "{endpoint}: {sent:?}");
+        assert_eq!(sent[0]["level"], "WARN", "{endpoint}");
+        assert_eq!(sent[0]["fields"]["mcp_level"], "warning", "{endpoint}");
+        assert_eq!(sent[0]["fields"]["logger"], "shout", "{endpoint}");
+    }
+    drop(server);
+}
