@@ -18,8 +18,8 @@ use common::{TestServer, meta, reason};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::{Value, json};
 use tonic::Code;
 use toolplane::grpc::ServerOptions;
@@ -475,8 +475,9 @@ async fn an_imported_tools_content_reaches_mcp_clients_as_its_server_gave_it() {
 
 /// The reference filesystem server (`@modelcontextprotocol/server-filesystem`), whose answers
 /// carry both `structuredContent` and content blocks: through toolplane an MCP client gets
-/// both as the server gave them (a file's text as that text, an image as an image block), while
-/// gRPC callers get the structured content as the output.
+/// both as the server gave them (a file's text as that text, an image as an image block, a tool
+/// error as the server's own error blocks), while gRPC callers get the structured content as
+/// the output.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_imported_servers_blocks_reach_mcp_clients_beside_its_structured_content() {
     let Some(filesystem) =
@@ -529,6 +530,43 @@ async fn an_imported_servers_blocks_reach_mcp_clients_beside_its_structured_cont
         Some(&blocks),
         "the server's structured content, unchanged"
     );
+
+    // A tool error: the server's own blocks, as the server answers a client of its own.
+    let missing = path("missing.txt");
+    let refused = client
+        .call_tool(
+            CallToolRequestParams::new("read_text_file")
+                .with_arguments(missing.as_object().cloned().expect("an object")),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    let direct = ()
+        .serve(
+            TokioChildProcess::new({
+                let mut started = tokio::process::Command::new("node");
+                started.args(&command[1..]);
+                started
+            })
+            .expect("the server started"),
+        )
+        .await
+        .expect("a session with the server itself");
+    let told = direct
+        .call_tool(
+            CallToolRequestParams::new("read_text_file")
+                .with_arguments(missing.as_object().cloned().expect("an object")),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(told.is_error, Some(true));
+    assert_eq!(
+        refused.content, told.content,
+        "the server's own error blocks"
+    );
+    let meta = refused.meta.expect("toolplane's _meta");
+    assert_eq!(meta.0["toolplane/error_reason"], "TOOL_FAILED");
+    direct.cancel().await.expect("the direct session ends");
 
     let over_grpc = invoke(&server, "read_text_file", path("notes.txt"))
         .await

@@ -103,6 +103,7 @@ fn failure(status: &tonic::Status) -> ProviderFailure {
         reason,
         message: status.message().to_owned(),
         unsent: was_not_sent(status),
+        detail: None,
     }
 }
 
@@ -121,6 +122,7 @@ impl GrpcProviderCaller {
                 reason: "TOOL_UNAVAILABLE".to_owned(),
                 message: format!("bad provider endpoint {endpoint}: {error}"),
                 unsent: true,
+                detail: None,
             })
     }
 
@@ -197,6 +199,7 @@ impl ProviderCaller for GrpcProviderCaller {
                     reason: "TOOL_BAD_OUTPUT".to_owned(),
                     message: format!("provider output has no JSON form: {error}"),
                     unsent: false,
+                    detail: None,
                 }),
                 None => Ok(serde_json::Value::Null),
             };

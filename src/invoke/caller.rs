@@ -30,6 +30,8 @@ impl PartialEq for WireForm {
     }
 }
 
+impl Eq for WireForm {}
+
 /// A provider's report of how far a call has got (MCP's `notifications/progress`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
@@ -159,6 +161,9 @@ pub struct ProviderFailure {
     /// The call never reached the provider (no connection could be made, or the provider
     /// left it unprocessed): another instance of the service may take it.
     pub unsent: bool,
+    /// The provider's own answer, in its transport's form, for a caller of the same transport
+    /// to pass on (an MCP server's content blocks of an `isError` result); `None` for most.
+    pub detail: Option<WireForm>,
 }
 
 /// Calls tools on providers.

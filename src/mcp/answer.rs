@@ -5,7 +5,8 @@
 //! failure, a timeout and a rate limit are tool errors, so a model can correct itself or try
 //! again; an unknown or ambiguous tool name is a protocol error (`-32602`, invalid params).
 //! Each answer's `_meta` carries the invocation record's id and, on failure, the reason gRPC
-//! callers get in `ErrorInfo`.
+//! callers get in `ErrorInfo`. An imported MCP server's answers, success or tool error, keep
+//! the server's own content blocks.
 
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject};
@@ -128,6 +129,12 @@ pub fn failed(failed: Failed) -> Result<CallToolResult, ErrorData> {
             }
             text
         }
+        // An MCP server's tool error: its own blocks, as a client of the server would get.
+        InvokeError::Provider { ref failure, .. }
+            if let Some(blocks) = failure.detail.as_ref().and_then(ServerContent::of) =>
+        {
+            return Ok(tool_error(blocks.to_vec(), &invocation_id, &reason));
+        }
         error @ (InvokeError::RateLimited { .. }
         | InvokeError::TooManyInFlight { .. }
         | InvokeError::NoEndpoint { .. }
@@ -138,10 +145,19 @@ pub fn failed(failed: Failed) -> Result<CallToolResult, ErrorData> {
         | InvokeError::CheckTimeout { .. }
         | InvokeError::OutputCheckTimeout { .. }) => error.to_string(),
     };
+    Ok(tool_error(
+        vec![ContentBlock::text(text)],
+        &invocation_id,
+        &reason,
+    ))
+}
+
+/// A tool error of `blocks`, its `_meta` naming the invocation record and the reason.
+fn tool_error(blocks: Vec<ContentBlock>, invocation_id: &str, reason: &str) -> CallToolResult {
     let mut meta = JsonObject::new();
     meta.insert(meta_keys::INVOCATION_ID.into(), json!(invocation_id));
     meta.insert(meta_keys::ERROR_REASON.into(), json!(reason));
-    Ok(CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(MetaObject(meta))))
+    CallToolResult::error(blocks).with_meta(Some(MetaObject(meta)))
 }
 
 #[cfg(test)]

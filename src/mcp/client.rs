@@ -256,6 +256,7 @@ fn unavailable(message: String, unsent: bool) -> ProviderFailure {
         reason: "TOOL_UNAVAILABLE".to_owned(),
         message,
         unsent,
+        detail: None,
     }
 }
 
@@ -336,6 +337,7 @@ impl McpCaller {
                 reason: "TOOL_FAILED".to_owned(),
                 message: "an MCP tool takes an object of arguments".to_owned(),
                 unsent: true,
+                detail: None,
             });
         };
         let key = self
@@ -365,6 +367,7 @@ impl McpCaller {
                     reason: "TOOL_TIMEOUT".to_owned(),
                     message: format!("the MCP server did not answer within {:?}", call.timeout),
                     unsent: false,
+                    detail: None,
                 });
             }
         };
@@ -379,6 +382,7 @@ impl McpCaller {
                 reason: "TOOL_FAILED".to_owned(),
                 message: format!("the MCP server refused the call: {}", error.message),
                 unsent: false,
+                detail: None,
             }),
             Err(other) => {
                 self.forget(&key, &session).await;

@@ -6,7 +6,8 @@
 //! single text block as a JSON string, else the content blocks as a JSON array; the content
 //! blocks themselves go with it as its [`ServerContent`], which toolplane's own MCP endpoint
 //! answers with. A result marked `isError` is the tool's failure (gRPC code UNKNOWN, reason
-//! `TOOL_FAILED`, the text as its message).
+//! `TOOL_FAILED`, the text as its message), its blocks going with it (as the failure's
+//! `detail`) for toolplane's MCP endpoint to answer with in the same way.
 
 use std::sync::Arc;
 
@@ -103,6 +104,8 @@ pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure
             reason: "TOOL_FAILED".to_owned(),
             message: texts(&result.content).unwrap_or_else(|| "the tool failed".to_owned()),
             unsent: false,
+            detail: (!result.content.is_empty())
+                .then(|| WireForm(Arc::new(ServerContent(result.content)))),
         });
     }
     let output = match (result.structured_content, result.content.as_slice()) {
