@@ -9,8 +9,9 @@ mod common;
 use std::time::Duration;
 
 use base64::Engine;
-use common::mcp_server::{PythonMcpServer, importing, importing_command, invoke, output, wait_for};
-use common::process::peer;
+use common::mcp_server::{
+    PythonMcpServer, importing, importing_command, invoke, node_reference_server, output, wait_for,
+};
 use common::{TestServer, meta};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
@@ -28,16 +29,9 @@ use toolplane::pb;
 /// blocks as a JSON array.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_imported_tools_content_reaches_mcp_clients_as_its_server_gave_it() {
-    let Some(server_everything) =
-        peer("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-    else {
+    let Some(command) = node_reference_server("server-everything", &["stdio"]) else {
         return;
     };
-    let command = vec![
-        "node".to_owned(),
-        server_everything.display().to_string(),
-        "stdio".to_owned(),
-    ];
     let (server, mcp) =
         TestServer::start_with_mcp(importing_command("everything", &command, &[])).await;
     wait_for(&server, "everything", |found| found.is_some())
@@ -84,20 +78,14 @@ async fn an_imported_tools_content_reaches_mcp_clients_as_its_server_gave_it() {
 /// the output.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_imported_servers_blocks_reach_mcp_clients_beside_its_structured_content() {
-    let Some(filesystem) =
-        peer("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+    let files = tempfile::tempdir().expect("a directory");
+    let root = files.path().canonicalize().expect("its path");
+    let Some(command) = node_reference_server("server-filesystem", &[&root.display().to_string()])
     else {
         return;
     };
-    let files = tempfile::tempdir().expect("a directory");
-    let root = files.path().canonicalize().expect("its path");
     std::fs::write(root.join("notes.txt"), "two\nlines\n").expect("a text file");
     std::fs::write(root.join("red.png"), RED_PIXEL_PNG).expect("an image file");
-    let command = [
-        "node".to_owned(),
-        filesystem.display().to_string(),
-        root.display().to_string(),
-    ];
     let (server, mcp) = TestServer::start_with_mcp(importing_command("files", &command, &[])).await;
     wait_for(&server, "files", |found| found.is_some())
         .await

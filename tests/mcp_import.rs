@@ -9,9 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::mcp_server::{
-    PythonMcpServer, importing, importing_command, invoke, output, register_add_at, wait_for,
+    PythonMcpServer, importing, importing_command, invoke, node_reference_server, output,
+    register_add_at, wait_for,
 };
-use common::process::peer;
 use common::{TestServer, meta, reason};
 use serde_json::json;
 use tonic::Code;
@@ -368,16 +368,9 @@ async fn a_registration_with_an_mcp_endpoint_is_called_over_mcp() {
 /// text answer and a structured one.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_typescript_reference_server_is_imported_over_stdio() {
-    let Some(server_everything) =
-        peer("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-    else {
+    let Some(command) = node_reference_server("server-everything", &["stdio"]) else {
         return;
     };
-    let command = [
-        "node".to_owned(),
-        server_everything.display().to_string(),
-        "stdio".to_owned(),
-    ];
     let (server, service) = import_started("everything", &command, &[]).await;
     let names: Vec<&str> = service
         .available_tools

@@ -123,6 +123,18 @@ pub async fn register_add_at(server: &TestServer, service: &str, url: &str) {
         .expect("registered");
 }
 
+/// The command that starts the Node reference MCP server `package` of the official TypeScript
+/// SDK's project (`server-everything`, `server-filesystem`) over stdio, with `args` after it;
+/// `None` when the Node peers are not installed (the test is skipped).
+pub fn node_reference_server(package: &str, args: &[&str]) -> Option<Vec<String>> {
+    let script = super::process::peer(&format!(
+        "node_modules/@modelcontextprotocol/{package}/dist/index.js"
+    ))?;
+    let mut command = vec!["node".to_owned(), script.display().to_string()];
+    command.extend(args.iter().map(|arg| (*arg).to_owned()));
+    Some(command)
+}
+
 /// Server options importing `source`'s tools as `service` of tenant 0.
 pub fn importing(
     service: &str,
