@@ -14,6 +14,9 @@ use crate::config::{LogFormat, ServerConfig};
 pub const DEFAULT_LOG_FILTER: &str = "info,rmcp=off";
 
 /// Logs to stderr in `format`, at the level `RUST_LOG` sets (default [`DEFAULT_LOG_FILTER`]).
+/// A panic is logged too, as an ERROR event (target `tracing_panic`, with its message,
+/// location and, when `RUST_BACKTRACE` asks for one, backtrace), not written to stderr beside
+/// the log as Rust's own hook writes it, so a JSON log stays one object per line.
 pub fn init_tracing(format: LogFormat) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
@@ -25,6 +28,7 @@ pub fn init_tracing(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    std::panic::set_hook(Box::new(tracing_panic::panic_hook));
 }
 
 /// The addresses given on the command line, over the configuration's.

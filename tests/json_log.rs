@@ -1,8 +1,11 @@
-//! What imported MCP servers log reaches toolplane's own log, as events naming the server: the
-//! lines a server toolplane started writes to its standard error, and the log messages
-//! (`notifications/message`) servers send over stdio and over Streamable HTTP. With
-//! `log_format = "json"`, the log stays one JSON object per line (a server's standard error
-//! was once written into it as it came). Real servers: the official MCP Python SDK's.
+//! `toolplane serve`'s JSON log (`log_format = "json"`) stays one JSON object per line, with
+//! what would otherwise be written beside it logged as events:
+//!
+//! - what imported MCP servers log, as events naming the server: the lines a server toolplane
+//!   started writes to its standard error, and the log messages (`notifications/message`)
+//!   servers send over stdio and over Streamable HTTP (a server's standard error was once
+//!   written into the log as it came). Real servers: the official MCP Python SDK's;
+//! - a panic, as an ERROR event (Rust's own hook writes it to stderr as lines of text).
 
 mod common;
 
@@ -108,4 +111,46 @@ async fn what_imported_servers_log_is_in_the_json_log_naming_them() {
         assert_eq!(sent[0]["fields"]["logger"], "shout", "{endpoint}");
     }
     drop(server);
+}
+
+/// Set in the environment of this test binary run again as a child that sets up toolplane's
+/// JSON log and panics.
+const PANICKING_CHILD: &str = "TOOLPLANE_TEST_PANICKING_CHILD";
+
+#[test]
+fn a_panic_is_logged_as_one_json_event() {
+    if std::env::var_os(PANICKING_CHILD).is_some() {
+        toolplane::cli::serve::init_tracing(toolplane::config::LogFormat::Json);
+        let panicked = std::thread::spawn(|| panic!("a panic on purpose")).join();
+        assert!(panicked.is_err());
+        return;
+    }
+    let child = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "a_panic_is_logged_as_one_json_event",
+            "--nocapture",
+        ])
+        .env(PANICKING_CHILD, "1")
+        .env_remove("RUST_LOG")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("the test run again");
+    assert!(child.status.success(), "{child:?}");
+    let stderr = String::from_utf8(child.stderr).expect("UTF-8");
+    let events: Vec<Value> = stderr
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|_| panic!("a log line that is not JSON: {line}"))
+        })
+        .collect();
+    assert_eq!(events.len(), 1, "{stderr}");
+    assert_eq!(events[0]["level"], "ERROR");
+    assert_eq!(events[0]["fields"]["panic.payload"], "a panic on purpose");
+    let location = events[0]["fields"]["panic.location"].as_str();
+    assert!(
+        location.is_some_and(|location| location.starts_with("tests/json_log.rs:")),
+        "{location:?}"
+    );
 }
