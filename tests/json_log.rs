@@ -5,6 +5,8 @@
 //!   started writes to its standard error, and the log messages (`notifications/message`)
 //!   servers send over stdio and over Streamable HTTP (a server's standard error was once
 //!   written into the log as it came). Real servers: the official MCP Python SDK's;
+//! - a server toolplane starts that exits at once: its standard error, and the import's failure
+//!   saying where to find it;
 //! - a panic, as an ERROR event (Rust's own hook writes it to stderr as lines of text).
 
 mod common;
@@ -111,6 +113,38 @@ async fn what_imported_servers_log_is_in_the_json_log_naming_them() {
         assert_eq!(sent[0]["fields"]["logger"], "shout", "{endpoint}");
     }
     drop(server);
+}
+
+/// A server toolplane starts that exits before answering is reported as such, pointing to the
+/// log, where what it wrote to its standard error is.
+#[test]
+fn a_started_server_that_exits_at_once_is_reported_with_where_to_look() {
+    let config = "log_format = \"json\"\n\
+         [[mcp_imports]]\nservice = \"broken\"\n\
+         command = [\"sh\", \"-c\", \"echo no module named tools >&2; exit 1\"]\n";
+    let (server, _dir) = ServerProcess::start_with_config(config, &[], &[]);
+    let endpoint = "mcp+stdio://0/broken";
+    wait_until(
+        "the failed import and the server's words are logged",
+        || {
+            let events = events(&server);
+            !logged_for(&events, endpoint, "no module named tools").is_empty()
+                && events.iter().any(|event| {
+                    event["fields"]["message"] == "cannot reach the MCP server to import"
+                })
+        },
+    );
+    let events = events(&server);
+    let failed = events
+        .iter()
+        .find(|event| event["fields"]["message"] == "cannot reach the MCP server to import")
+        .expect("logged");
+    let error = failed["fields"]["error"].as_str().expect("an error");
+    assert!(
+        error.contains("ended before answering the initialize request")
+            && error.contains(&format!("mcp_server={endpoint}")),
+        "{error}"
+    );
 }
 
 /// Set in the environment of this test binary run again as a child that sets up toolplane's

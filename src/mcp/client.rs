@@ -147,7 +147,7 @@ async fn connect(
         .map_err(|error| format!("cannot make an HTTP client for {url}: {error}"))?;
     let transport = StreamableHttpClientTransport::with_client(client, config);
     let events = SessionEvents::of(endpoint);
-    initialized(url, events.open(transport), Some(tls)).await
+    initialized(url, events.open(transport), Via::Http(tls)).await
 }
 
 /// Starts the MCP server `server` and opens a session with it over its standard input and
@@ -177,19 +177,29 @@ async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSession, Strin
     if let Some(stderr) = stderr {
         server_logs::relay_stderr(endpoint.into(), stderr);
     }
-    initialized(&shown, SessionEvents::of(endpoint).open(transport), None).await
+    let opening = SessionEvents::of(endpoint).open(transport);
+    initialized(&shown, opening, Via::Stdio { endpoint }).await
 }
 
-/// The session `opening` opens with `server`, or why it could not be opened (over TLS as
-/// `tls` says, when it is an HTTP server).
+/// How a session is opened, as far as what its failure says is concerned.
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    /// Over HTTP, with the TLS to providers.
+    Http(&'a ProviderTls),
+    /// Over the standard input and output of a server toolplane started for `endpoint`.
+    Stdio { endpoint: &'a str },
+}
+
+/// The session `opening` opens with `server` (`via` HTTP or stdio), or why it could not be
+/// opened.
 async fn initialized(
     server: &str,
     opening: impl std::future::Future<Output = Result<McpSession, ClientInitializeError>>,
-    tls: Option<&ProviderTls>,
+    via: Via<'_>,
 ) -> Result<McpSession, String> {
     match tokio::time::timeout(CONNECT_TIMEOUT, opening).await {
         Ok(Ok(session)) => Ok(session),
-        Ok(Err(error)) => Err(opening_failure(server, &error, tls)),
+        Ok(Err(error)) => Err(opening_failure(server, &error, via)),
         Err(_) => Err(format!(
             "MCP server {server} did not complete the initialize handshake within {CONNECT_TIMEOUT:?}"
         )),
@@ -198,12 +208,24 @@ async fn initialized(
 
 /// Why a session with `server` could not be opened: for a failure to reach it, the errors
 /// that made it, innermost last (the SDK's own wording names its transport's Rust type), and
-/// what the TLS to providers adds (see [`ProviderTls::failure_hint`]).
-fn opening_failure(
-    server: &str,
-    error: &ClientInitializeError,
-    tls: Option<&ProviderTls>,
-) -> String {
+/// what the TLS to providers adds (see [`ProviderTls::failure_hint`]); for a server started
+/// over stdio whose pipes failed, where to look.
+fn opening_failure(server: &str, error: &ClientInitializeError, via: Via<'_>) -> String {
+    // Over stdio, the pipes failing (closed, or broken as the request is written) means the
+    // process has ended or shut them.
+    if let Via::Stdio { endpoint } = via
+        && matches!(
+            error,
+            ClientInitializeError::ConnectionClosed(_)
+                | ClientInitializeError::TransportError { .. }
+        )
+    {
+        return format!(
+            "MCP server {server} ended before answering the initialize request ({error}): it \
+             exited, or does not speak MCP over stdio (what it wrote to its standard error is \
+             in toolplane's log, with mcp_server={endpoint})"
+        );
+    }
     let ClientInitializeError::TransportError { error, .. } = error else {
         return format!("cannot open an MCP session with {server}: {error}");
     };
@@ -220,7 +242,10 @@ fn opening_failure(
             texts.push(text);
         }
     }
-    let hint = tls.map_or_else(String::new, |tls| tls.failure_hint(failed));
+    let hint = match via {
+        Via::Http(tls) => tls.failure_hint(failed),
+        Via::Stdio { .. } => String::new(),
+    };
     format!(
         "cannot reach MCP server {server}: {}{hint}",
         texts.join(": ")
