@@ -329,6 +329,15 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
         .await
         .expect_err("the server is gone");
     assert_eq!(crashed.code(), Code::Unavailable, "{crashed:?}");
+    assert!(
+        crashed
+            .message()
+            .contains("the MCP server's process ended during the call")
+            && crashed
+                .message()
+                .contains("mcp_server=mcp+stdio://0/python-stdio"),
+        "says what happened and where to look: {crashed:?}"
+    );
     let again = invoke(&server, "add", json!({"a": 1, "b": 2}))
         .await
         .expect("started again");

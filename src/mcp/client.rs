@@ -411,10 +411,22 @@ impl McpCaller {
             }),
             Err(other) => {
                 self.forget(&key, &session).await;
-                Err(unavailable(
-                    format!("the MCP session failed: {other}"),
-                    false,
-                ))
+                let ended = key.endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX)
+                    && matches!(
+                        other,
+                        ServiceError::TransportClosed | ServiceError::TransportSend(_)
+                    );
+                let message = if ended {
+                    format!(
+                        "the MCP server's process ended during the call ({other}); it is \
+                         started again by the next call, and what it wrote to its standard \
+                         error is in toolplane's log, with mcp_server={}",
+                        key.endpoint
+                    )
+                } else {
+                    format!("the MCP session failed: {other}")
+                };
+                Err(unavailable(message, false))
             }
         }
     }
