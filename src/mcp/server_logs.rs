@@ -30,7 +30,7 @@ pub fn log_message(server: &str, message: &LoggingMessageNotificationParam) {
         Value::String(text) => cut(text),
         data => cut(&data.to_string()),
     };
-    let logger = message.logger.as_deref().unwrap_or("");
+    let logger = message.logger.as_deref();
     let mcp_level = level_name(message.level);
     match message.level {
         LoggingLevel::Debug => {
@@ -114,6 +114,72 @@ fn cut(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+    use std::sync::Mutex;
+
+    /// What a JSON log writes, kept.
+    #[derive(Clone, Default)]
+    struct Kept(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Kept {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("the buffer").extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The event `message` is logged as, in toolplane's JSON log (all levels shown).
+    #[allow(deprecated)] // MCP logging: see the module docs.
+    fn logged(message: &LoggingMessageNotificationParam) -> Value {
+        let kept = Kept::default();
+        let writer = kept.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || log_message("mcp+stdio://0/s", message));
+        let text = String::from_utf8(kept.0.lock().expect("the buffer").clone()).expect("UTF-8");
+        serde_json::from_str(text.trim()).expect("one JSON event")
+    }
+
+    #[test]
+    #[allow(deprecated)] // MCP logging: see the module docs.
+    fn each_mcp_level_is_logged_at_its_level_with_its_name() {
+        let levels = [
+            (LoggingLevel::Debug, "DEBUG", "debug"),
+            (LoggingLevel::Info, "INFO", "info"),
+            (LoggingLevel::Notice, "INFO", "notice"),
+            (LoggingLevel::Warning, "WARN", "warning"),
+            (LoggingLevel::Error, "ERROR", "error"),
+            (LoggingLevel::Critical, "ERROR", "critical"),
+            (LoggingLevel::Alert, "ERROR", "alert"),
+            (LoggingLevel::Emergency, "ERROR", "emergency"),
+        ];
+        for (level, tracing_level, name) in levels {
+            let message =
+                LoggingMessageNotificationParam::new(level, json!({"rows": 3})).with_logger("db");
+            let event = logged(&message);
+            assert_eq!(event["level"], tracing_level, "{name}");
+            assert_eq!(event["target"], TARGET);
+            let fields = &event["fields"];
+            assert_eq!(fields["mcp_level"], name);
+            assert_eq!(fields["logger"], "db");
+            assert_eq!(fields["mcp_server"], "mcp+stdio://0/s");
+            assert_eq!(
+                fields["message"], "{\"rows\":3}",
+                "data that is not a string, as JSON"
+            );
+        }
+        let text = LoggingMessageNotificationParam::new(LoggingLevel::Info, json!("as it is"));
+        let event = logged(&text);
+        assert_eq!(event["fields"]["message"], "as it is");
+        assert!(event["fields"].get("logger").is_none(), "no logger, no field");
+    }
 
     #[test]
     fn a_long_text_is_cut_at_a_character_boundary_saying_how_much() {
