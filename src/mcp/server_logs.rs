@@ -178,7 +178,10 @@ mod tests {
         let text = LoggingMessageNotificationParam::new(LoggingLevel::Info, json!("as it is"));
         let event = logged(&text);
         assert_eq!(event["fields"]["message"], "as it is");
-        assert!(event["fields"].get("logger").is_none(), "no logger, no field");
+        assert!(
+            event["fields"].get("logger").is_none(),
+            "no logger, no field"
+        );
     }
 
     #[test]
