@@ -62,6 +62,8 @@ async fn shout(invoker: &mut ToolInvokeServiceClient<tonic::transport::Channel>,
     assert_eq!(common::mcp_server::output(&answer), json!("HI"));
 }
 
+/// A server started over stdio and one at a URL: the first's standard error and both servers'
+/// log messages are events naming them, and every line of the log is JSON.
 #[tokio::test(flavor = "multi_thread")]
 async fn what_imported_servers_log_is_in_the_json_log_naming_them() {
     let Some(command) = PythonMcpServer::stdio_command() else {
@@ -112,7 +114,6 @@ async fn what_imported_servers_log_is_in_the_json_log_naming_them() {
         assert_eq!(sent[0]["fields"]["mcp_level"], "warning", "{endpoint}");
         assert_eq!(sent[0]["fields"]["logger"], "shout", "{endpoint}");
     }
-    drop(server);
 }
 
 /// A server toolplane starts that exits before answering is reported as such, pointing to the
@@ -151,6 +152,7 @@ fn a_started_server_that_exits_at_once_is_reported_with_where_to_look() {
 /// JSON log and panics.
 const PANICKING_CHILD: &str = "TOOLPLANE_TEST_PANICKING_CHILD";
 
+/// A panic on any thread is one ERROR event with its message and where it happened.
 #[test]
 fn a_panic_is_logged_as_one_json_event() {
     if std::env::var_os(PANICKING_CHILD).is_some() {
