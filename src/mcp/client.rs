@@ -222,8 +222,8 @@ fn opening_failure(server: &str, error: &ClientInitializeError, via: Via<'_>) ->
     {
         return format!(
             "MCP server {server} ended before answering the initialize request ({error}): it \
-             exited, or does not speak MCP over stdio (what it wrote to its standard error is \
-             in toolplane's log, with mcp_server={endpoint})"
+             exited, or does not speak MCP over stdio ({})",
+            server_logs::where_its_stderr_is(endpoint)
         );
     }
     let ClientInitializeError::TransportError { error, .. } = error else {
@@ -419,9 +419,8 @@ impl McpCaller {
                 let message = if ended {
                     format!(
                         "the MCP server's process ended during the call ({other}); it is \
-                         started again by the next call, and what it wrote to its standard \
-                         error is in toolplane's log, with mcp_server={}",
-                        key.endpoint
+                         started again by the next call, and {}",
+                        server_logs::where_its_stderr_is(&key.endpoint)
                     )
                 } else {
                     format!("the MCP session failed: {other}")

@@ -19,6 +19,12 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReade
 /// The target of the events logged for MCP servers.
 pub const TARGET: &str = "toolplane::mcp_server";
 
+/// Where what the server `endpoint` (one toolplane started) wrote to its standard error is,
+/// for messages about its ending.
+pub fn where_its_stderr_is(endpoint: &str) -> String {
+    format!("what it wrote to its standard error is in toolplane's log, with mcp_server={endpoint}")
+}
+
 /// The longest text an event carries: a longer message is cut (saying how much was), and a
 /// longer standard-error line is logged in pieces of this size.
 pub const MAX_TEXT: usize = 16 * 1024;

@@ -104,8 +104,7 @@ pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure
             reason: "TOOL_FAILED".to_owned(),
             message: texts(&result.content).unwrap_or_else(|| "the tool failed".to_owned()),
             unsent: false,
-            detail: (!result.content.is_empty())
-                .then(|| WireForm(Arc::new(ServerContent(result.content)))),
+            detail: ServerContent::wire(result.content),
         });
     }
     let output = match (result.structured_content, result.content.as_slice()) {
@@ -113,10 +112,9 @@ pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure
         (None, [ContentBlock::Text(text)]) => Value::String(text.text.clone()),
         (None, blocks) => serde_json::to_value(blocks).unwrap_or(Value::Null),
     };
-    let content = (!result.content.is_empty()).then_some(ServerContent(result.content));
     Ok(ProviderReply {
         output,
-        output_wire: content.map(|content| WireForm(Arc::new(content))),
+        output_wire: ServerContent::wire(result.content),
         output_bytes: 0,
         warnings: Vec::new(),
     })
@@ -130,6 +128,11 @@ pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure
 pub struct ServerContent(pub Vec<ContentBlock>);
 
 impl ServerContent {
+    /// `blocks` as the wire form they travel in; `None` when there are none.
+    fn wire(blocks: Vec<ContentBlock>) -> Option<WireForm> {
+        (!blocks.is_empty()).then(|| WireForm(Arc::new(Self(blocks))))
+    }
+
     /// The blocks `wire` carries, when it is an MCP server's answer.
     pub fn of(wire: &WireForm) -> Option<&[ContentBlock]> {
         (wire.0.downcast_ref::<Self>()).map(|content| content.0.as_slice())
