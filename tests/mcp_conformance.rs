@@ -212,14 +212,24 @@ async fn the_mcp_conformance_suite_passes_the_tools_of_an_imported_mcp_server() 
 }
 
 /// The client scenarios that apply to an importer of tools, which initializes, lists and
-/// calls tools and takes the answers (the others ask for OAuth or for answers to the server's
-/// own requests, elicitation, which an importer does not give).
-const CLIENT_SCENARIOS: &[&str] = &["initialize", "tools_call", "sse-retry"];
+/// calls tools and takes the answers, authenticating as a service: with OAuth client
+/// credentials (the others ask for a user's OAuth authorization, or for answers to the
+/// server's own requests, elicitation, which an importer does not give).
+const CLIENT_SCENARIOS: &[&str] = &[
+    "initialize",
+    "tools_call",
+    "sse-retry",
+    "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
+];
 
 /// The suite passes toolplane's importer as an MCP client: its `initialize` (protocol version,
-/// client info), a tool call with the arguments given (`tools_call`), and an answer that comes
+/// client info), a tool call with the arguments given (`tools_call`), an answer that comes
 /// over a new GET stream after the server closed the call's stream (`sse-retry`: reconnecting
-/// after the `retry` the server asked for, with `Last-Event-ID`).
+/// after the `retry` the server asked for, with `Last-Event-ID`), and a server that takes only
+/// OAuth access tokens, got with client credentials from the authorization server its metadata
+/// names: a client secret sent with HTTP Basic (`auth/client-credentials-basic`), or a JWT
+/// assertion signed with the client's ES256 key (`auth/client-credentials-jwt`).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_mcp_conformance_suite_passes_the_importer_as_a_client() {
     let Some((node, suite)) = suite() else {

@@ -30,11 +30,15 @@ use rmcp::service::{
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
+use rmcp::transport::{
+    DynamicTransportError, StreamableHttpClientTransport, TokioChildProcess, Transport,
+};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::import_config::{INHERITED_ENV, McpImport, StdioServer};
+use super::access_tokens::AccessTokens;
+use super::authorized_http::WithAccessTokens;
+use super::import_config::{INHERITED_ENV, McpImport, ServerAuth, StdioServer};
 use super::progress_routes::{ProgressRoutes, ProgressTap};
 use super::server_logs;
 use super::session_keys::{ImportEndpoints, Opening, SessionKey};
@@ -128,26 +132,48 @@ impl ClientHandler for SessionEvents {
     }
 }
 
-/// Opens a session with the MCP server at `url` (an `http://` or `https://` URL), sending
-/// `bearer_token` as `Authorization: Bearer ...` when given, over TLS as `tls` says (the TLS
-/// to providers: `provider_ca_file` and the client certificate); the server's log messages
-/// name it `endpoint`.
+/// Opens a session with the MCP server at `url` (an `http://` or `https://` URL), over TLS as
+/// `tls` says (the TLS to providers: `provider_ca_file` and the client certificate),
+/// authenticating as `auth` says: a bearer token sent as `Authorization: Bearer ...`, or access
+/// tokens got with OAuth client credentials ([`AccessTokens`]). The server's log messages name
+/// it `endpoint`.
 async fn connect(
     endpoint: &str,
     url: &str,
-    bearer_token: Option<String>,
+    auth: Option<ServerAuth>,
     tls: &ProviderTls,
 ) -> Result<McpSession, String> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
-    if let Some(token) = bearer_token {
-        config = config.auth_header(token);
-    }
     let client = http_client_builder(Some(&tls.http_config()))
         .build()
         .map_err(|error| format!("cannot make an HTTP client for {url}: {error}"))?;
-    let transport = StreamableHttpClientTransport::with_client(client, config);
     let events = SessionEvents::of(endpoint);
-    initialized(url, events.open(transport), Via::Http(tls)).await
+    match auth {
+        Some(ServerAuth::ClientCredentials(credentials)) => {
+            let obtaining = AccessTokens::obtain(url, &credentials, tls);
+            let tokens = tokio::time::timeout(CONNECT_TIMEOUT, obtaining)
+                .await
+                .map_err(|_| {
+                    format!(
+                        "MCP server {url}'s authorization server did not give an access token \
+                         within {CONNECT_TIMEOUT:?}"
+                    )
+                })??;
+            let client = WithAccessTokens {
+                http: client,
+                tokens: Arc::new(tokens),
+            };
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            initialized(url, events.open(transport), Via::Http(tls)).await
+        }
+        bearer => {
+            if let Some(ServerAuth::Bearer(token)) = bearer {
+                config = config.auth_header(token.0);
+            }
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            initialized(url, events.open(transport), Via::Http(tls)).await
+        }
+    }
 }
 
 /// Starts the MCP server `server` and opens a session with it over its standard input and
@@ -229,11 +255,28 @@ fn opening_failure(server: &str, error: &ClientInitializeError, via: Via<'_>) ->
     let ClientInitializeError::TransportError { error, .. } = error else {
         return format!("cannot open an MCP session with {server}: {error}");
     };
-    // The HTTP client's own error, which the SDK's error holds without naming as its source.
-    let failed: &(dyn std::error::Error + 'static) = match error.error.downcast_ref() {
+    let failed = inner_failure(error);
+    let hint = match via {
+        Via::Http(tls) => tls.failure_hint(failed),
+        Via::Stdio { .. } => String::new(),
+    };
+    format!(
+        "cannot reach MCP server {server}: {}{hint}",
+        failure_text(failed)
+    )
+}
+
+/// The error inside a transport's: the HTTP client's own, which the SDK's error holds without
+/// naming as its source, else the SDK's (whose own wording names its transport's Rust type).
+fn inner_failure(error: &DynamicTransportError) -> &(dyn std::error::Error + 'static) {
+    match error.error.downcast_ref() {
         Some(StreamableHttpError::<reqwest::Error>::Client(http)) => http,
         _ => error.error.as_ref(),
-    };
+    }
+}
+
+/// `failed` and the errors that made it, innermost last.
+fn failure_text(failed: &(dyn std::error::Error + 'static)) -> String {
     let mut texts: Vec<String> = Vec::new();
     for cause in causes(failed) {
         let text = cause.to_string();
@@ -242,14 +285,7 @@ fn opening_failure(server: &str, error: &ClientInitializeError, via: Via<'_>) ->
             texts.push(text);
         }
     }
-    let hint = match via {
-        Via::Http(tls) => tls.failure_hint(failed),
-        Via::Stdio { .. } => String::new(),
-    };
-    format!(
-        "cannot reach MCP server {server}: {}{hint}",
-        texts.join(": ")
-    )
+    texts.join(": ")
 }
 
 /// Calls tools of MCP servers: over each import's own session for the service it registered,
@@ -286,8 +322,8 @@ fn unavailable(message: String, unsent: bool) -> ProviderFailure {
 }
 
 impl McpCaller {
-    /// A caller that knows how to reach the servers of `imports` (the bearer tokens to send
-    /// and the commands that start servers over stdio) and `https` servers (`tls`, the TLS to
+    /// A caller that knows how to reach the servers of `imports` (how toolplane authenticates
+    /// to them, and the commands that start servers over stdio) and `https` servers (`tls`, the TLS to
     /// providers, read again when its files are renewed).
     pub fn for_imports(imports: &[McpImport], tls: ProviderTls) -> Self {
         let caller = Self {
@@ -299,7 +335,7 @@ impl McpCaller {
     }
 
     /// Puts in force what `imports` (the imports running now) say of their servers: the
-    /// tokens sent and the commands started by the sessions opened from now on.
+    /// credentials used and the commands started by the sessions opened from now on.
     pub fn set_imports(&self, imports: &[McpImport]) {
         self.imports.store(Arc::new(ImportEndpoints::of(imports)));
     }
@@ -324,7 +360,7 @@ impl McpCaller {
             .strip_prefix(MCP_ENDPOINT_PREFIX)
             .unwrap_or(endpoint)
             .to_owned();
-        let Opening { token, command } = self.imports.load().opening(key);
+        let Opening { auth, command } = self.imports.load().opening(key);
         let tls = self.tls.clone();
         let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
         let endpoint = endpoint.clone();
@@ -336,7 +372,7 @@ impl McpCaller {
                         "no MCP server command is configured for {url}: only an \
                          [[mcp_imports]] entry starts a server over stdio"
                     )),
-                    None => connect(&endpoint, &url, token.map(|secret| secret.0), &tls).await,
+                    None => connect(&endpoint, &url, auth, &tls).await,
                 };
                 opened.map(Arc::new)
             })
@@ -421,6 +457,11 @@ impl McpCaller {
                         "the MCP server's process ended during the call ({other}); it is \
                          started again by the next call, and {}",
                         server_logs::where_its_stderr_is(&key.endpoint)
+                    )
+                } else if let ServiceError::TransportSend(error) = &other {
+                    format!(
+                        "the MCP session failed: cannot send to the server: {}",
+                        failure_text(inner_failure(error))
                     )
                 } else {
                     format!("the MCP session failed: {other}")

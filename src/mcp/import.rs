@@ -31,7 +31,7 @@ use super::approval::{ApprovedTools, HeldLog, HeldTool, Verdict};
 use super::client::{McpCaller, McpSession};
 pub use super::import_config::{
     DEFAULT_REFRESH_INTERVAL, INHERITED_ENV, McpImport, McpImportConfig, McpImportsSource,
-    McpSource, ReadMcpImports, Secret, StdioServer,
+    McpSource, ReadMcpImports, Secret, ServerAuth, StdioServer,
 };
 use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};

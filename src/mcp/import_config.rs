@@ -1,8 +1,8 @@
 //! The `[[mcp_imports]]` entries of the configuration file, and the imports they ask for: a
 //! service name, the MCP server (a Streamable HTTP URL, or a command toolplane starts and
 //! speaks to over stdio, with the environment it is started with), a tenant, a refresh
-//! interval, an optional bearer token, and optionally the tools approved
-//! ([`super::approval`]).
+//! interval, how toolplane authenticates to it (a bearer token, or OAuth client credentials:
+//! [`super::client_credentials`]), and optionally the tools approved ([`super::approval`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::approval::ApprovedTools;
+use super::client_credentials::{ClientCredentials, ClientCredentialsConfig};
 use crate::envelope::TenantId;
 use crate::invoke::caller::{MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX};
 use crate::registry::ServiceName;
@@ -46,6 +47,10 @@ pub struct McpImportConfig {
     /// (`Authorization: Bearer ...`), when it asks for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bearer_token_env: Option<String>,
+    /// OAuth client credentials toolplane gets the server's access tokens with (`url` only);
+    /// or set `bearer_token_env`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth_client_credentials: Option<ClientCredentialsConfig>,
     /// Variables set for a server toolplane starts (`command` only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
@@ -93,11 +98,20 @@ pub struct McpImport {
     pub tenant: TenantId,
     /// How often the tools are listed again.
     pub refresh_interval: Duration,
-    /// The bearer token sent to the server, if any.
-    pub bearer_token: Option<Secret>,
+    /// How toolplane authenticates to the server, if it does.
+    pub auth: Option<ServerAuth>,
     /// The tools it may register, when the entry asks for approval; `None` registers every
     /// tool toolplane can take.
     pub approved_tools: Option<ApprovedTools>,
+}
+
+/// How toolplane authenticates to an imported server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerAuth {
+    /// With this bearer token.
+    Bearer(Secret),
+    /// With access tokens got with these OAuth client credentials.
+    ClientCredentials(ClientCredentials),
 }
 
 /// Where an imported MCP server is.
@@ -196,14 +210,29 @@ impl McpImportConfig {
                 max_ttl / 2
             ));
         }
-        let bearer_token = match &self.bearer_token_env {
-            None => None,
-            Some(variable) => Some(Secret(std::env::var(variable).map_err(|_| {
-                format!(
-                    "mcp_imports: bearer_token_env of service {service} names {variable}, \
-                     which is not set (or not UTF-8) in toolplane's environment"
-                )
-            })?)),
+        let auth = match (&self.bearer_token_env, &self.oauth_client_credentials) {
+            (None, None) => None,
+            (Some(variable), None) => Some(ServerAuth::Bearer(Secret(
+                std::env::var(variable).map_err(|_| {
+                    format!(
+                        "mcp_imports: bearer_token_env of service {service} names {variable}, \
+                         which is not set (or not UTF-8) in toolplane's environment"
+                    )
+                })?,
+            ))),
+            (None, Some(_)) if matches!(source, McpSource::Stdio(_)) => {
+                return Err(format!(
+                    "mcp_imports: oauth_client_credentials of service {service} are for a \
+                     server at a url, not one toolplane starts (command)"
+                ));
+            }
+            (None, Some(table)) => Some(ServerAuth::ClientCredentials(table.check(&service)?)),
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "mcp_imports: service {service} sets both bearer_token_env and \
+                     oauth_client_credentials; a server is sent one kind of token"
+                ));
+            }
         };
         let approved_tools = self
             .approved_tools
@@ -215,7 +244,7 @@ impl McpImportConfig {
             source,
             tenant: TenantId(self.tenant),
             refresh_interval: self.refresh_interval,
-            bearer_token,
+            auth,
             approved_tools,
         })
     }
@@ -281,6 +310,7 @@ mod tests {
             tenant: 3,
             refresh_interval,
             bearer_token_env: None,
+            oauth_client_credentials: None,
             env: BTreeMap::new(),
             pass_env: Vec::new(),
             approved_tools: None,
@@ -304,13 +334,29 @@ mod tests {
             bearer_token_env: Some("PATH".into()),
             ..good.clone()
         };
-        let token = with_token.check(max_ttl).expect("PATH is set").bearer_token;
-        assert_eq!(format!("{token:?}"), "Some([redacted])");
+        let token = with_token.check(max_ttl).expect("PATH is set").auth;
+        assert_eq!(format!("{token:?}"), "Some(Bearer([redacted]))");
         let unset = McpImportConfig {
             bearer_token_env: Some("TOOLPLANE_TEST_VARIABLE_NEVER_SET".into()),
-            ..good
+            ..good.clone()
         };
         assert!(unset.check(max_ttl).expect_err("unset").contains("not set"));
+        let client_credentials = ClientCredentialsConfig {
+            client_id: "toolplane".into(),
+            client_secret_env: Some("PATH".into()),
+            private_key_file: None,
+            signing_algorithm: None,
+            scopes: Vec::new(),
+            authorization_server: None,
+        };
+        let with_credentials = McpImportConfig {
+            oauth_client_credentials: Some(client_credentials.clone()),
+            ..good.clone()
+        };
+        assert!(matches!(
+            with_credentials.check(max_ttl).expect("valid").auth,
+            Some(ServerAuth::ClientCredentials(_))
+        ));
         let started = McpImportConfig {
             url: String::new(),
             command: vec!["npx".into(), "server-memory".into()],
@@ -353,6 +399,21 @@ mod tests {
                     ..entry("memory", "http://h/mcp", DEFAULT_REFRESH_INTERVAL)
                 },
                 "not one at a url",
+            ),
+            (
+                McpImportConfig {
+                    oauth_client_credentials: Some(client_credentials.clone()),
+                    ..started.clone()
+                },
+                "not one toolplane starts",
+            ),
+            (
+                McpImportConfig {
+                    bearer_token_env: Some("PATH".into()),
+                    oauth_client_credentials: Some(client_credentials.clone()),
+                    ..entry("memory", "http://h/mcp", DEFAULT_REFRESH_INTERVAL)
+                },
+                "sets both",
             ),
         ] {
             let error = bad.check(max_ttl).expect_err("refused");

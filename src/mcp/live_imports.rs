@@ -230,7 +230,7 @@ mod tests {
             source: McpSource::Http(format!("http://127.0.0.1:{port}/mcp")),
             tenant: TenantId(0),
             refresh_interval: Duration::from_secs(60),
-            bearer_token: None,
+            auth: None,
             approved_tools: None,
         }
     }

@@ -8,6 +8,9 @@
 //! - [`answer`]: a call's outcome as an MCP result, tool error or protocol error.
 //! - [`approval`]: which imported tools are registered when an import asks for approval.
 //! - [`client`]: calling the tools of MCP servers (services whose endpoint is an MCP URL).
+//! - [`client_credentials`]: an import's OAuth client credentials, checked;
+//!   [`access_tokens`]: the access tokens got with them; [`authorized_http`]: the HTTP client
+//!   that sends them.
 //! - [`session_keys`]: which session a use of an MCP server goes over (an import's own, or
 //!   one shared per URL).
 //! - [`import`]: the tools of configured MCP servers, registered as services.
@@ -17,9 +20,12 @@
 //! - [`server_logs`]: what MCP servers log, in toolplane's log.
 //! - [`rtfs`]: tools as RTFS capability definitions (`toolplane export-rtfs`).
 
+pub mod access_tokens;
 pub mod answer;
 pub mod approval;
+pub mod authorized_http;
 pub mod client;
+pub mod client_credentials;
 pub mod handler;
 pub mod http;
 pub mod import;

@@ -1,5 +1,6 @@
 //! Which MCP session a use of an MCP server goes over. An import's server is spoken to over a
-//! session of that import's own, opened with its bearer token (or by starting its command);
+//! session of that import's own, opened with its credentials (a bearer token, or OAuth client
+//! credentials) or by starting its command;
 //! every service that names an MCP URL itself shares one session per URL, opened with no
 //! token. So an import's credentials are used only for the import's own service: another
 //! tenant's provider registering the same URL cannot make toolplane call with them, and two
@@ -7,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use super::import_config::{McpImport, McpSource, Secret, StdioServer};
+use super::import_config::{McpImport, McpSource, ServerAuth, StdioServer};
 use crate::envelope::TenantId;
 use crate::registry::ServiceName;
 
@@ -39,12 +40,12 @@ impl SessionKey {
     }
 }
 
-/// How a session is opened: with the bearer token to send (HTTP), or the command that starts
-/// the server (stdio); neither for a shared session.
+/// How a session is opened: with how toolplane authenticates (HTTP), or the command that
+/// starts the server (stdio); neither for a shared session.
 #[derive(Debug, Default)]
 pub struct Opening {
-    /// Sent as `Authorization: Bearer ...`.
-    pub token: Option<Secret>,
+    /// The bearer token sent, or the client credentials tokens are got with.
+    pub auth: Option<ServerAuth>,
     /// Starts the server of an `mcp+stdio://` endpoint.
     pub command: Option<StdioServer>,
 }
@@ -132,7 +133,7 @@ impl ImportEndpoints {
             return Opening::default();
         };
         Opening {
-            token: import.bearer_token.clone(),
+            auth: import.auth.clone(),
             command: match &import.source {
                 McpSource::Stdio(server) => Some(server.clone()),
                 McpSource::Http(_) => None,
@@ -146,6 +147,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::mcp::import_config::Secret;
 
     fn import(tenant: u64, service: &str, url: &str, token: Option<&str>) -> McpImport {
         McpImport {
@@ -153,7 +155,7 @@ mod tests {
             source: McpSource::Http(url.to_owned()),
             tenant: TenantId(tenant),
             refresh_interval: Duration::from_secs(60),
-            bearer_token: token.map(|token| Secret(token.to_owned())),
+            auth: token.map(|token| ServerAuth::Bearer(Secret(token.to_owned()))),
             approved_tools: None,
         }
     }
@@ -174,20 +176,29 @@ mod tests {
         ]);
         let ones = endpoints.for_call(TenantId(1), &name("github"), &endpoint);
         assert_eq!(ones.import, Some((TenantId(1), name("github"))));
-        assert_eq!(endpoints.opening(&ones).token, Some(Secret("one".into())));
+        assert_eq!(
+            endpoints.opening(&ones).auth,
+            Some(ServerAuth::Bearer(Secret("one".into())))
+        );
         let twos = endpoints.for_call(TenantId(2), &name("github"), &endpoint);
-        assert_eq!(endpoints.opening(&twos).token, Some(Secret("two".into())));
+        assert_eq!(
+            endpoints.opening(&twos).auth,
+            Some(ServerAuth::Bearer(Secret("two".into())))
+        );
         for (tenant, service) in [(3, "github"), (1, "copy"), (2, "copy")] {
             let key = endpoints.for_call(TenantId(tenant), &name(service), &endpoint);
             assert_eq!(key, SessionKey::shared(&endpoint));
-            assert_eq!(endpoints.opening(&key).token, None);
+            assert_eq!(endpoints.opening(&key).auth, None);
         }
         // A service named as an import but registered at another URL is not the import's.
         let elsewhere = endpoints.for_call(TenantId(1), &name("github"), "mcp+http://other/mcp");
         assert_eq!(elsewhere.import, None);
         // Health checks ping over the first import's session.
         let pinged = endpoints.for_health_check(&endpoint);
-        assert_eq!(endpoints.opening(&pinged).token, Some(Secret("one".into())));
+        assert_eq!(
+            endpoints.opening(&pinged).auth,
+            Some(ServerAuth::Bearer(Secret("one".into())))
+        );
         let plain = endpoints.for_health_check("mcp+http://other/mcp");
         assert_eq!(plain, SessionKey::shared("mcp+http://other/mcp"));
     }
@@ -198,7 +209,7 @@ mod tests {
         let old = import(0, "github", "http://old/mcp", Some("t"));
         let key = SessionKey::of_import(&old);
         let moved = ImportEndpoints::of(&[import(0, "github", "http://new/mcp", Some("t"))]);
-        assert_eq!(moved.opening(&key).token, None);
-        assert_eq!(ImportEndpoints::default().opening(&key).token, None);
+        assert_eq!(moved.opening(&key).auth, None);
+        assert_eq!(ImportEndpoints::default().opening(&key).auth, None);
     }
 }

@@ -342,7 +342,7 @@ pub(crate) fn test_sources() -> MetricsSources {
         source: McpSource::Http("http://127.0.0.1:9/mcp".to_owned()),
         tenant: crate::envelope::TenantId(0),
         refresh_interval: std::time::Duration::from_secs(60),
-        bearer_token: None,
+        auth: None,
         approved_tools: None,
     };
     let imports = [unreachable("first"), unreachable("second")];

@@ -11,7 +11,7 @@ use tonic::transport::Channel;
 use toolplane::envelope::TenantId;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::{json_to_struct, value_to_json};
-use toolplane::mcp::import::{McpImport, McpSource, Secret, StdioServer};
+use toolplane::mcp::import::{McpImport, McpSource, Secret, ServerAuth, StdioServer};
 use toolplane::pb;
 use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
 use toolplane::registry::ServiceName;
@@ -135,12 +135,25 @@ pub fn node_reference_server(package: &str, args: &[&str]) -> Option<Vec<String>
     Some(command)
 }
 
-/// Server options importing `source`'s tools as `service` of tenant 0.
+/// Server options importing `source`'s tools as `service` of tenant 0, sending `token` as a
+/// bearer token when given.
 pub fn importing(
     service: &str,
     source: McpSource,
     refresh_interval: Duration,
     token: Option<&str>,
+) -> ServerOptions {
+    let auth = token.map(|token| ServerAuth::Bearer(Secret(token.to_owned())));
+    importing_with(service, source, refresh_interval, auth)
+}
+
+/// Server options importing `source`'s tools as `service` of tenant 0, authenticating as
+/// `auth` says.
+pub fn importing_with(
+    service: &str,
+    source: McpSource,
+    refresh_interval: Duration,
+    auth: Option<ServerAuth>,
 ) -> ServerOptions {
     ServerOptions {
         mcp_imports: vec![McpImport {
@@ -148,7 +161,7 @@ pub fn importing(
             source,
             tenant: TenantId(0),
             refresh_interval,
-            bearer_token: token.map(|token| Secret(token.to_owned())),
+            auth,
             approved_tools: None,
         }],
         ..ServerOptions::default()

@@ -36,6 +36,35 @@ listen = "127.0.0.1:0"
 service = "conformance"
 url = "$url"
 TOML
+
+# The OAuth scenarios hand the client its credentials in MCP_CONFORMANCE_CONTEXT (JSON): a
+# client secret, or a private key (PEM) and the algorithm it signs with. toolplane reads the
+# secret from the environment and the key from a file.
+context() {
+  python3 -c 'import json, os, sys; print(json.loads(os.environ["MCP_CONFORMANCE_CONTEXT"]).get(sys.argv[1], ""))' "$1"
+}
+case "$scenario" in
+  auth/client-credentials-basic)
+    CONFORMANCE_CLIENT_SECRET="$(context client_secret)"
+    export CONFORMANCE_CLIENT_SECRET
+    cat >>"$work/toolplane.toml" <<TOML
+
+[mcp_imports.oauth_client_credentials]
+client_id = "$(context client_id)"
+client_secret_env = "CONFORMANCE_CLIENT_SECRET"
+TOML
+    ;;
+  auth/client-credentials-jwt)
+    context private_key_pem >"$work/client-key.pem"
+    cat >>"$work/toolplane.toml" <<TOML
+
+[mcp_imports.oauth_client_credentials]
+client_id = "$(context client_id)"
+private_key_file = "$work/client-key.pem"
+signing_algorithm = "$(context signing_algorithm)"
+TOML
+    ;;
+esac
 "$toolplane" serve --config "$work/toolplane.toml" >"$work/log" 2>&1 &
 server_pid=$!
 
@@ -68,6 +97,9 @@ case "$scenario" in
     ;;
   sse-retry)
     "$toolplane" invoke test_reconnection --service conformance --input '{}'
+    ;;
+  auth/client-credentials-basic | auth/client-credentials-jwt)
+    "$toolplane" invoke test-tool --service conformance --input '{}'
     ;;
   *)
     echo "no client steps for scenario $scenario" >&2

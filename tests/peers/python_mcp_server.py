@@ -9,24 +9,40 @@ its standard error as it starts.
 Run by tests/mcp_import.rs:
 
     python python_mcp_server.py PORT [BEARER_TOKEN] [--tls-cert F --tls-key F [--tls-client-ca F]]
+    python python_mcp_server.py PORT --oauth-client ID:SECRET [--token-lifetime SECONDS]
     python python_mcp_server.py stdio
 
 With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401.
+With --oauth-client, it takes only OAuth access tokens, as the SDK's resource server does it
+(protected resource metadata, RFC 9728, and a 401 with a challenge); it is also their
+authorization server (metadata, RFC 8414, and a token endpoint granting client credentials to
+client ID with SECRET, sent with HTTP Basic or in the form, for its own URL as the RFC 8707
+resource). Tokens live SECONDS (60 by default). Two more tools then say how many tokens were
+issued and refused (`oauth_counts`) and revoke every token (`revoke_tokens`).
 With --tls-cert and --tls-key, it serves HTTPS with that certificate; with --tls-client-ca
 too, it accepts only clients presenting a certificate that CA signed.
 With `stdio`, it speaks MCP over its standard input and output instead.
 """
 
 import argparse
+import base64
 import os
+import secrets
+import socket
 import ssl
 import sys
+import time
 
 import anyio
 import uvicorn
 
 from pydantic import BaseModel
 
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
@@ -111,6 +127,84 @@ def require_token(app, token):
     return guarded
 
 
+class TokenIssuer:
+    """The authorization server's side of --oauth-client: grants client credentials, and
+    checks the tokens it issued (the SDK's TokenVerifier)."""
+
+    def __init__(self, base_url, client_id, client_secret, lifetime):
+        self.base_url = base_url
+        self.resource = f"{base_url}/mcp"
+        self.client = (client_id, client_secret)
+        self.lifetime = lifetime
+        self.expiry = {}
+        self.issued = 0
+        self.refused = 0
+
+    async def verify_token(self, token):
+        expiry = self.expiry.get(token)
+        if expiry is None or expiry <= time.time():
+            self.refused += 1
+            return None
+        return AccessToken(token=token, client_id=self.client[0], scopes=[],
+                           expires_at=int(expiry), resource=self.resource)
+
+    async def metadata(self, request: Request):
+        return JSONResponse({
+            "issuer": self.base_url,
+            "authorization_endpoint": f"{self.base_url}/authorize",
+            "token_endpoint": f"{self.base_url}/token",
+            "grant_types_supported": ["client_credentials"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            "response_types_supported": ["token"],
+        })
+
+    async def token(self, request: Request):
+        form = await request.form()
+        client = (form.get("client_id"), form.get("client_secret"))
+        basic = request.headers.get("authorization", "")
+        if basic.startswith("Basic "):
+            client_id, _, secret = base64.b64decode(basic[6:]).decode().partition(":")
+            client = (client_id, secret)
+        if client != self.client:
+            return JSONResponse({"error": "invalid_client"}, status_code=401)
+        if form.get("grant_type") != "client_credentials":
+            return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
+        if form.get("resource") != self.resource:
+            return JSONResponse({"error": "invalid_target",
+                                 "error_description": f"not {form.get('resource')!r}"},
+                                status_code=400)
+        token = secrets.token_urlsafe(24)
+        self.expiry[token] = time.time() + self.lifetime
+        self.issued += 1
+        return JSONResponse({"access_token": token, "token_type": "Bearer",
+                             "expires_in": self.lifetime})
+
+
+def take_oauth_tokens(port, client, lifetime):
+    """Makes the server take only the tokens a TokenIssuer on `port` issues to `client`."""
+    client_id, _, client_secret = client.partition(":")
+    issuer = TokenIssuer(f"http://127.0.0.1:{port}", client_id, client_secret, lifetime)
+    # The SDK takes these when the server is made; the server is made, with its tools, above.
+    server.settings.auth = AuthSettings(issuer_url=issuer.base_url,
+                                        resource_server_url=issuer.resource,
+                                        validate_token_resource=True)
+    server._token_verifier = issuer
+    server.custom_route("/.well-known/oauth-authorization-server", ["GET"])(issuer.metadata)
+    server.custom_route("/token", ["POST"])(issuer.token)
+
+    def oauth_counts() -> dict[str, int]:
+        """How many access tokens were issued, and how many requests' tokens were refused."""
+        return {"issued": issuer.issued, "refused": issuer.refused}
+
+    def revoke_tokens() -> str:
+        """Revokes every access token issued."""
+        issuer.expiry.clear()
+        return "revoked"
+
+    server.add_tool(oauth_counts)
+    server.add_tool(revoke_tokens)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("port")
@@ -118,11 +212,19 @@ if __name__ == "__main__":
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     parser.add_argument("--tls-client-ca")
+    parser.add_argument("--oauth-client")
+    parser.add_argument("--token-lifetime", type=int, default=60)
     args = parser.parse_args()
     if args.port == "stdio":
         print("python-tools: serving MCP over stdio", file=sys.stderr, flush=True)
         server.run("stdio")
         sys.exit(0)
+    # Bound here, so the port is known before the app (whose OAuth metadata names it) is made.
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(args.port)))
+    if args.oauth_client:
+        take_oauth_tokens(listener.getsockname()[1], args.oauth_client, args.token_lifetime)
     app = server.streamable_http_app(host="127.0.0.1")
     if args.token:
         app = require_token(app, args.token)
@@ -131,4 +233,9 @@ if __name__ == "__main__":
         tls = {"ssl_certfile": args.tls_cert, "ssl_keyfile": args.tls_key}
     if args.tls_client_ca:
         tls.update(ssl_ca_certs=args.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
-    uvicorn.run(app, host="127.0.0.1", port=int(args.port), **tls)
+    # Uvicorn does not say where it listens on a socket it is given; connections queue from here.
+    listener.listen(128)
+    scheme = "https" if tls else "http"
+    print(f"INFO:     Uvicorn running on {scheme}://127.0.0.1:{listener.getsockname()[1]}",
+          file=sys.stderr, flush=True)
+    uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", **tls)).run(sockets=[listener])

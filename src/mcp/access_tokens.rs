@@ -1,0 +1,337 @@
+//! Access tokens for an imported MCP server, got with OAuth client credentials
+//! ([`super::client_credentials`]); [`super::authorized_http`] sends them.
+//!
+//! When a session is opened, toolplane finds the server's authorization server as MCP's
+//! authorization says (the server's protected resource metadata, RFC 9728, then the
+//! authorization server's metadata, RFC 8414 or OpenID Connect discovery) and asks its token
+//! endpoint for a token (the client credentials grant, with the server's URL as the `resource`,
+//! RFC 8707). The official Rust MCP SDK does the discovery and the exchange; it renews tokens
+//! only with refresh tokens, which the client credentials grant does not give, so renewing is
+//! done here: a token is exchanged again before it expires (once less than a minute, or half
+//! its lifetime, is left), and at once when the server answers 401 to it (revoked, or the
+//! authorization server's keys rotated), the request then sent again once with the new token.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oauth2::TokenResponse;
+use rmcp::transport::auth::{
+    AuthError, AuthorizationManager, AuthorizationMetadataSource,
+    ClientCredentialsConfig as SdkCredentials, OAuthHttpClient, OAuthHttpClientError,
+    OAuthHttpClientFuture, OAuthHttpRedirectPolicy, OAuthHttpRequest,
+};
+use tokio::sync::Mutex;
+
+use super::client_credentials::{ClientCredentials, ClientProof};
+use crate::grpc::outgoing_tls::http_client_builder;
+use crate::grpc::provider_tls::ProviderTls;
+
+/// The most of a token's lifetime left unused: it is renewed once less than this (or half its
+/// lifetime) is left.
+const RENEWAL_MARGIN: Duration = Duration::from_secs(60);
+
+/// The tokens of one session with one server.
+pub struct AccessTokens {
+    manager: Arc<AuthorizationManager>,
+    credentials: SdkCredentials,
+    /// The token endpoint, as failures name it.
+    token_endpoint: String,
+    /// The token in use; locked while a new one is got, so one exchange runs at a time.
+    current: Mutex<Option<Token>>,
+}
+
+impl std::fmt::Debug for AccessTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessTokens")
+            .field("token_endpoint", &self.token_endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A token got, and when it is to be renewed (never, when the authorization server did not
+/// say when it expires).
+struct Token {
+    secret: String,
+    renew_at: Option<Instant>,
+}
+
+/// When a token received at `received` that lives `lifetime` is renewed.
+fn renewal_time(received: Instant, lifetime: Duration) -> Instant {
+    received + lifetime - RENEWAL_MARGIN.min(lifetime / 2)
+}
+
+impl AccessTokens {
+    /// Finds the authorization server of the MCP server at `url` (reached over the TLS to
+    /// providers, `tls`) and gets a first token from it with `credentials`. The error says
+    /// what failed, naming the server or the token endpoint.
+    pub async fn obtain(
+        url: &str,
+        credentials: &ClientCredentials,
+        tls: &ProviderTls,
+    ) -> Result<Self, String> {
+        let failed = |what: &str, error: AuthError| {
+            format!("cannot get an OAuth access token for MCP server {url}: {what}: {error}")
+        };
+        let http = OAuthHttp::new(tls)
+            .map_err(|error| format!("cannot make an HTTP client for {url}: {error}"))?;
+        let mut manager = AuthorizationManager::new_with_oauth_http_client(url, Arc::new(http))
+            .await
+            .map_err(|error| failed("not a URL", error))?;
+        let resolution = manager
+            .resolve_metadata()
+            .await
+            .map_err(|error| failed("discovering its authorization server failed", error))?;
+        if resolution.source == AuthorizationMetadataSource::LegacyEndpointFallback {
+            return Err(format!(
+                "cannot get an OAuth access token for MCP server {url}: it publishes no OAuth \
+                 metadata (no protected resource metadata, RFC 9728, and no authorization \
+                 server metadata at its origin), so toolplane does not know where to send its \
+                 client credentials"
+            ));
+        }
+        let metadata = resolution.metadata;
+        if let Some(pinned) = &credentials.authorization_server {
+            let issuer = metadata.issuer.as_deref().unwrap_or("");
+            if issuer.trim_end_matches('/') != pinned.trim_end_matches('/') {
+                return Err(format!(
+                    "cannot get an OAuth access token for MCP server {url}: its authorization \
+                     server is {issuer:?}, not the authorization_server configured ({pinned}), \
+                     so toolplane does not send it its client credentials"
+                ));
+            }
+        }
+        let token_endpoint = metadata.token_endpoint.clone();
+        if !may_send_credentials(url, &token_endpoint) {
+            return Err(format!(
+                "cannot get an OAuth access token for MCP server {url}: its authorization \
+                 server's token endpoint {token_endpoint} is not https://, so toolplane does \
+                 not send it its client credentials (plain http:// only when both it and the \
+                 server are on the loopback address)"
+            ));
+        }
+        manager.set_metadata(metadata);
+        let credentials = sdk_credentials(url, credentials);
+        manager
+            .configure_client_credentials(&credentials)
+            .map_err(|error| failed("the authorization server's metadata is unusable", error))?;
+        let tokens = Self {
+            manager: Arc::new(manager),
+            credentials,
+            token_endpoint,
+            current: Mutex::new(None),
+        };
+        tokens.renewed(None).await?;
+        Ok(tokens)
+    }
+
+    /// The token to send now: the one in use, or a new one when it is due for renewal.
+    pub async fn current(&self) -> Result<String, String> {
+        {
+            let current = self.current.lock().await;
+            if let Some(token) = &*current
+                && token.renew_at.is_none_or(|due| Instant::now() < due)
+            {
+                return Ok(token.secret.clone());
+            }
+        }
+        self.renewed(None).await
+    }
+
+    /// A new token, got now; unless `rejected` (the token the server refused) is no longer
+    /// the one in use, when the one in use (got meanwhile) is answered.
+    pub async fn renewed(&self, rejected: Option<&str>) -> Result<String, String> {
+        let mut current = self.current.lock().await;
+        if let (Some(rejected), Some(token)) = (rejected, &*current)
+            && token.secret != rejected
+        {
+            return Ok(token.secret.clone());
+        }
+        let received = Instant::now();
+        let response = self.exchange().await.map_err(|error| {
+            format!(
+                "cannot get an access token from the authorization server's token endpoint \
+                 {}: {error}",
+                self.token_endpoint
+            )
+        })?;
+        let token = Token {
+            secret: response.access_token().secret().clone(),
+            renew_at: response
+                .expires_in()
+                .map(|lifetime| renewal_time(received, lifetime)),
+        };
+        let secret = token.secret.clone();
+        *current = Some(token);
+        Ok(secret)
+    }
+}
+
+impl AccessTokens {
+    /// The SDK's token request. Its future is not `Send` (rmcp 3.11 holds a form serializer
+    /// across an await in it), while a session's HTTP client must be; so it runs to its end on
+    /// a blocking thread of its own, its I/O still driven by the runtime.
+    async fn exchange(&self) -> Result<rmcp::transport::auth::OAuthTokenResponse, AuthError> {
+        let manager = Arc::clone(&self.manager);
+        let credentials = self.credentials.clone();
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            runtime.block_on(manager.exchange_client_credentials(&credentials))
+        })
+        .await
+        .map_err(|error| AuthError::InternalError(format!("the token request failed: {error}")))?
+    }
+}
+
+/// The longest an OAuth request (discovery, token) may take.
+const OAUTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest OAuth answer read (metadata, token), as the SDK's own client bounds them.
+const MAX_OAUTH_ANSWER: usize = 1024 * 1024;
+
+/// The HTTP client of the SDK's OAuth requests: reqwest with toolplane's TLS to providers (the
+/// SDK's own client would use reqwest's TLS, which toolplane does not build), following
+/// redirects or not as each request asks.
+struct OAuthHttp {
+    following: reqwest::Client,
+    stopping: reqwest::Client,
+}
+
+impl OAuthHttp {
+    fn new(tls: &ProviderTls) -> Result<Self, reqwest::Error> {
+        let builder =
+            || http_client_builder(Some(&tls.http_config())).timeout(OAUTH_REQUEST_TIMEOUT);
+        Ok(Self {
+            following: builder().build()?,
+            stopping: builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+        })
+    }
+}
+
+impl OAuthHttpClient for OAuthHttp {
+    fn execute(&self, request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
+        Box::pin(async move {
+            let boxed = |error: reqwest::Error| Box::new(error) as OAuthHttpClientError;
+            let client = match request.redirect_policy {
+                OAuthHttpRedirectPolicy::Stop => &self.stopping,
+                _ => &self.following,
+            };
+            let mut response = client
+                .execute(reqwest::Request::try_from(request.request).map_err(boxed)?)
+                .await
+                .map_err(boxed)?;
+            let mut answer = http::Response::builder()
+                .status(response.status())
+                .version(response.version());
+            for (name, value) in response.headers() {
+                answer = answer.header(name, value);
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(boxed)? {
+                if body.len() + chunk.len() > MAX_OAUTH_ANSWER {
+                    return Err(format!("an OAuth answer over {MAX_OAUTH_ANSWER} bytes").into());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(answer.body(body)?)
+        })
+    }
+}
+
+/// Whether client credentials may be sent to `token_endpoint` for the server at `url`: over
+/// HTTPS, or over plain HTTP when both are on the loopback address. (The SDK asks this of its
+/// JWT assertions only; toolplane asks it of secrets too.)
+fn may_send_credentials(url: &str, token_endpoint: &str) -> bool {
+    let parsed = |text: &str| text.parse::<http::Uri>().ok();
+    let on_loopback = |uri: &http::Uri| {
+        uri.host().is_some_and(|host| {
+            host.eq_ignore_ascii_case("localhost")
+                || host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|address| address.is_loopback())
+        })
+    };
+    match (parsed(url), parsed(token_endpoint)) {
+        (_, Some(endpoint)) if endpoint.scheme_str() == Some("https") => true,
+        (Some(server), Some(endpoint)) if endpoint.scheme_str() == Some("http") => {
+            on_loopback(&server) && on_loopback(&endpoint)
+        }
+        _ => false,
+    }
+}
+
+/// What the SDK is given: the credentials, with the server's URL as the resource.
+fn sdk_credentials(url: &str, credentials: &ClientCredentials) -> SdkCredentials {
+    let client_id = credentials.client_id.clone();
+    let scopes = credentials.scopes.clone();
+    let resource = Some(url.to_owned());
+    match &credentials.proof {
+        ClientProof::Secret(secret) => SdkCredentials::ClientSecret {
+            client_id,
+            client_secret: secret.0.clone(),
+            scopes,
+            resource,
+        },
+        ClientProof::PrivateKey { pem, algorithm } => SdkCredentials::PrivateKeyJwt {
+            client_id,
+            signing_key: pem.0.clone().into_bytes(),
+            signing_algorithm: algorithm.for_rmcp(),
+            token_endpoint_audience: None,
+            scopes,
+            resource,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A token is renewed a minute before it expires, or halfway through a lifetime shorter
+    /// than two minutes.
+    #[test]
+    fn a_token_is_renewed_before_it_expires() {
+        let received = Instant::now();
+        let hour = Duration::from_secs(3600);
+        assert_eq!(
+            renewal_time(received, hour),
+            received + hour - Duration::from_secs(60)
+        );
+        let short = Duration::from_secs(10);
+        assert_eq!(
+            renewal_time(received, short),
+            received + Duration::from_secs(5)
+        );
+        assert_eq!(renewal_time(received, Duration::ZERO), received);
+    }
+
+    /// Credentials go over HTTPS, or plain HTTP between loopback addresses only.
+    #[test]
+    fn credentials_are_sent_over_https_or_on_the_loopback_address() {
+        let server = "https://crm.internal/mcp";
+        assert!(may_send_credentials(server, "https://auth.internal/token"));
+        assert!(!may_send_credentials(server, "http://auth.internal/token"));
+        assert!(!may_send_credentials(server, "http://127.0.0.1:8080/token"));
+        for local in [
+            "http://127.0.0.1:9/mcp",
+            "http://localhost:9/mcp",
+            "http://[::1]:9/mcp",
+        ] {
+            assert!(
+                may_send_credentials(local, "http://localhost:8/token"),
+                "{local}"
+            );
+            assert!(
+                may_send_credentials(local, "http://[::1]:8/token"),
+                "{local}"
+            );
+            assert!(
+                !may_send_credentials(local, "http://10.0.0.9/token"),
+                "{local}"
+            );
+        }
+        assert!(!may_send_credentials(server, "not a url"));
+    }
+}
