@@ -44,22 +44,14 @@ async fn adds(server: &TestServer) {
     assert_eq!(output(&added), json!({"result": 42}));
 }
 
-/// toolplane finds the server's authorization server from its metadata, gets a token with its
-/// client secret, and keeps calling as tokens expire (renewed before they do) and after every
-/// token is revoked (the server's 401 answered with a new token, and the request sent again).
-#[tokio::test(flavor = "multi_thread")]
-async fn an_import_gets_access_tokens_with_client_credentials_and_renews_them() {
-    let Some(mcp) =
-        PythonMcpServer::start_with(0, &["--oauth-client", CLIENT, "--token-lifetime", "4"])
-    else {
-        return;
-    };
-    let issuer = mcp.url().trim_end_matches("/mcp").to_owned();
+/// A server importing `mcp` with the peer's client credentials (its issuer pinned), once the
+/// import is registered.
+async fn start_importing(mcp: &PythonMcpServer) -> TestServer {
     let credentials = ClientCredentials {
         client_id: "toolplane".into(),
         proof: ClientProof::Secret(Secret("s3cret".into())),
         scopes: Vec::new(),
-        authorization_server: Some(issuer),
+        authorization_server: Some(mcp.url().replace("/mcp", "/issuer")),
     };
     let server = TestServer::start_with(importing_with(
         "python-tools",
@@ -71,6 +63,20 @@ async fn an_import_gets_access_tokens_with_client_credentials_and_renews_them() 
     wait_for(&server, "python-tools", |found| found.is_some())
         .await
         .expect("imported");
+    server
+}
+
+/// toolplane finds the server's authorization server from its metadata, gets a token with its
+/// client secret, and keeps calling as tokens expire (renewed before they do) and after every
+/// token is revoked (the server's 401 answered with a new token, and the request sent again).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_import_gets_access_tokens_with_client_credentials_and_renews_them() {
+    let Some(mcp) =
+        PythonMcpServer::start_with(0, &["--oauth-client", CLIENT, "--token-lifetime", "4"])
+    else {
+        return;
+    };
+    let server = start_importing(&mcp).await;
     adds(&server).await;
     let (issued, _) = oauth_counts(&server).await;
     assert!(issued >= 1, "issued {issued}");
@@ -93,6 +99,27 @@ async fn an_import_gets_access_tokens_with_client_credentials_and_renews_them() 
         after_revoking > renewed,
         "issued {renewed}, then {after_revoking}"
     );
+    server.stop().await;
+}
+
+/// A server whose protected resource metadata is not at its well-known location is found
+/// where its 401 challenge (`WWW-Authenticate: ... resource_metadata=...`) says, as MCP's
+/// authorization asks of clients first.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_metadata_is_found_where_the_servers_challenge_names_it() {
+    let Some(mcp) = PythonMcpServer::start_with(
+        0,
+        &[
+            "--oauth-client",
+            CLIENT,
+            "--resource-metadata-path",
+            "/custom/resource-metadata.json",
+        ],
+    ) else {
+        return;
+    };
+    let server = start_importing(&mcp).await;
+    adds(&server).await;
     server.stop().await;
 }
 
@@ -159,7 +186,7 @@ async fn a_config_files_client_credentials_are_used_and_their_failures_named() {
         refused
             .contains("cannot get an access token from the authorization server's token endpoint")
             && refused.contains("invalid_client")
-            && refused.contains(&format!("{}/token", url.trim_end_matches("/mcp"))),
+            && refused.contains(&url.replace("/mcp", "/issuer/token")),
         "{refused}"
     );
     let elsewhere = import_failure(&server, "elsewhere");

@@ -2,14 +2,15 @@
 //! ([`super::client_credentials`]); [`super::authorized_http`] sends them.
 //!
 //! When a session is opened, toolplane finds the server's authorization server as MCP's
-//! authorization says (the server's protected resource metadata, RFC 9728, then the
-//! authorization server's metadata, RFC 8414 or OpenID Connect discovery) and asks its token
-//! endpoint for a token (the client credentials grant, with the server's URL as the `resource`,
-//! RFC 8707). The official Rust MCP SDK does the discovery and the exchange; it renews tokens
-//! only with refresh tokens, which the client credentials grant does not give, so renewing is
-//! done here: a token is exchanged again before it expires (once less than a minute, or half
-//! its lifetime, is left), and at once when the server answers 401 to it (revoked, or the
-//! authorization server's keys rotated), the request then sent again once with the new token.
+//! authorization says (the server's protected resource metadata, RFC 9728, where the server's
+//! 401 challenge names it or at the well-known locations; then the authorization server's
+//! metadata, RFC 8414 or OpenID Connect discovery) and asks its token endpoint for a token (the
+//! client credentials grant, with the server's URL as the `resource`, RFC 8707). The official
+//! Rust MCP SDK does the discovery and the exchange; it renews tokens only with refresh tokens,
+//! which the client credentials grant does not give, so renewing is done here: a token is
+//! exchanged again before it expires (once less than a minute, or half its lifetime, is left),
+//! and at once when the server answers 401 to it (revoked, or the authorization server's keys
+//! rotated), the request then sent again once with the new token.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -323,8 +323,8 @@ fn unavailable(message: String, unsent: bool) -> ProviderFailure {
 
 impl McpCaller {
     /// A caller that knows how to reach the servers of `imports` (how toolplane authenticates
-    /// to them, and the commands that start servers over stdio) and `https` servers (`tls`, the TLS to
-    /// providers, read again when its files are renewed).
+    /// to them, and the commands that start servers over stdio) and `https` servers (`tls`,
+    /// the TLS to providers, read again when its files are renewed).
     pub fn for_imports(imports: &[McpImport], tls: ProviderTls) -> Self {
         let caller = Self {
             tls,

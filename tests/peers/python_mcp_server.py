@@ -10,15 +10,18 @@ Run by tests/mcp_import.rs:
 
     python python_mcp_server.py PORT [BEARER_TOKEN] [--tls-cert F --tls-key F [--tls-client-ca F]]
     python python_mcp_server.py PORT --oauth-client ID:SECRET [--token-lifetime SECONDS]
+        [--resource-metadata-path PATH]
     python python_mcp_server.py stdio
 
 With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401.
 With --oauth-client, it takes only OAuth access tokens, as the SDK's resource server does it
 (protected resource metadata, RFC 9728, and a 401 with a challenge); it is also their
-authorization server (metadata, RFC 8414, and a token endpoint granting client credentials to
-client ID with SECRET, sent with HTTP Basic or in the form, for its own URL as the RFC 8707
-resource). Tokens live SECONDS (60 by default). Two more tools then say how many tokens were
-issued and refused (`oauth_counts`) and revoke every token (`revoke_tokens`).
+authorization server, issuer /issuer (metadata, RFC 8414, and a token endpoint granting client
+credentials to client ID with SECRET, sent with HTTP Basic or in the form, for its own URL as
+the RFC 8707 resource). Tokens live SECONDS (60 by default). Two more tools then say how many
+tokens were issued and refused (`oauth_counts`) and revoke every token (`revoke_tokens`). With
+--resource-metadata-path PATH too, the protected resource metadata is served at PATH only (not
+at its well-known location), and the 401 challenges name it there.
 With --tls-cert and --tls-key, it serves HTTPS with that certificate; with --tls-client-ca
 too, it accepts only clients presenting a certificate that CA signed.
 With `stdio`, it speaks MCP over its standard input and output instead.
@@ -132,7 +135,9 @@ class TokenIssuer:
     checks the tokens it issued (the SDK's TokenVerifier)."""
 
     def __init__(self, base_url, client_id, client_secret, lifetime):
-        self.base_url = base_url
+        # An issuer with a path, as realms of one authorization server have: its metadata is
+        # not where a client looking at the MCP server's own URL would find it.
+        self.issuer = f"{base_url}/issuer"
         self.resource = f"{base_url}/mcp"
         self.client = (client_id, client_secret)
         self.lifetime = lifetime
@@ -150,9 +155,9 @@ class TokenIssuer:
 
     async def metadata(self, request: Request):
         return JSONResponse({
-            "issuer": self.base_url,
-            "authorization_endpoint": f"{self.base_url}/authorize",
-            "token_endpoint": f"{self.base_url}/token",
+            "issuer": self.issuer,
+            "authorization_endpoint": f"{self.issuer}/authorize",
+            "token_endpoint": f"{self.issuer}/token",
             "grant_types_supported": ["client_credentials"],
             "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
             "response_types_supported": ["token"],
@@ -185,12 +190,12 @@ def take_oauth_tokens(port, client, lifetime):
     client_id, _, client_secret = client.partition(":")
     issuer = TokenIssuer(f"http://127.0.0.1:{port}", client_id, client_secret, lifetime)
     # The SDK takes these when the server is made; the server is made, with its tools, above.
-    server.settings.auth = AuthSettings(issuer_url=issuer.base_url,
+    server.settings.auth = AuthSettings(issuer_url=issuer.issuer,
                                         resource_server_url=issuer.resource,
                                         validate_token_resource=True)
     server._token_verifier = issuer
-    server.custom_route("/.well-known/oauth-authorization-server", ["GET"])(issuer.metadata)
-    server.custom_route("/token", ["POST"])(issuer.token)
+    server.custom_route("/.well-known/oauth-authorization-server/issuer", ["GET"])(issuer.metadata)
+    server.custom_route("/issuer/token", ["POST"])(issuer.token)
 
     def oauth_counts() -> dict[str, int]:
         """How many access tokens were issued, and how many requests' tokens were refused."""
@@ -205,6 +210,32 @@ def take_oauth_tokens(port, client, lifetime):
     server.add_tool(revoke_tokens)
 
 
+def move_resource_metadata(app, path):
+    """The ASGI app `app`, with its protected resource metadata served at `path` instead of
+    its well-known location, and its 401 challenges naming `path`."""
+    well_known = "/.well-known/oauth-protected-resource/mcp"
+
+    async def moved(scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == well_known:
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if scope["type"] == "http" and scope["path"] == path:
+            scope = dict(scope, path=well_known, raw_path=well_known.encode())
+
+        async def naming_path(message):
+            if message["type"] == "http.response.start":
+                message = dict(message, headers=[
+                    (name, value.replace(well_known.encode(), path.encode())
+                     if name.lower() == b"www-authenticate" else value)
+                    for name, value in message["headers"]])
+            await send(message)
+
+        await app(scope, receive, naming_path)
+
+    return moved
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("port")
@@ -214,6 +245,7 @@ if __name__ == "__main__":
     parser.add_argument("--tls-client-ca")
     parser.add_argument("--oauth-client")
     parser.add_argument("--token-lifetime", type=int, default=60)
+    parser.add_argument("--resource-metadata-path")
     args = parser.parse_args()
     if args.port == "stdio":
         print("python-tools: serving MCP over stdio", file=sys.stderr, flush=True)
@@ -226,6 +258,8 @@ if __name__ == "__main__":
     if args.oauth_client:
         take_oauth_tokens(listener.getsockname()[1], args.oauth_client, args.token_lifetime)
     app = server.streamable_http_app(host="127.0.0.1")
+    if args.resource_metadata_path:
+        app = move_resource_metadata(app, args.resource_metadata_path)
     if args.token:
         app = require_token(app, args.token)
     tls = {}
