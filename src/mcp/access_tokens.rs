@@ -121,32 +121,34 @@ impl AccessTokens {
             token_endpoint,
             current: Mutex::new(None),
         };
-        tokens.renewed(None).await?;
+        tokens.current().await?;
         Ok(tokens)
     }
 
-    /// The token to send now: the one in use, or a new one when it is due for renewal.
+    /// The token to send now: the one in use, or a new one when it is due for renewal (got
+    /// once, however many requests find it due together).
     pub async fn current(&self) -> Result<String, String> {
-        {
-            let current = self.current.lock().await;
-            if let Some(token) = &*current
-                && token.renew_at.is_none_or(|due| Instant::now() < due)
-            {
-                return Ok(token.secret.clone());
+        let mut current = self.current.lock().await;
+        match &*current {
+            Some(token) if token.renew_at.is_none_or(|due| Instant::now() < due) => {
+                Ok(token.secret.clone())
             }
+            _ => self.replace(&mut current).await,
         }
-        self.renewed(None).await
     }
 
-    /// A new token, got now; unless `rejected` (the token the server refused) is no longer
-    /// the one in use, when the one in use (got meanwhile) is answered.
-    pub async fn renewed(&self, rejected: Option<&str>) -> Result<String, String> {
+    /// A token to send instead of `rejected`, which the server refused: a new one, unless
+    /// another was got meanwhile.
+    pub async fn renewed(&self, rejected: &str) -> Result<String, String> {
         let mut current = self.current.lock().await;
-        if let (Some(rejected), Some(token)) = (rejected, &*current)
-            && token.secret != rejected
-        {
-            return Ok(token.secret.clone());
+        match &*current {
+            Some(token) if token.secret != rejected => Ok(token.secret.clone()),
+            _ => self.replace(&mut current).await,
         }
+    }
+
+    /// Gets a new token and puts it in `current` (the locked token in use).
+    async fn replace(&self, current: &mut Option<Token>) -> Result<String, String> {
         let received = Instant::now();
         let response = self.exchange().await.map_err(|error| {
             format!(
@@ -155,14 +157,13 @@ impl AccessTokens {
                 self.token_endpoint
             )
         })?;
-        let token = Token {
-            secret: response.access_token().secret().clone(),
+        let secret = response.access_token().secret().clone();
+        *current = Some(Token {
+            secret: secret.clone(),
             renew_at: response
                 .expires_in()
                 .map(|lifetime| renewal_time(received, lifetime)),
-        };
-        let secret = token.secret.clone();
-        *current = Some(token);
+        });
         Ok(secret)
     }
 }

@@ -42,7 +42,7 @@ impl WithAccessTokens {
         let token = self.tokens.current().await.map_err(no_token)?;
         match request(Some(token.clone())).await {
             Err(HttpError::AuthRequired(_)) => {
-                let renewed = self.tokens.renewed(Some(&token)).await.map_err(no_token)?;
+                let renewed = self.tokens.renewed(&token).await.map_err(no_token)?;
                 request(Some(renewed)).await
             }
             answered => answered,
