@@ -150,7 +150,7 @@ fn bad_config_is_refused() {
 
 /// `toolplane config check` reads a configuration as `serve` does and refuses, with exit 2 and
 /// the setting named, what `serve` would refuse at its start (a bad setting, an unreadable TLS
-/// file, a records directory that does not exist); a usable one exits 0 saying what it serves.
+/// file or OAuth key file, a records directory that does not exist); a usable one exits 0 saying what it serves.
 #[test]
 fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -210,6 +210,13 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
         (
             "listen = \"localhost:50051\"\n",
             "listen: \"localhost:50051\" is not an IP address and port such as 0.0.0.0:50051",
+        ),
+        (
+            "[[mcp_imports]]\nservice = \"crm\"\nurl = \"https://crm.internal/mcp\"\n\
+             [mcp_imports.oauth_client_credentials]\nclient_id = \"toolplane\"\n\
+             private_key_file = \"/nonexistent/crm.pem\"\n",
+            "oauth_client_credentials of service crm: cannot read private_key_file \
+             /nonexistent/crm.pem",
         ),
     ] {
         let (code, _, stderr) = check(text);
