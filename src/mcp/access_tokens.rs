@@ -166,9 +166,7 @@ impl AccessTokens {
         });
         Ok(secret)
     }
-}
 
-impl AccessTokens {
     /// The SDK's token request. Its future is not `Send` (rmcp 3.11 holds a form serializer
     /// across an await in it), while a session's HTTP client must be; so it runs to its end on
     /// a blocking thread of its own, its I/O still driven by the runtime.

@@ -37,8 +37,8 @@ impl WithAccessTokens {
         F: Fn(Option<String>) -> Fut,
         Fut: Future<Output = Result<T, HttpError>>,
     {
-        let no_token =
-            |message: String| HttpError::Auth(AuthError::ClientCredentialsError(message));
+        // Only a renewal fails here: the session's first token was got as it opened.
+        let no_token = |message: String| HttpError::Auth(AuthError::TokenRefreshFailed(message));
         let token = self.tokens.current().await.map_err(no_token)?;
         match request(Some(token.clone())).await {
             Err(HttpError::AuthRequired(_)) => {
