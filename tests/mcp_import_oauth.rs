@@ -123,6 +123,22 @@ async fn the_metadata_is_found_where_the_servers_challenge_names_it() {
     server.stop().await;
 }
 
+/// With no `scopes` configured, toolplane asks for the ones the server's metadata names
+/// (`scopes_supported`), as MCP's scope selection says: the server refuses tokens without
+/// them (403 `insufficient_scope`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_scopes_the_server_names_are_asked_for() {
+    let Some(mcp) = PythonMcpServer::start_with(
+        0,
+        &["--oauth-client", CLIENT, "--required-scope", "tools:call"],
+    ) else {
+        return;
+    };
+    let server = start_importing(&mcp).await;
+    adds(&server).await;
+    server.stop().await;
+}
+
 /// The log events of `server` whose message is `message`, each line parsed.
 fn warnings(server: &ServerProcess, message: &str) -> Vec<Value> {
     server

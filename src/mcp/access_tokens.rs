@@ -111,7 +111,18 @@ impl AccessTokens {
             ));
         }
         manager.set_metadata(metadata);
-        let credentials = sdk_credentials(url, credentials);
+        let scopes = if credentials.scopes.is_empty() {
+            // MCP's scope selection: the challenge's scopes, else the resource's. Not
+            // `offline_access`, which asks for refresh tokens the grant does not give.
+            let selected = manager.select_initial_scopes(&[]).await;
+            selected
+                .into_iter()
+                .filter(|scope| scope != "offline_access")
+                .collect()
+        } else {
+            credentials.scopes.clone()
+        };
+        let credentials = sdk_credentials(url, credentials, scopes);
         manager
             .configure_client_credentials(&credentials)
             .map_err(|error| failed("the authorization server's metadata is unusable", error))?;
@@ -262,10 +273,14 @@ fn may_send_credentials(url: &str, token_endpoint: &str) -> bool {
     }
 }
 
-/// What the SDK is given: the credentials, with the server's URL as the resource.
-fn sdk_credentials(url: &str, credentials: &ClientCredentials) -> SdkCredentials {
+/// What the SDK is given: the credentials, asking for `scopes`, with the server's URL as the
+/// resource.
+fn sdk_credentials(
+    url: &str,
+    credentials: &ClientCredentials,
+    scopes: Vec<String>,
+) -> SdkCredentials {
     let client_id = credentials.client_id.clone();
-    let scopes = credentials.scopes.clone();
     let resource = Some(url.to_owned());
     match &credentials.proof {
         ClientProof::Secret(secret) => SdkCredentials::ClientSecret {

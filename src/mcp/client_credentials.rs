@@ -32,7 +32,9 @@ pub struct ClientCredentialsConfig {
     /// `RS512`, matching the key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signing_algorithm: Option<String>,
-    /// The scopes asked for; none by default (the authorization server's default).
+    /// The scopes asked for; by default, those the MCP server names (in its 401 challenge,
+    /// else its metadata's `scopes_supported`), else none (the authorization server's
+    /// default).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
     /// The issuer the authorization server must have. When set, toolplane sends its
@@ -49,7 +51,7 @@ pub struct ClientCredentials {
     pub client_id: String,
     /// How the client authenticates.
     pub proof: ClientProof,
-    /// The scopes asked for.
+    /// The scopes asked for; when none, those the server names.
     pub scopes: Vec<String>,
     /// The issuer the authorization server must have, when pinned.
     pub authorization_server: Option<String>,

@@ -10,7 +10,7 @@ Run by tests/mcp_import.rs:
 
     python python_mcp_server.py PORT [BEARER_TOKEN] [--tls-cert F --tls-key F [--tls-client-ca F]]
     python python_mcp_server.py PORT --oauth-client ID:SECRET [--token-lifetime SECONDS]
-        [--resource-metadata-path PATH]
+        [--resource-metadata-path PATH] [--required-scope S]...
     python python_mcp_server.py stdio
 
 With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401.
@@ -21,7 +21,9 @@ credentials to client ID with SECRET, sent with HTTP Basic or in the form, for i
 the RFC 8707 resource). Tokens live SECONDS (60 by default). Two more tools then say how many
 tokens were issued and refused (`oauth_counts`) and revoke every token (`revoke_tokens`). With
 --resource-metadata-path PATH too, the protected resource metadata is served at PATH only (not
-at its well-known location), and the 401 challenges name it there.
+at its well-known location), and the 401 challenges name it there. With --required-scope S
+(repeatable), a token must have scope S (else 403 insufficient_scope), the metadata names S in
+`scopes_supported`, and the token endpoint grants only the scopes named so.
 With --tls-cert and --tls-key, it serves HTTPS with that certificate; with --tls-client-ca
 too, it accepts only clients presenting a certificate that CA signed.
 With `stdio`, it speaks MCP over its standard input and output instead.
@@ -134,14 +136,16 @@ class TokenIssuer:
     """The authorization server's side of --oauth-client: grants client credentials, and
     checks the tokens it issued (the SDK's TokenVerifier)."""
 
-    def __init__(self, base_url, client_id, client_secret, lifetime):
+    def __init__(self, base_url, client_id, client_secret, lifetime, scopes):
         # An issuer with a path, as realms of one authorization server have: its metadata is
         # not where a client looking at the MCP server's own URL would find it.
         self.issuer = f"{base_url}/issuer"
         self.resource = f"{base_url}/mcp"
         self.client = (client_id, client_secret)
         self.lifetime = lifetime
+        self.scopes = scopes
         self.expiry = {}
+        self.granted = {}
         self.issued = 0
         self.refused = 0
 
@@ -150,7 +154,7 @@ class TokenIssuer:
         if expiry is None or expiry <= time.time():
             self.refused += 1
             return None
-        return AccessToken(token=token, client_id=self.client[0], scopes=[],
+        return AccessToken(token=token, client_id=self.client[0], scopes=self.granted[token],
                            expires_at=int(expiry), resource=self.resource)
 
     async def metadata(self, request: Request):
@@ -178,20 +182,26 @@ class TokenIssuer:
             return JSONResponse({"error": "invalid_target",
                                  "error_description": f"not {form.get('resource')!r}"},
                                 status_code=400)
+        asked = (form.get("scope") or "").split()
+        if any(scope not in self.scopes for scope in asked):
+            return JSONResponse({"error": "invalid_scope"}, status_code=400)
         token = secrets.token_urlsafe(24)
         self.expiry[token] = time.time() + self.lifetime
+        self.granted[token] = asked
         self.issued += 1
         return JSONResponse({"access_token": token, "token_type": "Bearer",
                              "expires_in": self.lifetime})
 
 
-def take_oauth_tokens(port, client, lifetime):
-    """Makes the server take only the tokens a TokenIssuer on `port` issues to `client`."""
+def take_oauth_tokens(port, client, lifetime, scopes):
+    """Makes the server take only the tokens a TokenIssuer on `port` issues to `client`, with
+    `scopes` (which its metadata names, and which a token must have)."""
     client_id, _, client_secret = client.partition(":")
-    issuer = TokenIssuer(f"http://127.0.0.1:{port}", client_id, client_secret, lifetime)
+    issuer = TokenIssuer(f"http://127.0.0.1:{port}", client_id, client_secret, lifetime, scopes)
     # The SDK takes these when the server is made; the server is made, with its tools, above.
     server.settings.auth = AuthSettings(issuer_url=issuer.issuer,
                                         resource_server_url=issuer.resource,
+                                        required_scopes=scopes or None,
                                         validate_token_resource=True)
     server._token_verifier = issuer
     server.custom_route("/.well-known/oauth-authorization-server/issuer", ["GET"])(issuer.metadata)
@@ -246,6 +256,7 @@ if __name__ == "__main__":
     parser.add_argument("--oauth-client")
     parser.add_argument("--token-lifetime", type=int, default=60)
     parser.add_argument("--resource-metadata-path")
+    parser.add_argument("--required-scope", action="append", default=[])
     args = parser.parse_args()
     if args.port == "stdio":
         print("python-tools: serving MCP over stdio", file=sys.stderr, flush=True)
@@ -256,7 +267,8 @@ if __name__ == "__main__":
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", int(args.port)))
     if args.oauth_client:
-        take_oauth_tokens(listener.getsockname()[1], args.oauth_client, args.token_lifetime)
+        take_oauth_tokens(listener.getsockname()[1], args.oauth_client, args.token_lifetime,
+                          args.required_scope)
     app = server.streamable_http_app(host="127.0.0.1")
     if args.resource_metadata_path:
         app = move_resource_metadata(app, args.resource_metadata_path)
