@@ -193,6 +193,20 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
         ],
         "{stdout}"
     );
+    // How an import authenticates is said, its secret not.
+    let (code, stdout, stderr) = check(
+        "[[mcp_imports]]\nservice = \"crm\"\nurl = \"https://crm.internal/mcp\"\n\
+         [mcp_imports.oauth_client_credentials]\nclient_id = \"toolplane\"\n\
+         client_secret_env = \"PATH\"\nscopes = [\"crm:read\"]\n",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(
+            "  MCP imports: crm (https://crm.internal/mcp; OAuth client credentials of client \
+             toolplane, with a secret, scopes crm:read)"
+        ),
+        "{stdout}"
+    );
     for (text, named) in [
         ("max_ttl = \"1s\"\nmin_ttl = \"2s\"\n", "ttl"),
         (

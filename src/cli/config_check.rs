@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use crate::config::ServerConfig;
 use crate::grpc::outgoing_tls::ALPN_H2;
 use crate::grpc::server::{ServerOptions, check_tls_files, model_provider};
-use crate::mcp::import_config::McpSource;
+use crate::mcp::import_config::{McpSource, ServerAuth};
 use crate::otlp::OTLP_TLS_SETTINGS;
 use crate::outln;
 
@@ -115,14 +115,19 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
     let imports: Vec<String> = options
         .mcp_imports
         .iter()
-        .map(|import| match &import.approved_tools {
-            None => format!("{} ({})", import.service, import.source),
-            Some(approved) => format!(
-                "{} ({}; {} tools approved)",
-                import.service,
-                import.source,
-                approved.len()
-            ),
+        .map(|import| {
+            let mut details = vec![import.source.to_string()];
+            match &import.auth {
+                None => {}
+                Some(ServerAuth::Bearer(_)) => details.push("bearer token".to_owned()),
+                Some(ServerAuth::ClientCredentials(credentials)) => {
+                    details.push(credentials.to_string());
+                }
+            }
+            if let Some(approved) = &import.approved_tools {
+                details.push(format!("{} tools approved", approved.len()));
+            }
+            format!("{} ({})", import.service, details.join("; "))
         })
         .collect();
     let missing_commands = options.mcp_imports.iter().filter_map(|import| {

@@ -127,6 +127,39 @@ impl SigningAlgorithm {
     }
 }
 
+impl std::fmt::Display for SigningAlgorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Es256 => "ES256",
+            Self::Es384 => "ES384",
+            Self::Rs256 => "RS256",
+            Self::Rs384 => "RS384",
+            Self::Rs512 => "RS512",
+        })
+    }
+}
+
+/// What `config check` says of them: the client, how it authenticates, and what is pinned or
+/// asked for (never the secret or the key).
+impl std::fmt::Display for ClientCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OAuth client credentials of client {}, ", self.client_id)?;
+        match &self.proof {
+            ClientProof::Secret(_) => f.write_str("with a secret")?,
+            ClientProof::PrivateKey { algorithm, .. } => {
+                write!(f, "with an {algorithm} key (private_key_jwt)")?;
+            }
+        }
+        if !self.scopes.is_empty() {
+            write!(f, ", scopes {}", self.scopes.join(" "))?;
+        }
+        if let Some(issuer) = &self.authorization_server {
+            write!(f, ", authorization server {issuer}")?;
+        }
+        Ok(())
+    }
+}
+
 impl ClientCredentialsConfig {
     /// The credentials this table gives for `service`'s import: the secret read from the
     /// environment, or the key read from its file and tried (it must sign with the algorithm

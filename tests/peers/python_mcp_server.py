@@ -6,7 +6,7 @@ its cancellation; `add` is annotated read-only and `distance` idempotent. `shout
 message (`notifications/message`, at warning) as it runs; over stdio, the server says so on
 its standard error as it starts.
 
-Run by tests/mcp_import.rs:
+Run by the tests of MCP imports (tests/mcp_import*.rs, mcp_gateway.rs, json_log.rs):
 
     python python_mcp_server.py PORT [BEARER_TOKEN] [--tls-cert F --tls-key F [--tls-client-ca F]]
     python python_mcp_server.py PORT --oauth-client ID:SECRET [--token-lifetime SECONDS]
