@@ -208,8 +208,8 @@ struct OAuthHttp {
 
 impl OAuthHttp {
     fn new(tls: &ProviderTls) -> Result<Self, reqwest::Error> {
-        let builder =
-            || http_client_builder(Some(&tls.http_config())).timeout(OAUTH_REQUEST_TIMEOUT);
+        let config = tls.http_config();
+        let builder = || http_client_builder(Some(&config)).timeout(OAUTH_REQUEST_TIMEOUT);
         Ok(Self {
             following: builder().build()?,
             stopping: builder()

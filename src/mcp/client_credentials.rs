@@ -89,14 +89,29 @@ pub enum SigningAlgorithm {
 impl SigningAlgorithm {
     /// The algorithm named `name` (its JOSE name), if it is one toolplane signs with.
     pub fn parse(name: &str) -> Option<Self> {
-        Some(match name {
-            "ES256" => Self::Es256,
-            "ES384" => Self::Es384,
-            "RS256" => Self::Rs256,
-            "RS384" => Self::Rs384,
-            "RS512" => Self::Rs512,
-            _ => return None,
-        })
+        Self::ALL
+            .into_iter()
+            .find(|algorithm| algorithm.name() == name)
+    }
+
+    /// Every algorithm toolplane signs with.
+    const ALL: [Self; 5] = [
+        Self::Es256,
+        Self::Es384,
+        Self::Rs256,
+        Self::Rs384,
+        Self::Rs512,
+    ];
+
+    /// Its JOSE name.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Es256 => "ES256",
+            Self::Es384 => "ES384",
+            Self::Rs256 => "RS256",
+            Self::Rs384 => "RS384",
+            Self::Rs512 => "RS512",
+        }
     }
 
     /// The SDK's name for it.
@@ -129,13 +144,7 @@ impl SigningAlgorithm {
 
 impl std::fmt::Display for SigningAlgorithm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Es256 => "ES256",
-            Self::Es384 => "ES384",
-            Self::Rs256 => "RS256",
-            Self::Rs384 => "RS384",
-            Self::Rs512 => "RS512",
-        })
+        f.write_str(self.name())
     }
 }
 
@@ -205,9 +214,10 @@ impl ClientCredentialsConfig {
             (None, Some(file)) => {
                 let name = self.signing_algorithm.as_deref().unwrap_or("ES256");
                 let algorithm = SigningAlgorithm::parse(name).ok_or_else(|| {
+                    let names = SigningAlgorithm::ALL.map(SigningAlgorithm::name);
                     problem(format!(
-                        "signing_algorithm {name:?} is not one of ES256, ES384, RS256, RS384, \
-                         RS512"
+                        "signing_algorithm {name:?} is not one of {}",
+                        names.join(", ")
                     ))
                 })?;
                 let pem = std::fs::read_to_string(file).map_err(|error| {
