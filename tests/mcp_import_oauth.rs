@@ -4,7 +4,9 @@
 //! with the script's own authorization server beside it, granting client credentials for short
 //! lifetimes (`tests/peers/python_mcp_server.py --oauth-client`). The conformance suite's
 //! client-credentials scenarios (`mcp_conformance.rs`) check the requests themselves: HTTP
-//! Basic, and a JWT assertion signed with an ES256 key.
+//! Basic, and a JWT assertion signed with an ES256 key. Here the peer also asks for more
+//! scopes (403 `insufficient_scope`) and checks JWT assertions against a key file that is
+//! rotated.
 
 mod common;
 
@@ -12,15 +14,22 @@ use std::time::Duration;
 
 use common::mcp_server::{PythonMcpServer, importing_with, invoke, output, wait_for};
 use common::process::{ServerProcess, wait_until};
-use common::{TestServer, meta};
+use common::{TestServer, meta, scraped};
 use serde_json::{Value, json};
-use toolplane::mcp::client_credentials::{ClientCredentials, ClientProof};
+use toolplane::mcp::client_credentials::{ClientCredentials, ClientProof, SigningAlgorithm};
 use toolplane::mcp::import::{McpSource, Secret, ServerAuth};
 use toolplane::pb;
 use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
 
 /// The OAuth client the peer is started with.
 const CLIENT: &str = "toolplane:s3cret";
+
+/// The peer, taking OAuth tokens granted to [`CLIENT`], started with `args` too.
+fn oauth_peer(args: &[&str]) -> Option<PythonMcpServer> {
+    let mut all = vec!["--oauth-client", CLIENT];
+    all.extend_from_slice(args);
+    PythonMcpServer::start_with(0, &all)
+}
 
 /// The peer's counts: access tokens issued, and requests whose token it refused.
 async fn oauth_counts(server: &TestServer) -> (u64, u64) {
@@ -47,13 +56,21 @@ async fn adds(server: &TestServer) {
 /// A server importing `mcp` with the peer's client credentials (its issuer pinned), once the
 /// import is registered.
 async fn start_importing(mcp: &PythonMcpServer) -> TestServer {
+    start_importing_as(mcp, ClientProof::Secret(Secret("s3cret".into())))
+        .await
+        .0
+}
+
+/// A server importing `mcp` as the peer's client, proven with `proof` (the issuer pinned),
+/// serving metrics too, once the import is registered; and its metrics URL.
+async fn start_importing_as(mcp: &PythonMcpServer, proof: ClientProof) -> (TestServer, String) {
     let credentials = ClientCredentials {
         client_id: "toolplane".into(),
-        proof: ClientProof::Secret(Secret("s3cret".into())),
+        proof,
         scopes: Vec::new(),
         authorization_server: Some(mcp.url().replace("/mcp", "/issuer")),
     };
-    let server = TestServer::start_with(importing_with(
+    let (server, metrics) = TestServer::start_with_metrics(importing_with(
         "python-tools",
         McpSource::Http(mcp.url()),
         Duration::from_secs(1),
@@ -63,7 +80,15 @@ async fn start_importing(mcp: &PythonMcpServer) -> TestServer {
     wait_for(&server, "python-tools", |found| found.is_some())
         .await
         .expect("imported");
-    server
+    (server, format!("http://{metrics}/metrics"))
+}
+
+/// The count of token requests for `reason` that ended as `outcome`, as `metrics` says.
+async fn token_requests(metrics: &str, reason: &str, outcome: &str) -> f64 {
+    let sample = format!(
+        "toolplane_mcp_import_token_requests_total{{reason=\"{reason}\",outcome=\"{outcome}\"}}"
+    );
+    scraped(&common::http_client(), metrics, &sample).await
 }
 
 /// toolplane finds the server's authorization server from its metadata, gets a token with its
@@ -71,9 +96,7 @@ async fn start_importing(mcp: &PythonMcpServer) -> TestServer {
 /// token is revoked (the server's 401 answered with a new token, and the request sent again).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_import_gets_access_tokens_with_client_credentials_and_renews_them() {
-    let Some(mcp) =
-        PythonMcpServer::start_with(0, &["--oauth-client", CLIENT, "--token-lifetime", "4"])
-    else {
+    let Some(mcp) = oauth_peer(&["--token-lifetime", "4"]) else {
         return;
     };
     let server = start_importing(&mcp).await;
@@ -107,15 +130,8 @@ async fn an_import_gets_access_tokens_with_client_credentials_and_renews_them() 
 /// authorization asks of clients first.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_metadata_is_found_where_the_servers_challenge_names_it() {
-    let Some(mcp) = PythonMcpServer::start_with(
-        0,
-        &[
-            "--oauth-client",
-            CLIENT,
-            "--resource-metadata-path",
-            "/custom/resource-metadata.json",
-        ],
-    ) else {
+    let Some(mcp) = oauth_peer(&["--resource-metadata-path", "/custom/resource-metadata.json"])
+    else {
         return;
     };
     let server = start_importing(&mcp).await;
@@ -128,14 +144,148 @@ async fn the_metadata_is_found_where_the_servers_challenge_names_it() {
 /// them (403 `insufficient_scope`).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_scopes_the_server_names_are_asked_for() {
-    let Some(mcp) = PythonMcpServer::start_with(
-        0,
-        &["--oauth-client", CLIENT, "--required-scope", "tools:call"],
-    ) else {
+    let Some(mcp) = oauth_peer(&["--required-scope", "tools:call"]) else {
         return;
     };
     let server = start_importing(&mcp).await;
     adds(&server).await;
+    server.stop().await;
+}
+
+/// A server answering a tool's call 403 `insufficient_scope` for a scope the token lacks
+/// (naming that scope alone) is sent the call again with a token asked for with that scope
+/// and the ones asked for before (the server still requires those), as MCP's step-up
+/// authorization says; later tokens keep it, so the next call needs no new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scope_the_server_asks_for_is_added_and_the_call_sent_again() {
+    let Some(mcp) = oauth_peer(&[
+        "--required-scope",
+        "tools:call",
+        "--tool-scope",
+        "add=tools:admin",
+        "--token-lifetime",
+        "600",
+    ]) else {
+        return;
+    };
+    let (server, metrics) =
+        start_importing_as(&mcp, ClientProof::Secret(Secret("s3cret".into()))).await;
+    let (issued, _) = oauth_counts(&server).await;
+    adds(&server).await;
+    adds(&server).await;
+    let (after, refused) = oauth_counts(&server).await;
+    assert_eq!(after, issued + 1, "one token with the scope added");
+    assert_eq!(refused, 0);
+    assert_eq!(
+        token_requests(&metrics, "insufficient_scope", "granted").await,
+        1.0
+    );
+    assert_eq!(
+        token_requests(&metrics, "insufficient_scope", "failed").await,
+        0.0
+    );
+    server.stop().await;
+}
+
+/// A step-up that cannot be had fails the call, saying why, and asks for nothing more: a scope
+/// the authorization server refuses (`invalid_scope`) leaves the scopes asked for as they
+/// were, and one it leaves out of the token it grants is not asked for again (the server's
+/// second 403 stands, rather than a loop of token requests).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scope_that_cannot_be_had_fails_the_call_without_a_loop() {
+    let Some(mcp) = oauth_peer(&[
+        "--tool-scope",
+        "add=tools:admin",
+        "--tool-scope",
+        "distance=geo:admin",
+        "--refused-scope",
+        "tools:admin",
+        "--withheld-scope",
+        "geo:admin",
+        "--token-lifetime",
+        "600",
+    ]) else {
+        return;
+    };
+    let (server, metrics) =
+        start_importing_as(&mcp, ClientProof::Secret(Secret("s3cret".into()))).await;
+
+    let refused = invoke(&server, "add", json!({"a": 1, "b": 2}))
+        .await
+        .expect_err("the scope is refused");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    let message = refused.message();
+    assert!(
+        message.contains("asked for scope tools:admin (403 insufficient_scope)")
+            && message.contains("invalid_scope"),
+        "{message}"
+    );
+    // The scopes asked for are as before: tools without a scope of their own are called.
+    let (issued, _) = oauth_counts(&server).await;
+    assert_eq!(
+        token_requests(&metrics, "insufficient_scope", "failed").await,
+        1.0
+    );
+
+    let points = json!({"start": {"x": 0, "y": 0}, "end": {"x": 3, "y": 4}});
+    for _ in 0..2 {
+        let withheld = invoke(&server, "distance", points.clone())
+            .await
+            .expect_err("the scope is withheld");
+        assert_eq!(withheld.code(), tonic::Code::PermissionDenied);
+        assert!(
+            withheld.message().contains("insufficient_scope"),
+            "{}",
+            withheld.message()
+        );
+    }
+    let (after, _) = oauth_counts(&server).await;
+    assert_eq!(after, issued + 1, "one token asked for with geo:admin");
+    server.stop().await;
+}
+
+/// A private key read from its file again before each token request: after the file is
+/// rotated (and the authorization server trusts only the new key), the next token is signed
+/// with the new key; a file that then holds no key leaves the last one in use.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_private_key_is_used_for_the_next_token() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (key_file, public_file) = (dir.path().join("key.pem"), dir.path().join("public.pem"));
+    let install = |key: &rcgen::KeyPair| {
+        std::fs::write(&key_file, key.serialize_pem()).expect("key written");
+        std::fs::write(&public_file, key.public_key_pem()).expect("public key written");
+    };
+    let first = rcgen::KeyPair::generate().expect("a P-256 key");
+    install(&first);
+    let public = public_file.to_str().expect("a UTF-8 path");
+    let Some(mcp) = oauth_peer(&["--client-public-key", public, "--token-lifetime", "600"]) else {
+        return;
+    };
+    let proof = ClientProof::PrivateKey {
+        pem: Secret(first.serialize_pem()),
+        file: key_file.clone(),
+        algorithm: SigningAlgorithm::Es256,
+    };
+    let (server, _) = start_importing_as(&mcp, proof).await;
+    adds(&server).await;
+
+    install(&rcgen::KeyPair::generate().expect("a P-256 key"));
+    invoke(&server, "revoke_tokens", json!({}))
+        .await
+        .expect("revoked");
+    adds(&server).await;
+
+    std::fs::write(&key_file, "not a key").expect("key file spoiled");
+    invoke(&server, "revoke_tokens", json!({}))
+        .await
+        .expect("revoked");
+    adds(&server).await;
+    let (issued, refused) = oauth_counts(&server).await;
+    assert_eq!(
+        issued, 3,
+        "a token for the session and one after each revocation"
+    );
+    assert!(refused >= 2, "refused {refused}");
     server.stop().await;
 }
 
@@ -167,7 +317,7 @@ fn import_failure(server: &ServerProcess, service: &str) -> String {
 /// than the one configured is not sent the credentials; each import's failure says so.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_config_files_client_credentials_are_used_and_their_failures_named() {
-    let Some(mcp) = PythonMcpServer::start_with(0, &["--oauth-client", CLIENT]) else {
+    let Some(mcp) = oauth_peer(&[]) else {
         return;
     };
     let url = mcp.url();

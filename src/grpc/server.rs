@@ -292,6 +292,7 @@ pub async fn serve_with(
                 rpcs,
                 agents,
                 mcp_imports: imports.clone(),
+                mcp_token_requests: mcp_caller.token_requests(),
                 mcp_sessions: mcp_sessions.clone(),
                 mcp_refusals: mcp_refusals.clone(),
                 reloads: Arc::clone(&reload_stats),

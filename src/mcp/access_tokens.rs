@@ -23,7 +23,8 @@ use rmcp::transport::auth::{
 };
 use tokio::sync::Mutex;
 
-use super::client_credentials::{ClientCredentials, ClientProof};
+use super::client_credentials::{ClientCredentials, ClientProof, read_key};
+use super::token_requests::{TokenReason, TokenRequests};
 use crate::grpc::outgoing_tls::http_client_builder;
 use crate::grpc::provider_tls::ProviderTls;
 
@@ -34,11 +35,17 @@ const RENEWAL_MARGIN: Duration = Duration::from_secs(60);
 /// The tokens of one session with one server.
 pub struct AccessTokens {
     manager: Arc<AuthorizationManager>,
-    credentials: SdkCredentials,
+    /// The server's URL, the `resource` tokens are asked for.
+    url: String,
+    /// The client id.
+    client_id: String,
     /// The token endpoint, as failures name it.
     token_endpoint: String,
-    /// The token in use; locked while a new one is got, so one exchange runs at a time.
-    current: Mutex<Option<Token>>,
+    /// The token in use and how the next is asked for; locked while a new one is got, so one
+    /// exchange runs at a time.
+    held: Mutex<Held>,
+    /// Where each token request is counted.
+    requests: Arc<TokenRequests>,
 }
 
 impl std::fmt::Debug for AccessTokens {
@@ -47,6 +54,17 @@ impl std::fmt::Debug for AccessTokens {
             .field("token_endpoint", &self.token_endpoint)
             .finish_non_exhaustive()
     }
+}
+
+/// What a session holds to get its tokens.
+struct Held {
+    /// The token in use, once one is got.
+    token: Option<Token>,
+    /// The scopes asked for: those configured (else selected as the server names them), and
+    /// those its `insufficient_scope` challenges have added since.
+    scopes: Vec<String>,
+    /// How the client authenticates; a private key as last read from its file.
+    proof: ClientProof,
 }
 
 /// A token got, and when it is to be renewed (never, when the authorization server did not
@@ -61,14 +79,28 @@ fn renewal_time(received: Instant, lifetime: Duration) -> Instant {
     received + lifetime - RENEWAL_MARGIN.min(lifetime / 2)
 }
 
+/// `held` with the scopes of an `insufficient_scope` challenge (`challenged`, separated by
+/// spaces) added, in order; `None` when it holds them all already.
+fn with_challenged(held: &[String], challenged: &str) -> Option<Vec<String>> {
+    let mut scopes = held.to_vec();
+    for scope in challenged.split_whitespace() {
+        if !scopes.iter().any(|known| known == scope) {
+            scopes.push(scope.to_owned());
+        }
+    }
+    (scopes.len() > held.len()).then_some(scopes)
+}
+
 impl AccessTokens {
     /// Finds the authorization server of the MCP server at `url` (reached over the TLS to
-    /// providers, `tls`) and gets a first token from it with `credentials`. The error says
-    /// what failed, naming the server or the token endpoint.
+    /// providers, `tls`) and gets a first token from it with `credentials`, counting each
+    /// token request in `requests`. The error says what failed, naming the server or the
+    /// token endpoint.
     pub async fn obtain(
         url: &str,
         credentials: &ClientCredentials,
         tls: &ProviderTls,
+        requests: Arc<TokenRequests>,
     ) -> Result<Self, String> {
         let failed = |what: &str, error: AuthError| {
             format!("cannot get an OAuth access token for MCP server {url}: {what}: {error}")
@@ -122,15 +154,26 @@ impl AccessTokens {
         } else {
             credentials.scopes.clone()
         };
-        let credentials = sdk_credentials(url, credentials, scopes);
+        let held = Held {
+            token: None,
+            scopes,
+            proof: credentials.proof.clone(),
+        };
         manager
-            .configure_client_credentials(&credentials)
+            .configure_client_credentials(&sdk_credentials(
+                url,
+                &credentials.client_id,
+                &held.proof,
+                held.scopes.clone(),
+            ))
             .map_err(|error| failed("the authorization server's metadata is unusable", error))?;
         let tokens = Self {
             manager: Arc::new(manager),
-            credentials,
+            url: url.to_owned(),
+            client_id: credentials.client_id.clone(),
             token_endpoint,
-            current: Mutex::new(None),
+            held: Mutex::new(held),
+            requests,
         };
         tokens.current().await?;
         Ok(tokens)
@@ -139,37 +182,82 @@ impl AccessTokens {
     /// The token to send now: the one in use, or a new one when it is due for renewal (got
     /// once, however many requests find it due together).
     pub async fn current(&self) -> Result<String, String> {
-        let mut current = self.current.lock().await;
-        match &*current {
+        let mut held = self.held.lock().await;
+        let reason = match &held.token {
             Some(token) if token.renew_at.is_none_or(|due| Instant::now() < due) => {
-                Ok(token.secret.clone())
+                return Ok(token.secret.clone());
             }
-            _ => self.replace(&mut current).await,
-        }
+            Some(_) => TokenReason::Expiring,
+            None => TokenReason::Session,
+        };
+        let scopes = held.scopes.clone();
+        self.replace(&mut held, reason, scopes).await
     }
 
-    /// A token to send instead of `rejected`, which the server refused: a new one, unless
-    /// another was got meanwhile.
+    /// A token to send instead of `rejected`, which the server refused (401): a new one,
+    /// unless another was got meanwhile.
     pub async fn renewed(&self, rejected: &str) -> Result<String, String> {
-        let mut current = self.current.lock().await;
-        match &*current {
+        let mut held = self.held.lock().await;
+        match &held.token {
             Some(token) if token.secret != rejected => Ok(token.secret.clone()),
-            _ => self.replace(&mut current).await,
+            _ => {
+                let scopes = held.scopes.clone();
+                self.replace(&mut held, TokenReason::Rejected, scopes).await
+            }
         }
     }
 
-    /// Gets a new token and puts it in `current` (the locked token in use).
-    async fn replace(&self, current: &mut Option<Token>) -> Result<String, String> {
+    /// A token to send instead of `refused`, which the server refused for want of the scopes
+    /// `challenged` (403 `insufficient_scope`, MCP's step-up authorization): a new one asked
+    /// for with those scopes added to the ones asked for so far (which later tokens keep),
+    /// or one another request got meanwhile. `None` when neither is at hand: the token in use
+    /// was asked for with those scopes already, so asking again would only loop.
+    pub async fn widened(&self, refused: &str, challenged: &str) -> Result<Option<String>, String> {
+        let mut held = self.held.lock().await;
+        let Some(scopes) = with_challenged(&held.scopes, challenged) else {
+            return Ok(held
+                .token
+                .as_ref()
+                .filter(|token| token.secret != refused)
+                .map(|token| token.secret.clone()));
+        };
+        let token = self
+            .replace(&mut held, TokenReason::InsufficientScope, scopes)
+            .await
+            .map_err(|error| {
+                format!("the server asked for scope {challenged} (403 insufficient_scope): {error}")
+            })?;
+        Ok(Some(token))
+    }
+
+    /// Gets a new token asking for `scopes`, and puts it and them in `held` (locked); on a
+    /// failure `held` is left as it was. The key of a private key JWT is read from its file
+    /// first, so a rotated key is used.
+    async fn replace(
+        &self,
+        held: &mut Held,
+        reason: TokenReason,
+        scopes: Vec<String>,
+    ) -> Result<String, String> {
+        held.read_key_again(&self.url);
         let received = Instant::now();
-        let response = self.exchange().await.map_err(|error| {
+        let asked = sdk_credentials(&self.url, &self.client_id, &held.proof, scopes.clone());
+        let exchanged = self.exchange(asked).await;
+        self.requests.count(reason, exchanged.is_ok());
+        let response = exchanged.map_err(|error| {
+            let scopes = match scopes.as_slice() {
+                [] => String::new(),
+                scopes => format!(" (scopes {})", scopes.join(" ")),
+            };
             format!(
-                "cannot get an access token from the authorization server's token endpoint \
-                 {}: {error}",
+                "cannot get an access token{scopes} from the authorization server's token \
+                 endpoint {}: {error}",
                 self.token_endpoint
             )
         })?;
         let secret = response.access_token().secret().clone();
-        *current = Some(Token {
+        held.scopes = scopes;
+        held.token = Some(Token {
             secret: secret.clone(),
             renew_at: response
                 .expires_in()
@@ -181,15 +269,72 @@ impl AccessTokens {
     /// The SDK's token request. Its future is not `Send` (rmcp 3.11 holds a form serializer
     /// across an await in it), while a session's HTTP client must be; so it runs to its end on
     /// a blocking thread of its own, its I/O still driven by the runtime.
-    async fn exchange(&self) -> Result<rmcp::transport::auth::OAuthTokenResponse, AuthError> {
+    async fn exchange(
+        &self,
+        credentials: SdkCredentials,
+    ) -> Result<rmcp::transport::auth::OAuthTokenResponse, AuthError> {
         let manager = Arc::clone(&self.manager);
-        let credentials = self.credentials.clone();
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             runtime.block_on(manager.exchange_client_credentials(&credentials))
         })
         .await
         .map_err(|error| AuthError::InternalError(format!("the token request failed: {error}")))?
+    }
+}
+
+impl Held {
+    /// Reads a private key from its file again: a key that signs replaces the one held; one
+    /// that cannot be read or cannot sign is logged (for the server at `url`), and the one
+    /// held is kept.
+    fn read_key_again(&mut self, url: &str) {
+        let ClientProof::PrivateKey {
+            pem,
+            file,
+            algorithm,
+        } = &mut self.proof
+        else {
+            return;
+        };
+        match read_key(file, *algorithm) {
+            Ok(read) if read != *pem => {
+                tracing::info!(server = url, "using the new key in {}", file.display());
+                *pem = read;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(
+                server = url,
+                "{error}; signing with the key read from it before"
+            ),
+        }
+    }
+}
+
+/// What the SDK is given: the credentials of client `client_id`, proven with `proof`, asking
+/// for `scopes`, with the server's URL (`url`) as the resource.
+fn sdk_credentials(
+    url: &str,
+    client_id: &str,
+    proof: &ClientProof,
+    scopes: Vec<String>,
+) -> SdkCredentials {
+    let client_id = client_id.to_owned();
+    let resource = Some(url.to_owned());
+    match proof {
+        ClientProof::Secret(secret) => SdkCredentials::ClientSecret {
+            client_id,
+            client_secret: secret.0.clone(),
+            scopes,
+            resource,
+        },
+        ClientProof::PrivateKey { pem, algorithm, .. } => SdkCredentials::PrivateKeyJwt {
+            client_id,
+            signing_key: pem.0.clone().into_bytes(),
+            signing_algorithm: algorithm.for_rmcp(),
+            token_endpoint_audience: None,
+            scopes,
+            resource,
+        },
     }
 }
 
@@ -273,33 +418,6 @@ fn may_send_credentials(url: &str, token_endpoint: &str) -> bool {
     }
 }
 
-/// What the SDK is given: the credentials, asking for `scopes`, with the server's URL as the
-/// resource.
-fn sdk_credentials(
-    url: &str,
-    credentials: &ClientCredentials,
-    scopes: Vec<String>,
-) -> SdkCredentials {
-    let client_id = credentials.client_id.clone();
-    let resource = Some(url.to_owned());
-    match &credentials.proof {
-        ClientProof::Secret(secret) => SdkCredentials::ClientSecret {
-            client_id,
-            client_secret: secret.0.clone(),
-            scopes,
-            resource,
-        },
-        ClientProof::PrivateKey { pem, algorithm } => SdkCredentials::PrivateKeyJwt {
-            client_id,
-            signing_key: pem.0.clone().into_bytes(),
-            signing_algorithm: algorithm.for_rmcp(),
-            token_endpoint_audience: None,
-            scopes,
-            resource,
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +438,23 @@ mod tests {
             received + Duration::from_secs(5)
         );
         assert_eq!(renewal_time(received, Duration::ZERO), received);
+    }
+
+    /// A challenge's scopes are added to those asked for, once each; a challenge naming none
+    /// that are new adds nothing, so the request is not sent again.
+    #[test]
+    fn a_challenge_adds_the_scopes_not_asked_for() {
+        let held = vec!["crm:read".to_owned()];
+        assert_eq!(
+            with_challenged(&held, "crm:write  crm:read crm:write"),
+            Some(vec!["crm:read".to_owned(), "crm:write".to_owned()])
+        );
+        assert_eq!(
+            with_challenged(&[], "crm:read"),
+            Some(vec!["crm:read".to_owned()])
+        );
+        assert_eq!(with_challenged(&held, "crm:read"), None);
+        assert_eq!(with_challenged(&held, ""), None);
     }
 
     /// Credentials go over HTTPS, or plain HTTP between loopback addresses only.

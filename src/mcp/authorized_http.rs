@@ -18,7 +18,8 @@ use sse_stream::Sse;
 use super::access_tokens::AccessTokens;
 
 /// The HTTP client of a session with a server that takes OAuth tokens: each request carries
-/// the current token, and one the server answers 401 is sent again once with a new one.
+/// the current token, and one the server refuses is sent again once: with a new token after
+/// a 401, or with one asked for with more scopes after a 403 `insufficient_scope` naming them.
 #[derive(Debug, Clone)]
 pub struct WithAccessTokens {
     /// The HTTP client (with the TLS to providers).
@@ -30,8 +31,10 @@ pub struct WithAccessTokens {
 type HttpError = StreamableHttpError<reqwest::Error>;
 
 impl WithAccessTokens {
-    /// Runs `request` with the current token, and again with a new one if the server answers
-    /// 401.
+    /// Runs `request` with the current token, and once again with a new one if the server
+    /// answers 401, or with one with the scopes it names if it answers 403
+    /// `insufficient_scope` (unless the token was asked for with them already: that 403
+    /// stands).
     async fn authorized<T, F, Fut>(&self, request: F) -> Result<T, HttpError>
     where
         F: Fn(Option<String>) -> Fut,
@@ -44,6 +47,16 @@ impl WithAccessTokens {
             Err(HttpError::AuthRequired(_)) => {
                 let renewed = self.tokens.renewed(&token).await.map_err(no_token)?;
                 request(Some(renewed)).await
+            }
+            Err(HttpError::InsufficientScope(challenge)) => {
+                let Some(challenged) = challenge.get_required_scope() else {
+                    return Err(HttpError::InsufficientScope(challenge));
+                };
+                match self.tokens.widened(&token, challenged).await {
+                    Ok(Some(widened)) => request(Some(widened)).await,
+                    Ok(None) => Err(HttpError::InsufficientScope(challenge)),
+                    Err(failed) => Err(HttpError::Auth(AuthError::InvalidScope(failed))),
+                }
             }
             answered => answered,
         }

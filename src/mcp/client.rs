@@ -27,12 +27,8 @@ use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
     ServiceError,
 };
-use rmcp::transport::streamable_http_client::{
-    StreamableHttpClientTransportConfig, StreamableHttpError,
-};
-use rmcp::transport::{
-    DynamicTransportError, StreamableHttpClientTransport, TokioChildProcess, Transport,
-};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
 use serde_json::Value;
 use tokio::sync::Notify;
 
@@ -41,10 +37,12 @@ use super::authorized_http::WithAccessTokens;
 use super::import_config::{INHERITED_ENV, McpImport, ServerAuth, StdioServer};
 use super::progress_routes::{ProgressRoutes, ProgressTap};
 use super::server_logs;
+use super::session_failures::{Via, failure_text, initialized, inner_failure, scope_refusal};
 use super::session_keys::{ImportEndpoints, Opening, SessionKey};
+use super::token_requests::TokenRequests;
 use super::tool_call::{call_reporting_progress, reply_of};
 use crate::grpc::outgoing_tls::http_client_builder;
-use crate::grpc::provider_tls::{ProviderTls, causes};
+use crate::grpc::provider_tls::ProviderTls;
 use crate::invoke::caller::{
     FailureKind, MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX, ProviderCall, ProviderCaller,
     ProviderFailure, ProviderReply,
@@ -59,6 +57,7 @@ pub(super) mod code {
     pub(in crate::mcp) const UNKNOWN: i32 = 2;
     pub(in crate::mcp) const INVALID_ARGUMENT: i32 = 3;
     pub(in crate::mcp) const NOT_FOUND: i32 = 5;
+    pub(in crate::mcp) const PERMISSION_DENIED: i32 = 7;
     pub(in crate::mcp) const INTERNAL: i32 = 13;
 }
 
@@ -135,13 +134,14 @@ impl ClientHandler for SessionEvents {
 /// Opens a session with the MCP server at `url` (an `http://` or `https://` URL), over TLS as
 /// `tls` says (the TLS to providers: `provider_ca_file` and the client certificate),
 /// authenticating as `auth` says: a bearer token sent as `Authorization: Bearer ...`, or access
-/// tokens got with OAuth client credentials ([`AccessTokens`]). The server's log messages name
-/// it `endpoint`.
+/// tokens got with OAuth client credentials ([`AccessTokens`], each request for one counted in
+/// `token_requests`). The server's log messages name it `endpoint`.
 async fn connect(
     endpoint: &str,
     url: &str,
     auth: Option<ServerAuth>,
     tls: &ProviderTls,
+    token_requests: Arc<TokenRequests>,
 ) -> Result<McpSession, String> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
     let client = http_client_builder(Some(&tls.http_config()))
@@ -150,7 +150,7 @@ async fn connect(
     let events = SessionEvents::of(endpoint);
     match auth {
         Some(ServerAuth::ClientCredentials(credentials)) => {
-            let obtaining = AccessTokens::obtain(url, &credentials, tls);
+            let obtaining = AccessTokens::obtain(url, &credentials, tls, token_requests);
             let tokens = tokio::time::timeout(CONNECT_TIMEOUT, obtaining)
                 .await
                 .map_err(|_| {
@@ -207,87 +207,6 @@ async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSession, Strin
     initialized(&shown, opening, Via::Stdio { endpoint }).await
 }
 
-/// How a session is opened, as far as what its failure says is concerned.
-#[derive(Clone, Copy)]
-enum Via<'a> {
-    /// Over HTTP, with the TLS to providers.
-    Http(&'a ProviderTls),
-    /// Over the standard input and output of a server toolplane started for `endpoint`.
-    Stdio { endpoint: &'a str },
-}
-
-/// The session `opening` opens with `server` (`via` HTTP or stdio), or why it could not be
-/// opened.
-async fn initialized(
-    server: &str,
-    opening: impl std::future::Future<Output = Result<McpSession, ClientInitializeError>>,
-    via: Via<'_>,
-) -> Result<McpSession, String> {
-    match tokio::time::timeout(CONNECT_TIMEOUT, opening).await {
-        Ok(Ok(session)) => Ok(session),
-        Ok(Err(error)) => Err(opening_failure(server, &error, via)),
-        Err(_) => Err(format!(
-            "MCP server {server} did not complete the initialize handshake within {CONNECT_TIMEOUT:?}"
-        )),
-    }
-}
-
-/// Why a session with `server` could not be opened: for a failure to reach it, the errors
-/// that made it, innermost last (the SDK's own wording names its transport's Rust type), and
-/// what the TLS to providers adds (see [`ProviderTls::failure_hint`]); for a server started
-/// over stdio whose pipes failed, where to look.
-fn opening_failure(server: &str, error: &ClientInitializeError, via: Via<'_>) -> String {
-    // Over stdio, the pipes failing (closed, or broken as the request is written) means the
-    // process has ended or shut them.
-    if let Via::Stdio { endpoint } = via
-        && matches!(
-            error,
-            ClientInitializeError::ConnectionClosed(_)
-                | ClientInitializeError::TransportError { .. }
-        )
-    {
-        return format!(
-            "MCP server {server} ended before answering the initialize request ({error}): it \
-             exited, or does not speak MCP over stdio ({})",
-            server_logs::where_its_stderr_is(endpoint)
-        );
-    }
-    let ClientInitializeError::TransportError { error, .. } = error else {
-        return format!("cannot open an MCP session with {server}: {error}");
-    };
-    let failed = inner_failure(error);
-    let hint = match via {
-        Via::Http(tls) => tls.failure_hint(failed),
-        Via::Stdio { .. } => String::new(),
-    };
-    format!(
-        "cannot reach MCP server {server}: {}{hint}",
-        failure_text(failed)
-    )
-}
-
-/// The error inside a transport's: the HTTP client's own, which the SDK's error holds without
-/// naming as its source, else the SDK's (whose own wording names its transport's Rust type).
-fn inner_failure(error: &DynamicTransportError) -> &(dyn std::error::Error + 'static) {
-    match error.error.downcast_ref() {
-        Some(StreamableHttpError::<reqwest::Error>::Client(http)) => http,
-        _ => error.error.as_ref(),
-    }
-}
-
-/// `failed` and the errors that made it, innermost last.
-fn failure_text(failed: &(dyn std::error::Error + 'static)) -> String {
-    let mut texts: Vec<String> = Vec::new();
-    for cause in causes(failed) {
-        let text = cause.to_string();
-        // Wrappers repeat what they wrap.
-        if !texts.last().is_some_and(|last| last.contains(&text)) {
-            texts.push(text);
-        }
-    }
-    texts.join(": ")
-}
-
 /// Calls tools of MCP servers: over each import's own session for the service it registered,
 /// else over one session per endpoint (see [`super::session_keys`]).
 #[derive(Debug, Clone)]
@@ -297,6 +216,8 @@ pub struct McpCaller {
     imports: Arc<ArcSwap<ImportEndpoints>>,
     /// How `mcp+https://` servers are reached: the TLS to providers.
     tls: ProviderTls,
+    /// The OAuth access tokens asked for by the sessions opened.
+    token_requests: Arc<TokenRequests>,
 }
 
 impl Default for McpCaller {
@@ -307,6 +228,7 @@ impl Default for McpCaller {
             sessions: moka::future::Cache::builder().max_capacity(10_000).build(),
             imports: Arc::default(),
             tls: ProviderTls::default(),
+            token_requests: Arc::default(),
         }
     }
 }
@@ -340,6 +262,11 @@ impl McpCaller {
         self.imports.store(Arc::new(ImportEndpoints::of(imports)));
     }
 
+    /// The OAuth access tokens its sessions have asked for, by reason and outcome.
+    pub fn token_requests(&self) -> Arc<TokenRequests> {
+        Arc::clone(&self.token_requests)
+    }
+
     /// Closes the session `key`, if it is open (stopping a server toolplane started, once the
     /// calls on it have ended): the next use opens another.
     pub async fn close(&self, key: &SessionKey) {
@@ -362,6 +289,7 @@ impl McpCaller {
             .to_owned();
         let Opening { auth, command } = self.imports.load().opening(key);
         let tls = self.tls.clone();
+        let token_requests = Arc::clone(&self.token_requests);
         let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
         let endpoint = endpoint.clone();
         self.sessions
@@ -372,7 +300,7 @@ impl McpCaller {
                         "no MCP server command is configured for {url}: only an \
                          [[mcp_imports]] entry starts a server over stdio"
                     )),
-                    None => connect(&endpoint, &url, auth, &tls).await,
+                    None => connect(&endpoint, &url, auth, &tls, token_requests).await,
                 };
                 opened.map(Arc::new)
             })
@@ -445,6 +373,18 @@ impl McpCaller {
                 unsent: false,
                 detail: None,
             }),
+            // The server kept its session: only this call was refused.
+            Err(ServiceError::TransportSend(error)) if let Some(why) = scope_refusal(&error) => {
+                Err(ProviderFailure {
+                    kind: FailureKind::Other(code::PERMISSION_DENIED),
+                    reason: "TOOL_FAILED".to_owned(),
+                    message: format!(
+                        "the MCP server refused the call for want of an OAuth scope: {why}"
+                    ),
+                    unsent: false,
+                    detail: None,
+                })
+            }
             Err(other) => {
                 self.forget(&key, &session).await;
                 let ended = key.endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX)

@@ -8,7 +8,7 @@
 //! This module holds the table and its check; [`super::access_tokens`] gets and renews the
 //! tokens.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -62,10 +62,13 @@ pub struct ClientCredentials {
 pub enum ClientProof {
     /// With the client's secret.
     Secret(Secret),
-    /// With a JWT signed by this key (PEM).
+    /// With a JWT signed by the key in a PEM file.
     PrivateKey {
-        /// The key, as its PEM text.
+        /// The key, as its PEM text when the configuration was read.
         pem: Secret,
+        /// The file it was read from, read again before each token request (so a rotated
+        /// key is used from the next one).
+        file: PathBuf,
         /// The algorithm it signs with.
         algorithm: SigningAlgorithm,
     },
@@ -220,20 +223,9 @@ impl ClientCredentialsConfig {
                         names.join(", ")
                     ))
                 })?;
-                let pem = std::fs::read_to_string(file).map_err(|error| {
-                    problem(format!(
-                        "cannot read private_key_file {}: {error}",
-                        file.display()
-                    ))
-                })?;
-                signs(&pem, algorithm).map_err(|error| {
-                    problem(format!(
-                        "private_key_file {} holds no {name} signing key: {error}",
-                        file.display()
-                    ))
-                })?;
                 ClientProof::PrivateKey {
-                    pem: Secret(pem),
+                    pem: read_key(file, algorithm).map_err(problem)?,
+                    file: file.clone(),
                     algorithm,
                 }
             }
@@ -252,6 +244,20 @@ impl ClientCredentialsConfig {
             authorization_server: self.authorization_server.clone(),
         })
     }
+}
+
+/// The signing key in the PEM file `file`, once a test signature with `algorithm` has shown
+/// it is one; the error names the file and what is wrong with it.
+pub fn read_key(file: &Path, algorithm: SigningAlgorithm) -> Result<Secret, String> {
+    let pem = std::fs::read_to_string(file)
+        .map_err(|error| format!("cannot read private_key_file {}: {error}", file.display()))?;
+    signs(&pem, algorithm).map_err(|error| {
+        format!(
+            "private_key_file {} holds no {algorithm} signing key: {error}",
+            file.display()
+        )
+    })?;
+    Ok(Secret(pem))
 }
 
 /// Whether `pem` signs with `algorithm`: a test signature, so a wrong key is found when the

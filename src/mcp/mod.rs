@@ -10,7 +10,8 @@
 //! - [`client`]: calling the tools of MCP servers (services whose endpoint is an MCP URL).
 //! - [`client_credentials`]: an import's OAuth client credentials, checked;
 //!   [`access_tokens`]: the access tokens got with them; [`authorized_http`]: the HTTP client
-//!   that sends them.
+//!   that sends them; [`token_requests`]: how many tokens were asked for.
+//! - [`session_failures`]: what a failed session, or a failed request on one, says.
 //! - [`session_keys`]: which session a use of an MCP server goes over (an import's own, or
 //!   one shared per URL).
 //! - [`import`]: the tools of configured MCP servers, registered as services.
@@ -36,7 +37,9 @@ pub mod live_imports;
 pub mod progress_routes;
 pub mod rtfs;
 pub mod server_logs;
+mod session_failures;
 pub mod session_keys;
+pub mod token_requests;
 pub mod tool_call;
 pub mod tools;
 

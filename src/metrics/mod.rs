@@ -30,6 +30,7 @@ use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::record_stats::DURATION_BUCKETS;
 use crate::invoke::records::{InvocationStatus, RecordLog};
 use crate::mcp::import::LiveImports;
+use crate::mcp::token_requests::{TokenReason, TokenRequests};
 use crate::mcp::{McpRefusals, McpSessions};
 use crate::registry::lateness::LATENESS_BUCKETS;
 use crate::registry::store::RegistryStore;
@@ -51,6 +52,8 @@ pub struct MetricsSources {
     pub agents: Arc<AgentStore>,
     /// The MCP imports running, and whether each one's tools are registered now.
     pub mcp_imports: LiveImports,
+    /// The OAuth access tokens the MCP imports have asked for.
+    pub mcp_token_requests: Arc<TokenRequests>,
     /// The MCP endpoint's sessions, when it is served.
     pub mcp_sessions: Option<McpSessions>,
     /// The MCP requests tenant access refused, when the endpoint is served.
@@ -226,6 +229,28 @@ impl Collector for MetricsSources {
              back: not approved, or changed since approved (the log names each).",
             self.mcp_imports.held_tools(),
         )?;
+        let mut token_requests = encoder.encode_descriptor(
+            "toolplane_mcp_import_token_requests",
+            "OAuth access tokens the MCP imports with oauth_client_credentials asked their \
+             servers' authorization servers for, by why (session: a session opened; expiring: \
+             the token in use was about to expire; rejected: the server answered 401; \
+             insufficient_scope: the server asked for more scopes) and outcome (granted, or \
+             failed: refused or not answered; the log says why).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (reason, (granted, failed)) in TokenReason::ALL
+            .iter()
+            .zip(self.mcp_token_requests.counts())
+        {
+            for (outcome, count) in [("granted", granted), ("failed", failed)] {
+                token_requests
+                    .encode_family(&[("reason", reason.name()), ("outcome", outcome)])?
+                    .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                        &count, None,
+                    )?;
+            }
+        }
         if let Some(sessions) = &self.mcp_sessions {
             gauge(
                 &mut encoder,
@@ -354,6 +379,7 @@ pub(crate) fn test_sources() -> MetricsSources {
         rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
         agents: Arc::new(AgentStore::new(10, 0, 0)),
         mcp_imports: LiveImports::start(&imports, &registry, &Default::default()),
+        mcp_token_requests: Arc::default(),
         mcp_sessions: Some(McpSessions::default()),
         mcp_refusals: Some(Arc::default()),
         reloads: Arc::default(),
@@ -400,6 +426,9 @@ mod tests {
             ..test_sources()
         };
         sources.reloads.record(ReloadedFiles::ServedTls, false);
+        sources
+            .mcp_token_requests
+            .count(TokenReason::InsufficientScope, false);
         let text = render(&sources);
         for line in [
             "# TYPE toolplane_invocations counter",
@@ -421,6 +450,9 @@ mod tests {
             "toolplane_mcp_imports{state=\"imported\"} 0",
             "toolplane_mcp_imports{state=\"not_imported\"} 2",
             "toolplane_mcp_import_held_tools 0",
+            "# TYPE toolplane_mcp_import_token_requests counter",
+            "toolplane_mcp_import_token_requests_total{reason=\"session\",outcome=\"granted\"} 0",
+            "toolplane_mcp_import_token_requests_total{reason=\"insufficient_scope\",outcome=\"failed\"} 1",
             "toolplane_mcp_sessions 0",
             "toolplane_mcp_requests_refused_total{reason=\"unknown_token\"} 0",
             "toolplane_file_reloads_total{files=\"served_tls\",result=\"refused\"} 1",

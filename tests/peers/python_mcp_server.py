@@ -10,7 +10,8 @@ Run by the tests of MCP imports (tests/mcp_import*.rs, mcp_gateway.rs, json_log.
 
     python python_mcp_server.py PORT [BEARER_TOKEN] [--tls-cert F --tls-key F [--tls-client-ca F]]
     python python_mcp_server.py PORT --oauth-client ID:SECRET [--token-lifetime SECONDS]
-        [--resource-metadata-path PATH] [--required-scope S]...
+        [--resource-metadata-path PATH] [--required-scope S]... [--tool-scope TOOL=S]...
+        [--withheld-scope S]... [--refused-scope S]... [--client-public-key FILE]
     python python_mcp_server.py stdio
 
 With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401.
@@ -23,7 +24,14 @@ tokens were issued and refused (`oauth_counts`) and revoke every token (`revoke_
 --resource-metadata-path PATH too, the protected resource metadata is served at PATH only (not
 at its well-known location), and the 401 challenges name it there. With --required-scope S
 (repeatable), a token must have scope S (else 403 insufficient_scope), the metadata names S in
-`scopes_supported`, and the token endpoint grants only the scopes named so.
+`scopes_supported`, and the token endpoint grants only the scopes named so (or by
+--tool-scope). With --tool-scope TOOL=S (repeatable), a call of tool TOOL with a token without
+scope S is answered 403 insufficient_scope naming S alone (the challenge MCP's step-up
+authorization answers). The token endpoint refuses to grant a scope named by --refused-scope
+(invalid_scope), and leaves one named by --withheld-scope out of the tokens it grants (as
+RFC 6749 lets it, saying so in the answer's `scope`). With --client-public-key FILE, the client
+may also authenticate with a JWT assertion (private_key_jwt, RFC 7523) signed with ES256 by
+the key whose public half FILE holds; FILE is read at each token request.
 With --tls-cert and --tls-key, it serves HTTPS with that certificate; with --tls-client-ca
 too, it accepts only clients presenting a certificate that CA signed.
 With `stdio`, it speaks MCP over its standard input and output instead.
@@ -31,6 +39,7 @@ With `stdio`, it speaks MCP over its standard input and output instead.
 
 import argparse
 import base64
+import json
 import os
 import secrets
 import socket
@@ -39,6 +48,7 @@ import sys
 import time
 
 import anyio
+import jwt
 import uvicorn
 
 from pydantic import BaseModel
@@ -136,14 +146,18 @@ class TokenIssuer:
     """The authorization server's side of --oauth-client: grants client credentials, and
     checks the tokens it issued (the SDK's TokenVerifier)."""
 
-    def __init__(self, base_url, client_id, client_secret, lifetime, scopes):
+    def __init__(self, base_url, client_id, client_secret, lifetime, scopes, options):
         # An issuer with a path, as realms of one authorization server have: its metadata is
         # not where a client looking at the MCP server's own URL would find it.
         self.issuer = f"{base_url}/issuer"
         self.resource = f"{base_url}/mcp"
         self.client = (client_id, client_secret)
         self.lifetime = lifetime
-        self.scopes = scopes
+        self.scopes = scopes + [scope for _, _, scope in
+                                (pair.partition("=") for pair in options.tool_scope)]
+        self.withheld = options.withheld_scope
+        self.refused_scopes = options.refused_scope
+        self.public_key_file = options.client_public_key
         self.expiry = {}
         self.granted = {}
         self.issued = 0
@@ -163,7 +177,9 @@ class TokenIssuer:
             "authorization_endpoint": f"{self.issuer}/authorize",
             "token_endpoint": f"{self.issuer}/token",
             "grant_types_supported": ["client_credentials"],
-            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"]
+            + (["private_key_jwt"] if self.public_key_file else []),
+            "token_endpoint_auth_signing_alg_values_supported": ["ES256"],
             "response_types_supported": ["token"],
         })
 
@@ -174,6 +190,8 @@ class TokenIssuer:
         if basic.startswith("Basic "):
             client_id, _, secret = base64.b64decode(basic[6:]).decode().partition(":")
             client = (client_id, secret)
+        if form.get("client_assertion") and self.public_key_file:
+            client = self.client if self.asserted(form) else None
         if client != self.client:
             return JSONResponse({"error": "invalid_client"}, status_code=401)
         if form.get("grant_type") != "client_credentials":
@@ -183,21 +201,84 @@ class TokenIssuer:
                                  "error_description": f"not {form.get('resource')!r}"},
                                 status_code=400)
         asked = (form.get("scope") or "").split()
-        if any(scope not in self.scopes for scope in asked):
+        if any(scope not in self.scopes or scope in self.refused_scopes for scope in asked):
             return JSONResponse({"error": "invalid_scope"}, status_code=400)
+        granted = [scope for scope in asked if scope not in self.withheld]
         token = secrets.token_urlsafe(24)
         self.expiry[token] = time.time() + self.lifetime
-        self.granted[token] = asked
+        self.granted[token] = granted
         self.issued += 1
         return JSONResponse({"access_token": token, "token_type": "Bearer",
-                             "expires_in": self.lifetime})
+                             "expires_in": self.lifetime, "scope": " ".join(granted)})
+
+    def asserted(self, form):
+        """Whether the form's client assertion is a JWT for this token endpoint, from the
+        client, signed by the key in the public key file (read now)."""
+        if form.get("client_assertion_type") != "urn:ietf:params:oauth:client-assertion-type:jwt-bearer":
+            return False
+        with open(self.public_key_file) as file:
+            key = file.read()
+        try:
+            claims = jwt.decode(form["client_assertion"], key, algorithms=["ES256"],
+                                audience=[f"{self.issuer}/token", self.issuer],
+                                options={"require": ["exp", "iss", "sub"]})
+        except jwt.PyJWTError:
+            return False
+        return claims["iss"] == claims["sub"] == self.client[0]
+
+    def scope_guard(self, app, tool_scopes):
+        """The ASGI app `app`, answering a call of a tool of `tool_scopes` (tool: scope) made
+        with a token without its scope 403 insufficient_scope, naming that scope only."""
+        challenge_metadata = f"{self.resource.removesuffix('/mcp')}/.well-known/oauth-protected-resource/mcp"
+
+        async def guarded(scope, receive, send):
+            if scope["type"] != "http" or scope["method"] != "POST":
+                return await app(scope, receive, send)
+            body, more = b"", True
+            while more:
+                message = await receive()
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+            try:
+                request = json.loads(body)
+            except ValueError:
+                request = None
+            tool = (request.get("params") or {}).get("name") \
+                if isinstance(request, dict) and request.get("method") == "tools/call" else None
+            authorization = dict(scope["headers"]).get(b"authorization", b"").decode()
+            token = authorization.removeprefix("Bearer ")
+            needed = tool_scopes.get(tool)
+            if needed and token in self.granted and needed not in self.granted[token]:
+                challenge = (f'Bearer error="insufficient_scope", scope="{needed}", '
+                             f'resource_metadata="{challenge_metadata}"')
+                await send({"type": "http.response.start", "status": 403,
+                            "headers": [(b"www-authenticate", challenge.encode()),
+                                        (b"content-type", b"application/json")]})
+                await send({"type": "http.response.body",
+                            "body": b'{"error": "insufficient_scope"}'})
+                return
+            replayed = False
+
+            async def replay():
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await app(scope, replay, send)
+
+        return guarded
 
 
-def take_oauth_tokens(port, client, lifetime, scopes):
-    """Makes the server take only the tokens a TokenIssuer on `port` issues to `client`, with
-    `scopes` (which its metadata names, and which a token must have)."""
-    client_id, _, client_secret = client.partition(":")
-    issuer = TokenIssuer(f"http://127.0.0.1:{port}", client_id, client_secret, lifetime, scopes)
+def take_oauth_tokens(port, options):
+    """Makes the server take only the tokens a TokenIssuer on `port` issues to the client
+    `options` name, with the scopes they require (which its metadata names, and which a token
+    must have); returns the issuer."""
+    client_id, _, client_secret = options.oauth_client.partition(":")
+    scopes = options.required_scope
+    issuer = TokenIssuer(f"http://127.0.0.1:{port}", client_id, client_secret,
+                         options.token_lifetime, scopes, options)
     # The SDK takes these when the server is made; the server is made, with its tools, above.
     server.settings.auth = AuthSettings(issuer_url=issuer.issuer,
                                         resource_server_url=issuer.resource,
@@ -218,6 +299,7 @@ def take_oauth_tokens(port, client, lifetime, scopes):
 
     server.add_tool(oauth_counts)
     server.add_tool(revoke_tokens)
+    return issuer
 
 
 def move_resource_metadata(app, path):
@@ -257,6 +339,10 @@ if __name__ == "__main__":
     parser.add_argument("--token-lifetime", type=int, default=60)
     parser.add_argument("--resource-metadata-path")
     parser.add_argument("--required-scope", action="append", default=[])
+    parser.add_argument("--tool-scope", action="append", default=[])
+    parser.add_argument("--withheld-scope", action="append", default=[])
+    parser.add_argument("--refused-scope", action="append", default=[])
+    parser.add_argument("--client-public-key")
     args = parser.parse_args()
     if args.port == "stdio":
         print("python-tools: serving MCP over stdio", file=sys.stderr, flush=True)
@@ -266,10 +352,12 @@ if __name__ == "__main__":
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", int(args.port)))
+    issuer = None
     if args.oauth_client:
-        take_oauth_tokens(listener.getsockname()[1], args.oauth_client, args.token_lifetime,
-                          args.required_scope)
+        issuer = take_oauth_tokens(listener.getsockname()[1], args)
     app = server.streamable_http_app(host="127.0.0.1")
+    if args.tool_scope:
+        app = issuer.scope_guard(app, dict(pair.split("=", 1) for pair in args.tool_scope))
     if args.resource_metadata_path:
         app = move_resource_metadata(app, args.resource_metadata_path)
     if args.token:
