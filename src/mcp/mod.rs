@@ -11,7 +11,7 @@
 //! - [`client_credentials`]: an import's OAuth client credentials, checked;
 //!   [`access_tokens`]: the access tokens got with them; [`authorized_http`]: the HTTP client
 //!   that sends them; [`token_requests`]: how many tokens were asked for.
-//! - [`session_failures`]: what a failed session, or a failed request on one, says.
+//! - `session_failures`: what a failed session, or a failed request on one, says.
 //! - [`session_keys`]: which session a use of an MCP server goes over (an import's own, or
 //!   one shared per URL).
 //! - [`import`]: the tools of configured MCP servers, registered as services.
