@@ -41,7 +41,8 @@ MCP_CONFORMANCE_PEERS=(
   "node@22.23.3"
 )
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's heading says how long the script had run when it began (CI's budget is 30 minutes).
+step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 # Runs the install command "$2..." unless the stamp file $1 already lists exactly these peers.
 install_once() {
@@ -87,3 +88,5 @@ cargo test --doc
 
 step "toolplane-bench run --quick (checks the benchmark harness still works; its numbers mean nothing)"
 cargo run --quiet --bin toolplane-bench -- run --quick > /dev/null
+
+step "done"
