@@ -3,7 +3,7 @@
 //! context on the tool calls. Live state, a busy agent, cancellation, manual transitions and
 //! bad input are in `agent_control.rs`.
 
-mod common;
+use crate::common;
 
 use common::agent_fixture::*;
 use common::provider::start_structs_provider;

@@ -1,7 +1,7 @@
 //! AgentService through the real server, with real provider servers: live state during a
 //! turn and a busy agent, cancellation mid-loop, manual transitions and bad input.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

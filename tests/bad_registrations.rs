@@ -2,7 +2,7 @@
 //! over a tenant's quota of services, tools or tool bytes), an ErrorInfo reason
 //! and BadRequest violations naming the field (and tool and JSON pointer); nothing is stored.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! Rust client's `ToolplaneClient::with_bearer_token`), and read by the server from a token
 //! file again when it changes.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

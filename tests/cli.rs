@@ -2,7 +2,7 @@
 //! clean exit 0 on SIGTERM, its log lines; what each binary's `--help` says it is; and that the
 //! benchmark harness repeats its measurements as asked, and runs over TLS.
 
-mod common;
+use crate::common;
 
 use common::process::{ServerProcess, run_binary, toolplane_cli};
 use common::*;

@@ -4,7 +4,7 @@
 //! are compressed as `response_compression` says: as the request was (`mirror`, the default),
 //! with gzip whenever the caller accepts it (`gzip`), or never (`off`).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 

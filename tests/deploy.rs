@@ -4,7 +4,7 @@
 //! environment and the ConfigMap's `toolplane.toml`, answering its probes, gRPC health and an
 //! MCP client that names the Service, and stopping cleanly on SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

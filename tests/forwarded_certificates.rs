@@ -5,7 +5,7 @@
 //! anyone else the header is ignored. Over gRPC (the generated Rust client and grpcurl) and the
 //! MCP endpoint.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Command;

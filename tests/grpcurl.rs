@@ -1,7 +1,7 @@
 //! The running server driven by real grpcurl (1.8.6, reflection v1alpha): list, describe, a
 //! RegisterService with a JSON body, SearchTools, ListTools by domain, Preflight, and grpc.health.v1 Check.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

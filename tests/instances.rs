@@ -3,7 +3,7 @@
 //! spread over the live instances (passing over one gone without deregistering, and one
 //! failing its health checks), with real provider servers.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -4,7 +4,7 @@
 //! eviction, unknown tools and per-tenant records, the caller's trace context passed on.
 //! Deadlines, limits, retries and provider failures are in `invoke_failures.rs`.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 

@@ -3,7 +3,7 @@
 //! under the caller's policy (and none without it), unreachable and unhealthy providers, and a
 //! provider whose error details do not decode, and a tool whose handler panics.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -2,7 +2,7 @@
 //! real provider on loopback: past it a call is refused at once without reaching the provider,
 //! and a slot comes back when a call is answered and when its caller goes away.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,7 +1,7 @@
 //! InvokeTool reads the input's bytes once and sends them on as they came: what is validated
 //! and hashed is what the provider decodes, and bytes that are no input are the caller's error.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

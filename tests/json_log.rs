@@ -9,7 +9,7 @@
 //!   saying where to find it;
 //! - a panic, as an ERROR event (Rust's own hook writes it to stderr as lines of text).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -161,12 +161,16 @@ fn a_panic_is_logged_as_one_json_event() {
         assert!(panicked.is_err());
         return;
     }
+    // The harness names a test by its path below the crate (`json_log::...`).
+    let module = module_path!()
+        .split_once("::")
+        .map(|(_, below)| format!("{below}::"));
+    let exact_name = format!(
+        "{}a_panic_is_logged_as_one_json_event",
+        module.unwrap_or_default()
+    );
     let child = std::process::Command::new(std::env::current_exe().expect("this test binary"))
-        .args([
-            "--exact",
-            "a_panic_is_logged_as_one_json_event",
-            "--nocapture",
-        ])
+        .args(["--exact", &exact_name, "--nocapture"])
         .env(PANICKING_CHILD, "1")
         .env_remove("RUST_LOG")
         .env_remove("RUST_BACKTRACE")

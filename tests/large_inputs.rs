@@ -3,7 +3,7 @@
 //! caller's other calls on the same connection go on meanwhile, and a check that outlasts the
 //! caller's deadline is answered at the deadline and recorded.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! ListTools/ListServices filters and paging (stable under churn), and Preflight.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 

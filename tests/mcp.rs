@@ -4,7 +4,7 @@
 //! the endpoint refuses; and a client with and without a certificate checks it over mutual TLS.
 //! The MCP conformance suite's runs are in `tests/mcp_conformance.rs`.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -120,26 +120,13 @@ async fn with_tls_served_the_endpoint_takes_only_callers_with_a_certificate() {
     };
     let (server, mcp) = TestServer::start_with_mcp(options).await;
     let url = format!("https://127.0.0.1:{}/mcp", mcp.port());
-    // reqwest's own TLS setup (a client certificate here) uses the process's crypto provider.
-    let _already_installed =
-        tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-    let trusting = || {
-        reqwest::Client::builder()
-            .tls_certs_only([
-                reqwest::Certificate::from_pem(ca.pem().as_bytes()).expect("CA certificate")
-            ])
-    };
-    let issued = ca.client("mcp-client");
-    let identity =
-        reqwest::Identity::from_pem(format!("{}{}", issued.cert_pem, issued.key_pem).as_bytes())
-            .expect("client identity");
-    let with_certificate = trusting().identity(identity).build().expect("client");
+    let with_certificate = ca.https_client(Some(&ca.client("mcp-client")));
     let answer = initialize(&with_certificate, &url)
         .send()
         .await
         .expect("answered over TLS");
     assert_eq!(answer.status(), 200);
-    let without = trusting().build().expect("client");
+    let without = ca.https_client(None);
     let refused = initialize(&without, &url).send().await;
     assert!(
         refused.is_err(),

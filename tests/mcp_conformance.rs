@@ -5,7 +5,7 @@
 //! tools of MCP servers (client scenarios, with `tests/peers/mcp_conformance_client.sh` serving
 //! an import of the suite's server and calling its tool through the toolplane CLI).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! is cancelled at the server. Real servers: the TypeScript SDK's reference servers
 //! (`server-everything`, `server-filesystem`) and one built with the official Python SDK.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

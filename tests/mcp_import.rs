@@ -4,7 +4,7 @@
 //! list changed, and expired while it is gone. The TypeScript SDK's reference server is imported
 //! over stdio. (What MCP clients of toolplane get from imported servers: `mcp_gateway.rs`.)
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! and counted, and `toolplane config review-imports` prints the hashes that `serve` then
 //! takes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! scopes (403 `insufficient_scope`) and checks JWT assertions against a key file that is
 //! rotated.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

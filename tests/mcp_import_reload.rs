@@ -5,7 +5,7 @@
 //! (watchers see `REMOVED`) and the server toolplane started for it is stopped, and a file that
 //! does not check is refused with the imports running kept.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

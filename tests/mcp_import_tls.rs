@@ -4,7 +4,7 @@
 //! with a message saying what it was checked against. The server is a real MCP server built
 //! with the official MCP Python SDK, served by uvicorn over TLS.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The Prometheus metrics endpoint of the real server on loopback, scraped over HTTP/1.1 as
 //! Prometheus does, after real invocations through a real provider.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

@@ -1,7 +1,7 @@
 //! The OpenAI-compatible client against a local HTTP server speaking the chat-completions wire
 //! format (JSON answers, SSE chunks, tool_calls), directly and as the model of real agents.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

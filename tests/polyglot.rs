@@ -5,7 +5,7 @@
 //! registration, paging, pre-flight, invocation, google.rpc error details, deadlines, server
 //! streams and, from Python, grpc.health.v1 Check and Watch and an agent's streamed turn.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! cancelled, grpc.health.v1 checks (Python), mutual TLS (BoringSSL and OpenSSL),
 //! deregistration, and replicas registered with instance ids (one crashing).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! check goes unanswered, closed, and dialled again. And a provider that stops on purpose,
 //! which deregisters before it stops answering.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

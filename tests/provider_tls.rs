@@ -3,7 +3,7 @@
 //! own certificate to providers that ask for one (mutual TLS). And the provider SDK's own TLS
 //! files, renewed on disk, used without a restart.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

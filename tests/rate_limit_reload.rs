@@ -3,7 +3,7 @@
 //! without a restart, against the example provider: a service limit raised, a tool limit
 //! added, and a file that does not check refused with the limits in force kept.
 
-mod common;
+use crate::common;
 
 use common::process::{ChildGuard, ServerProcess, wait_for_structs_provider, wait_until};
 use common::{meta, reason};

@@ -1,7 +1,7 @@
 //! The invocation record log across restarts (a torn last line included) and `toolplane audit
 //! verify`, and a provider that registers again by itself when the control plane restarts.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

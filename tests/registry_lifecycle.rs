@@ -1,6 +1,6 @@
 //! Register, heartbeat, deregister, get, ambiguity and tenant isolation through the real server.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

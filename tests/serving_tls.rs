@@ -2,7 +2,7 @@
 //! callers for client certificates (`tls_client_ca_file`): the generated client, the Rust
 //! client, grpcurl and the binaries over TLS.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;

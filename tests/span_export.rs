@@ -4,7 +4,7 @@
 //! renewed; each received by a collector served here that decodes OpenTelemetry's own
 //! messages.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Spans exported over OTLP/gRPC by the real server, received by a collector served here from
 //! OpenTelemetry's own generated collector service, with a real provider answering the calls.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

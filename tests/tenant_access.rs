@@ -3,7 +3,7 @@
 //! sends is granted, on every API: the generated Rust client, grpc.health.v1, the MCP endpoint,
 //! and grpcurl.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -276,21 +276,7 @@ async fn standard_health_checks_the_tenant_of_the_header() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_mcp_endpoint_checks_the_tenant_of_each_request() {
     let guarded = guarded().await;
-    // reqwest's own TLS setup (a client certificate here) uses the process's crypto provider.
-    let _already_installed =
-        tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-    let client = |who: &Issued| {
-        let identity =
-            reqwest::Identity::from_pem(format!("{}{}", who.cert_pem, who.key_pem).as_bytes())
-                .expect("client identity");
-        reqwest::Client::builder()
-            .tls_certs_only([
-                reqwest::Certificate::from_pem(guarded.ca.pem().as_bytes()).expect("CA")
-            ])
-            .identity(identity)
-            .build()
-            .expect("client")
-    };
+    let client = |who: &Issued| guarded.ca.https_client(Some(who));
     let url = format!("https://127.0.0.1:{}/mcp", guarded.mcp.port());
     let list = |client: &reqwest::Client, tenant: &str| tools_list(client, &url, tenant).send();
     let channel = guarded.channel(&guarded.planner).await;

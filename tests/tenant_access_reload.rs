@@ -3,7 +3,7 @@
 //! connections open before the change (the generated Rust client's one connection, the MCP
 //! endpoint); a change that cannot be used is logged and the rules in force stay.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

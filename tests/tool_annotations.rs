@@ -4,7 +4,7 @@
 //! (nothing stored changes), served to MCP clients as the tools' annotations, and kept from
 //! the tools of an MCP server toolplane imports (the MCP Python SDK's).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

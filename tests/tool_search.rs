@@ -2,7 +2,7 @@
 //! client and the Rust client, results that follow registrations at once, errors that name the
 //! field, and `toolplane search` for people and scripts.
 
-mod common;
+use crate::common;
 
 use common::process::{ServerProcess, toolplane_cli};
 use common::*;

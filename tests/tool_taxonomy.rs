@@ -3,7 +3,7 @@
 //! them), refused with the field named when malformed (nothing stored changes), shown by
 //! `toolplane tools`, and written by `toolplane export-rtfs` into RTFS capabilities.
 
-mod common;
+use crate::common;
 
 use common::process::{ServerProcess, toolplane_cli};
 use common::*;

@@ -1,7 +1,7 @@
 //! WatchServices (snapshot, SYNCED, events, expiry, limits) and, in `health`, health:
 //! toolplane.v1.HealthService and grpc.health.v1 with the spec's Check and Watch semantics.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,51 @@
+//! Every integration test, in one binary: each `tests/NAME.rs` is a module of it. One binary
+//! links the dependency tree once, where a binary per file (44) linked it once each, which took
+//! most of the test script's time. Run one file's tests with
+//! `cargo test --test integration NAME::`.
+
+mod common;
+
+mod agent;
+mod agent_control;
+mod bad_registrations;
+mod bearer_tokens;
+mod cli;
+mod compression;
+mod deploy;
+mod forwarded_certificates;
+mod grpcurl;
+mod instances;
+mod invoke;
+mod invoke_failures;
+mod invoke_in_flight;
+mod invoke_wire;
+mod json_log;
+mod large_inputs;
+mod listing_and_preflight;
+mod mcp;
+mod mcp_conformance;
+mod mcp_gateway;
+mod mcp_import;
+mod mcp_import_approval;
+mod mcp_import_oauth;
+mod mcp_import_reload;
+mod mcp_import_tls;
+mod metrics;
+mod openai;
+mod polyglot;
+mod polyglot_providers;
+mod provider_connections;
+mod provider_tls;
+mod rate_limit_reload;
+mod records_and_restart;
+mod registry_lifecycle;
+mod seed_types;
+mod serving_tls;
+mod span_export;
+mod spans;
+mod tenant_access;
+mod tenant_access_reload;
+mod tool_annotations;
+mod tool_search;
+mod tool_taxonomy;
+mod watch_and_health;
