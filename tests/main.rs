@@ -9,6 +9,7 @@ mod agent;
 mod agent_control;
 mod bad_registrations;
 mod bearer_tokens;
+mod bench_harness;
 mod cli;
 mod compression;
 mod deploy;
