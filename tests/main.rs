@@ -1,5 +1,5 @@
 //! Every integration test, in one binary: each `tests/NAME.rs` is a module of it. One binary
-//! links the dependency tree once, where a binary per file (44) linked it once each, which took
+//! links the dependency tree once, where a binary per file linked it 44 times, which took
 //! most of the test script's time. Run one file's tests with
 //! `cargo test --test integration NAME::`.
 

@@ -1,12 +1,10 @@
 //! A test PKI made with rcgen: a CA, and certificates it signs for servers and clients.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
+use toolplane::grpc::outgoing_tls::{
+    ALPN_HTTP, ClientIdentityFiles, OutgoingTlsFiles, OutgoingTlsSettings, http_client_builder,
+};
 use toolplane::grpc::server_tls::ServerTlsFiles;
 
 use rcgen::{
@@ -93,32 +91,28 @@ impl TestCa {
     }
 
     /// An HTTPS client trusting only this CA, presenting `who`'s certificate when given. Its TLS
-    /// is made with the ring provider, as toolplane's own clients' is: no test installs a
-    /// process-wide crypto provider, which would hide, from every test sharing the process, a
-    /// code path that panics without one.
+    /// is made as toolplane's own clients' is (`outgoing_tls`, the ring provider): no test
+    /// installs a process-wide crypto provider, which would hide, from every test sharing the
+    /// process, a code path that panics without one.
     pub fn https_client(&self, who: Option<&Issued>) -> reqwest::Client {
-        let mut roots = rustls::RootCertStore::empty();
-        let ca = CertificateDer::from_pem_slice(self.pem().as_bytes()).expect("CA certificate");
-        roots.add(ca).expect("CA trusted");
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("ring supports rustls's default protocol versions")
-            .with_root_certificates(roots);
-        let config = match who {
-            Some(issued) => {
-                let chain = CertificateDer::pem_slice_iter(issued.cert_pem.as_bytes())
-                    .collect::<Result<Vec<_>, _>>()
-                    .expect("client certificate");
-                let key =
-                    PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).expect("client key");
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .expect("client identity")
-            }
-            None => builder.with_no_client_auth(),
+        const SETTINGS: OutgoingTlsSettings = OutgoingTlsSettings {
+            ca_file: "the test client's CA",
+            client_cert_file: "the test client's certificate",
+            client_key_file: "the test client's key",
         };
-        toolplane::grpc::outgoing_tls::http_client_builder(Some(&config))
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let files = OutgoingTlsFiles {
+            ca_file: Some(self.write(dir.path(), "ca.pem")),
+            client_identity: who.map(|issued| {
+                let (cert_file, key_file) = issued.write(dir.path(), "client");
+                ClientIdentityFiles {
+                    cert_file,
+                    key_file,
+                }
+            }),
+        };
+        let config = (files.client_config(&SETTINGS, ALPN_HTTP)).expect("the test client's TLS");
+        http_client_builder(Some(&config))
             .build()
             .expect("an HTTPS client")
     }
