@@ -111,7 +111,9 @@ impl TestCa {
                 }
             }),
         };
-        let config = (files.client_config(&SETTINGS, ALPN_HTTP)).expect("the test client's TLS");
+        let config = files
+            .client_config(&SETTINGS, ALPN_HTTP)
+            .expect("the test client's TLS");
         http_client_builder(Some(&config))
             .build()
             .expect("an HTTPS client")
