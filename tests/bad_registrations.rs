@@ -112,6 +112,42 @@ async fn external_ref() {
     );
 }
 
+/// A schema whose references make validation exponential is refused, saying where in the
+/// input: 2^30 evaluations of the last definition for every input (minutes of a server thread
+/// per call), from 2 KB of schema. A grpcurl session showed one such schema of 26 levels held
+/// a thread for 0.75 s per `ValidateToolInput` before the bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_whose_validation_is_exponential() {
+    let mut definitions = serde_json::Map::new();
+    for level in 0..30 {
+        let next = json!({"$ref": format!("#/definitions/a{}", level + 1)});
+        definitions.insert(format!("a{level}"), json!({"allOf": [next, next]}));
+    }
+    definitions.insert("a30".into(), json!({"type": "object"}));
+    let mut doubling = simple_tool("ok");
+    doubling.output_schema =
+        schema(json!({"definitions": definitions, "$ref": "#/definitions/a0"}));
+    let recursive = tool(
+        "nested",
+        json!({"type": "object", "properties": {"x": {"anyOf": [{"$ref": "#"}, {"$ref": "#"}]}}}),
+    );
+    let error = rejected(registration("svc", vec![doubling, recursive])).await;
+    let found = violations(&error);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].0, "registration.tools[0].output_schema");
+    assert!(
+        found[0]
+            .1
+            .contains("would evaluate more than 10000 subschemas at its top level"),
+        "{found:?}"
+    );
+    assert_eq!(found[1].0, "registration.tools[1].tool_schema");
+    assert!(found[1].1.contains("\"nested\""), "{found:?}");
+    assert!(found[1].1.contains("subschemas at /x/x/x"), "{found:?}");
+    assert!(found[1].1.contains("exponentially"), "{found:?}");
+    assert_eq!(reason(&error), "VALIDATION_SCHEMA");
+}
+
 /// Output schemas are compiled under the same rules.
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_output_schema() {

@@ -37,6 +37,22 @@ fn import_with_token(
     )
 }
 
+/// The tools the Python server offers, by name.
+const PYTHON_TOOLS: [&str; 8] = [
+    "add", "distance", "fail", "getenv", "grow", "quit", "shout", "wait",
+];
+
+/// The names of a service's tools, sorted.
+fn tool_names(service: &pb::DiscoveryInfo) -> Vec<&str> {
+    let mut names: Vec<&str> = service
+        .available_tools
+        .iter()
+        .map(|tool| tool.tool_name.as_str())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
 /// The imported service, once `ready` says it is as expected (within 30 s).
 async fn wait_for_service(
     server: &TestServer,
@@ -73,18 +89,7 @@ async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
         .await
         .expect("imported");
     assert_eq!(service.endpoint, format!("mcp+{}", mcp.url()));
-    let mut names: Vec<&str> = service
-        .available_tools
-        .iter()
-        .map(|tool| tool.tool_name.as_str())
-        .collect();
-    names.sort_unstable();
-    assert_eq!(
-        names,
-        [
-            "add", "distance", "fail", "getenv", "grow", "quit", "shout", "wait"
-        ]
-    );
+    assert_eq!(tool_names(&service), PYTHON_TOOLS);
     // Read-only and idempotent tools (MCP annotations) are safe to retry; the others are not.
     let retry = pb::ServiceCapability::Retry as i32;
     for tool in &service.available_tools {
@@ -144,6 +149,30 @@ async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
         .expect_err("the tool fails");
     assert_eq!(failed.code(), Code::Unknown, "{failed:?}");
     assert_eq!(reason(&failed), "TOOL_FAILED");
+    server.stop().await;
+}
+
+/// A tool whose input schema would make validation exponential (a reference applied twice
+/// under a property, 2^n evaluations for an input n levels deep) is left out of the import;
+/// the server's other tools are imported and called as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_whose_schema_makes_validation_exponential_is_left_out() {
+    let Some(mcp) = PythonMcpServer::start_with(0, &["--exponential-schema"]) else {
+        return;
+    };
+    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
+    let service = wait_for_service(&server, |found| found.is_some())
+        .await
+        .expect("imported");
+    assert_eq!(tool_names(&service), PYTHON_TOOLS, "nested_filter left out");
+    let refused = invoke(&server, "nested_filter", json!({"where": {}}))
+        .await
+        .expect_err("not imported");
+    assert_eq!(refused.code(), Code::NotFound, "{refused:?}");
+    let added = invoke(&server, "add", json!({"a": 1, "b": 2}))
+        .await
+        .expect("added");
+    assert_eq!(output(&added), json!({"result": 3}));
     server.stop().await;
 }
 

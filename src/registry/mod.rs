@@ -16,6 +16,8 @@ pub mod model;
 pub mod paging;
 pub mod preflight;
 pub mod quota;
+pub mod schema_cost;
+mod schema_graph;
 pub mod search;
 pub mod search_index;
 pub mod search_terms;

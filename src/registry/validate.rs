@@ -14,6 +14,7 @@ use super::model::{
     RegisteredTool, ServiceName, ServiceSpec, ToolAnnotations, ToolName, ToolSpec, ValidatedService,
 };
 use super::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT, TenantQuota};
+use super::schema_cost::check_evaluation_cost;
 use super::taxonomy;
 use crate::json::{canonical_sha256, nesting_depth};
 
@@ -392,7 +393,9 @@ pub fn definition_sha256(
 
 /// Compiles a JSON Schema: Draft 7 unless it names another draft in `$schema`, no external
 /// references, within the size and depth limits, patterns bounded by
-/// [`PATTERN_BACKTRACK_LIMIT`]. The error names the JSON pointer at fault.
+/// [`PATTERN_BACKTRACK_LIMIT`], and no value's validation evaluating more than
+/// [`super::schema_cost::MAX_EVALUATIONS_PER_VALUE`] subschemas. The error names the JSON
+/// pointer at fault, or the place in the input whose validation costs too much.
 pub fn compile_schema(
     schema: &Value,
     limits: &RegistrationLimits,
@@ -419,10 +422,13 @@ pub fn compile_schema(
     let mut options = jsonschema::options().offline().with_pattern_options(
         jsonschema::PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT),
     );
-    if schema.get("$schema").is_none() {
+    let draft = if schema.get("$schema").is_none() {
         options = options.with_draft(jsonschema::Draft::Draft7);
-    }
-    options.build(schema).map_err(|error| {
+        jsonschema::Draft::Draft7
+    } else {
+        jsonschema::Draft::default().detect(schema)
+    };
+    let validator = options.build(schema).map_err(|error| {
         let pointer = error.instance_path().to_string();
         let at = if pointer.is_empty() { "/".to_owned() } else { pointer };
         let message = error.to_string();
@@ -431,7 +437,9 @@ pub fn compile_schema(
         } else {
             format!("at {at}: {message}")
         }
-    })
+    })?;
+    check_evaluation_cost(schema, draft)?;
+    Ok(validator)
 }
 
 /// What a validation error says about a value: the validator's own words, except for a

@@ -14,6 +14,10 @@ Run by the tests of MCP imports (tests/mcp_import*.rs, mcp_gateway.rs, json_log.
         [--withheld-scope S]... [--refused-scope S]... [--client-public-key FILE]
     python python_mcp_server.py stdio
 
+With --exponential-schema (with any of the above), it also offers `nested_filter`, whose input
+schema refers twice to itself under a property, so that validating an input n levels deep
+evaluates 2^n subschemas: a tool toolplane leaves out of the import.
+
 With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401.
 With --oauth-client, it takes only OAuth access tokens, as the SDK's resource server does it
 (protected resource metadata, RFC 9728, and a 401 with a challenge); it is also their
@@ -328,6 +332,21 @@ def move_resource_metadata(app, path):
     return moved
 
 
+def add_exponential_tool():
+    """Adds `nested_filter`, its schema set by hand (the SDK derives one from the signature)."""
+
+    def nested_filter(where: dict) -> str:
+        return "never called: toolplane does not import this tool"
+
+    server.add_tool(nested_filter, description="a filter whose schema doubles at every level")
+    twice = [{"$ref": "#/$defs/filter"}, {"$ref": "#/$defs/filter"}]
+    server._tool_manager.get_tool("nested_filter").parameters = {
+        "type": "object",
+        "properties": {"where": {"$ref": "#/$defs/filter"}},
+        "$defs": {"filter": {"type": "object", "properties": {"and": {"anyOf": twice}}}},
+    }
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("port")
@@ -343,7 +362,10 @@ if __name__ == "__main__":
     parser.add_argument("--withheld-scope", action="append", default=[])
     parser.add_argument("--refused-scope", action="append", default=[])
     parser.add_argument("--client-public-key")
+    parser.add_argument("--exponential-schema", action="store_true")
     args = parser.parse_args()
+    if args.exponential_schema:
+        add_exponential_tool()
     if args.port == "stdio":
         print("python-tools: serving MCP over stdio", file=sys.stderr, flush=True)
         server.run("stdio")
