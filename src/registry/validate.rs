@@ -400,6 +400,26 @@ pub fn compile_schema(
     schema: &Value,
     limits: &RegistrationLimits,
 ) -> Result<jsonschema::Validator, String> {
+    let (validator, draft) = compile_within_limits(schema, limits)?;
+    check_evaluation_cost(schema, draft)?;
+    Ok(validator)
+}
+
+/// Compiles the schema of a registered tool again (for [`super::ValidatorCache`]): as
+/// [`compile_schema`] does, less the check of its cost, which the same text passed at
+/// registration.
+pub(super) fn recompile_registered_schema(
+    schema: &Value,
+    limits: &RegistrationLimits,
+) -> Result<jsonschema::Validator, String> {
+    compile_within_limits(schema, limits).map(|(validator, _)| validator)
+}
+
+/// Compiles `schema` within `limits`, with the draft it is compiled in.
+fn compile_within_limits(
+    schema: &Value,
+    limits: &RegistrationLimits,
+) -> Result<(jsonschema::Validator, jsonschema::Draft), String> {
     let size = serde_json::to_vec(schema)
         .map(|bytes| bytes.len())
         .unwrap_or(usize::MAX);
@@ -438,8 +458,7 @@ pub fn compile_schema(
             format!("at {at}: {message}")
         }
     })?;
-    check_evaluation_cost(schema, draft)?;
-    Ok(validator)
+    Ok((validator, draft))
 }
 
 /// What a validation error says about a value: the validator's own words, except for a

@@ -7,7 +7,8 @@
 //! tools being called live here, at most `capacity` of them (least recently and least
 //! frequently used go first, moka's TinyLFU policy); a tool called after its validator was
 //! evicted, or for the first time, compiles it again from the schema text (the same text that
-//! compiled at registration, under the same limits, so it compiles again).
+//! compiled at registration, under the same limits, so it compiles again; the check of its
+//! validation cost, which the same text passed then, is not run again).
 //!
 //! Entries are keyed by the tool's `definition_sha256`, so identical definitions (replicas of
 //! one service, or the same tool in several tenants) share one compiled validator.
@@ -15,7 +16,7 @@
 use std::sync::Arc;
 
 use super::model::{RegisteredTool, SchemaValidator};
-use super::validate::{RegistrationLimits, compile_schema};
+use super::validate::{RegistrationLimits, recompile_registered_schema};
 
 /// The default number of compiled validators kept.
 pub const DEFAULT_VALIDATOR_CACHE_SIZE: u64 = 4096;
@@ -78,7 +79,7 @@ impl ValidatorCache {
         cache
             .try_get_with(tool.definition_sha256.clone(), || {
                 let schema = serde_json::from_str(schema).map_err(|error| error.to_string())?;
-                compile_schema(&schema, &self.limits).map(Arc::new)
+                recompile_registered_schema(&schema, &self.limits).map(Arc::new)
             })
             .map_err(|error| {
                 format!(
