@@ -161,13 +161,36 @@ async fn bad_output_schema() {
 #[tokio::test(flavor = "multi_thread")]
 async fn schema_too_deep() {
     // 13 levels of {"properties": {"x": ...}} nest 27 deep: over the limit of 24, yet under
-    // the protobuf decoder's own recursion limit (which answers INTERNAL before we see it).
+    // the protobuf decoder's own recursion limit (see the next test).
     let mut deep = json!({"type": "string"});
     for _ in 0..13 {
         deep = json!({"type": "object", "properties": {"x": deep}});
     }
     let error = rejected(registration("svc", vec![tool("deep", deep)])).await;
     assert!(violations(&error)[0].1.contains("levels deep"), "{error:?}");
+}
+
+/// A schema nested deeper than protobuf decoding goes (about 30 levels of JSON) is refused as
+/// bad input naming the field, not as an INTERNAL error of the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_deeper_than_protobuf_decodes() {
+    let mut deep = json!({"type": "string"});
+    for _ in 0..40 {
+        deep = json!({"type": "object", "properties": {"x": deep}});
+    }
+    let error = rejected(registration("svc", vec![tool("deep", deep)])).await;
+    assert_eq!(field_of(&error), "registration.tools.tool_schema");
+    assert!(
+        violations(&error)[0]
+            .1
+            .contains("nests deeper than protobuf decoding goes"),
+        "{error:?}"
+    );
+    assert_eq!(reason(&error), "VALIDATION_FIELD");
+    assert!(
+        error.message().len() < 300,
+        "one line, not the path 40 times: {error:?}"
+    );
 }
 
 /// Schemas over the size limit are rejected.

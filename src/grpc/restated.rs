@@ -6,6 +6,12 @@
 //!   how large the message was and what the limit is. tonic answers `OUT_OF_RANGE` ("Error,
 //!   decoded message length too large: found N bytes, the limit is: L bytes"), or
 //!   `RESOURCE_EXHAUSTED` without details when the limit is passed while decompressing.
+//! - A request message nested deeper than protobuf decoding goes (100 messages; a
+//!   `google.protobuf.Struct` takes three for each level of JSON, so about 30 levels of it) is
+//!   answered `INVALID_ARGUMENT` with a BadRequest violation naming the field, as `InvokeTool`,
+//!   which decodes its input itself, answers it. tonic answers `INTERNAL` ("failed to decode
+//!   Protobuf message: " then every message and field on the way down, thirty times over),
+//!   which reads as toolplane's fault, not the caller's.
 //! - A call to a method toolplane does not serve is answered `UNIMPLEMENTED` naming it, in
 //!   grpc-go's words (`unknown service S`, `unknown method M for service S`); tonic says
 //!   nothing, which a Python or Node client built from another version of the protos shows
@@ -95,6 +101,7 @@ where
             )
             .into_http(),
             Some(b"11" | b"8") => restate_size_refusal(answer),
+            Some(b"13") => restate_nesting_refusal(answer),
             _ => answer,
         };
         Poll::Ready(Ok(answer))
@@ -151,6 +158,52 @@ fn restate_size_refusal(answer: http::Response<Body>) -> http::Response<Body> {
     }
 }
 
+const DECODE_FAILED: &str = "failed to decode Protobuf message: ";
+const RECURSION_LIMIT: &str = "recursion limit reached";
+
+/// `answer`, or, when it is tonic's refusal of a request message nested deeper than prost
+/// decodes, the refusal `InvokeTool` gives its own input: `INVALID_ARGUMENT` with a BadRequest
+/// violation naming the field.
+fn restate_nesting_refusal(answer: http::Response<Body>) -> http::Response<Body> {
+    let Some(refused) = Status::from_header_map(answer.headers()) else {
+        return answer;
+    };
+    let Some(path) = refused
+        .message()
+        .strip_prefix(DECODE_FAILED)
+        .and_then(|rest| rest.strip_suffix(RECURSION_LIMIT))
+    else {
+        return answer;
+    };
+    // prost names each message and field on the way, the innermost first
+    // ("Struct.fields: Value.kind: ... ValidateToolInputRequest.input: "): the field is the
+    // request's own fields down to the first `google.protobuf` value.
+    let field: Vec<&str> = path
+        .rsplit(": ")
+        .filter(|segment| !segment.is_empty())
+        .map(|segment| segment.split_once('.').unwrap_or(("", segment)))
+        .take_while(|(message, _)| !matches!(*message, "Struct" | "Value" | "ListValue"))
+        .map(|(_, field)| field)
+        .collect();
+    too_deep(&field.join(".")).into_http()
+}
+
+/// The refusal of a request whose `field` nests deeper than protobuf decoding goes.
+fn too_deep(field: &str) -> Status {
+    let field = if field.is_empty() { "message" } else { field };
+    let description = "nests deeper than protobuf decoding goes (100 messages; a \
+                       google.protobuf.Struct takes three for each level of JSON, so about 30 \
+                       levels of it): send a flatter value";
+    let mut details = ErrorDetails::with_bad_request_violation(field, description);
+    let metadata = HashMap::from([("violations".to_owned(), "1".to_owned())]);
+    details.set_error_info("VALIDATION_FIELD", ERROR_DOMAIN, metadata);
+    Status::with_error_details(
+        Code::InvalidArgument,
+        format!("invalid request: {field}: {description}"),
+        details,
+    )
+}
+
 /// The refusal of a request message of `message_bytes` (empty when not known).
 fn too_large(message_bytes: &str) -> Status {
     let mut metadata = HashMap::from([("limit_bytes".to_owned(), MAX_REQUEST_MESSAGE.to_string())]);
@@ -181,6 +234,48 @@ mod tests {
     fn restated(status: Status) -> Status {
         let answer = restate_size_refusal(status.into_http());
         Status::from_header_map(answer.headers()).expect("a status")
+    }
+
+    /// tonic's refusal of a message nested too deep is restated naming the request's field;
+    /// other decoding failures and other INTERNAL answers pass as they are.
+    #[test]
+    fn tonics_refusal_of_a_deep_message_names_the_field() {
+        let restate = |status: Status| {
+            let answer = restate_nesting_refusal(status.into_http());
+            Status::from_header_map(answer.headers()).expect("a status")
+        };
+        let inner = "Struct.fields: Value.kind: ".repeat(30);
+        let status = restate(Status::internal(format!(
+            "failed to decode Protobuf message: {inner}ToolRegistration.tool_schema: \
+             ServiceRegistration.tools: RegisterServiceRequest.registration: recursion limit \
+             reached"
+        )));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(
+            status.message().starts_with(
+                "invalid request: registration.tools.tool_schema: nests deeper than protobuf"
+            ),
+            "{status:?}"
+        );
+        assert_eq!(error_info(&status).reason, "VALIDATION_FIELD");
+        let details = status.get_error_details();
+        let violations = &details.bad_request().expect("BadRequest").field_violations;
+        assert_eq!(violations[0].field, "registration.tools.tool_schema");
+
+        let status = restate(Status::internal(
+            "failed to decode Protobuf message: Struct.fields: Value.kind: ListValue.values: \
+             Value.kind: ValidateToolInputRequest.input: recursion limit reached",
+        ));
+        assert!(
+            status.message().starts_with("invalid request: input: "),
+            "{status:?}"
+        );
+
+        let other = "failed to decode Protobuf message: Meta.tenant_id: invalid varint";
+        let status = restate(Status::internal(other));
+        assert_eq!((status.code(), status.message()), (Code::Internal, other));
+        let status = restate(Status::internal("the record log cannot be written"));
+        assert_eq!(status.code(), Code::Internal);
     }
 
     #[test]
