@@ -32,6 +32,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use super::status::ERROR_DOMAIN;
+use crate::registry::{RegistryError, ViolationKind};
 
 /// The services wrapped, restating their refusals as the module docs say.
 #[derive(Debug, Clone)]
@@ -188,20 +189,17 @@ fn restate_nesting_refusal(answer: http::Response<Body>) -> http::Response<Body>
     too_deep(&field.join(".")).into_http()
 }
 
-/// The refusal of a request whose `field` nests deeper than protobuf decoding goes.
+/// The refusal of a request whose `field` nests deeper than protobuf decoding goes: a field
+/// violation, through the one mapping of registry errors to statuses.
 fn too_deep(field: &str) -> Status {
     let field = if field.is_empty() { "message" } else { field };
-    let description = "nests deeper than protobuf decoding goes (100 messages; a \
-                       google.protobuf.Struct takes three for each level of JSON, so about 30 \
-                       levels of it): send a flatter value";
-    let mut details = ErrorDetails::with_bad_request_violation(field, description);
-    let metadata = HashMap::from([("violations".to_owned(), "1".to_owned())]);
-    details.set_error_info("VALIDATION_FIELD", ERROR_DOMAIN, metadata);
-    Status::with_error_details(
-        Code::InvalidArgument,
-        format!("invalid request: {field}: {description}"),
-        details,
+    RegistryError::invalid(
+        field,
+        ViolationKind::Field,
+        "nests deeper than protobuf decoding goes (100 messages; a google.protobuf.Struct \
+         takes three for each level of JSON, so about 30 levels of it): send a flatter value",
     )
+    .into()
 }
 
 /// The refusal of a request message of `message_bytes` (empty when not known).
