@@ -236,6 +236,67 @@ async fn silent_dead_connections_are_closed_and_idle_watchers_kept() {
     );
 }
 
+/// A caller that connects and does not open its connection in time (HTTP/2's preface and
+/// SETTINGS, or an HTTP/1 request, within toolplane's 10 s opening timeout) is disconnected,
+/// on the gRPC, MCP and metrics ports alike, even with keepalive off; one that opened in time
+/// stays connected.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_that_never_open_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    let (server, mcp, metrics) =
+        TestServer::start_with_mcp_and_metrics(toolplane::grpc::ServerOptions {
+            keepalive_interval: Duration::ZERO,
+            ..test_options()
+        })
+        .await;
+    let grpc = server.endpoint().trim_start_matches("http://").to_owned();
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+    let mut opened = TcpStream::connect(&grpc).await.expect("connect");
+    opened.write_all(preface).await.expect("preface");
+    let mut silent = vec![
+        (
+            "gRPC, nothing sent",
+            TcpStream::connect(&grpc).await.expect("connect"),
+        ),
+        (
+            "MCP, nothing sent",
+            TcpStream::connect(mcp).await.expect("connect"),
+        ),
+        (
+            "metrics, nothing sent",
+            TcpStream::connect(metrics).await.expect("connect"),
+        ),
+    ];
+    let mut partial = TcpStream::connect(&grpc).await.expect("connect");
+    partial
+        .write_all(&preface[..30])
+        .await
+        .expect("part of the preface");
+    silent.push(("gRPC, part of the preface sent", partial));
+
+    // Generous: the server closes them 10 s after they connected.
+    let patience = Duration::from_secs(60);
+    for (which, mut connection) in silent {
+        let mut received = Vec::new();
+        let closed = tokio::time::timeout(patience, connection.read_to_end(&mut received)).await;
+        assert!(closed.is_ok(), "{which}: still open after {patience:?}");
+    }
+
+    // The connection that opened in time is still open: once the server's SETTINGS (and
+    // the SETTINGS ack) are read, its read waits rather than ending.
+    let mut read = [0; 1024];
+    loop {
+        match tokio::time::timeout(Duration::from_millis(500), opened.read(&mut read)).await {
+            Err(_waiting) => break,
+            Ok(Ok(0)) | Ok(Err(_)) => panic!("the connection that opened in time was closed"),
+            Ok(Ok(_)) => {}
+        }
+    }
+    server.stop().await;
+}
+
 /// A connection may have at most `max_concurrent_streams` streams open: with two watches open
 /// on it, a third call waits (gRPC clients queue it) until a watch ends.
 #[tokio::test(flavor = "multi_thread")]

@@ -1,6 +1,7 @@
 //! Serving accepted connections: the accept loop, one hyper HTTP/2 server per connection (an
 //! HTTP/1 request is answered in words that this is gRPC), the caller's deadline, and a graceful
-//! stop.
+//! stop. A connection that does not open (send HTTP/2's preface) within
+//! [`OPENING_TIMEOUT`] is closed ([`super::opening_deadline`]).
 //!
 //! This does what tonic's `Server::serve_with_incoming_shutdown` does for toolplane's services
 //! (HTTP/2 only, keepalive, `grpc-timeout` enforced, GOAWAY and a drain on stop), so that each
@@ -25,6 +26,7 @@ use tower::{Service, ServiceExt};
 
 use super::call_scheduling::{CallScheduling, ConnectionDriver};
 use super::deadline::{CallDeadline, DeadlineBody, timeout_of};
+use super::opening_deadline::{OPENING_TIMEOUT, OpeningDeadline};
 use super::rpc_stats::RpcStats;
 use super::server_tls::ConnectionPeer;
 use crate::access::{ConnectionAccess, LiveTenantAccess};
@@ -176,6 +178,7 @@ async fn serve_connection<S, B, IO>(
         .keep_alive_interval(settings.keepalive_interval)
         .keep_alive_timeout(settings.keepalive_timeout)
         .max_concurrent_streams(settings.max_concurrent_streams);
+    let io = OpeningDeadline::new(io, OPENING_TIMEOUT);
     let mut connection = pin!(builder.serve_connection(TokioIo::new(io), calls));
     let mut stopping = false;
     loop {

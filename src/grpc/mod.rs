@@ -20,6 +20,7 @@ pub mod health;
 mod import_reload;
 pub mod invoke;
 pub mod invoke_wire;
+pub mod opening_deadline;
 pub mod outgoing_tls;
 pub mod panics;
 pub mod provider_client;

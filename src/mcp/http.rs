@@ -5,7 +5,9 @@
 //! Sessions are kept in memory (`Mcp-Session-Id`), so a client that initializes receives
 //! `notifications/tools/list_changed` on its GET stream; at most `max_sessions` at once, as
 //! they share the server's memory. Requests whose `Host` header is not one of
-//! `mcp_allowed_hosts` are refused (403), which stops DNS rebinding from a browser.
+//! `mcp_allowed_hosts` are refused (403), which stops DNS rebinding from a browser. A
+//! connection that sends no request within [`OPENING_TIMEOUT`] is closed
+//! ([`crate::grpc::opening_deadline`]).
 //! Connections are served as accepted, not through `grpc::coalesce`: its put-off flushes suit
 //! HTTP/2's, and held server-sent events back until the next write.
 
@@ -32,6 +34,7 @@ use super::handler::McpTools;
 use super::list_changed::RevisionAtArrival;
 use crate::access::{AccessError, ConnectionAccess, LiveTenantAccess};
 use crate::envelope::{TENANT_HEADER, TenantId};
+use crate::grpc::opening_deadline::{OPENING_TIMEOUT, OpeningDeadline};
 use crate::grpc::server_tls::{ConnectionPeer, ServedTls};
 use crate::registry::Registry;
 
@@ -343,6 +346,7 @@ where
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    let io = OpeningDeadline::new(io, OPENING_TIMEOUT);
     if let Err(error) = builder.serve_connection(TokioIo::new(io), handler).await {
         tracing::debug!(%error, "MCP connection ended");
     }
