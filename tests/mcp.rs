@@ -13,6 +13,7 @@ use common::TestServer;
 use common::process::{Runtime, peer_script, proto_dir};
 use common::provider::start_structs_provider;
 use common::tls::TestCa;
+use serde_json::json;
 use toolplane::grpc::ServerOptions;
 use toolplane::mcp::McpEndpoint;
 
@@ -202,5 +203,90 @@ async fn sessions_past_the_limit_are_refused_until_one_ends() {
     assert!(ended.status().is_success(), "{}", ended.status());
     let answer = initialize(&client, &url).send().await.expect("answered");
     assert_eq!(answer.status(), 200);
+    server.stop().await;
+}
+
+/// A body that is not a JSON-RPC message is answered 400 with JSON-RPC's error for it (Parse
+/// error, Invalid Request, Invalid params), echoing the request's id when it has one; one over
+/// the SDK's 4 MiB is answered 413 in the same words; a body that is not JSON by its
+/// Content-Type stays 415. The endpoint answers the next request as ever.
+#[tokio::test]
+async fn bodies_that_are_no_json_rpc_message_get_json_rpc_errors() {
+    let (server, mcp) = TestServer::start_with_mcp(ServerOptions::default()).await;
+    let client = common::http_client();
+    let url = format!("http://{mcp}/mcp");
+    let post = |body: String| {
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body)
+            .send()
+    };
+    for (body, status, code, id, says) in [
+        (
+            "{bad json",
+            400,
+            -32700,
+            json!(null),
+            "Parse error: key must be a string",
+        ),
+        ("[]", 400, -32600, json!(null), "batch"),
+        (
+            r#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#,
+            400,
+            -32600,
+            json!("a"),
+            "\"2.0\"",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":5}"#,
+            400,
+            -32600,
+            json!(7),
+            "\"params\" of \"tools/call\" must be an object",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":8,"method":"notifications/initialized","params":[1]}"#,
+            400,
+            -32600,
+            json!(8),
+            "must be an object",
+        ),
+    ] {
+        let answer = post(body.to_owned()).await.expect("answered");
+        assert_eq!(answer.status(), status, "{body}");
+        assert_eq!(
+            answer.headers()["content-type"],
+            "application/json",
+            "{body}"
+        );
+        let error: serde_json::Value = answer.json().await.expect("JSON");
+        assert_eq!(error["jsonrpc"], "2.0", "{body}");
+        assert_eq!(error["id"], id, "{body}");
+        assert_eq!(error["error"]["code"], code, "{body}: {error}");
+        let message = error["error"]["message"].as_str().expect("a message");
+        assert!(message.contains(says), "{body}: {message}");
+    }
+
+    let mut too_large = " ".repeat(4 * 1024 * 1024);
+    too_large.push_str(INITIALIZE);
+    let answer = post(too_large).await.expect("answered");
+    assert_eq!(answer.status(), 413);
+    let error: serde_json::Value = answer.json().await.expect("JSON");
+    assert_eq!(error["error"]["code"], -32600, "{error}");
+
+    let text = client
+        .post(&url)
+        .header("content-type", "text/plain")
+        .header("accept", "application/json, text/event-stream")
+        .body(INITIALIZE)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(text.status(), 415);
+
+    let answer = initialize(&client, &url).send().await.expect("answered");
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
     server.stop().await;
 }

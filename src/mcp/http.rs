@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -32,6 +32,7 @@ use tower::Service;
 
 use super::handler::McpTools;
 use super::list_changed::RevisionAtArrival;
+use super::request_bodies::{self, McpResponse};
 use crate::access::{AccessError, ConnectionAccess, LiveTenantAccess};
 use crate::envelope::{TENANT_HEADER, TenantId};
 use crate::grpc::opening_deadline::{OPENING_TIMEOUT, OpeningDeadline};
@@ -159,8 +160,10 @@ pub async fn serve(
     if endpoint.allowed_hosts.is_empty() {
         config = config.disable_allowed_hosts();
     }
+    let max_body_bytes = config.max_request_body_bytes;
     let service = Endpoint {
         registry: tools.registry().clone(),
+        max_body_bytes,
         mcp: StreamableHttpService::new(
             move || Ok(tools.clone()),
             Arc::clone(&sessions.manager),
@@ -192,6 +195,8 @@ struct Endpoint {
     max_sessions: usize,
     /// Where the requests tenant access refuses are counted.
     refusals: Arc<McpRefusals>,
+    /// The largest request body taken (the SDK's limit).
+    max_body_bytes: usize,
 }
 
 impl Endpoint {
@@ -204,7 +209,7 @@ impl Endpoint {
         mut self,
         mut request: Request<Incoming>,
         access: ConnectionAccess,
-    ) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
+    ) -> Result<McpResponse, Infallible> {
         if request.uri().path() != MCP_PATH {
             return Ok(not_found());
         }
@@ -219,7 +224,12 @@ impl Endpoint {
         }
         let arrived = RevisionAtArrival(self.registry.revision());
         request.extensions_mut().insert(arrived);
-        self.mcp.call(request).await
+        let (request, sent) = match request_bodies::read(request, self.max_body_bytes).await {
+            Ok(read) => read,
+            Err(refused) => return Ok(refused),
+        };
+        let answer = self.mcp.call(request).await?;
+        Ok(request_bodies::restated(answer, &sent))
     }
 }
 
@@ -235,7 +245,7 @@ fn opens_a_session(request: &Request<Incoming>) -> bool {
 
 /// The answer to a request for a session over the limit: 503 with `Retry-After`, and a
 /// JSON-RPC error saying what to do.
-fn too_many_sessions(max_sessions: usize) -> Response<BoxBody<Bytes, Infallible>> {
+fn too_many_sessions(max_sessions: usize) -> McpResponse {
     let mut response = json_rpc_error(
         StatusCode::SERVICE_UNAVAILABLE,
         &format!(
@@ -251,19 +261,8 @@ fn too_many_sessions(max_sessions: usize) -> Response<BoxBody<Bytes, Infallible>
 }
 
 /// An HTTP answer of `status` whose body is a JSON-RPC error (no request id) with `message`.
-fn json_rpc_error(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, Infallible>> {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": { "code": -32000, "message": message },
-    });
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
+fn json_rpc_error(status: StatusCode, message: &str) -> McpResponse {
+    request_bodies::json_rpc_error(status, -32000, serde_json::Value::Null, message)
 }
 
 /// The answer to a request naming a tenant its caller is not granted (by its certificate or
@@ -273,7 +272,7 @@ fn refused_tenant(
     request: &Request<Incoming>,
     access: &ConnectionAccess,
     counted_in: &McpRefusals,
-) -> Option<Response<BoxBody<Bytes, Infallible>>> {
+) -> Option<McpResponse> {
     let headers = request.headers();
     let refused = match access.grant_for_call(headers) {
         Ok(None) => return None,
@@ -352,7 +351,7 @@ where
     }
 }
 
-fn not_found() -> Response<BoxBody<Bytes, Infallible>> {
+fn not_found() -> McpResponse {
     let mut response =
         Response::new(Full::new(Bytes::from_static(b"not found: MCP is served at /mcp\n")).boxed());
     *response.status_mut() = StatusCode::NOT_FOUND;
