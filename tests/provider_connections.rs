@@ -133,3 +133,45 @@ async fn a_stopping_provider_deregisters_before_it_stops_answering() {
         assert_eq!(error.code(), tonic::Code::NotFound, "{error:?}");
     }
 }
+
+/// A provider (the SDK's server, which tonic serves) closes a connection that does not open
+/// within 10 s (sends nothing, or part of HTTP/2's preface), and is called through toolplane
+/// all the while.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_closes_connections_that_never_open() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server = TestServer::start().await;
+    let probes = Arc::new(Probes::default());
+    let config = ProviderConfig::new("testing", "1.0.0", &server.endpoint());
+    let provider = TestProvider::start_with(test_tools(&probes), config).await;
+    wait_registered(&server, "testing").await;
+    let silent = tokio::net::TcpStream::connect(provider.addr)
+        .await
+        .expect("connect");
+    let mut partial = tokio::net::TcpStream::connect(provider.addr)
+        .await
+        .expect("connect");
+    partial
+        .write_all(b"PRI * HTTP/2.0\r\n\r\n")
+        .await
+        .expect("part of the preface");
+    let mut client = invoker(&server).await;
+    client
+        .invoke_tool(request("echo", json!({})))
+        .await
+        .expect("called beside the silent connections");
+
+    // Generous: the provider closes them 10 s after it accepted them.
+    let patience = Duration::from_secs(60);
+    for (which, mut connection) in [("nothing sent", silent), ("part of the preface", partial)] {
+        let mut received = Vec::new();
+        let closed = tokio::time::timeout(patience, connection.read_to_end(&mut received)).await;
+        assert!(closed.is_ok(), "{which}: still open after {patience:?}");
+    }
+    client
+        .invoke_tool(request("echo", json!({})))
+        .await
+        .expect("called after");
+    assert_eq!(probes.echo_calls.load(Ordering::SeqCst), 2);
+}

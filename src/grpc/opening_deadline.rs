@@ -13,8 +13,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
+use tonic::transport::server::Connected;
 
 /// How long a caller may take, once connected (and past TLS, when served), to send
 /// [`OPENING_BYTES`].
@@ -47,6 +49,22 @@ impl<IO> OpeningDeadline<IO> {
             deadline: Some(Box::pin(tokio::time::sleep(timeout))),
             timeout,
         }
+    }
+}
+
+/// Each connection `incoming` yields, to open within [`OPENING_TIMEOUT`] of being yielded: for
+/// a server tonic serves, which sets no such deadline itself.
+pub fn opened_in_time<IO>(
+    incoming: impl Stream<Item = io::Result<IO>>,
+) -> impl Stream<Item = io::Result<OpeningDeadline<IO>>> {
+    incoming.map(|accepted| accepted.map(|io| OpeningDeadline::new(io, OPENING_TIMEOUT)))
+}
+
+impl<IO: Connected> Connected for OpeningDeadline<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
     }
 }
 

@@ -3,7 +3,8 @@
 //! registers again by itself when the control plane says the lease is unknown (for example
 //! after a restart), and deregisters on shutdown. With [`ProviderConfig::tls`] it serves over
 //! TLS and registers an `https://` endpoint; TLS files renewed on disk are used without a
-//! restart (see `control_plane`).
+//! restart (see `control_plane`). A connection that does not open within 10 s is closed
+//! (`grpc::opening_deadline`).
 
 use crate::grpc::trace_headers::trace_context;
 use std::future::Future;
@@ -26,6 +27,7 @@ use super::tools::{RegisteredTools, ToolContext, ToolError, ToolInvocation};
 use crate::client::{BearerToken, ClientTlsError, ClientTlsFiles};
 use crate::envelope::{RequestMeta, TenantId, request_meta};
 use crate::grpc::deadline::caller_timeout;
+use crate::grpc::opening_deadline::opened_in_time;
 use crate::grpc::panics::panic_message;
 use crate::grpc::server_tls::{ServedTls, ServerTlsError, ServerTlsFiles, TlsSettingNames};
 use crate::grpc::tls_reload::DEFAULT_TLS_RELOAD_INTERVAL;
@@ -294,13 +296,16 @@ impl ProviderServer {
             let _ = deregistration.await;
         };
         let result = if let Some(tls) = served_tls {
-            let incoming = crate::grpc::server_tls::incoming(listener, tls);
+            let incoming = opened_in_time(crate::grpc::server_tls::incoming(listener, tls));
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
         } else {
             router
-                .serve_with_incoming_shutdown(crate::grpc::coalesce::incoming(listener), shutdown)
+                .serve_with_incoming_shutdown(
+                    opened_in_time(crate::grpc::coalesce::incoming(listener)),
+                    shutdown,
+                )
                 .await
         };
         let _ = lease.await;
