@@ -311,6 +311,85 @@ async fn bad_agent_requests() {
     assert!(agent.recent_transitions.is_empty());
 }
 
+/// An oversized name, agent id, system prompt or list of allowed tools is refused
+/// INVALID_ARGUMENT naming the field, in a message that gives its size rather than repeating it
+/// (a status's message travels in a trailer, which gRPC clients bound to a few KB); an agent at
+/// the limits is created, and an agent id of the longest name is looked up as ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_agent_requests_are_refused_without_being_repeated() {
+    use toolplane::grpc::agent::{MAX_ALLOWED_TOOLS, MAX_SYSTEM_PROMPT_BYTES};
+
+    let server = TestServer::start().await;
+    let mut client = agents(&server).await;
+    let huge = "x".repeat(100_000);
+    let create =
+        |name: &str, system_prompt: String, allowed_tools: Vec<String>| pb::CreateAgentRequest {
+            meta: meta(0),
+            name: name.to_owned(),
+            system_prompt,
+            allowed_tools,
+            ..Default::default()
+        };
+    let refusals = [
+        ("name", create(&huge, String::new(), Vec::new())),
+        (
+            "system_prompt",
+            create("p", "p".repeat(MAX_SYSTEM_PROMPT_BYTES + 1), Vec::new()),
+        ),
+        (
+            "allowed_tools",
+            create(
+                "t",
+                String::new(),
+                vec!["tool".to_owned(); MAX_ALLOWED_TOOLS + 1],
+            ),
+        ),
+    ];
+    for (field, request) in refusals {
+        let refused = client.create_agent(request).await.expect_err(field);
+        assert_eq!(refused.code(), Code::InvalidArgument, "{field}");
+        assert_eq!(violations(&refused)[0].0, field);
+        assert!(
+            refused.message().len() < 300,
+            "{field}: {}",
+            refused.message()
+        );
+    }
+    let by_id = client
+        .get_agent(pb::GetAgentRequest {
+            meta: meta(0),
+            agent_id: huge.clone(),
+        })
+        .await
+        .expect_err("no agent has such an id");
+    assert_eq!(by_id.code(), Code::InvalidArgument);
+    assert_eq!(violations(&by_id)[0].0, "agent_id");
+    assert!(
+        by_id.message().contains("100000 bytes"),
+        "{}",
+        by_id.message()
+    );
+    let listed = client
+        .list_agents(pb::ListAgentsRequest {
+            meta: meta(0),
+            ..Default::default()
+        })
+        .await
+        .expect("listed");
+    assert!(listed.into_inner().agents.is_empty(), "nothing was created");
+
+    let longest = "n".repeat(64);
+    client
+        .create_agent(create(
+            &longest,
+            "p".repeat(MAX_SYSTEM_PROMPT_BYTES),
+            vec!["tool".to_owned(); MAX_ALLOWED_TOOLS],
+        ))
+        .await
+        .expect("an agent at the limits");
+    assert_eq!(get(&mut client, &longest).await.name, longest);
+}
+
 /// A tenant at its `max_agents_per_tenant` is refused RESOURCE_EXHAUSTED with QuotaFailure,
 /// keeps the agents it has, and gets room back by deleting one; other tenants are not held
 /// to its count.

@@ -12,7 +12,7 @@
 
 use crate::spans::Spans;
 use crate::trace_context::TraceContext;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -119,6 +119,16 @@ struct Catalog {
     by_function: HashMap<String, (ServiceName, ToolName)>,
 }
 
+/// The names of the tools `agent` is allowed, when it is not allowed every tool.
+fn allowed_names(agent: &Agent) -> Option<HashSet<&str>> {
+    let allowed = agent.config.allowed_tools.as_ref()?;
+    Some(allowed.iter().map(String::as_str).collect())
+}
+
+fn is_allowed(allowed: Option<&HashSet<&str>>, found: &ToolRef) -> bool {
+    allowed.is_none_or(|allowed| allowed.contains(found.tool.name.as_str()))
+}
+
 fn is_plain_function_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
@@ -158,15 +168,12 @@ impl AgentRunner {
     /// the turn's messages and the agent's system prompt, each under its own name, or
     /// `service__tool` where the name is ambiguous or not a valid function name.
     async fn catalog(&self, agent: &Agent, messages: &[CanonicalMessage]) -> Catalog {
+        let allowed = allowed_names(agent);
         let mut tools: Vec<_> = self
             .registry
             .all_tools(agent.tenant)
             .into_iter()
-            .filter(|found| {
-                agent.config.allowed_tools.as_ref().is_none_or(|allowed| {
-                    allowed.iter().any(|name| name == found.tool.name.as_str())
-                })
-            })
+            .filter(|found| is_allowed(allowed.as_ref(), found))
             .collect();
         if tools.len() > MAX_OFFERED_TOOLS {
             let candidates = tools.len();
@@ -217,7 +224,8 @@ impl AgentRunner {
             return Vec::new();
         };
         let (registry, tenant) = (self.registry.clone(), agent.tenant);
-        let allowed = agent.config.allowed_tools.clone();
+        let allowed: Option<HashSet<String>> =
+            allowed_names(agent).map(|names| names.into_iter().map(str::to_owned).collect());
         let search = move || {
             // Among allowed tools, every match is ranked and the allowed ones kept.
             let limit = allowed.as_ref().map_or(MAX_OFFERED_TOOLS, |_| usize::MAX);
@@ -227,9 +235,9 @@ impl AgentRunner {
                 .into_iter()
                 .map(|hit| hit.tool)
                 .filter(|found| {
-                    allowed.as_ref().is_none_or(|allowed| {
-                        allowed.iter().any(|name| name == found.tool.name.as_str())
-                    })
+                    allowed
+                        .as_ref()
+                        .is_none_or(|allowed| allowed.contains(found.tool.name.as_str()))
                 })
                 .take(MAX_OFFERED_TOOLS)
                 .collect()

@@ -1,9 +1,8 @@
-//! The thin adapter for `toolplane.v1.AgentService`, and its wire conversions.
+//! The thin adapter for `toolplane.v1.AgentService`; its wire conversions are in
+//! `grpc::agent_convert`.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 
-use chrono::{DateTime, Utc};
 use futures_util::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -11,20 +10,18 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::accept::accept;
-use super::invoke::status_to_pb;
-use super::trace_headers::call_trace;
-use crate::agent::AgentError;
-use crate::agent::runner::{AgentRunner, ToolCallSummary, TurnEvent, TurnOutcome};
-use crate::agent::store::{Agent, AgentConfig, Transition};
-use crate::agent::types::{
-    AgentState, CanonicalMessage, ChatCompletionRequest, ChatCompletionResponse, MessageId, Role,
+pub use super::agent_convert::{
+    MAX_AGENT_NAME_LEN, MAX_ALLOWED_TOOLS, MAX_SYSTEM_PROMPT_BYTES, agent_to_pb,
 };
+use super::agent_convert::{
+    agent_id, config_from_pb, event_to_pb, invalid, message_to_pb, outcome_to_pb, request_from_pb,
+    response_to_pb, state_from_pb,
+};
+use super::trace_headers::call_trace;
+use crate::agent::runner::AgentRunner;
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
-use crate::registry::{ToolName, paging};
-
-/// The longest agent name.
-pub const MAX_AGENT_NAME_LEN: usize = 64;
+use crate::registry::paging;
 
 /// Serves `toolplane.v1.AgentService`.
 #[derive(Debug, Clone)]
@@ -36,241 +33,6 @@ impl AgentApi {
     /// An adapter over `runner`.
     pub fn new(runner: AgentRunner) -> Self {
         Self { runner }
-    }
-}
-
-fn invalid(field: &str, problem: impl Into<String>) -> AgentError {
-    AgentError::InvalidField {
-        field: field.to_owned(),
-        problem: problem.into(),
-    }
-}
-
-fn timestamp(time: DateTime<Utc>) -> Option<prost_types::Timestamp> {
-    Some(std::time::SystemTime::from(time).into())
-}
-
-fn state_to_pb(state: AgentState) -> pb::AgentState {
-    match state {
-        AgentState::Idle => pb::AgentState::Idle,
-        AgentState::Thinking => pb::AgentState::Thinking,
-        AgentState::ToolCall => pb::AgentState::ToolCall,
-        AgentState::Reflecting => pb::AgentState::Reflecting,
-    }
-}
-
-fn state_from_pb(value: i32) -> Result<AgentState, AgentError> {
-    match pb::AgentState::try_from(value) {
-        Ok(pb::AgentState::Idle) => Ok(AgentState::Idle),
-        Ok(pb::AgentState::Thinking) => Ok(AgentState::Thinking),
-        Ok(pb::AgentState::ToolCall) => Ok(AgentState::ToolCall),
-        Ok(pb::AgentState::Reflecting) => Ok(AgentState::Reflecting),
-        Ok(pb::AgentState::Unspecified) | Err(_) => Err(invalid(
-            "to",
-            format!("to must be an AgentState other than AGENT_STATE_UNSPECIFIED, got {value}"),
-        )),
-    }
-}
-
-fn message_from_pb(
-    index: usize,
-    message: pb::CanonicalMessage,
-) -> Result<CanonicalMessage, AgentError> {
-    let field = |name: &str| format!("request.messages[{index}].{name}");
-    let id = if message.id.is_empty() {
-        MessageId::new()
-    } else {
-        MessageId(
-            uuid::Uuid::parse_str(&message.id)
-                .map_err(|_| invalid(&field("id"), "id must be a UUID or empty"))?,
-        )
-    };
-    let role = match pb::Role::try_from(message.role) {
-        Ok(pb::Role::User) => Role::User,
-        Ok(pb::Role::Assistant) => Role::Assistant,
-        Ok(pb::Role::System) => Role::System,
-        Ok(pb::Role::Unspecified) | Err(_) => {
-            return Err(invalid(
-                &field("role"),
-                "role must be ROLE_USER, ROLE_ASSISTANT or ROLE_SYSTEM",
-            ));
-        }
-    };
-    let timestamp = match message.timestamp {
-        None => Utc::now(),
-        Some(ts) => {
-            DateTime::<Utc>::from_timestamp(ts.seconds, u32::try_from(ts.nanos).unwrap_or(0))
-                .ok_or_else(|| invalid(&field("timestamp"), "timestamp is out of range"))?
-        }
-    };
-    let converted = CanonicalMessage {
-        id,
-        role,
-        content: message.content,
-        timestamp,
-        metadata: message.metadata.into_iter().collect(),
-    };
-    // The seed's check says what is wrong but not where: an empty content, or a timestamp out
-    // of its window.
-    let checked = if converted.is_empty() {
-        "content"
-    } else {
-        "timestamp"
-    };
-    converted
-        .validate_self()
-        .map_err(|error| invalid(&field(checked), error.to_string()))?;
-    Ok(converted)
-}
-
-fn message_to_pb(message: &CanonicalMessage) -> pb::CanonicalMessage {
-    pb::CanonicalMessage {
-        id: message.id.to_string(),
-        role: match message.role {
-            Role::User => pb::Role::User,
-            Role::Assistant => pb::Role::Assistant,
-            Role::System => pb::Role::System,
-        } as i32,
-        content: message.content.clone(),
-        timestamp: timestamp(message.timestamp),
-        metadata: message
-            .metadata
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<HashMap<_, _>>(),
-    }
-}
-
-fn request_from_pb(
-    request: Option<pb::ChatCompletionRequest>,
-) -> Result<ChatCompletionRequest, AgentError> {
-    let request = request.ok_or_else(|| invalid("request", "request is required"))?;
-    let messages = request
-        .messages
-        .into_iter()
-        .enumerate()
-        .map(|(index, message)| message_from_pb(index, message))
-        .collect::<Result<Vec<_>, _>>()?;
-    if messages.is_empty() {
-        return Err(invalid(
-            "request.messages",
-            "at least one message is needed",
-        ));
-    }
-    if let Some(temperature) = request.temperature {
-        // The seed's rule, with the field it concerns named.
-        ChatCompletionRequest::check_temperature(temperature)
-            .map_err(|rule| invalid("request.temperature", rule))?;
-    }
-    if request.max_tokens == Some(0) {
-        return Err(invalid(
-            "request.max_tokens",
-            "max_tokens must be at least 1 when set (leave it unset for the model's own limit)",
-        ));
-    }
-    Ok(ChatCompletionRequest {
-        messages,
-        model: request.model.filter(|m| !m.is_empty()),
-        temperature: request.temperature,
-        max_tokens: request.max_tokens,
-        stream: request.stream,
-    })
-}
-
-fn response_to_pb(response: &ChatCompletionResponse) -> pb::ChatCompletionResponse {
-    pb::ChatCompletionResponse {
-        message: Some(message_to_pb(&response.message)),
-        model: response.model.clone(),
-        usage: response.usage.map(|u| pb::TokenUsage {
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-            total_tokens: u.total_tokens,
-        }),
-    }
-}
-
-fn transition_to_pb(transition: &Transition) -> pb::StateTransition {
-    pb::StateTransition {
-        from: state_to_pb(transition.from) as i32,
-        to: state_to_pb(transition.to) as i32,
-        at: timestamp(transition.at),
-        note: transition.note.clone(),
-    }
-}
-
-fn tool_call_to_pb(call: &ToolCallSummary) -> pb::ToolCallSummary {
-    pb::ToolCallSummary {
-        tool_name: call.tool_name.clone(),
-        service_name: call.service_name.clone(),
-        invocation_id: call.invocation_id.clone(),
-        status: status_to_pb(call.status) as i32,
-        error_reason: call.error_reason.clone(),
-    }
-}
-
-/// The wire form of an agent.
-pub fn agent_to_pb(agent: &Agent) -> pb::Agent {
-    let data = agent.data();
-    pb::Agent {
-        status: Some(pb::AgentStatus {
-            id: agent.id.to_string(),
-            state: state_to_pb(data.status.state) as i32,
-            last_activity: timestamp(data.status.last_activity),
-            messages_processed: data.status.messages_processed,
-        }),
-        name: agent.config.name.clone(),
-        model: agent.config.model.clone().unwrap_or_default(),
-        system_prompt: agent.config.system_prompt.clone().unwrap_or_default(),
-        allowed_tools: agent.config.allowed_tools.clone().unwrap_or_default(),
-        created_at: timestamp(agent.created_at),
-        busy: data.busy,
-        recent_transitions: data.transitions.iter().map(transition_to_pb).collect(),
-    }
-}
-
-fn config_from_pb(request: pb::CreateAgentRequest) -> Result<AgentConfig, AgentError> {
-    let name = request.name;
-    let name_ok = (1..=MAX_AGENT_NAME_LEN).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if !name_ok || uuid::Uuid::parse_str(&name).is_ok() {
-        return Err(invalid(
-            "name",
-            format!(
-                "name {name:?} must be 1 to {MAX_AGENT_NAME_LEN} characters of [A-Za-z0-9_.-], and not a UUID"
-            ),
-        ));
-    }
-    for (index, tool) in request.allowed_tools.iter().enumerate() {
-        ToolName::parse(tool)
-            .map_err(|problem| invalid(&format!("allowed_tools[{index}]"), problem))?;
-    }
-    Ok(AgentConfig {
-        name,
-        model: Some(request.model).filter(|m| !m.is_empty()),
-        system_prompt: Some(request.system_prompt).filter(|p| !p.trim().is_empty()),
-        allowed_tools: Some(request.allowed_tools).filter(|tools| !tools.is_empty()),
-    })
-}
-
-fn event_to_pb(event: TurnEvent) -> pb::stream_complete_response::Event {
-    match event {
-        TurnEvent::Delta(text) => pb::stream_complete_response::Event::ContentDelta(text),
-        TurnEvent::Transition(transition) => {
-            pb::stream_complete_response::Event::Transition(transition_to_pb(&transition))
-        }
-        TurnEvent::ToolCall(call) => {
-            pb::stream_complete_response::Event::ToolCall(tool_call_to_pb(&call))
-        }
-    }
-}
-
-fn outcome_to_pb(meta: pb::Meta, outcome: &TurnOutcome) -> pb::CompleteResponse {
-    pb::CompleteResponse {
-        meta: Some(meta),
-        response: Some(response_to_pb(&outcome.response)),
-        tool_calls: outcome.tool_calls.iter().map(tool_call_to_pb).collect(),
     }
 }
 
@@ -300,7 +62,10 @@ impl AgentService for AgentApi {
         request: Request<pb::GetAgentRequest>,
     ) -> Result<Response<pb::GetAgentResponse>, Status> {
         let (meta, request) = accept(request)?;
-        let agent = self.runner.store().get(meta.tenant, &request.agent_id)?;
+        let agent = self
+            .runner
+            .store()
+            .get(meta.tenant, agent_id(&request.agent_id)?)?;
         Ok(Response::new(pb::GetAgentResponse {
             meta: Some(meta.response()),
             agent: Some(agent_to_pb(&agent)),
@@ -335,7 +100,9 @@ impl AgentService for AgentApi {
         request: Request<pb::DeleteAgentRequest>,
     ) -> Result<Response<pb::DeleteAgentResponse>, Status> {
         let (meta, request) = accept(request)?;
-        self.runner.store().delete(meta.tenant, &request.agent_id)?;
+        self.runner
+            .store()
+            .delete(meta.tenant, agent_id(&request.agent_id)?)?;
         Ok(Response::new(pb::DeleteAgentResponse {
             meta: Some(meta.response()),
         }))
@@ -347,9 +114,11 @@ impl AgentService for AgentApi {
         request: Request<pb::TransitionAgentRequest>,
     ) -> Result<Response<pb::TransitionAgentResponse>, Status> {
         let (meta, request) = accept(request)?;
-        let agent =
-            self.runner
-                .transition(meta.tenant, &request.agent_id, state_from_pb(request.to)?)?;
+        let agent = self.runner.transition(
+            meta.tenant,
+            agent_id(&request.agent_id)?,
+            state_from_pb(request.to)?,
+        )?;
         Ok(Response::new(pb::TransitionAgentResponse {
             meta: Some(meta.response()),
             agent: Some(agent_to_pb(&agent)),
@@ -377,7 +146,7 @@ impl AgentService for AgentApi {
                 meta.tenant,
                 &meta.correlation_id,
                 trace.as_ref(),
-                &request.agent_id,
+                agent_id(&request.agent_id)?,
                 chat,
                 None,
             )
@@ -395,6 +164,7 @@ impl AgentService for AgentApi {
         let trace = call_trace(&request);
         let (meta, request) = accept(request)?;
         let chat = request_from_pb(request.request)?;
+        agent_id(&request.agent_id)?;
         let (sender, receiver) = mpsc::channel::<Result<pb::StreamCompleteResponse, Status>>(64);
         let (events, mut turn_events) = mpsc::unbounded_channel();
         let runner = self.runner.clone();
@@ -446,7 +216,10 @@ impl AgentService for AgentApi {
         request: Request<pb::ListMessagesRequest>,
     ) -> Result<Response<pb::ListMessagesResponse>, Status> {
         let (meta, request) = accept(request)?;
-        let agent = self.runner.store().get(meta.tenant, &request.agent_id)?;
+        let agent = self
+            .runner
+            .store()
+            .get(meta.tenant, agent_id(&request.agent_id)?)?;
         let size = paging::page_size(request.page_size)?;
         let query = format!("messages|{}", agent.id);
         let after = paging::decode_sequence_token(&request.page_token, &query)?;

@@ -4,6 +4,7 @@
 mod accept;
 mod access_reload;
 pub mod agent;
+mod agent_convert;
 mod answer;
 pub mod call_scheduling;
 pub mod coalesce;
