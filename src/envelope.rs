@@ -50,7 +50,7 @@ pub struct RequestMeta {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvelopeError {
     /// `meta.envelope_id` was set but is not a UUID.
-    #[error("meta.envelope_id must be a UUID, got {0:?}")]
+    #[error("meta.envelope_id must be a UUID, got {}", crate::shown::shown(.0))]
     InvalidEnvelopeId(String),
     /// `meta.correlation_id` is too long or has characters outside printable ASCII.
     #[error(

@@ -42,5 +42,6 @@ pub mod otlp;
 pub mod pb;
 pub mod provider;
 pub mod registry;
+pub mod shown;
 pub mod spans;
 pub mod trace_context;

@@ -19,6 +19,7 @@ use crate::registry::{
     Capability, FieldViolation, LeaseId, RegisteredTool, RegistryError, ServiceName, ServiceSpec,
     ToolName, ToolSpec, ViolationKind,
 };
+use crate::shown::shown;
 
 /// Parses a required service name field.
 pub fn service_name(field: &str, value: &str) -> Result<ServiceName, RegistryError> {
@@ -50,7 +51,10 @@ pub fn lease_id(field: &str, value: &str) -> Result<LeaseId, RegistryError> {
         RegistryError::invalid(
             field,
             ViolationKind::Field,
-            format!("lease_id must be the UUID RegisterService returned, got {value:?}"),
+            format!(
+                "lease_id must be the UUID RegisterService returned, got {}",
+                shown(value)
+            ),
         )
     })
 }
@@ -148,7 +152,10 @@ pub fn service_spec(
                 violations.push(FieldViolation::new(
                     field(name),
                     ViolationKind::Field,
-                    format!("{label}: {name} {given:?} differs from the registration's {expected:?}; leave it empty"),
+                    format!(
+                        "{label}: {name} {} differs from the registration's {expected:?}; leave it empty",
+                        shown(given)
+                    ),
                 ));
             }
         }

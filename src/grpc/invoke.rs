@@ -23,6 +23,7 @@ use crate::json::{json_to_value, struct_to_json};
 use crate::pb;
 use crate::pb::tool_invoke_service_server::ToolInvokeService;
 use crate::registry::{RegistryError, ServiceName, ToolName, ToolRef, ViolationKind, paging};
+use crate::shown::shown;
 use crate::trace_context::is_trace_id;
 
 /// Serves `toolplane.v1.ToolInvokeService`.
@@ -428,8 +429,9 @@ fn invocation_id(given: &str) -> Result<String, RegistryError> {
             "invocation_id",
             ViolationKind::Field,
             format!(
-                "{given:?} is not an invocation id: a UUID, as InvokeTool's answer and \
-                 ListInvocationRecords give it"
+                "{} is not an invocation id: a UUID, as InvokeTool's answer and \
+                 ListInvocationRecords give it",
+                shown(given)
             ),
         )
     })?;
@@ -446,8 +448,9 @@ fn trace_id_filter(trace_id: String) -> Result<Option<String>, RegistryError> {
             "trace_id",
             ViolationKind::Field,
             format!(
-                "{trace_id:?} is not a W3C trace id: 32 lowercase hex digits, not all zero, as \
-                 in a traceparent's second field"
+                "{} is not a W3C trace id: 32 lowercase hex digits, not all zero, as in a \
+                 traceparent's second field",
+                shown(&trace_id)
             ),
         ));
     }

@@ -21,6 +21,7 @@ use crate::invoke::caller::FailureKind;
 use crate::invoke::{self, InvokeError};
 use crate::registry::quota::QuotaBreach;
 use crate::registry::{FieldViolation, RegistryError, ViolationKind};
+use crate::shown::clipped;
 
 /// The ErrorInfo domain of every toolplane error.
 pub const ERROR_DOMAIN: &str = "toolplane";
@@ -72,14 +73,51 @@ fn bad_request_with_reason(
             .into_iter()
             .map(|(key, value)| (key.to_owned(), value)),
     );
+    let shown = shown_violations(violations);
+    if shown.len() < violations.len() {
+        metadata.insert("violations_shown".to_owned(), shown.len().to_string());
+    }
     let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
-    details.set_bad_request(
-        violations
-            .iter()
-            .map(|violation| PbFieldViolation::new(&violation.field, &violation.description))
-            .collect::<Vec<_>>(),
-    );
-    Status::with_error_details(Code::InvalidArgument, message, details)
+    details.set_bad_request(shown);
+    answer(Code::InvalidArgument, message, details)
+}
+
+/// The most bytes of a status's message; past them it is cut, with its size.
+const MAX_MESSAGE_BYTES: usize = 1024;
+/// The most bytes of field violations (fields and descriptions) a BadRequest carries; the
+/// violations past them are left out, and ErrorInfo's `violations_shown` says how many it has.
+const MAX_VIOLATION_BYTES: usize = 3072;
+/// The most bytes of one violation's field or description.
+const MAX_VIOLATION_PART_BYTES: usize = 1024;
+
+/// `violations` as a BadRequest carries them: each field and description cut at
+/// [`MAX_VIOLATION_PART_BYTES`], and as many as fit in [`MAX_VIOLATION_BYTES`] (the first one
+/// always).
+fn shown_violations(violations: &[FieldViolation]) -> Vec<PbFieldViolation> {
+    let mut bytes = 0;
+    let mut shown = Vec::new();
+    for violation in violations {
+        let field = clipped(&violation.field, MAX_VIOLATION_PART_BYTES);
+        let description = clipped(&violation.description, MAX_VIOLATION_PART_BYTES);
+        bytes += field.len() + description.len();
+        if bytes > MAX_VIOLATION_BYTES && !shown.is_empty() {
+            break;
+        }
+        shown.push(PbFieldViolation::new(field, description));
+    }
+    shown
+}
+
+/// A status of `code` with `message` (cut at [`MAX_MESSAGE_BYTES`]) and `details`. Its message
+/// and details travel in trailers, which gRPC clients bound (gRPC core to 8 KB of metadata by
+/// default, refusing some answers past it and all past 16 KB), so a status repeating a large
+/// input would reach such a caller as RESOURCE_EXHAUSTED "Stream removed", not as itself.
+fn answer(code: Code, message: String, details: ErrorDetails) -> Status {
+    let message = match clipped(&message, MAX_MESSAGE_BYTES) {
+        std::borrow::Cow::Borrowed(_) => message,
+        std::borrow::Cow::Owned(cut) => cut,
+    };
+    Status::with_error_details(code, message, details)
 }
 
 impl From<RegistryError> for Status {
@@ -169,7 +207,7 @@ impl From<RegistryError> for Status {
                 vec![("missed_events", missed.to_string())],
             ),
         };
-        Status::with_error_details(code, message, details)
+        answer(code, message, details)
     }
 }
 
@@ -192,7 +230,7 @@ fn quota_exceeded(
 /// A NOT_FOUND status with ErrorInfo carrying `metadata`.
 pub fn not_found(reason: &str, message: String, metadata: Vec<(&str, String)>) -> Status {
     let (code, message, details) = status(Code::NotFound, message, reason, metadata);
-    Status::with_error_details(code, message, details)
+    answer(code, message, details)
 }
 
 /// The status of a failed invocation; `invocation_id` names its record when one was written.
@@ -278,7 +316,7 @@ pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Statu
     if let Some(retry_after) = extra_details {
         details.set_retry_info(Some(retry_after));
     }
-    Status::with_error_details(code, message, details)
+    answer(code, message, details)
 }
 
 impl From<AgentError> for Status {
@@ -338,13 +376,13 @@ impl From<AgentError> for Status {
                         format!("at most {limit} agents at once"),
                     ),
                 );
-                return Status::with_error_details(code, message, details);
+                return answer(code, message, details);
             }
             AgentError::Model(_) => (Code::Unavailable, "MODEL_UNAVAILABLE", Vec::new()),
             AgentError::Invoke(inner) => return invoke_status(inner, None),
         };
         let (code, message, details) = status(code, message, reason, metadata);
-        Status::with_error_details(code, message, details)
+        answer(code, message, details)
     }
 }
 
@@ -384,6 +422,6 @@ impl From<AccessError> for Status {
                 vec![("tenant", tenant.to_string()), ("caller", caller)],
             ),
         };
-        Status::with_error_details(code, message, details)
+        answer(code, message, details)
     }
 }

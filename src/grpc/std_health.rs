@@ -123,7 +123,8 @@ impl Health for StandardHealth {
         match self.status(tenant, &service) {
             Some(status) => Ok(Response::new(answer(status))),
             None => Err(Status::not_found(format!(
-                "service {service:?} is not known to this server"
+                "service {} is not known to this server",
+                crate::shown::shown(&service)
             ))),
         }
     }

@@ -19,6 +19,7 @@
 //! - A name with no verb of [`VERBS`] has no categories and only the primary domain.
 
 use super::search_terms::plain_words;
+use crate::shown::shown;
 
 /// The most domains, and the most categories, one tool may declare.
 pub const MAX_LABELS: usize = 16;
@@ -147,7 +148,8 @@ pub fn check_label(label: &str) -> Result<(), String> {
     };
     if label.is_empty() || label.len() > MAX_LABEL_LEN {
         return Err(format!(
-            "{label:?} must be 1 to {MAX_LABEL_LEN} bytes, got {}",
+            "{} must be 1 to {MAX_LABEL_LEN} bytes, got {}",
+            shown(label),
             label.len()
         ));
     }

@@ -17,6 +17,7 @@ use super::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENA
 use super::schema_cost::check_evaluation_cost;
 use super::taxonomy;
 use crate::json::{canonical_sha256, nesting_depth};
+use crate::shown::{clipped, shown_json};
 
 /// The default lease TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -133,8 +134,8 @@ pub fn validate_service(
             "registration.service_version",
             ViolationKind::Field,
             format!(
-                "service version {:?} is not a semantic version (e.g. 1.2.3): {error}",
-                spec.version
+                "service version {} is not a semantic version (e.g. 1.2.3): {error}",
+                crate::shown::shown(&spec.version)
             ),
         ));
     }
@@ -451,7 +452,7 @@ fn compile_within_limits(
     let validator = options.build(schema).map_err(|error| {
         let pointer = error.instance_path().to_string();
         let at = if pointer.is_empty() { "/".to_owned() } else { pointer };
-        let message = error.to_string();
+        let message = clipped(&error.to_string(), MAX_VIOLATION_BYTES).into_owned();
         if message.contains("retriev") || message.contains("Unresolvable") || message.contains("not present") {
             format!("at {at}: external $ref is not allowed, only references inside the schema ({message})")
         } else {
@@ -461,8 +462,14 @@ fn compile_within_limits(
     Ok((validator, draft))
 }
 
-/// What a validation error says about a value: the validator's own words, except for a
-/// pattern stopped at [`PATTERN_BACKTRACK_LIMIT`], which it reports only as an engine error.
+/// The most bytes of a violation's message: a value or a schema's keyword it repeats (an
+/// `enum`'s values, a `pattern`) is cut short past them.
+pub const MAX_VIOLATION_BYTES: usize = 512;
+
+/// What a validation error says about a value: the validator's own words, the value repeated
+/// only as far as [`shown_json`] shows it (a value of megabytes is not written out again), and
+/// cut at [`MAX_VIOLATION_BYTES`]; except for a pattern stopped at [`PATTERN_BACKTRACK_LIMIT`],
+/// which the validator reports only as an engine error.
 pub fn violation_message(error: &jsonschema::ValidationError<'_>) -> String {
     match error.kind() {
         jsonschema::error::ValidationErrorKind::BacktrackLimitExceeded { .. } => format!(
@@ -470,7 +477,15 @@ pub fn violation_message(error: &jsonschema::ValidationError<'_>) -> String {
              on this value, so it is refused (a pattern with look-around or back-references that \
              backtracks this much should be rewritten)"
         ),
-        _ => error.to_string(),
+        _ => {
+            let value = shown_json(error.instance());
+            let message = if value.ends_with("...") {
+                error.masked_with(value).to_string()
+            } else {
+                error.to_string()
+            };
+            clipped(&message, MAX_VIOLATION_BYTES).into_owned()
+        }
     }
 }
 

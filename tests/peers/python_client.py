@@ -278,6 +278,29 @@ def invalid_input(tp):
     expect([field for field, _ in violations] == ["input/alpha_matter"], f"{violations}")
 
 
+@check("Refusals of large bad input fit gRPC core's trailer limit: INVALID_ARGUMENT, not RESOURCE_EXHAUSTED")
+def large_refusals(tp):
+    request = tp.invoke_pb2.InvokeToolRequest(meta=tp.meta(), tool_name="structs_calculate_power")
+    json_format.ParseDict({"alpha_matter": "9" * 200_000, "generator_type": "r" * 200_000},
+                          request.input)
+    error = failed_call(lambda: tp.invoke.InvokeTool(request, timeout=10))
+    expect(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code {error.code()}: {error.details()}")
+    info, violations = rich_error(error)
+    expect(info.reason == "VALIDATION_INPUT", f"reason {info.reason}")
+    expect(sorted(field for field, _ in violations) == ["input/alpha_matter", "input/generator_type"],
+           f"{[field for field, _ in violations]}")
+    expect(len(error.details()) < 2048, f"message of {len(error.details())} bytes")
+    # A registration with a thousand bad tools: each is named among the violations as far as
+    # they fit, and ErrorInfo counts them all.
+    tools = [tp.tool(f"bad name {index}", {"type": "object"}) for index in range(1000)]
+    error = failed_call(lambda: tp.register("python-many-bad", tools))
+    expect(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code {error.code()}: {error.details()}")
+    info, violations = rich_error(error)
+    expect(int(info.metadata["violations"]) >= 1000, f"{info.metadata}")
+    expect(0 < len(violations) == int(info.metadata["violations_shown"]) < 1000,
+           f"{len(violations)} shown, {info.metadata}")
+
+
 @check("InvokeTool of a tool nobody offers: NOT_FOUND, RESOURCE_NOT_FOUND")
 def unknown_tool(tp):
     request = tp.invoke_pb2.InvokeToolRequest(meta=tp.meta(), tool_name="python_no_such_tool")
