@@ -14,6 +14,7 @@ use crate::agent::types::{
 };
 use crate::pb;
 use crate::registry::ToolName;
+use crate::shown::shown;
 
 /// The longest agent name.
 pub const MAX_AGENT_NAME_LEN: usize = 64;
@@ -220,16 +221,12 @@ pub(super) fn config_from_pb(request: pb::CreateAgentRequest) -> Result<AgentCon
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
     if !name_ok || uuid::Uuid::parse_str(&name).is_ok() {
-        let given = if name.len() > MAX_AGENT_NAME_LEN {
-            format!("a name of {} bytes", name.len())
-        } else {
-            format!("name {name:?}")
-        };
         return Err(invalid(
             "name",
             format!(
-                "{given}: a name must be 1 to {MAX_AGENT_NAME_LEN} characters of [A-Za-z0-9_.-], \
-                 and not a UUID"
+                "name {}: a name must be 1 to {MAX_AGENT_NAME_LEN} characters of \
+                 [A-Za-z0-9_.-], and not a UUID",
+                shown(&name)
             ),
         ));
     }
@@ -271,9 +268,9 @@ pub(super) fn agent_id(agent_id: &str) -> Result<&str, AgentError> {
         return Err(invalid(
             "agent_id",
             format!(
-                "{} bytes: an agent_id is an agent's id (a UUID) or its name (1 to \
+                "{} names no agent: an agent_id is an agent's id (a UUID) or its name (1 to \
                  {MAX_AGENT_NAME_LEN} characters)",
-                agent_id.len()
+                shown(agent_id)
             ),
         ));
     }
