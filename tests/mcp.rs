@@ -290,3 +290,29 @@ async fn bodies_that_are_no_json_rpc_message_get_json_rpc_errors() {
     assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
     server.stop().await;
 }
+
+/// An HTTP/2 connection to the MCP endpoint whose client went silent without closing it (its
+/// host vanished) is pinged after `keepalive_interval` and closed when the PING goes
+/// unanswered, as on the gRPC port.
+#[tokio::test]
+async fn a_silent_http2_connection_is_pinged_and_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (server, mcp) = TestServer::start_with_mcp(ServerOptions {
+        keepalive_interval: Duration::from_millis(200),
+        keepalive_timeout: Duration::from_secs(1),
+        ..common::test_options()
+    })
+    .await;
+    let mut silent = tokio::net::TcpStream::connect(mcp).await.expect("connect");
+    silent
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .expect("preface");
+    let mut received = Vec::new();
+    // Generous: the server closes it about 1.2 s after the preface.
+    let closed =
+        tokio::time::timeout(Duration::from_secs(8), silent.read_to_end(&mut received)).await;
+    assert!(closed.is_ok(), "the silent connection is still open");
+    server.stop().await;
+}

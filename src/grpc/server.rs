@@ -306,12 +306,17 @@ pub async fn serve_with(
         .zip(mcp_counts)
         .map(|(listener, (sessions, refusals))| {
             let tools = McpTools::new(registry.clone(), invoker.clone());
-            let (endpoint, tls) = (options.mcp.clone(), served_tls.clone());
+            let settings = options.connection_settings();
+            let transport = crate::mcp::McpTransport {
+                tls: served_tls.clone(),
+                keepalive_interval: settings.keepalive_interval,
+                keepalive_timeout: settings.keepalive_timeout,
+            };
             let served = crate::mcp::http::serve(
                 listener,
                 tools,
-                endpoint,
-                tls,
+                options.mcp.clone(),
+                transport,
                 Arc::clone(&access),
                 sessions,
                 refusals,

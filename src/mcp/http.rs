@@ -8,7 +8,8 @@
 //! `mcp_allowed_hosts` are refused (403), which stops DNS rebinding from a browser. A
 //! connection that sends no request within [`OPENING_TIMEOUT`] is closed
 //! ([`crate::grpc::opening_deadline`]).
-//! Connections are served as accepted, not through `grpc::coalesce`: its put-off flushes suit
+//! HTTP/2 connections are pinged as the gRPC port's are (`keepalive_interval`), and closed when
+//! a ping goes unanswered. Connections are served as accepted, not through `grpc::coalesce`: its put-off flushes suit
 //! HTTP/2's, and held server-sent events back until the next write.
 
 use std::convert::Infallible;
@@ -140,6 +141,27 @@ impl McpRefusals {
     }
 }
 
+/// How the endpoint's connections are served: in TLS or not, and kept alive how.
+#[derive(Clone)]
+pub struct McpTransport {
+    /// TLS, when toolplane serves it.
+    pub tls: Option<ServedTls>,
+    /// How long an HTTP/2 connection may be silent before it is pinged; `None` never pings.
+    pub keepalive_interval: Option<Duration>,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+}
+
+impl std::fmt::Debug for McpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpTransport")
+            .field("tls", &self.tls.is_some())
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("keepalive_timeout", &self.keepalive_timeout)
+            .finish()
+    }
+}
+
 /// Serves MCP on `listener` with `sessions` until dropped (dropping it closes its connections
 /// too). Under the tenant access rules in force in `access` (none: any tenant), a request
 /// naming (in its `toolplane-tenant-id` header) a tenant its caller is not granted (by its
@@ -149,7 +171,7 @@ pub async fn serve(
     listener: TcpListener,
     tools: McpTools,
     endpoint: McpEndpoint,
-    tls: Option<ServedTls>,
+    transport: McpTransport,
     access: Arc<LiveTenantAccess>,
     sessions: McpSessions,
     refusals: Arc<McpRefusals>,
@@ -172,8 +194,10 @@ pub async fn serve(
         sessions,
         max_sessions: endpoint.max_sessions,
         refusals,
+        keepalive_interval: transport.keepalive_interval,
+        keepalive_timeout: transport.keepalive_timeout,
     };
-    match tls {
+    match transport.tls {
         Some(tls) => {
             let incoming = crate::grpc::server_tls::handshaken(listener, tls.for_http1_and_h2());
             serve_incoming(incoming, service, access).await;
@@ -197,6 +221,10 @@ struct Endpoint {
     refusals: Arc<McpRefusals>,
     /// The largest request body taken (the SDK's limit).
     max_body_bytes: usize,
+    /// How long an HTTP/2 connection may be silent before it is pinged.
+    keepalive_interval: Option<Duration>,
+    /// How long a ping may go unanswered before the connection is closed.
+    keepalive_timeout: Duration,
 }
 
 impl Endpoint {
@@ -337,6 +365,8 @@ async fn serve_connection<IO>(io: IO, service: Endpoint, access: ConnectionAcces
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let (keepalive_interval, keepalive_timeout) =
+        (service.keepalive_interval, service.keepalive_timeout);
     let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
         service.clone().answer(request, access.clone())
     });
@@ -345,6 +375,13 @@ where
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    // As on the gRPC port: a client whose host vanished without closing its connection (and
+    // its event stream) answers no PING, and is let go.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(keepalive_interval)
+        .keep_alive_timeout(keepalive_timeout);
     let io = OpeningDeadline::new(io, OPENING_TIMEOUT);
     if let Err(error) = builder.serve_connection(TokioIo::new(io), handler).await {
         tracing::debug!(%error, "MCP connection ended");

@@ -45,4 +45,4 @@ pub mod tool_call;
 pub mod tools;
 
 pub use handler::McpTools;
-pub use http::{MCP_PATH, McpEndpoint, McpRefusals, McpSessions};
+pub use http::{MCP_PATH, McpEndpoint, McpRefusals, McpSessions, McpTransport};
