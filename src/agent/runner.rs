@@ -125,7 +125,11 @@ fn allowed_names(agent: &Agent) -> Option<HashSet<&str>> {
     Some(allowed.iter().map(String::as_str).collect())
 }
 
-fn is_allowed(allowed: Option<&HashSet<&str>>, found: &ToolRef) -> bool {
+/// Whether `found` is among the `allowed` names (`None`: every tool is).
+fn is_allowed<S>(allowed: Option<&HashSet<S>>, found: &ToolRef) -> bool
+where
+    S: std::borrow::Borrow<str> + std::hash::Hash + Eq,
+{
     allowed.is_none_or(|allowed| allowed.contains(found.tool.name.as_str()))
 }
 
@@ -177,7 +181,7 @@ impl AgentRunner {
             .collect();
         if tools.len() > MAX_OFFERED_TOOLS {
             let candidates = tools.len();
-            tools = self.best_matches(agent, messages).await;
+            tools = self.best_matches(agent, allowed.as_ref(), messages).await;
             tracing::info!(agent = %agent.id, offered = tools.len(), candidates, "more tools than a model call takes: offering those that best match the turn");
         }
         let mut count: HashMap<&str, usize> = HashMap::new();
@@ -209,10 +213,15 @@ impl AgentRunner {
         catalog
     }
 
-    /// The [`MAX_OFFERED_TOOLS`] tools the agent may use that best match the turn's messages
-    /// and its system prompt (a search, in the pool of heavy work: the first one builds the
-    /// search indexes).
-    async fn best_matches(&self, agent: &Agent, messages: &[CanonicalMessage]) -> Vec<ToolRef> {
+    /// The [`MAX_OFFERED_TOOLS`] tools the agent may use (`allowed`, as [`allowed_names`]
+    /// gives them) that best match the turn's messages and its system prompt (a search, in the
+    /// pool of heavy work: the first one builds the search indexes).
+    async fn best_matches(
+        &self,
+        agent: &Agent,
+        allowed: Option<&HashSet<&str>>,
+        messages: &[CanonicalMessage],
+    ) -> Vec<ToolRef> {
         let mut text: String = messages
             .iter()
             .map(|message| message.content.as_str())
@@ -225,7 +234,7 @@ impl AgentRunner {
         };
         let (registry, tenant) = (self.registry.clone(), agent.tenant);
         let allowed: Option<HashSet<String>> =
-            allowed_names(agent).map(|names| names.into_iter().map(str::to_owned).collect());
+            allowed.map(|names| names.iter().map(|&name| name.to_owned()).collect());
         let search = move || {
             // Among allowed tools, every match is ranked and the allowed ones kept.
             let limit = allowed.as_ref().map_or(MAX_OFFERED_TOOLS, |_| usize::MAX);
@@ -234,11 +243,7 @@ impl AgentRunner {
                 .hits
                 .into_iter()
                 .map(|hit| hit.tool)
-                .filter(|found| {
-                    allowed
-                        .as_ref()
-                        .is_none_or(|allowed| allowed.contains(found.tool.name.as_str()))
-                })
+                .filter(|found| is_allowed(allowed.as_ref(), found))
                 .take(MAX_OFFERED_TOOLS)
                 .collect()
         };
