@@ -63,7 +63,7 @@ fn opening_failure(server: &str, error: &ClientInitializeError, via: Via<'_>) ->
     let text = failure_text(failed);
     let hint = match via {
         Via::Http(tls) => match tls.failure_hint(failed) {
-            hint if hint.is_empty() && reset_after_tls(server, &text) => RESET_HINT.to_owned(),
+            hint if hint.is_empty() && ended_after_tls(server, &text) => ENDED_HINT.to_owned(),
             hint => hint,
         },
         Via::Stdio { .. } => String::new(),
@@ -71,17 +71,20 @@ fn opening_failure(server: &str, error: &ClientInitializeError, via: Via<'_>) ->
     format!("cannot reach MCP server {server}: {text}{hint}")
 }
 
-/// What a reset `https://` connection adds to its failure.
-const RESET_HINT: &str = "; the server reset the connection: if it asks for client \
-                          certificates, set provider_client_cert_file and \
+/// What an `https://` connection the server ended after the handshake adds to its failure.
+const ENDED_HINT: &str = "; the server ended the connection after the TLS handshake: if it \
+                          asks for client certificates, set provider_client_cert_file and \
                           provider_client_key_file to a certificate a CA it trusts signed";
 
 /// Whether the connection to `server` that failed saying `text` was an `https://` one the
-/// server reset. Under TLS 1.3 a server refusing the client's certificate (or its lack of
-/// one) does so after the client has finished its handshake and sent its request, and the
-/// client often reads the reset of that connection before the server's alert saying why.
-fn reset_after_tls(server: &str, text: &str) -> bool {
-    server.starts_with("https://") && text.contains("Connection reset by peer")
+/// server ended without saying why. Under TLS 1.3 a server refusing the client's certificate
+/// (or its lack of one) does so after the client has finished its handshake, and the client
+/// often sees the connection end before it reads the server's alert saying why: reset as
+/// the request is sent, or closed before it could be ("connection was not ready", which the
+/// HTTP client reports only for a new connection: a pooled one it tries again).
+fn ended_after_tls(server: &str, text: &str) -> bool {
+    server.starts_with("https://")
+        && (text.contains("Connection reset by peer") || text.contains("connection was not ready"))
 }
 
 /// The error inside a transport's: the HTTP client's own, which the SDK's error holds without
@@ -126,14 +129,18 @@ pub(super) fn failure_text(failed: &(dyn std::error::Error + 'static)) -> String
 mod tests {
     use super::*;
 
-    /// Only a reset `https://` connection is said to be one a client certificate may explain.
+    /// Only an `https://` connection reset, or closed before the request could be sent, is
+    /// said to be one a client certificate may explain.
     #[test]
-    fn a_reset_tls_connection_gets_the_client_certificate_hint() {
+    fn a_tls_connection_ended_after_the_handshake_gets_the_client_certificate_hint() {
         let reset = "client error (SendRequest): connection error: Connection reset by peer \
                      (os error 104)";
-        assert!(reset_after_tls("https://127.0.0.1:9/mcp", reset));
-        assert!(!reset_after_tls("http://127.0.0.1:9/mcp", reset));
-        assert!(!reset_after_tls(
+        let closed = "client error (Canceled): operation was canceled: connection was not ready";
+        for ended in [reset, closed] {
+            assert!(ended_after_tls("https://127.0.0.1:9/mcp", ended));
+            assert!(!ended_after_tls("http://127.0.0.1:9/mcp", ended));
+        }
+        assert!(!ended_after_tls(
             "https://127.0.0.1:9/mcp",
             "Connection refused (os error 111)"
         ));
