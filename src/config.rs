@@ -356,13 +356,22 @@ impl ServerConfig {
         file: Option<&Path>,
         env: impl Iterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
+        Self::load_read_by(file, env, |path| std::fs::read_to_string(path))
+    }
+
+    /// As [`ServerConfig::load`], the file's text read by `read`.
+    pub(crate) fn load_read_by(
+        file: Option<&Path>,
+        env: impl Iterator<Item = (String, String)>,
+        read: impl Fn(&Path) -> std::io::Result<String>,
+    ) -> Result<Self, ConfigError> {
         let file = file.or_else(|| {
             let default = Path::new(DEFAULT_CONFIG_FILE);
             default.exists().then_some(default)
         });
         let (mut table, read, origin) = match file {
             Some(path) => {
-                let (table, digest) = read_table(path)?;
+                let (table, digest) = read_table(path, &read)?;
                 (
                     table,
                     Some((path.to_path_buf(), digest)),
@@ -400,8 +409,11 @@ impl ServerConfig {
 }
 
 /// The file's table, and the sha256 of its content (to see later whether it changed).
-fn read_table(path: &Path) -> Result<(toml::Table, [u8; 32]), ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+fn read_table(
+    path: &Path,
+    read: impl Fn(&Path) -> std::io::Result<String>,
+) -> Result<(toml::Table, [u8; 32]), ConfigError> {
+    let text = read(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
     })?;

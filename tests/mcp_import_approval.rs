@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::mcp_server::{PythonMcpServer, importing, invoke, wait_for, wait_for_at};
-use common::process::{ServerProcess, toolplane_cli, wait_until};
+use common::process::{ServerProcess, replace_file, toolplane_cli, wait_until};
 use common::{TestServer, meta, scraped};
 use serde_json::{Value, json};
 use tonic::Code;
@@ -197,14 +197,13 @@ async fn review_imports_prints_the_hashes_that_serve_takes() {
         .find(|tool| tool["tool_name"] == "shout")
         .and_then(|tool| tool["definition_sha256"].as_str())
         .expect("listed");
-    std::fs::write(
-        served_dir.path().join("toolplane.toml"),
-        config(
+    replace_file(
+        &served_dir.path().join("toolplane.toml"),
+        &config(
             &mcp.url(),
             &format!("add = \"{add_sha}\", shout = \"{shout_sha}\""),
         ),
-    )
-    .expect("rewritten");
+    );
     let service = wait_for_at(&mut discovery, SERVICE, |found| {
         tool_names(found).len() == 2
     })

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::mcp_server::{PythonMcpServer, output, wait_for_at};
 use common::meta;
-use common::process::{ServerProcess, wait_until};
+use common::process::{ServerProcess, replace_file, wait_until};
 use serde_json::json;
 use tonic::transport::Channel;
 use toolplane::json::json_to_struct;
@@ -103,7 +103,7 @@ async fn imports_follow_the_configuration_file_without_a_restart() {
         http_entry("alpha", &first.url()),
         stdio_entry("beta", &command)
     );
-    std::fs::write(&file, both).expect("rewritten");
+    replace_file(&file, &both);
     let alpha = wait_for_at(&mut discovery, "alpha", |found| found.is_some()).await;
     assert_eq!(
         alpha.expect("imported").endpoint,
@@ -130,7 +130,7 @@ async fn imports_follow_the_configuration_file_without_a_restart() {
         http_entry("alpha", &first.url()),
         stdio_entry("beta", &command)
     );
-    std::fs::write(&file, with_env).expect("rewritten");
+    replace_file(&file, &with_env);
     let give_up = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let answer = invoker
@@ -153,7 +153,7 @@ async fn imports_follow_the_configuration_file_without_a_restart() {
 
     // alpha moved to the second server, beta removed.
     let moved = format!("{HEADER}{}", http_entry("alpha", &second.url()));
-    std::fs::write(&file, moved).expect("rewritten");
+    replace_file(&file, &moved);
     wait_for_at(&mut discovery, "beta", |found| found.is_none()).await;
     let alpha = wait_for_at(&mut discovery, "alpha", |found| {
         found.is_some_and(|service| service.endpoint == format!("mcp+{}", second.url()))
@@ -183,14 +183,14 @@ async fn imports_follow_the_configuration_file_without_a_restart() {
         "{HEADER}{}command = [\"true\"]\n",
         http_entry("alpha", &second.url())
     );
-    std::fs::write(&file, broken).expect("rewritten");
+    replace_file(&file, &broken);
     wait_until("the file refused", || {
         !server.log_lines_with("cannot be used").is_empty()
     });
     add(&mut invoker, "alpha").await.expect("still imported");
 
     // Every import removed.
-    std::fs::write(&file, HEADER).expect("rewritten");
+    replace_file(&file, HEADER);
     wait_for_at(&mut discovery, "alpha", |found| found.is_none()).await;
     assert!(
         server.log_lines_with("next restart").is_empty(),

@@ -5,7 +5,9 @@
 
 use crate::common;
 
-use common::process::{ChildGuard, ServerProcess, wait_for_structs_provider, wait_until};
+use common::process::{
+    ChildGuard, ServerProcess, replace_file, wait_for_structs_provider, wait_until,
+};
 use common::{meta, reason};
 use serde_json::json;
 use tonic::Code;
@@ -85,7 +87,7 @@ async fn limits_follow_the_configuration_file_without_a_restart() {
         "{HEADER}rate_limit_per_second = 1000\nrate_limit_burst = 2000\n\
          [tool_rate_limits.\"structs/structs_calculate_power\"]\nper_second = 1\nburst = 1\n"
     );
-    std::fs::write(&file, &loose).expect("rewritten");
+    replace_file(&file, &loose);
     let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while !let_through(&mut invoker, "structs_calculate_damage", 10).await {
         assert!(
@@ -106,11 +108,12 @@ async fn limits_follow_the_configuration_file_without_a_restart() {
     );
 
     // A tool limit not keyed SERVICE/TOOL: refused, and the limits in force stay.
-    std::fs::write(
+    replace_file(
         &file,
-        format!("{HEADER}rate_limit_per_second = 1\n[tool_rate_limits.nonsense]\nper_second = 1\nburst = 1\n"),
-    )
-    .expect("rewritten");
+        &format!(
+            "{HEADER}rate_limit_per_second = 1\n[tool_rate_limits.nonsense]\nper_second = 1\nburst = 1\n"
+        ),
+    );
     wait_until("the file refused", || {
         server
             .log_lines_with("cannot be used")

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::path::Path;
 
-use common::process::{ServerProcess, toolplane_cli, wait_until};
+use common::process::{ServerProcess, replace_file, toolplane_cli, wait_until};
 use common::{http_client, meta, scraped, tools_list};
 use tonic::Code;
 use toolplane::client::{BearerToken, ToolplaneClient};
@@ -28,12 +28,9 @@ fn config(tenants: &str, extra: &str) -> String {
     )
 }
 
-/// Replaces the configuration file in `dir` as a ConfigMap update does: written beside it,
-/// then renamed over it, so the server never reads half a file.
+/// Replaces the configuration file in `dir` (see [`replace_file`]).
 fn rewrite(dir: &Path, text: &str) {
-    let next = dir.join("toolplane.toml.next");
-    std::fs::write(&next, text).expect("write the new configuration");
-    std::fs::rename(&next, dir.join("toolplane.toml")).expect("replace the configuration");
+    replace_file(&dir.join("toolplane.toml"), text);
 }
 
 /// Whether the generated Discovery client, on the Rust client's one connection, may list
@@ -137,8 +134,13 @@ async fn tenants_granted_in_the_file_take_effect_on_open_connections() {
         dir.path(),
         "[[tenant_access]]\ntoken_env = \"PLANNER_TOKEN\"\n",
     );
-    wait_until("the invalid file was never logged", || {
-        !server.log_lines_with("grants nothing").is_empty()
+    // Every part read again refuses the file; the tenant access watch logs so once it has
+    // counted the refusal.
+    wait_until("the invalid file was never refused", || {
+        server
+            .log_lines_with("cannot be used")
+            .iter()
+            .any(|line| line.contains("tenant_access in the") && line.contains("grants nothing"))
     });
     assert!(lists(&client, 2).await, "the rules in force stay");
     assert_eq!(scraped(&http, &metrics, failing).await, 1.0);
@@ -168,7 +170,12 @@ async fn tenants_granted_in_the_file_take_effect_on_open_connections() {
         ),
     );
     until_lists(&client, 3, true, "tenant 3 was never granted").await;
-    assert_eq!(scraped(&http, &metrics, failing).await, 0.0);
+    // The change is counted once it is in force.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while scraped(&http, &metrics, failing).await != 0.0 {
+        assert!(std::time::Instant::now() < give_up, "still failing");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let restart = server.log_lines_with("take effect at the next restart");
     assert!(
         restart.iter().any(|line| line.contains("default_ttl")),

@@ -122,6 +122,17 @@ fn serving_address(line: &str) -> Option<String> {
     Some(address.trim().to_owned())
 }
 
+/// Replaces the file at `path` with `text` as a ConfigMap update does: written beside it,
+/// then renamed over it, so a server watching it never reads half a file. (A file rewritten
+/// in place is read once it settles: `config::reload`'s unit tests cover that, where no
+/// busy machine can stall the writer between truncating and writing.)
+pub fn replace_file(path: &std::path::Path, text: &str) {
+    let mut next = path.as_os_str().to_owned();
+    next.push(".next");
+    std::fs::write(&next, text).expect("write the new file");
+    std::fs::rename(&next, path).expect("replace the file");
+}
+
 /// Polls `done` every 50 ms until it holds; fails the test with `what` after 20 s.
 pub fn wait_until(what: &str, done: impl Fn() -> bool) {
     let give_up = Instant::now() + Duration::from_secs(20);
