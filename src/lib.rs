@@ -23,6 +23,7 @@
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
 //! - [`trace_context`]: the caller's W3C trace context, passed on to providers.
+//! - [`http_answers`]: answers of the HTTP servers toolplane calls, read within a bound.
 //! - [`otlp`]: where and how spans are exported (OTLP/gRPC or OTLP/HTTP, TLS).
 //! - [`spans`]: the spans exported over OTLP when `otlp_endpoint` is set.
 
@@ -34,6 +35,7 @@ pub mod client;
 pub mod config;
 pub mod envelope;
 pub mod grpc;
+pub mod http_answers;
 pub mod invoke;
 pub mod json;
 pub mod mcp;

@@ -304,16 +304,13 @@ impl opentelemetry_http::HttpClient for ReqwestClient {
             .await?;
         let status = answer.status();
         let headers = std::mem::take(answer.headers_mut());
-        let mut read = bytes::BytesMut::new();
-        while let Some(chunk) = answer.chunk().await? {
-            if read.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(Box::new(opentelemetry_http::ResponseBodyTooLarge::new()));
-            }
-            read.extend_from_slice(&chunk);
-        }
+        let Some(read) = crate::http_answers::body_within(&mut answer, MAX_ANSWER_BYTES).await?
+        else {
+            return Err(Box::new(opentelemetry_http::ResponseBodyTooLarge::new()));
+        };
         let mut response = http::Response::builder()
             .status(status)
-            .body(read.freeze())?;
+            .body(Bytes::from(read))?;
         *response.headers_mut() = headers;
         Ok(response)
     }

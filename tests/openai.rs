@@ -3,13 +3,7 @@
 
 use crate::common;
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use axum::Json;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use common::model_server::{Misbehaviour, Mock, config, start_mock};
 use common::provider::{TestProvider, start_structs_provider};
 use common::*;
 use futures_util::StreamExt;
@@ -17,112 +11,12 @@ use serde_json::{Value, json};
 use toolplane::agent::model::{
     LlmProvider, ModelRequest, OfferedTool, StreamEvent, tool_call_message, tool_result_message,
 };
-use toolplane::agent::openai::{OpenAiClient, OpenAiConfig};
+use toolplane::agent::openai::{MAX_ANSWER_BYTES, OpenAiClient};
+use toolplane::agent::runner::MAX_TOOL_CALLS_PER_TURN;
 use toolplane::agent::types::{CanonicalMessage, Role};
 use toolplane::grpc::ServerOptions;
 use toolplane::pb;
 use toolplane::pb::agent_service_client::AgentServiceClient;
-
-/// What the local chat-completions server saw, and whether it should fail.
-#[derive(Clone, Default)]
-struct Mock {
-    bodies: Arc<Mutex<Vec<Value>>>,
-    authorization: Arc<Mutex<Vec<String>>>,
-    /// The `traceparent` of each request (empty when none came).
-    traceparents: Arc<Mutex<Vec<String>>>,
-    fail: bool,
-}
-
-const ARGUMENTS: &str = r#"{"alpha_matter": 3, "generator_type": "worldEngine"}"#;
-
-fn sse(chunks: &[Value]) -> Response {
-    let mut body: String = chunks
-        .iter()
-        .map(|chunk| format!("data: {chunk}\n\n"))
-        .collect();
-    body.push_str("data: [DONE]\n\n");
-    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
-}
-
-async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    mock.bodies.lock().expect("lock").push(body.clone());
-    mock.authorization.lock().expect("lock").push(
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned(),
-    );
-    mock.traceparents.lock().expect("lock").push(
-        headers
-            .get("traceparent")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned(),
-    );
-    if mock.fail {
-        return (StatusCode::INTERNAL_SERVER_ERROR, "model overloaded").into_response();
-    }
-    let last = body["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .cloned()
-        .unwrap_or_default();
-    let after_tool = last["role"] == "tool";
-    let stream = body["stream"] == true;
-    let usage = if after_tool {
-        json!({"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25})
-    } else {
-        json!({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13})
-    };
-    let answer = format!(
-        "the tool said {}",
-        last["content"].as_str().unwrap_or_default()
-    );
-    match (stream, after_tool) {
-        (false, true) => Json(json!({"model": "mock-model", "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}], "usage": usage})).into_response(),
-        (false, false) => Json(json!({"model": "mock-model", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
-            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "structs_calculate_power", "arguments": ARGUMENTS}}]}}], "usage": usage})).into_response(),
-        (true, true) => sse(&[
-            json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "the tool "}}]}),
-            json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"content": &answer["the tool ".len()..]}}]}),
-            json!({"model": "mock-model", "choices": [], "usage": usage}),
-        ]),
-        (true, false) => {
-            let (head, tail) = ARGUMENTS.split_at(20);
-            sse(&[
-                json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "structs_calculate_power", "arguments": ""}}]}}]}),
-                json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": head}}]}}]}),
-                json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": tail}}]}, "finish_reason": "tool_calls"}]}),
-                json!({"model": "mock-model", "choices": [], "usage": usage}),
-            ])
-        }
-    }
-}
-
-/// Serves the chat-completions wire format on 127.0.0.1:0; returns its base URL.
-async fn start_mock(mock: Mock) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let app = axum::Router::new()
-        .route("/v1/chat/completions", axum::routing::post(chat))
-        .with_state(mock);
-    tokio::spawn(async move {
-        axum::serve(listener, app).await.expect("mock serves");
-    });
-    format!("http://{addr}/v1")
-}
-
-fn config(base_url: String) -> OpenAiConfig {
-    OpenAiConfig {
-        base_url,
-        model: "configured-model".into(),
-        api_key: Some("test-key".into()),
-        timeout: Duration::from_secs(10),
-    }
-}
 
 fn power_tool() -> OfferedTool {
     OfferedTool {
@@ -344,59 +238,106 @@ async fn agents_run_on_an_openai_compatible_model() {
     );
 }
 
-/// A failing model is UNAVAILABLE (MODEL_UNAVAILABLE) and the agent is left Idle and unchanged.
+/// A failing model is UNAVAILABLE (MODEL_UNAVAILABLE) and the agent is left Idle and unchanged;
+/// so is a model asking for more tool calls than a turn makes, none of which is made.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_model_leaves_the_agent_as_it_was() {
-    let (server, _provider) = agent_server(Mock {
-        fail: true,
+    let too_many = format!(
+        "asked for {} tool calls in one answer; a turn makes at most {MAX_TOOL_CALLS_PER_TURN}",
+        MAX_TOOL_CALLS_PER_TURN + 1
+    );
+    for (misbehaving, said) in [
+        (Misbehaviour::Fails, "500"),
+        (Misbehaviour::CallsTooManyTools, too_many.as_str()),
+    ] {
+        let (server, _provider) = agent_server(Mock {
+            misbehaving,
+            ..Mock::default()
+        })
+        .await;
+        let mut client = AgentServiceClient::new(server.channel().await);
+        client
+            .create_agent(pb::CreateAgentRequest {
+                meta: meta(0),
+                name: "down".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("created");
+        let error = client
+            .complete(pb::CompleteRequest {
+                meta: meta(0),
+                agent_id: "down".into(),
+                request: turn(),
+            })
+            .await
+            .expect_err("model down");
+        assert_eq!(error.code(), tonic::Code::Unavailable);
+        assert_eq!(reason(&error), "MODEL_UNAVAILABLE");
+        assert!(error.message().contains(said), "{}", error.message());
+        let agent = client
+            .get_agent(pb::GetAgentRequest {
+                meta: meta(0),
+                agent_id: "down".into(),
+            })
+            .await
+            .expect("agent")
+            .into_inner()
+            .agent
+            .expect("agent");
+        assert_eq!(
+            agent.status.expect("status").state,
+            pb::AgentState::Idle as i32
+        );
+        let messages = client
+            .list_messages(pb::ListMessagesRequest {
+                meta: meta(0),
+                agent_id: "down".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner()
+            .messages;
+        assert!(messages.is_empty());
+        let mut invoker = common::invoke_fixture::invoker(&server).await;
+        let made = common::invoke_fixture::records(&mut invoker, "structs_calculate_power").await;
+        assert!(made.is_empty(), "no tool was called: {made:?}");
+        server.stop().await;
+    }
+}
+
+/// A model's answer larger than toolplane reads, as JSON or as an event stream, fails the
+/// model call saying so.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_larger_than_toolplane_reads_fails_the_model_call() {
+    let base_url = start_mock(Mock {
+        misbehaving: Misbehaviour::AnswersTooMuch,
         ..Mock::default()
     })
     .await;
-    let mut client = AgentServiceClient::new(server.channel().await);
-    client
-        .create_agent(pb::CreateAgentRequest {
-            meta: meta(0),
-            name: "down".into(),
-            ..Default::default()
-        })
+    let client = OpenAiClient::new(config(base_url)).expect("client");
+    let request = ModelRequest {
+        model: None,
+        messages: vec![CanonicalMessage::new(Role::User, "say a lot".into())],
+        tools: Vec::new(),
+        temperature: None,
+        max_tokens: None,
+        trace: None,
+    };
+    let too_large = format!("larger than {} MiB", MAX_ANSWER_BYTES >> 20);
+    let refused = client
+        .complete(request.clone())
         .await
-        .expect("created");
-    let error = client
-        .complete(pb::CompleteRequest {
-            meta: meta(0),
-            agent_id: "down".into(),
-            request: turn(),
-        })
-        .await
-        .expect_err("model down");
-    assert_eq!(error.code(), tonic::Code::Unavailable);
-    assert_eq!(reason(&error), "MODEL_UNAVAILABLE");
-    assert!(error.message().contains("500"), "{}", error.message());
-    let agent = client
-        .get_agent(pb::GetAgentRequest {
-            meta: meta(0),
-            agent_id: "down".into(),
-        })
-        .await
-        .expect("agent")
-        .into_inner()
-        .agent
-        .expect("agent");
-    assert_eq!(
-        agent.status.expect("status").state,
-        pb::AgentState::Idle as i32
-    );
-    let messages = client
-        .list_messages(pb::ListMessagesRequest {
-            meta: meta(0),
-            agent_id: "down".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("list")
-        .into_inner()
-        .messages;
-    assert!(messages.is_empty());
+        .expect_err("too large");
+    assert!(refused.0.contains(&too_large), "{}", refused.0);
+    let mut events = client.stream(request).await.expect("the stream starts");
+    let mut last = None;
+    while let Some(event) = events.next().await {
+        last = Some(event);
+    }
+    let refused = last.expect("an event").expect_err("too large");
+    assert!(refused.0.contains(&too_large), "{}", refused.0);
 }
 
 /// The function names offered in a chat-completions request body.

@@ -7,7 +7,6 @@ use crate::trace_context::TraceContext;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
 use futures_util::stream::{BoxStream, StreamExt};
 use serde_json::{Value, json};
 
@@ -16,6 +15,15 @@ use super::model::{
     ToolCallRequest, is_tool_result, tool_calls_of,
 };
 use super::types::{Role, TokenUsage};
+
+/// The most a model's answer may take on the wire, its JSON or its whole event stream (a
+/// streamed answer of 128k tokens, at some 200 bytes of event per token, fits); a larger one
+/// fails the model call, so that a model server answering without end cannot use up
+/// toolplane's memory.
+pub const MAX_ANSWER_BYTES: usize = 32 << 20;
+
+/// The most of a model server's error answer read (its first 500 characters are shown).
+const MAX_ERROR_ANSWER_BYTES: usize = 64 << 10;
 
 /// How to reach an OpenAI-compatible server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,10 +177,18 @@ impl OpenAiClient {
             .map_err(|e| ModelError(format!("cannot reach {url}: {e}")))?;
         if !response.status().is_success() {
             let status = response.status();
-            let text = response.text().await.unwrap_or_default();
+            let mut response = response;
+            let body = crate::http_answers::body_within(&mut response, MAX_ERROR_ANSWER_BYTES)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
             return Err(ModelError(format!(
                 "{url} answered {status}: {}",
-                text.chars().take(500).collect::<String>()
+                String::from_utf8_lossy(&body)
+                    .chars()
+                    .take(500)
+                    .collect::<String>()
             )));
         }
         Ok(response)
@@ -182,16 +198,20 @@ impl OpenAiClient {
 #[async_trait::async_trait]
 impl LlmProvider for OpenAiClient {
     async fn complete(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
-        let answer: Value = self
+        let mut response = self
             .post(&self.body(&request, false), request.trace.as_ref())
-            .await?
-            .json()
+            .await?;
+        let body = crate::http_answers::body_within(&mut response, MAX_ANSWER_BYTES)
             .await
+            .map_err(|e| ModelError(format!("the answer could not be read: {e}")))?
+            .ok_or_else(too_large)?;
+        let answer: Value = serde_json::from_slice(&body)
             .map_err(|e| ModelError(format!("the answer is not JSON: {e}")))?;
         let message = &answer["choices"][0]["message"];
         if message.is_null() {
             return Err(ModelError(format!(
-                "the answer has no choices[0].message: {answer}"
+                "the answer has no choices[0].message: {}",
+                crate::shown::shown_json(&answer)
             )));
         }
         Ok(ModelReply {
@@ -221,6 +241,24 @@ impl LlmProvider for OpenAiClient {
     }
 }
 
+/// Why a model's event stream stopped being read: its bytes could not be read, or there were
+/// too many of them.
+#[derive(Debug, thiserror::Error)]
+enum AnswerBreak {
+    #[error("{0}")]
+    Read(reqwest::Error),
+    #[error("{}", .0.0)]
+    TooLarge(ModelError),
+}
+
+/// The failure of a model call whose answer is over [`MAX_ANSWER_BYTES`].
+fn too_large() -> ModelError {
+    ModelError(format!(
+        "the answer is larger than {} MiB, more than toolplane reads of a model's answer",
+        MAX_ANSWER_BYTES >> 20
+    ))
+}
+
 /// Reads a chat-completions event stream: forwards content deltas, gathers tool-call fragments
 /// by index, and ends with the whole answer. Stops early when the receiver goes away.
 async fn read_events(
@@ -228,7 +266,20 @@ async fn read_events(
     mut model: String,
     sender: tokio::sync::mpsc::Sender<Result<StreamEvent, ModelError>>,
 ) {
-    let mut events = response.bytes_stream().eventsource();
+    let mut read = 0;
+    let within_bound = move |chunk: reqwest::Result<bytes::Bytes>| {
+        let chunk = chunk.map_err(AnswerBreak::Read)?;
+        read += chunk.len();
+        if read > MAX_ANSWER_BYTES {
+            return Err(AnswerBreak::TooLarge(too_large()));
+        }
+        Ok(chunk)
+    };
+    // sse-stream keeps an unfinished line and looks for the end of a line in new bytes only,
+    // so a long event costs time in proportion to its length (eventsource-stream parsed the
+    // whole buffer again for every chunk: minutes for one event of a few MiB).
+    let mut events =
+        sse_stream::SseStream::from_bytes_stream(response.bytes_stream().map(within_bound));
     let mut content = String::new();
     let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
     let mut usage = None;
@@ -242,10 +293,11 @@ async fn read_events(
                 return;
             }
         };
-        if event.data.trim() == "[DONE]" {
+        let data = event.data.unwrap_or_default();
+        if data.trim() == "[DONE]" {
             break;
         }
-        let Ok(chunk) = serde_json::from_str::<Value>(&event.data) else {
+        let Ok(chunk) = serde_json::from_str::<Value>(&data) else {
             continue;
         };
         if let Some(name) = chunk["model"].as_str() {

@@ -12,8 +12,14 @@ use crate::agent::types::{CanonicalMessage, ChatCompletionRequest, Role};
 use crate::spans::ModelAnswer;
 use crate::trace_context::TraceContext;
 
+/// The most tool calls a turn makes: a model answer asking for more fails the turn (as a
+/// failing model does, the agent left as it was) rather than running them one after another
+/// into the conversation. As many as the tools a model is offered, each called once.
+pub const MAX_TOOL_CALLS_PER_TURN: usize = super::MAX_OFFERED_TOOLS;
+
 impl AgentRunner {
-    /// Asks the model, under a span of its own when spans are exported.
+    /// Asks the model, under a span of its own when spans are exported; an answer asking for
+    /// more than [`MAX_TOOL_CALLS_PER_TURN`] tool calls is its failure.
     pub(super) async fn ask_model(
         &self,
         request: ModelRequest,
@@ -27,7 +33,19 @@ impl AgentRunner {
             .as_ref()
             .map(|span| span.trace_context())
             .or_else(|| trace.cloned());
-        let reply = self.ask_model_unspanned(request, events).await;
+        let reply = self
+            .ask_model_unspanned(request, events)
+            .await
+            .and_then(|reply| {
+                if reply.tool_calls.len() > MAX_TOOL_CALLS_PER_TURN {
+                    return Err(AgentError::Model(format!(
+                        "the model asked for {} tool calls in one answer; a turn makes at most \
+                         {MAX_TOOL_CALLS_PER_TURN}",
+                        reply.tool_calls.len()
+                    )));
+                }
+                Ok(reply)
+            });
         if let Some(span) = span {
             span.end_model_call(reply.as_ref().map_err(ToString::to_string).map(|reply| {
                 ModelAnswer {

@@ -382,13 +382,10 @@ impl OAuthHttpClient for OAuthHttp {
             for (name, value) in response.headers() {
                 answer = answer.header(name, value);
             }
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await.map_err(boxed)? {
-                if body.len() + chunk.len() > MAX_OAUTH_ANSWER {
-                    return Err(format!("an OAuth answer over {MAX_OAUTH_ANSWER} bytes").into());
-                }
-                body.extend_from_slice(&chunk);
-            }
+            let body = crate::http_answers::body_within(&mut response, MAX_OAUTH_ANSWER)
+                .await
+                .map_err(boxed)?
+                .ok_or_else(|| format!("an OAuth answer over {MAX_OAUTH_ANSWER} bytes"))?;
             Ok(answer.body(body)?)
         })
     }

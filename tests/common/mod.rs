@@ -326,6 +326,7 @@ pub mod agent_fixture;
 pub mod collector;
 pub mod invoke_fixture;
 pub mod mcp_server;
+pub mod model_server;
 pub mod process;
 pub mod provider;
 pub mod proxy;

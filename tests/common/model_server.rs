@@ -1,0 +1,157 @@
+//! A local HTTP server speaking OpenAI's chat-completions wire format (JSON answers, SSE
+//! chunks, tool_calls), as the model of agents under test; it can be told to misbehave.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use toolplane::agent::openai::{MAX_ANSWER_BYTES, OpenAiConfig};
+use toolplane::agent::runner::MAX_TOOL_CALLS_PER_TURN;
+
+/// What the local chat-completions server saw, and whether it should fail.
+#[derive(Clone, Default)]
+pub struct Mock {
+    /// The body of each request.
+    pub bodies: Arc<Mutex<Vec<Value>>>,
+    /// The `authorization` header of each request (empty when none came).
+    pub authorization: Arc<Mutex<Vec<String>>>,
+    /// The `traceparent` of each request (empty when none came).
+    pub traceparents: Arc<Mutex<Vec<String>>>,
+    /// How it answers.
+    pub misbehaving: Misbehaviour,
+}
+
+/// How the local chat-completions server misbehaves, if it does.
+#[derive(Clone, Copy, Default)]
+pub enum Misbehaviour {
+    #[default]
+    None,
+    /// Answers 500.
+    Fails,
+    /// Answers with a body (JSON, or an event stream) larger than toolplane reads.
+    AnswersTooMuch,
+    /// Asks for more tool calls than a turn makes.
+    CallsTooManyTools,
+}
+
+/// The arguments of the tool call it asks for.
+const ARGUMENTS: &str = r#"{"alpha_matter": 3, "generator_type": "worldEngine"}"#;
+
+fn sse(chunks: &[Value]) -> Response {
+    let mut body: String = chunks
+        .iter()
+        .map(|chunk| format!("data: {chunk}\n\n"))
+        .collect();
+    body.push_str("data: [DONE]\n\n");
+    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+}
+
+async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    mock.bodies.lock().expect("lock").push(body.clone());
+    mock.authorization.lock().expect("lock").push(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+    );
+    mock.traceparents.lock().expect("lock").push(
+        headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+    );
+    let stream = body["stream"] == true;
+    match mock.misbehaving {
+        Misbehaviour::None => {}
+        Misbehaviour::Fails => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "model overloaded").into_response();
+        }
+        Misbehaviour::AnswersTooMuch => {
+            let content = "x".repeat(MAX_ANSWER_BYTES + 1);
+            let message = json!({"role": "assistant", "content": content});
+            return if stream {
+                sse(&[json!({"choices": [{"index": 0, "delta": message}]})])
+            } else {
+                Json(json!({"choices": [{"index": 0, "message": message}]})).into_response()
+            };
+        }
+        Misbehaviour::CallsTooManyTools => {
+            let calls: Vec<Value> = (0..=MAX_TOOL_CALLS_PER_TURN)
+                .map(|index| {
+                    json!({"id": format!("call_{index}"), "type": "function",
+                    "function": {"name": "structs_calculate_power", "arguments": ARGUMENTS}})
+                })
+                .collect();
+            return Json(
+                json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": null, "tool_calls": calls}}]}),
+            )
+            .into_response();
+        }
+    }
+    let last = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default();
+    let after_tool = last["role"] == "tool";
+    let usage = if after_tool {
+        json!({"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25})
+    } else {
+        json!({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13})
+    };
+    let answer = format!(
+        "the tool said {}",
+        last["content"].as_str().unwrap_or_default()
+    );
+    match (stream, after_tool) {
+        (false, true) => Json(json!({"model": "mock-model", "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}], "usage": usage})).into_response(),
+        (false, false) => Json(json!({"model": "mock-model", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "structs_calculate_power", "arguments": ARGUMENTS}}]}}], "usage": usage})).into_response(),
+        (true, true) => sse(&[
+            json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "the tool "}}]}),
+            json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"content": &answer["the tool ".len()..]}}]}),
+            json!({"model": "mock-model", "choices": [], "usage": usage}),
+        ]),
+        (true, false) => {
+            let (head, tail) = ARGUMENTS.split_at(20);
+            sse(&[
+                json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "structs_calculate_power", "arguments": ""}}]}}]}),
+                json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": head}}]}}]}),
+                json!({"model": "mock-model", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": tail}}]}, "finish_reason": "tool_calls"}]}),
+                json!({"model": "mock-model", "choices": [], "usage": usage}),
+            ])
+        }
+    }
+}
+
+/// Serves the chat-completions wire format on 127.0.0.1:0; returns its base URL.
+pub async fn start_mock(mock: Mock) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(chat))
+        .with_state(mock);
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.expect("mock serves");
+    });
+    format!("http://{addr}/v1")
+}
+
+/// The client configuration of a model at `base_url`.
+pub fn config(base_url: String) -> OpenAiConfig {
+    OpenAiConfig {
+        base_url,
+        model: "configured-model".into(),
+        api_key: Some("test-key".into()),
+        timeout: Duration::from_secs(10),
+    }
+}
