@@ -307,6 +307,19 @@ async fn a_failing_model_leaves_the_agent_as_it_was() {
     }
 }
 
+/// The last event of the model's streamed answer to `request`.
+async fn last_streamed(
+    client: &OpenAiClient,
+    request: ModelRequest,
+) -> Result<StreamEvent, toolplane::agent::model::ModelError> {
+    let mut events = client.stream(request).await.expect("the stream starts");
+    let mut last = None;
+    while let Some(event) = events.next().await {
+        last = Some(event);
+    }
+    last.expect("an event")
+}
+
 /// A model's answer larger than toolplane reads, as JSON or as an event stream, fails the
 /// model call saying so.
 #[tokio::test(flavor = "multi_thread")]
@@ -331,13 +344,64 @@ async fn an_answer_larger_than_toolplane_reads_fails_the_model_call() {
         .await
         .expect_err("too large");
     assert!(refused.0.contains(&too_large), "{}", refused.0);
-    let mut events = client.stream(request).await.expect("the stream starts");
-    let mut last = None;
-    while let Some(event) = events.next().await {
-        last = Some(event);
-    }
-    let refused = last.expect("an event").expect_err("too large");
+    let refused = last_streamed(&client, request)
+        .await
+        .expect_err("too large");
     assert!(refused.0.contains(&too_large), "{}", refused.0);
+}
+
+/// A streamed answer asking for more tool calls than a turn makes stops being read there,
+/// failing the model call; a turn streamed with StreamComplete fails as Complete's does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_answer_asking_for_too_many_tool_calls_fails_the_model_call() {
+    let mock = Mock {
+        misbehaving: Misbehaviour::CallsTooManyTools,
+        ..Mock::default()
+    };
+    let client = OpenAiClient::new(config(start_mock(mock.clone()).await)).expect("client");
+    let request = ModelRequest {
+        model: None,
+        messages: vec![CanonicalMessage::new(Role::User, "call everything".into())],
+        tools: vec![power_tool()],
+        temperature: None,
+        max_tokens: None,
+        trace: None,
+    };
+    let refused = last_streamed(&client, request)
+        .await
+        .expect_err("too many calls");
+    let too_many = format!("more than {MAX_TOOL_CALLS_PER_TURN} tool calls in one answer");
+    assert!(refused.0.contains(&too_many), "{}", refused.0);
+
+    let (server, _provider) = agent_server(mock).await;
+    let mut agents = AgentServiceClient::new(server.channel().await);
+    agents
+        .create_agent(pb::CreateAgentRequest {
+            meta: meta(0),
+            name: "eager".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("created");
+    let mut turn_events = agents
+        .stream_complete(pb::StreamCompleteRequest {
+            meta: meta(0),
+            agent_id: "eager".into(),
+            request: turn(),
+        })
+        .await
+        .expect("the turn starts")
+        .into_inner();
+    let failed = loop {
+        match turn_events.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the turn ended without failing"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(failed.code(), tonic::Code::Unavailable, "{failed:?}");
+    assert!(failed.message().contains(&too_many), "{}", failed.message());
+    server.stop().await;
 }
 
 /// The function names offered in a chat-completions request body.

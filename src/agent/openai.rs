@@ -14,6 +14,7 @@ use super::model::{
     LlmProvider, ModelError, ModelReply, ModelRequest, StreamEvent, TOOL_CALL_ID_KEY,
     ToolCallRequest, is_tool_result, tool_calls_of,
 };
+use super::runner::MAX_TOOL_CALLS_PER_TURN;
 use super::types::{Role, TokenUsage};
 
 /// The most a model's answer may take on the wire, its JSON or its whole event stream (a
@@ -332,6 +333,17 @@ async fn read_events(
                     .as_str()
                     .unwrap_or_default(),
             );
+        }
+        if calls.len() > MAX_TOOL_CALLS_PER_TURN {
+            // The turn refuses such an answer: its reading stops here rather than gathering
+            // every call first.
+            let _ = sender
+                .send(Err(ModelError(format!(
+                    "the model asked for more than {MAX_TOOL_CALLS_PER_TURN} tool calls in one \
+                     answer; a turn makes at most {MAX_TOOL_CALLS_PER_TURN}"
+                ))))
+                .await;
+            return;
         }
     }
     let tool_calls = calls

@@ -88,6 +88,18 @@ async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Val
                     "function": {"name": "structs_calculate_power", "arguments": ARGUMENTS}})
                 })
                 .collect();
+            if stream {
+                let chunks: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(index, call)| {
+                        let mut call = call.clone();
+                        call["index"] = json!(index);
+                        json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+                    })
+                    .collect();
+                return sse(&chunks);
+            }
             return Json(
                 json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
                 "message": {"role": "assistant", "content": null, "tool_calls": calls}}]}),
