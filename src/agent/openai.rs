@@ -14,7 +14,7 @@ use super::model::{
     LlmProvider, ModelError, ModelReply, ModelRequest, StreamEvent, TOOL_CALL_ID_KEY,
     ToolCallRequest, is_tool_result, tool_calls_of,
 };
-use super::runner::MAX_TOOL_CALLS_PER_TURN;
+use super::runner::{MAX_TOOL_CALLS_PER_TURN, too_many_tool_calls};
 use super::types::{Role, TokenUsage};
 
 /// The most a model's answer may take on the wire, its JSON or its whole event stream (a
@@ -172,13 +172,12 @@ impl OpenAiClient {
                 request = request.header("tracestate", state);
             }
         }
-        let response = request
+        let mut response = request
             .send()
             .await
             .map_err(|e| ModelError(format!("cannot reach {url}: {e}")))?;
         if !response.status().is_success() {
             let status = response.status();
-            let mut response = response;
             let body = crate::http_answers::body_within(&mut response, MAX_ERROR_ANSWER_BYTES)
                 .await
                 .ok()
@@ -337,11 +336,9 @@ async fn read_events(
         if calls.len() > MAX_TOOL_CALLS_PER_TURN {
             // The turn refuses such an answer: its reading stops here rather than gathering
             // every call first.
+            let asked = format!("more than {MAX_TOOL_CALLS_PER_TURN}");
             let _ = sender
-                .send(Err(ModelError(format!(
-                    "the model asked for more than {MAX_TOOL_CALLS_PER_TURN} tool calls in one \
-                     answer; a turn makes at most {MAX_TOOL_CALLS_PER_TURN}"
-                ))))
+                .send(Err(ModelError(too_many_tool_calls(&asked))))
                 .await;
             return;
         }

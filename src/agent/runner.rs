@@ -40,6 +40,7 @@ pub const MAX_OFFERED_TOOLS: usize = 128;
 #[path = "runner_model.rs"]
 mod model_calls;
 pub use model_calls::MAX_TOOL_CALLS_PER_TURN;
+pub(crate) use model_calls::too_many_tool_calls;
 
 /// What happened during a turn, for streaming callers.
 #[derive(Debug, Clone, PartialEq)]

@@ -17,6 +17,14 @@ use crate::trace_context::TraceContext;
 /// into the conversation. As many as the tools a model is offered, each called once.
 pub const MAX_TOOL_CALLS_PER_TURN: usize = super::MAX_OFFERED_TOOLS;
 
+/// Why a model answer asking for `asked` tool calls (a number, or "more than N") fails.
+pub(crate) fn too_many_tool_calls(asked: &str) -> String {
+    format!(
+        "the model asked for {asked} tool calls in one answer; a turn makes at most \
+         {MAX_TOOL_CALLS_PER_TURN}"
+    )
+}
+
 impl AgentRunner {
     /// Asks the model, under a span of its own when spans are exported; an answer asking for
     /// more than [`MAX_TOOL_CALLS_PER_TURN`] tool calls is its failure.
@@ -38,11 +46,8 @@ impl AgentRunner {
             .await
             .and_then(|reply| {
                 if reply.tool_calls.len() > MAX_TOOL_CALLS_PER_TURN {
-                    return Err(AgentError::Model(format!(
-                        "the model asked for {} tool calls in one answer; a turn makes at most \
-                         {MAX_TOOL_CALLS_PER_TURN}",
-                        reply.tool_calls.len()
-                    )));
+                    let asked = reply.tool_calls.len().to_string();
+                    return Err(AgentError::Model(too_many_tool_calls(&asked)));
                 }
                 Ok(reply)
             });
