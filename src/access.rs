@@ -193,7 +193,7 @@ impl TenantAccess {
                 }
             }
         }
-        tokens.load()?;
+        tokens.load(|path| std::fs::read_to_string(path))?;
         Ok(Self {
             grants,
             prefixes,
@@ -255,11 +255,12 @@ impl TenantAccess {
         self.tokens.files_read()
     }
 
-    /// Reads the token files again and checks calls against the tokens they hold now; a file
-    /// that cannot be read or holds no token, or a token in two entries, is an error naming
-    /// the entry, and the tokens held before stay.
+    /// Reads the token files again, each once it settles
+    /// ([`crate::grpc::tls_reload::settled_text`]), and checks calls against the tokens they
+    /// hold now; a file that cannot be read or holds no token, or a token in two entries, is
+    /// an error naming the entry, and the tokens held before stay. Blocking.
     pub fn reload_token_files(&self) -> Result<(), String> {
-        self.tokens.load()
+        self.tokens.load(crate::grpc::tls_reload::settled_text)
     }
 
     /// What one call is granted: its connection's grant, and the tenants of the bearer token

@@ -302,6 +302,40 @@ fn token_files_are_read_again() {
     assert!(!format!("{access:?}").contains("s3cret"));
 }
 
+/// A token file rewritten in place is read again once it settles: a reading that starts
+/// while the writer is between its pieces takes the whole new token, not the piece written.
+#[test]
+fn a_token_file_being_rewritten_is_read_whole() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("agents");
+    std::fs::write(&file, "s3cret-old\n").expect("write");
+    let access = TenantAccess::from_rules_with(&[file_rule(&file, &[5])], env).expect("valid");
+    let nameless = Arc::new(access.grant_for(Vec::new()));
+    let first_piece_written = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut rewritten = std::fs::File::create(&file).expect("truncate");
+            rewritten.write_all(b"s3cret-n").expect("a first piece");
+            first_piece_written.wait();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            rewritten.write_all(b"ew\n").expect("the rest");
+        });
+        first_piece_written.wait();
+        access.reload_token_files().expect("read again");
+    });
+    access
+        .grant_for_call(&nameless, Some(b"Bearer s3cret-new"))
+        .expect("the whole new token");
+    for cut_or_old in ["s3cret-n", "s3cret-old"] {
+        let header = format!("Bearer {cut_or_old}");
+        assert_eq!(
+            access.grant_for_call(&nameless, Some(header.as_bytes())),
+            Err(AccessError::UnknownToken)
+        );
+    }
+}
+
 /// An `identity_prefix` grants its tenants to every URI name under it, segment by segment,
 /// beside exact identities; prefixes that would not end at a segment, or take in a whole
 /// scheme, are refused.

@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::ServerConfig;
 use crate::access::TenantAccessSource;
+use crate::grpc::tls_reload::settled_text;
 use crate::invoke::limits::RateLimitConfig;
 use crate::mcp::import::McpImportsSource;
 
@@ -115,37 +115,6 @@ impl ServerConfig {
         names.dedup();
         names
     }
-}
-
-/// How long the configuration file must read the same, when it is read again, for its text
-/// to be taken.
-const SETTLING: Duration = Duration::from_millis(50);
-
-/// How many times the file is read again for it to settle before it is refused (a second's
-/// worth).
-const SETTLING_READS: u32 = 20;
-
-/// The text of `path` once it reads the same twice [`SETTLING`] apart. A file rewritten in
-/// place (truncated, then written, as `echo >`, many editors and `std::fs::write` do) reads
-/// empty or half written in between; taking that would put an empty configuration in force
-/// (the MCP imports removed, the rate limits back at their defaults) until the next read,
-/// and name every setting it leaves out as waiting for a restart. A file replaced whole (by a
-/// rename, as Kubernetes volumes are) settles at once. Blocking: called off the serving
-/// threads, as the watch reads files.
-fn settled_text(path: &Path) -> std::io::Result<String> {
-    let mut text = std::fs::read_to_string(path)?;
-    for _ in 0..SETTLING_READS {
-        std::thread::sleep(SETTLING);
-        let again = std::fs::read_to_string(path)?;
-        if again == text {
-            return Ok(text);
-        }
-        text = again;
-    }
-    Err(std::io::Error::other(format!(
-        "it was still being written after {:?}",
-        SETTLING * SETTLING_READS
-    )))
 }
 
 /// Logs the settings that changed in `path` since the server started and are not put in force
@@ -274,40 +243,5 @@ mod tests {
         assert_eq!(limits.per_tool.len(), 1);
         let now = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
         assert!(now.settings_changed_since(&started).is_empty());
-    }
-
-    /// A file rewritten in place, a piece at a time, is read as one of its whole versions,
-    /// never as the empty or half-written file between them.
-    #[test]
-    fn a_file_being_rewritten_is_read_once_it_settles() {
-        use std::io::Write as _;
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let file = dir.path().join("toolplane.toml");
-        let versions =
-            ["rate_limit_per_second = 5\n", "rate_limit_burst = 9\n"].map(|line| line.repeat(40));
-        std::fs::write(&file, &versions[0]).expect("write");
-        let writing = std::sync::atomic::AtomicBool::new(true);
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                for round in 0..6 {
-                    // Truncated, then written in four pieces 5 ms apart, then left alone.
-                    let mut rewritten = std::fs::File::create(&file).expect("truncate");
-                    for piece in versions[round % 2].as_bytes().chunks(250) {
-                        std::thread::sleep(Duration::from_millis(5));
-                        rewritten.write_all(piece).expect("write");
-                    }
-                    drop(rewritten);
-                    std::thread::sleep(Duration::from_millis(120));
-                }
-                writing.store(false, std::sync::atomic::Ordering::Relaxed);
-            });
-            let mut reads = 0;
-            while writing.load(std::sync::atomic::Ordering::Relaxed) {
-                let text = settled_text(&file).expect("settles");
-                assert!(versions.contains(&text), "a torn read: {text:?}");
-                reads += 1;
-            }
-            assert!(reads > 5, "{reads} reads");
-        });
     }
 }

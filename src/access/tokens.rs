@@ -82,10 +82,13 @@ impl Tokens {
         });
     }
 
-    /// Reads the token files and makes the table of every entry's tokens the one calls are
-    /// checked against. A file that cannot be read or holds no token, or a token held by two
-    /// entries, is an error naming the entry, and the table in use stays.
-    pub(super) fn load(&self) -> Result<(), String> {
+    /// Reads the token files (each with `read_file`) and makes the table of every entry's tokens
+    /// the one calls are checked against. A file that cannot be read or holds no token, or a
+    /// token held by two entries, is an error naming the entry, and the table in use stays.
+    pub(super) fn load(
+        &self,
+        read_file: impl Fn(&std::path::Path) -> std::io::Result<String>,
+    ) -> Result<(), String> {
         let mut table = HashMap::new();
         let mut entry_of = HashMap::new();
         let mut read = Fingerprint::new();
@@ -93,7 +96,7 @@ impl Tokens {
             let (name, digests) = match &entry.source {
                 Source::Variable { name, digest } => (name.clone(), vec![*digest]),
                 Source::File(path) => {
-                    let (content, digests) = file_tokens(entry, path)?;
+                    let (content, digests) = file_tokens(entry, path, &read_file)?;
                     read.push(Some(content));
                     (path.display().to_string(), digests)
                 }
@@ -173,8 +176,12 @@ impl Eq for Tokens {}
 
 /// The digest of the content of the file at `path` (as the file watch takes it), and the
 /// digests of the tokens in it, one per line, blank lines skipped.
-fn file_tokens(entry: &Entry, path: &std::path::Path) -> Result<([u8; 32], Vec<[u8; 32]>), String> {
-    let text = std::fs::read_to_string(path).map_err(|error| {
+fn file_tokens(
+    entry: &Entry,
+    path: &std::path::Path,
+    read: impl Fn(&std::path::Path) -> std::io::Result<String>,
+) -> Result<([u8; 32], Vec<[u8; 32]>), String> {
+    let text = read(path).map_err(|error| {
         format!(
             "{}: token_file {} cannot be read: {error}",
             entry.at,

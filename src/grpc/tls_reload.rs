@@ -8,7 +8,7 @@
 //! before its key, a file that is not PEM) is logged at WARN, once per content, and the
 //! previous configuration is kept.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,36 @@ pub type Fingerprint = Vec<Option<[u8; 32]>>;
 /// The sha256 of a file's content, as a [`Fingerprint`] holds it.
 pub fn content_digest(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
+}
+
+/// How long a file read again must read the same for its text to be taken.
+const SETTLING: Duration = Duration::from_millis(50);
+
+/// How many times a file is read again for it to settle before it is refused (a second's
+/// worth).
+const SETTLING_READS: u32 = 20;
+
+/// The text of `path` once it reads the same twice 50 ms apart: how a file watched for
+/// changes is read again (the configuration file, token files). A file rewritten in place
+/// (truncated, then written, as `echo >`, many editors and `std::fs::write` do) reads empty
+/// or half written in between, and taking that would put what it half says in force until
+/// the next read: no MCP imports, default rate limits, a token cut short. A file replaced
+/// whole (by a rename, as Kubernetes volumes are) settles at once. Blocking: called off the
+/// serving threads, as the watch reads files; not at the start, where no writer is expected.
+pub fn settled_text(path: &Path) -> std::io::Result<String> {
+    let mut text = std::fs::read_to_string(path)?;
+    for _ in 0..SETTLING_READS {
+        std::thread::sleep(SETTLING);
+        let again = std::fs::read_to_string(path)?;
+        if again == text {
+            return Ok(text);
+        }
+        text = again;
+    }
+    Err(std::io::Error::other(format!(
+        "it was still being written after {:?}",
+        SETTLING * SETTLING_READS
+    )))
 }
 
 fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
@@ -229,4 +259,44 @@ pub(super) fn spawn_counted<P, F>(
         rebuild,
         serving.clone(),
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file rewritten in place, a piece at a time, is read as one of its whole versions,
+    /// never as the empty or half-written file between them.
+    #[test]
+    fn a_file_being_rewritten_is_read_once_it_settles() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("toolplane.toml");
+        let versions =
+            ["rate_limit_per_second = 5\n", "rate_limit_burst = 9\n"].map(|line| line.repeat(40));
+        std::fs::write(&file, &versions[0]).expect("write");
+        let writing = std::sync::atomic::AtomicBool::new(true);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for round in 0..6 {
+                    // Truncated, then written in four pieces 5 ms apart, then left alone.
+                    let mut rewritten = std::fs::File::create(&file).expect("truncate");
+                    for piece in versions[round % 2].as_bytes().chunks(250) {
+                        std::thread::sleep(Duration::from_millis(5));
+                        rewritten.write_all(piece).expect("write");
+                    }
+                    drop(rewritten);
+                    std::thread::sleep(Duration::from_millis(120));
+                }
+                writing.store(false, std::sync::atomic::Ordering::Relaxed);
+            });
+            let mut reads = 0;
+            while writing.load(std::sync::atomic::Ordering::Relaxed) {
+                let text = settled_text(&file).expect("settles");
+                assert!(versions.contains(&text), "a torn read: {text:?}");
+                reads += 1;
+            }
+            assert!(reads > 5, "{reads} reads");
+        });
+    }
 }
