@@ -3,6 +3,7 @@
 
 use crate::common;
 
+use common::agent_fixture;
 use common::model_server::{Misbehaviour, Mock, config, start_mock};
 use common::provider::{TestProvider, start_structs_provider};
 use common::*;
@@ -255,15 +256,8 @@ async fn a_failing_model_leaves_the_agent_as_it_was() {
             ..Mock::default()
         })
         .await;
-        let mut client = AgentServiceClient::new(server.channel().await);
-        client
-            .create_agent(pb::CreateAgentRequest {
-                meta: meta(0),
-                name: "down".into(),
-                ..Default::default()
-            })
-            .await
-            .expect("created");
+        let mut client = agent_fixture::agents(&server).await;
+        agent_fixture::create(&mut client, "down", &[]).await;
         let error = client
             .complete(pb::CompleteRequest {
                 meta: meta(0),
@@ -275,31 +269,13 @@ async fn a_failing_model_leaves_the_agent_as_it_was() {
         assert_eq!(error.code(), tonic::Code::Unavailable);
         assert_eq!(reason(&error), "MODEL_UNAVAILABLE");
         assert!(error.message().contains(said), "{}", error.message());
-        let agent = client
-            .get_agent(pb::GetAgentRequest {
-                meta: meta(0),
-                agent_id: "down".into(),
-            })
-            .await
-            .expect("agent")
-            .into_inner()
-            .agent
-            .expect("agent");
-        assert_eq!(
-            agent.status.expect("status").state,
-            pb::AgentState::Idle as i32
+        let agent = agent_fixture::get(&mut client, "down").await;
+        assert_eq!(agent_fixture::state_of(&agent), pb::AgentState::Idle as i32);
+        assert!(
+            agent_fixture::messages(&mut client, "down")
+                .await
+                .is_empty()
         );
-        let messages = client
-            .list_messages(pb::ListMessagesRequest {
-                meta: meta(0),
-                agent_id: "down".into(),
-                ..Default::default()
-            })
-            .await
-            .expect("list")
-            .into_inner()
-            .messages;
-        assert!(messages.is_empty());
         let mut invoker = common::invoke_fixture::invoker(&server).await;
         let made = common::invoke_fixture::records(&mut invoker, "structs_calculate_power").await;
         assert!(made.is_empty(), "no tool was called: {made:?}");
@@ -374,15 +350,8 @@ async fn a_streamed_answer_asking_for_too_many_tool_calls_fails_the_model_call()
     assert!(refused.0.contains(&too_many), "{}", refused.0);
 
     let (server, _provider) = agent_server(mock).await;
-    let mut agents = AgentServiceClient::new(server.channel().await);
-    agents
-        .create_agent(pb::CreateAgentRequest {
-            meta: meta(0),
-            name: "eager".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("created");
+    let mut agents = agent_fixture::agents(&server).await;
+    agent_fixture::create(&mut agents, "eager", &[]).await;
     let mut turn_events = agents
         .stream_complete(pb::StreamCompleteRequest {
             meta: meta(0),
