@@ -32,6 +32,7 @@ mod mcp_import_oauth;
 mod mcp_import_reload;
 mod mcp_import_tls;
 mod metrics;
+mod model_failures;
 mod openai;
 mod polyglot;
 mod polyglot_providers;

@@ -3,29 +3,16 @@
 
 use crate::common;
 
-use common::agent_fixture;
-use common::model_server::{Misbehaviour, Mock, config, start_mock};
-use common::provider::{TestProvider, start_structs_provider};
+use common::model_server::{Mock, agent_server, asking, config, power_tool, start_mock, turn};
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use toolplane::agent::model::{
-    LlmProvider, ModelRequest, OfferedTool, StreamEvent, tool_call_message, tool_result_message,
+    LlmProvider, ModelRequest, StreamEvent, tool_call_message, tool_result_message,
 };
-use toolplane::agent::openai::{MAX_ANSWER_BYTES, OpenAiClient};
-use toolplane::agent::runner::MAX_TOOL_CALLS_PER_TURN;
-use toolplane::agent::types::{CanonicalMessage, Role};
-use toolplane::grpc::ServerOptions;
+use toolplane::agent::openai::OpenAiClient;
 use toolplane::pb;
 use toolplane::pb::agent_service_client::AgentServiceClient;
-
-fn power_tool() -> OfferedTool {
-    OfferedTool {
-        name: "structs_calculate_power".into(),
-        description: "power".into(),
-        parameters: json!({"type": "object", "properties": {"alpha_matter": {"type": "number"}}}),
-    }
-}
 
 /// The client sends function tools and a bearer token, parses tool_calls, and reassembles
 /// streamed tool-call fragments and content deltas.
@@ -34,12 +21,9 @@ async fn client_speaks_the_wire_format() {
     let mock = Mock::default();
     let client = OpenAiClient::new(config(start_mock(mock.clone()).await)).expect("client");
     let request = ModelRequest {
-        model: None,
-        messages: vec![CanonicalMessage::new(Role::User, "power please".into())],
-        tools: vec![power_tool()],
         temperature: Some(0.2),
         max_tokens: Some(64),
-        trace: None,
+        ..asking("power please")
     };
 
     let reply = client.complete(request.clone()).await.expect("answer");
@@ -126,28 +110,6 @@ async fn client_speaks_the_wire_format() {
         ),
         (Some("tool"), Some("call_1"))
     );
-}
-
-async fn agent_server(mock: Mock) -> (TestServer, TestProvider) {
-    let base_url = start_mock(mock).await;
-    let server = TestServer::start_with(ServerOptions {
-        model: Some(config(base_url)),
-        ..test_options()
-    })
-    .await;
-    let provider = start_structs_provider(&server).await;
-    (server, provider)
-}
-
-fn turn() -> Option<pb::ChatCompletionRequest> {
-    Some(pb::ChatCompletionRequest {
-        messages: vec![pb::CanonicalMessage {
-            role: pb::Role::User as i32,
-            content: "how much power?".into(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    })
 }
 
 /// A real agent driven by the OpenAI-compatible model: the tool call runs through the control
@@ -237,140 +199,6 @@ async fn agents_run_on_an_openai_compatible_model() {
             .content
             .contains("\"power_generated\":30")
     );
-}
-
-/// A failing model is UNAVAILABLE (MODEL_UNAVAILABLE) and the agent is left Idle and unchanged;
-/// so is a model asking for more tool calls than a turn makes, none of which is made.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_failing_model_leaves_the_agent_as_it_was() {
-    let too_many = format!(
-        "asked for {} tool calls in one answer; a turn makes at most {MAX_TOOL_CALLS_PER_TURN}",
-        MAX_TOOL_CALLS_PER_TURN + 1
-    );
-    for (misbehaving, said) in [
-        (Misbehaviour::Fails, "500"),
-        (Misbehaviour::CallsTooManyTools, too_many.as_str()),
-    ] {
-        let (server, _provider) = agent_server(Mock {
-            misbehaving,
-            ..Mock::default()
-        })
-        .await;
-        let mut client = agent_fixture::agents(&server).await;
-        agent_fixture::create(&mut client, "down", &[]).await;
-        let error = client
-            .complete(pb::CompleteRequest {
-                meta: meta(0),
-                agent_id: "down".into(),
-                request: turn(),
-            })
-            .await
-            .expect_err("model down");
-        assert_eq!(error.code(), tonic::Code::Unavailable);
-        assert_eq!(reason(&error), "MODEL_UNAVAILABLE");
-        assert!(error.message().contains(said), "{}", error.message());
-        let agent = agent_fixture::get(&mut client, "down").await;
-        assert_eq!(agent_fixture::state_of(&agent), pb::AgentState::Idle as i32);
-        assert!(
-            agent_fixture::messages(&mut client, "down")
-                .await
-                .is_empty()
-        );
-        let mut invoker = common::invoke_fixture::invoker(&server).await;
-        let made = common::invoke_fixture::records(&mut invoker, "structs_calculate_power").await;
-        assert!(made.is_empty(), "no tool was called: {made:?}");
-        server.stop().await;
-    }
-}
-
-/// The last event of the model's streamed answer to `request`.
-async fn last_streamed(
-    client: &OpenAiClient,
-    request: ModelRequest,
-) -> Result<StreamEvent, toolplane::agent::model::ModelError> {
-    let mut events = client.stream(request).await.expect("the stream starts");
-    let mut last = None;
-    while let Some(event) = events.next().await {
-        last = Some(event);
-    }
-    last.expect("an event")
-}
-
-/// A model's answer larger than toolplane reads, as JSON or as an event stream, fails the
-/// model call saying so.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_answer_larger_than_toolplane_reads_fails_the_model_call() {
-    let base_url = start_mock(Mock {
-        misbehaving: Misbehaviour::AnswersTooMuch,
-        ..Mock::default()
-    })
-    .await;
-    let client = OpenAiClient::new(config(base_url)).expect("client");
-    let request = ModelRequest {
-        model: None,
-        messages: vec![CanonicalMessage::new(Role::User, "say a lot".into())],
-        tools: Vec::new(),
-        temperature: None,
-        max_tokens: None,
-        trace: None,
-    };
-    let too_large = format!("larger than {} MiB", MAX_ANSWER_BYTES >> 20);
-    let refused = client
-        .complete(request.clone())
-        .await
-        .expect_err("too large");
-    assert!(refused.0.contains(&too_large), "{}", refused.0);
-    let refused = last_streamed(&client, request)
-        .await
-        .expect_err("too large");
-    assert!(refused.0.contains(&too_large), "{}", refused.0);
-}
-
-/// A streamed answer asking for more tool calls than a turn makes stops being read there,
-/// failing the model call; a turn streamed with StreamComplete fails as Complete's does.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_streamed_answer_asking_for_too_many_tool_calls_fails_the_model_call() {
-    let mock = Mock {
-        misbehaving: Misbehaviour::CallsTooManyTools,
-        ..Mock::default()
-    };
-    let client = OpenAiClient::new(config(start_mock(mock.clone()).await)).expect("client");
-    let request = ModelRequest {
-        model: None,
-        messages: vec![CanonicalMessage::new(Role::User, "call everything".into())],
-        tools: vec![power_tool()],
-        temperature: None,
-        max_tokens: None,
-        trace: None,
-    };
-    let refused = last_streamed(&client, request)
-        .await
-        .expect_err("too many calls");
-    let too_many = format!("more than {MAX_TOOL_CALLS_PER_TURN} tool calls in one answer");
-    assert!(refused.0.contains(&too_many), "{}", refused.0);
-
-    let (server, _provider) = agent_server(mock).await;
-    let mut agents = agent_fixture::agents(&server).await;
-    agent_fixture::create(&mut agents, "eager", &[]).await;
-    let mut turn_events = agents
-        .stream_complete(pb::StreamCompleteRequest {
-            meta: meta(0),
-            agent_id: "eager".into(),
-            request: turn(),
-        })
-        .await
-        .expect("the turn starts")
-        .into_inner();
-    let failed = loop {
-        match turn_events.message().await {
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("the turn ended without failing"),
-            Err(status) => break status,
-        }
-    };
-    assert_eq!(failed.code(), tonic::Code::Unavailable, "{failed:?}");
-    assert!(failed.message().contains(&too_many), "{}", failed.message());
-    server.stop().await;
 }
 
 /// The function names offered in a chat-completions request body.

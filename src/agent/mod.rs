@@ -5,6 +5,8 @@ pub mod builtin;
 pub mod error;
 pub mod model;
 pub mod openai;
+mod openai_answer;
+mod openai_stream;
 pub mod runner;
 pub mod store;
 pub mod types;

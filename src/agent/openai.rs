@@ -4,7 +4,6 @@
 
 use crate::grpc::outgoing_tls::http_client_builder;
 use crate::trace_context::TraceContext;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::stream::{BoxStream, StreamExt};
@@ -12,10 +11,10 @@ use serde_json::{Value, json};
 
 use super::model::{
     LlmProvider, ModelError, ModelReply, ModelRequest, StreamEvent, TOOL_CALL_ID_KEY,
-    ToolCallRequest, is_tool_result, tool_calls_of,
+    is_tool_result, tool_calls_of,
 };
-use super::runner::{MAX_TOOL_CALLS_PER_TURN, too_many_tool_calls};
-use super::types::{Role, TokenUsage};
+use super::openai_answer::{parse_answer, reported_error, tool_call_requests};
+use super::types::Role;
 
 /// The most a model's answer may take on the wire, its JSON or its whole event stream (a
 /// streamed answer of 128k tokens, at some 200 bytes of event per token, fits); a larger one
@@ -73,49 +72,6 @@ fn wire_messages(request: &ModelRequest) -> Vec<Value> {
             json!({"role": "assistant", "content": message.content, "tool_calls": tool_calls})
         })
         .collect()
-}
-
-fn usage_of(value: &Value) -> Option<TokenUsage> {
-    let count = |key: &str| {
-        value
-            .get(key)
-            .and_then(Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-    };
-    TokenUsage::new(count("prompt_tokens")?, count("completion_tokens")?).ok()
-}
-
-/// Arguments arrive as a JSON string; anything that does not parse is kept as a string.
-fn parse_arguments(text: &str) -> Value {
-    if text.trim().is_empty() {
-        json!({})
-    } else {
-        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
-    }
-}
-
-fn parse_tool_calls(calls: Option<&Value>) -> Vec<ToolCallRequest> {
-    calls
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|call| ToolCallRequest {
-            id: call["id"].as_str().unwrap_or_default().to_owned(),
-            name: call["function"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-            arguments: parse_arguments(call["function"]["arguments"].as_str().unwrap_or_default()),
-        })
-        .collect()
-}
-
-/// Tool call fragments of a stream, gathered by index.
-#[derive(Debug, Default)]
-struct PartialCall {
-    id: String,
-    name: String,
-    arguments: String,
 }
 
 impl OpenAiClient {
@@ -205,22 +161,31 @@ impl LlmProvider for OpenAiClient {
             .await
             .map_err(|e| ModelError(format!("the answer could not be read: {e}")))?
             .ok_or_else(too_large)?;
-        let answer: Value = serde_json::from_slice(&body)
-            .map_err(|e| ModelError(format!("the answer is not JSON: {e}")))?;
-        let message = &answer["choices"][0]["message"];
-        if message.is_null() {
+        let answer = parse_answer(&body)
+            .map_err(|e| ModelError(format!("the answer is not a chat-completions answer: {e}")))?;
+        if let Some(error) = reported_error(&answer) {
             return Err(ModelError(format!(
-                "the answer has no choices[0].message: {}",
-                crate::shown::shown_json(&answer)
+                "the model server answered with an error: {error}"
             )));
         }
+        let usage = answer.usage.as_ref().and_then(|u| u.counted());
+        let Some(message) = answer
+            .choices
+            .and_then(|c| c.into_iter().next())
+            .and_then(|c| c.message)
+        else {
+            // Only now is the answer read as a tree, to show what it holds instead.
+            let shown = serde_json::from_slice(&body).unwrap_or_default();
+            return Err(ModelError(format!(
+                "the answer has no choices[0].message: {}",
+                crate::shown::shown_json(&shown)
+            )));
+        };
         Ok(ModelReply {
-            content: message["content"].as_str().unwrap_or_default().to_owned(),
-            tool_calls: parse_tool_calls(message.get("tool_calls")),
-            model: answer["model"]
-                .as_str()
-                .map_or_else(|| self.config.model.clone(), str::to_owned),
-            usage: usage_of(&answer["usage"]),
+            content: message.content,
+            tool_calls: tool_call_requests(message.tool_calls),
+            model: answer.model.unwrap_or_else(|| self.config.model.clone()),
+            usage,
         })
     }
 
@@ -236,127 +201,15 @@ impl LlmProvider for OpenAiClient {
             .clone()
             .unwrap_or_else(|| self.config.model.clone());
         let (sender, receiver) = tokio::sync::mpsc::channel(32);
-        tokio::spawn(read_events(response, model, sender));
+        tokio::spawn(super::openai_stream::read_events(response, model, sender));
         Ok(tokio_stream::wrappers::ReceiverStream::new(receiver).boxed())
     }
 }
 
-/// Why a model's event stream stopped being read: its bytes could not be read, or there were
-/// too many of them.
-#[derive(Debug, thiserror::Error)]
-enum AnswerBreak {
-    #[error("{0}")]
-    Read(reqwest::Error),
-    #[error("{}", .0.0)]
-    TooLarge(ModelError),
-}
-
 /// The failure of a model call whose answer is over [`MAX_ANSWER_BYTES`].
-fn too_large() -> ModelError {
+pub(super) fn too_large() -> ModelError {
     ModelError(format!(
         "the answer is larger than {} MiB, more than toolplane reads of a model's answer",
         MAX_ANSWER_BYTES >> 20
     ))
-}
-
-/// Reads a chat-completions event stream: forwards content deltas, gathers tool-call fragments
-/// by index, and ends with the whole answer. Stops early when the receiver goes away.
-async fn read_events(
-    response: reqwest::Response,
-    mut model: String,
-    sender: tokio::sync::mpsc::Sender<Result<StreamEvent, ModelError>>,
-) {
-    let mut read = 0;
-    let within_bound = move |chunk: reqwest::Result<bytes::Bytes>| {
-        let chunk = chunk.map_err(AnswerBreak::Read)?;
-        read += chunk.len();
-        if read > MAX_ANSWER_BYTES {
-            return Err(AnswerBreak::TooLarge(too_large()));
-        }
-        Ok(chunk)
-    };
-    // sse-stream keeps an unfinished line and looks for the end of a line in new bytes only,
-    // so a long event costs time in proportion to its length (eventsource-stream parsed the
-    // whole buffer again for every chunk: minutes for one event of a few MiB).
-    let mut events =
-        sse_stream::SseStream::from_bytes_stream(response.bytes_stream().map(within_bound));
-    let mut content = String::new();
-    let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
-    let mut usage = None;
-    while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(event) => event,
-            Err(error) => {
-                let _ = sender
-                    .send(Err(ModelError(format!("broken event stream: {error}"))))
-                    .await;
-                return;
-            }
-        };
-        let data = event.data.unwrap_or_default();
-        if data.trim() == "[DONE]" {
-            break;
-        }
-        let Ok(chunk) = serde_json::from_str::<Value>(&data) else {
-            continue;
-        };
-        if let Some(name) = chunk["model"].as_str() {
-            model = name.to_owned();
-        }
-        if let Some(found) = usage_of(&chunk["usage"]) {
-            usage = Some(found);
-        }
-        let delta = &chunk["choices"][0]["delta"];
-        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            content.push_str(text);
-            if sender
-                .send(Ok(StreamEvent::Delta(text.to_owned())))
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-        for fragment in delta["tool_calls"].as_array().into_iter().flatten() {
-            let partial = calls
-                .entry(fragment["index"].as_u64().unwrap_or(0))
-                .or_default();
-            partial
-                .id
-                .push_str(fragment["id"].as_str().unwrap_or_default());
-            partial
-                .name
-                .push_str(fragment["function"]["name"].as_str().unwrap_or_default());
-            partial.arguments.push_str(
-                fragment["function"]["arguments"]
-                    .as_str()
-                    .unwrap_or_default(),
-            );
-        }
-        if calls.len() > MAX_TOOL_CALLS_PER_TURN {
-            // The turn refuses such an answer: its reading stops here rather than gathering
-            // every call first.
-            let asked = format!("more than {MAX_TOOL_CALLS_PER_TURN}");
-            let _ = sender
-                .send(Err(ModelError(too_many_tool_calls(&asked))))
-                .await;
-            return;
-        }
-    }
-    let tool_calls = calls
-        .into_values()
-        .map(|p| ToolCallRequest {
-            id: p.id,
-            name: p.name,
-            arguments: parse_arguments(&p.arguments),
-        })
-        .collect();
-    let _ = sender
-        .send(Ok(StreamEvent::Done(ModelReply {
-            content,
-            tool_calls,
-            model,
-            usage,
-        })))
-        .await;
 }

@@ -9,8 +9,15 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use toolplane::agent::model::{ModelRequest, OfferedTool};
 use toolplane::agent::openai::{MAX_ANSWER_BYTES, OpenAiConfig};
 use toolplane::agent::runner::MAX_TOOL_CALLS_PER_TURN;
+use toolplane::agent::types::{CanonicalMessage, Role};
+use toolplane::grpc::ServerOptions;
+use toolplane::pb;
+
+use super::provider::{TestProvider, start_structs_provider};
+use super::{TestServer, test_options};
 
 /// What the local chat-completions server saw, and whether it should fail.
 #[derive(Clone, Default)]
@@ -36,7 +43,19 @@ pub enum Misbehaviour {
     AnswersTooMuch,
     /// Asks for more tool calls than a turn makes.
     CallsTooManyTools,
+    /// Answers 200 with an error in place of the answer; streaming, sends some words and then
+    /// an `error:` line, as llama.cpp's server does.
+    ReportsAnError,
+    /// Ends the answer before it is finished: JSON cut off, or an event stream that stops
+    /// after some words, with no finish_reason and no `[DONE]`.
+    EndsEarly,
 }
+
+/// The error the model reports when it is told to.
+pub const REPORTED_ERROR: &str = "the request exceeds the available context size";
+
+/// The first words of an answer that then fails.
+const FIRST_WORDS: &str = r#"{"model": "mock-model", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial "}}]}"#;
 
 /// The arguments of the tool call it asks for.
 const ARGUMENTS: &str = r#"{"alpha_matter": 3, "generator_type": "worldEngine"}"#;
@@ -47,6 +66,10 @@ fn sse(chunks: &[Value]) -> Response {
         .map(|chunk| format!("data: {chunk}\n\n"))
         .collect();
     body.push_str("data: [DONE]\n\n");
+    event_stream(body)
+}
+
+fn event_stream(body: String) -> Response {
     ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
 }
 
@@ -69,6 +92,21 @@ async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Val
     let stream = body["stream"] == true;
     match mock.misbehaving {
         Misbehaviour::None => {}
+        Misbehaviour::ReportsAnError if stream => {
+            let error = json!({"code": 400, "message": REPORTED_ERROR, "type": "exceed_context_size_error"});
+            return event_stream(format!("data: {FIRST_WORDS}\n\nerror: {error}\n\n"));
+        }
+        Misbehaviour::ReportsAnError => {
+            return Json(json!({"error": {"message": REPORTED_ERROR, "type": "invalid_request_error", "code": 400}}))
+                .into_response();
+        }
+        Misbehaviour::EndsEarly if stream => {
+            return event_stream(format!("data: {FIRST_WORDS}\n\n"));
+        }
+        Misbehaviour::EndsEarly => {
+            let cut = r#"{"model": "mock-model", "choices": [{"index": 0, "message": {"role": "assistant", "content": "partial"#;
+            return ([(header::CONTENT_TYPE, "application/json")], cut).into_response();
+        }
         Misbehaviour::Fails => {
             return (StatusCode::INTERNAL_SERVER_ERROR, "model overloaded").into_response();
         }
@@ -143,6 +181,31 @@ async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Val
     }
 }
 
+/// A toolplane server whose agents use the model `mock` serves, with the structs provider
+/// registered.
+pub async fn agent_server(mock: Mock) -> (TestServer, TestProvider) {
+    let base_url = start_mock(mock).await;
+    let server = TestServer::start_with(ServerOptions {
+        model: Some(config(base_url)),
+        ..test_options()
+    })
+    .await;
+    let provider = start_structs_provider(&server).await;
+    (server, provider)
+}
+
+/// A turn's request: one user message asking for power.
+pub fn turn() -> Option<pb::ChatCompletionRequest> {
+    Some(pb::ChatCompletionRequest {
+        messages: vec![pb::CanonicalMessage {
+            role: pb::Role::User as i32,
+            content: "how much power?".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
 /// Serves the chat-completions wire format on 127.0.0.1:0; returns its base URL.
 pub async fn start_mock(mock: Mock) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -165,5 +228,26 @@ pub fn config(base_url: String) -> OpenAiConfig {
         model: "configured-model".into(),
         api_key: Some("test-key".into()),
         timeout: Duration::from_secs(10),
+    }
+}
+
+/// The power tool, as offered to a model.
+pub fn power_tool() -> OfferedTool {
+    OfferedTool {
+        name: "structs_calculate_power".into(),
+        description: "power".into(),
+        parameters: json!({"type": "object", "properties": {"alpha_matter": {"type": "number"}}}),
+    }
+}
+
+/// A model call of one user message saying `words`, offering the power tool.
+pub fn asking(words: &str) -> ModelRequest {
+    ModelRequest {
+        model: None,
+        messages: vec![CanonicalMessage::new(Role::User, words.into())],
+        tools: vec![power_tool()],
+        temperature: None,
+        max_tokens: None,
+        trace: None,
     }
 }
