@@ -132,6 +132,16 @@ impl TenantAccess {
         rules: &[TenantAccessRule],
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
+        Self::from_rules_read_by(rules, env, |path| std::fs::read_to_string(path))
+    }
+
+    /// As [`Self::from_rules_with`], the token files read by `read_file` (a configuration
+    /// read again reads them as it reads itself: once they settle).
+    pub fn from_rules_read_by(
+        rules: &[TenantAccessRule],
+        env: impl Fn(&str) -> Option<String>,
+        read_file: impl Fn(&std::path::Path) -> std::io::Result<String>,
+    ) -> Result<Self, String> {
         let mut grants = HashMap::new();
         let mut prefixes: Vec<(String, Tenants)> = Vec::new();
         let mut tokens = Tokens::default();
@@ -193,7 +203,7 @@ impl TenantAccess {
                 }
             }
         }
-        tokens.load(|path| std::fs::read_to_string(path))?;
+        tokens.load(read_file)?;
         Ok(Self {
             grants,
             prefixes,

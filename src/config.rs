@@ -369,7 +369,7 @@ impl ServerConfig {
             let default = Path::new(DEFAULT_CONFIG_FILE);
             default.exists().then_some(default)
         });
-        let (mut table, read, origin) = match file {
+        let (mut table, file_read, origin) = match file {
             Some(path) => {
                 let (table, digest) = read_table(path, &read)?;
                 (
@@ -399,11 +399,11 @@ impl ServerConfig {
                 message: located(&error, &from_env),
             })?;
         let checked = config
-            .check()
+            .check(&read)
             .map_err(|message| ConfigError::Invalid { origin, message })?;
         config.checked_mcp_imports = checked.imports;
         config.checked_tenant_access = checked.tenant_access;
-        config.file = read;
+        config.file = file_read;
         Ok(config)
     }
 }

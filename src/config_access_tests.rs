@@ -245,3 +245,26 @@ fn identity_prefixes_are_read_from_the_file() {
         "{error}"
     );
 }
+
+/// A configuration read again reads the token files of its `tenant_access` entries as it reads
+/// itself (once they settle), not with a plain read: the files and the configuration are read
+/// alike.
+#[test]
+fn token_files_are_read_as_the_configuration_is() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (file, tokens) = (dir.path().join("toolplane.toml"), dir.path().join("tokens"));
+    let entry = format!(
+        "[[tenant_access]]\ntoken_file = {:?}\ntenants = [4]\n",
+        tokens.display().to_string()
+    );
+    std::fs::write(&file, entry).expect("write");
+    std::fs::write(&tokens, "secret-token\n").expect("write");
+    let read = std::sync::Mutex::new(Vec::new());
+    let config = ServerConfig::load_read_by(Some(&file), env(&[]), |path| {
+        read.lock().expect("lock").push(path.to_owned());
+        std::fs::read_to_string(path)
+    })
+    .expect("valid");
+    assert_eq!(*read.lock().expect("lock"), [file, tokens]);
+    assert_eq!(config.server_options().tenant_access.tokens(), 1);
+}

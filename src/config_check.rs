@@ -15,8 +15,11 @@ pub(super) struct Checked {
 impl ServerConfig {
     /// Checks settings that go together, ranges, and TLS files named where they would not
     /// be used; the error says which setting to change. Answers the MCP imports and the tenant
-    /// access rules, checked.
-    pub(super) fn check(&self) -> Result<Checked, String> {
+    /// access rules, checked, their token files read by `read_file`.
+    pub(super) fn check(
+        &self,
+        read_file: &dyn Fn(&std::path::Path) -> std::io::Result<String>,
+    ) -> Result<Checked, String> {
         self.metrics_address()?;
         self.mcp_address()?;
         let mut imports = Vec::with_capacity(self.mcp_imports.len());
@@ -109,7 +112,8 @@ impl ServerConfig {
             );
         }
         let proxies = crate::access::parse_proxies(&self.forwarded_client_cert_proxies)?;
-        let tenant_access = TenantAccess::from_rules(&self.tenant_access)?
+        let env = |variable: &str| std::env::var(variable).ok();
+        let tenant_access = TenantAccess::from_rules_read_by(&self.tenant_access, env, read_file)?
             .with_forwarded_client_cert_proxies(proxies)
             .with_forwarded_identity_header(self.forwarded_client_cert_header);
         let forwarded = !tenant_access.forwarded_client_cert_proxies().is_empty();
