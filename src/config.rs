@@ -238,6 +238,9 @@ pub struct ServerConfig {
     /// How long one model call may take.
     #[serde(with = "humantime_serde")]
     pub model_timeout: Duration,
+    /// How many times a model call that failed for want of a connection, or with 408, 409,
+    /// 429 or 5xx, is tried again (0 to 10; see [`crate::agent::model_retries`]).
+    pub model_max_retries: u32,
     /// The most messages one agent's conversation keeps (the oldest turns are dropped).
     pub max_conversation_messages: usize,
     /// Most bytes of messages (content and metadata) an agent's conversation keeps; 0 sets no
@@ -321,6 +324,7 @@ impl Default for ServerConfig {
             model_name: DEFAULT_MODEL_NAME.to_owned(),
             model_api_key: String::new(),
             model_timeout: DEFAULT_MODEL_TIMEOUT,
+            model_max_retries: crate::agent::model_retries::DEFAULT_MODEL_RETRIES,
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,

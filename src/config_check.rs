@@ -87,6 +87,13 @@ impl ServerConfig {
                     .to_owned(),
             );
         }
+        let most_retries = crate::agent::model_retries::MAX_MODEL_RETRIES;
+        if self.model_max_retries > most_retries {
+            return Err(format!(
+                "model_max_retries must be 0 to {most_retries}, got {}",
+                self.model_max_retries
+            ));
+        }
         if let Some((key, _)) = self.tool_rate_limits.iter().find(|(key, _)| {
             key.split_once('/')
                 .is_none_or(|(s, t)| s.is_empty() || t.is_empty())

@@ -46,4 +46,6 @@ pub mod provider;
 pub mod registry;
 pub mod shown;
 pub mod spans;
+#[cfg(test)]
+mod test_headers;
 pub mod trace_context;

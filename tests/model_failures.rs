@@ -160,3 +160,110 @@ async fn a_streamed_answer_toolplane_will_not_use_fails_the_model_call() {
         server.stop().await;
     }
 }
+
+/// A model call answered 429 or 5xx is tried again after the wait the server asks for, at
+/// most `model_max_retries` (2) times, streamed or not; one refused (400) is not tried again;
+/// one that cannot connect is; and a turn whose first model call succeeds at its second
+/// attempt completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_call_is_tried_again_after_a_rate_limit_or_a_server_error() {
+    use axum::http::StatusCode;
+    let cases = [
+        (StatusCode::TOO_MANY_REQUESTS, 2, None),
+        (StatusCode::SERVICE_UNAVAILABLE, 2, None),
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            3,
+            Some("429 Too Many Requests"),
+        ),
+        (StatusCode::BAD_REQUEST, 1, Some("400 Bad Request")),
+    ];
+    for (status, times, failure) in cases {
+        let mock = Mock {
+            misbehaving: Misbehaviour::FailsFirst { status, times },
+            ..Mock::default()
+        };
+        let client = OpenAiClient::new(config(start_mock(mock.clone()).await)).expect("client");
+        let outcome = client.complete(asking("power please")).await;
+        let requests = mock.bodies.lock().expect("lock").len();
+        match failure {
+            None => {
+                let reply = outcome.expect("answered at the last attempt");
+                assert_eq!(
+                    (reply.tool_calls.len(), requests),
+                    (1, times + 1),
+                    "{status}"
+                );
+            }
+            Some(said) if status == StatusCode::BAD_REQUEST => {
+                let error = outcome.expect_err("refused");
+                assert!(error.0.contains(said), "{}", error.0);
+                assert!(!error.0.contains("attempt"), "{}", error.0);
+                assert_eq!(requests, 1, "a refusal is not tried again");
+            }
+            Some(said) => {
+                let error = outcome.expect_err("every attempt failed");
+                assert!(error.0.contains(said), "{}", error.0);
+                assert!(error.0.contains("at attempt 3"), "{}", error.0);
+                assert_eq!(requests, 3, "the first attempt and two more");
+            }
+        }
+    }
+
+    let mock = Mock {
+        misbehaving: Misbehaviour::FailsFirst {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            times: 2,
+        },
+        ..Mock::default()
+    };
+    let client = OpenAiClient::new(config(start_mock(mock.clone()).await)).expect("client");
+    let last = last_streamed(&client, asking("power please")).await;
+    assert!(matches!(last, Ok(StreamEvent::Done(_))), "{last:?}");
+    assert_eq!(mock.bodies.lock().expect("lock").len(), 3);
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let unreachable = format!("http://{}/v1", closed.local_addr().expect("address"));
+    drop(closed);
+    let client = OpenAiClient::new(config(unreachable)).expect("client");
+    let error = client
+        .complete(asking("power please"))
+        .await
+        .expect_err("nobody listens");
+    assert!(
+        error.0.contains("cannot reach") && error.0.contains("at attempt 3"),
+        "{}",
+        error.0
+    );
+
+    let (server, _provider) = agent_server(Mock {
+        misbehaving: Misbehaviour::FailsFirst {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            times: 1,
+        },
+        ..Mock::default()
+    })
+    .await;
+    let mut agents = agent_fixture::agents(&server).await;
+    agent_fixture::create(&mut agents, "patient", &[]).await;
+    let answer = agents
+        .complete(pb::CompleteRequest {
+            meta: meta(0),
+            agent_id: "patient".into(),
+            request: turn(),
+        })
+        .await
+        .expect("the turn completes")
+        .into_inner();
+    assert!(
+        answer
+            .response
+            .expect("a response")
+            .message
+            .expect("a message")
+            .content
+            .contains("power_generated"),
+        "the model was given the tool's result"
+    );
+    server.stop().await;
+}

@@ -311,6 +311,7 @@ async fn a_failed_model_call_is_an_error_span() {
             model: "gpt-test".into(),
             api_key: None,
             timeout: std::time::Duration::from_secs(5),
+            max_retries: 0,
         }),
         ..test_options()
     })

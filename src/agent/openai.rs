@@ -13,6 +13,7 @@ use super::model::{
     LlmProvider, ModelError, ModelReply, ModelRequest, StreamEvent, TOOL_CALL_ID_KEY,
     is_tool_result, tool_calls_of,
 };
+use super::model_retries;
 use super::openai_answer::{parse_answer, reported_error, tool_call_requests};
 use super::types::Role;
 
@@ -36,6 +37,8 @@ pub struct OpenAiConfig {
     pub api_key: Option<String>,
     /// How long one model call may take.
     pub timeout: Duration,
+    /// How many times a failed model call is tried again (see [`super::model_retries`]).
+    pub max_retries: u32,
 }
 
 /// The OpenAI-compatible client.
@@ -109,6 +112,8 @@ impl OpenAiClient {
         body
     }
 
+    /// Posts `body` to the chat-completions endpoint, trying again as
+    /// [`super::model_retries`] says; answers the first successful response, or why none came.
     async fn post(
         &self,
         body: &Value,
@@ -118,7 +123,51 @@ impl OpenAiClient {
             "{}/chat/completions",
             self.config.base_url.trim_end_matches('/')
         );
-        let mut request = self.http.post(&url).json(body);
+        // Written once, sent as it is at each attempt.
+        let body = bytes::Bytes::from(body.to_string());
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (error, retried, headers) = match self.send(&url, body.clone(), trace).await {
+                Ok(response) if response.status().is_success() => return Ok(response),
+                Ok(mut response) => {
+                    let headers = response.headers().clone();
+                    let retried = model_retries::status_is_retried(response.status(), &headers);
+                    (
+                        failed_answer(&url, &mut response).await,
+                        retried,
+                        Some(headers),
+                    )
+                }
+                Err(error) => {
+                    let retried = model_retries::error_is_retried(&error);
+                    (format!("cannot reach {url}: {error}"), retried, None)
+                }
+            };
+            if !retried || attempts > self.config.max_retries {
+                return Err(ModelError(match attempts {
+                    1 => error,
+                    _ => format!("{error} (at attempt {attempts}; every attempt failed)"),
+                }));
+            }
+            let wait = model_retries::wait_after(attempts, headers.as_ref());
+            tracing::warn!(%url, attempt = attempts, ?wait, %error, "a model call failed; trying it again");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// One attempt at posting `body` to `url`.
+    async fn send(
+        &self,
+        url: &str,
+        body: bytes::Bytes,
+        trace: Option<&TraceContext>,
+    ) -> reqwest::Result<reqwest::Response> {
+        let mut request = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
         }
@@ -128,27 +177,26 @@ impl OpenAiClient {
                 request = request.header("tracestate", state);
             }
         }
-        let mut response = request
-            .send()
-            .await
-            .map_err(|e| ModelError(format!("cannot reach {url}: {e}")))?;
-        if !response.status().is_success() {
-            let status = response.status();
-            let body = crate::http_answers::body_within(&mut response, MAX_ERROR_ANSWER_BYTES)
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or_default();
-            return Err(ModelError(format!(
-                "{url} answered {status}: {}",
-                String::from_utf8_lossy(&body)
-                    .chars()
-                    .take(500)
-                    .collect::<String>()
-            )));
-        }
-        Ok(response)
+        request.send().await
     }
+}
+
+/// What a model server's answer of an error status says: the status and the first 500
+/// characters of its body.
+async fn failed_answer(url: &str, response: &mut reqwest::Response) -> String {
+    let status = response.status();
+    let body = crate::http_answers::body_within(response, MAX_ERROR_ANSWER_BYTES)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    format!(
+        "{url} answered {status}: {}",
+        String::from_utf8_lossy(&body)
+            .chars()
+            .take(500)
+            .collect::<String>()
+    )
 }
 
 #[async_trait::async_trait]

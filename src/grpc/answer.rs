@@ -202,20 +202,9 @@ pub(super) fn from_http_status(status: http::StatusCode) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_headers::headers;
     use base64::engine::general_purpose::STANDARD;
     use tonic_types::{ErrorDetails, StatusExt};
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        pairs
-            .iter()
-            .map(|(name, value)| {
-                (
-                    HeaderName::from_static(name),
-                    value.parse().expect("a header value"),
-                )
-            })
-            .collect()
-    }
 
     #[test]
     fn frames_are_kept_as_they_came_and_joined_in_order() {

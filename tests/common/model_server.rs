@@ -46,6 +46,14 @@ pub enum Misbehaviour {
     /// Answers 200 with an error in place of the answer; streaming, sends some words and then
     /// an `error:` line, as llama.cpp's server does.
     ReportsAnError,
+    /// Answers its first `times` requests with `status` (an OpenAI error, and `retry-after-ms:
+    /// 10`), then as [`Misbehaviour::None`].
+    FailsFirst {
+        /// The status of the failures.
+        status: StatusCode,
+        /// How many requests fail.
+        times: usize,
+    },
     /// Ends the answer before it is finished: JSON cut off, or an event stream that stops
     /// after some words, with no finish_reason and no `[DONE]`.
     EndsEarly,
@@ -74,7 +82,11 @@ fn event_stream(body: String) -> Response {
 }
 
 async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    mock.bodies.lock().expect("lock").push(body.clone());
+    let nth = {
+        let mut bodies = mock.bodies.lock().expect("lock");
+        bodies.push(body.clone());
+        bodies.len()
+    };
     mock.authorization.lock().expect("lock").push(
         headers
             .get(header::AUTHORIZATION)
@@ -92,6 +104,11 @@ async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Val
     let stream = body["stream"] == true;
     match mock.misbehaving {
         Misbehaviour::None => {}
+        Misbehaviour::FailsFirst { status, times } if nth <= times => {
+            let error = json!({"error": {"message": "slow down", "type": "rate_limit_exceeded"}});
+            return (status, [("retry-after-ms", "10")], Json(error)).into_response();
+        }
+        Misbehaviour::FailsFirst { .. } => {}
         Misbehaviour::ReportsAnError if stream => {
             let error = json!({"code": 400, "message": REPORTED_ERROR, "type": "exceed_context_size_error"});
             return event_stream(format!("data: {FIRST_WORDS}\n\nerror: {error}\n\n"));
@@ -228,6 +245,7 @@ pub fn config(base_url: String) -> OpenAiConfig {
         model: "configured-model".into(),
         api_key: Some("test-key".into()),
         timeout: Duration::from_secs(10),
+        max_retries: toolplane::agent::model_retries::DEFAULT_MODEL_RETRIES,
     }
 }
 
