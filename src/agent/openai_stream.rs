@@ -238,8 +238,11 @@ async fn gather(
                     return Err(reported_mid_answer(&error_text(&error)));
                 }
             };
-            if data.trim() == "[DONE]" {
-                return Ok(Some(gathered));
+            match data.trim() {
+                "[DONE]" => return Ok(Some(gathered)),
+                // An event with empty data, as some proxies send to keep a stream open.
+                "" => continue,
+                _ => {}
             }
             events += 1;
             let chunk = parse_answer(data.as_bytes()).map_err(|e| {

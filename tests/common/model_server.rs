@@ -68,11 +68,14 @@ const FIRST_WORDS: &str = r#"{"model": "mock-model", "choices": [{"index": 0, "d
 /// The arguments of the tool call it asks for.
 const ARGUMENTS: &str = r#"{"alpha_matter": 3, "generator_type": "worldEngine"}"#;
 
+/// The event stream of `chunks`, after a comment and an event of empty data (as proxies send
+/// to keep a stream open), ending with `[DONE]`.
 fn sse(chunks: &[Value]) -> Response {
-    let mut body: String = chunks
+    let mut body = ": keep-alive\n\ndata:\n\n".to_owned();
+    body += &chunks
         .iter()
         .map(|chunk| format!("data: {chunk}\n\n"))
-        .collect();
+        .collect::<String>();
     body.push_str("data: [DONE]\n\n");
     event_stream(body)
 }
