@@ -49,6 +49,7 @@ impl ServerConfig {
 
     /// The server options this configuration describes.
     pub fn server_options(&self) -> ServerOptions {
+        let reloaded = self.reloaded_parts();
         ServerOptions {
             otlp: (!self.otlp_endpoint.is_empty()).then(|| OtlpExport {
                 endpoint: self.otlp_endpoint.clone(),
@@ -64,9 +65,9 @@ impl ServerConfig {
             mcp: self.mcp_endpoint(),
             mcp_imports: self.checked_mcp_imports.clone(),
             tenant_access: self.checked_tenant_access.clone(),
-            tenant_access_source: self.tenant_access_source(),
-            mcp_imports_source: self.mcp_imports_source(),
-            rate_limits_source: self.rate_limits_source(),
+            tenant_access_source: reloaded.tenant_access,
+            mcp_imports_source: reloaded.mcp_imports,
+            rate_limits_source: reloaded.rate_limits,
             tls_reload_interval: self.tls_reload_interval,
             response_compression: self.response_compression,
             limits: RegistrationLimits {

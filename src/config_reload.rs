@@ -6,8 +6,9 @@
 //! other setting is read at the start only; one changed in the file is named in a WARN log
 //! line, as it takes effect at the next restart.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::ServerConfig;
 use crate::access::TenantAccessSource;
@@ -53,48 +54,94 @@ impl<T> std::fmt::Debug for ConfigSource<T> {
     }
 }
 
+/// The parts of the configuration read again from its file while the server runs; they share
+/// each reading of the file ([`Reading`]). Each is `None` for a configuration read from no
+/// file.
+#[derive(Debug, Clone)]
+pub struct ReloadedParts {
+    /// Where the tenant access rules are read again from. Each reading also logs the settings
+    /// changed in the file that wait for a restart.
+    pub tenant_access: Option<TenantAccessSource>,
+    /// Where the MCP imports are read again from.
+    pub mcp_imports: Option<McpImportsSource>,
+    /// Where the call limits are read again from.
+    pub rate_limits: Option<ConfigSource<RateLimitConfig>>,
+}
+
+/// The last reading of the configuration file, shared by the parts read again from it: a
+/// change is read (once it settles), checked and its token files read once, and each part
+/// takes its own piece of that reading. Each part's watch sees the change at its own tick; the
+/// parts after the first find the file as it was read and take that reading.
+#[derive(Debug, Default)]
+struct Reading {
+    /// The file's text when last read, and what reading it gave.
+    last: Mutex<Option<(String, Result<ServerConfig, String>)>>,
+}
+
+impl Reading {
+    /// The configuration in `path` (with the environment laid over it) now. When the file
+    /// holds the text of the last reading, that reading's outcome: a file that reads whole,
+    /// as it read once settled, is not being written. Else the file is read through `settled`
+    /// (its token files too), and the reading is kept.
+    fn configuration(
+        &self,
+        path: &Path,
+        settled: impl Fn(&Path) -> std::io::Result<String>,
+    ) -> Result<ServerConfig, String> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let (Some((text, outcome)), Ok(now)) = (&*last, std::fs::read_to_string(path))
+            && *text == now
+        {
+            return outcome.clone();
+        }
+        let text = RefCell::new(None);
+        let outcome = ServerConfig::load_read_by(Some(path), std::env::vars(), |file| {
+            let read = settled(file)?;
+            if file == path {
+                *text.borrow_mut() = Some(read.clone());
+            }
+            Ok(read)
+        })
+        .map_err(|error| error.to_string());
+        *last = text.into_inner().map(|text| (text, outcome.clone()));
+        outcome
+    }
+}
+
 impl ServerConfig {
-    /// Where `part` of the configuration is read again from: the file this configuration was
-    /// read from, with the environment laid over it as at the start; `None` without a file.
+    /// The parts read again from the file this configuration was read from, with the
+    /// environment laid over it as at the start.
+    pub fn reloaded_parts(&self) -> ReloadedParts {
+        let reading = Arc::new(Reading::default());
+        let started = self.clone();
+        ReloadedParts {
+            tenant_access: self.source_of(&reading, move |now| {
+                if let Some((path, _)) = &now.file {
+                    warn_of_unreloaded_changes(&started, &now, path);
+                }
+                now.checked_tenant_access
+            }),
+            mcp_imports: self.source_of(&reading, |now| now.checked_mcp_imports),
+            rate_limits: self.source_of(&reading, |now| now.rate_limit_config()),
+        }
+    }
+
+    /// Where `part` of the configuration is read again from, through `reading`; `None`
+    /// without a file.
     fn source_of<T>(
         &self,
+        reading: &Arc<Reading>,
         part: impl Fn(ServerConfig) -> T + Send + Sync + 'static,
     ) -> Option<ConfigSource<T>> {
         let (file, file_read) = self.file.clone()?;
-        let path = file.clone();
-        let read = move || -> Result<T, String> {
-            ServerConfig::load_read_by(Some(&path), std::env::vars(), settled_text)
-                .map(&part)
-                .map_err(|error| error.to_string())
-        };
+        let (path, reading) = (file.clone(), Arc::clone(reading));
+        let read =
+            move || -> Result<T, String> { reading.configuration(&path, settled_text).map(&part) };
         Some(ConfigSource {
             file,
             file_read,
             read: Arc::new(read),
         })
-    }
-
-    /// Where the tenant access rules are read again from: the file this configuration was read
-    /// from, with the environment laid over it as at the start; `None` without a file. Each
-    /// reading also logs the settings changed in the file that wait for a restart.
-    pub fn tenant_access_source(&self) -> Option<TenantAccessSource> {
-        let started = self.clone();
-        self.source_of(move |now| {
-            if let Some((path, _)) = &now.file {
-                warn_of_unreloaded_changes(&started, &now, path);
-            }
-            now.checked_tenant_access
-        })
-    }
-
-    /// Where the MCP imports are read again from, as the tenant access rules are.
-    pub fn mcp_imports_source(&self) -> Option<McpImportsSource> {
-        self.source_of(|now| now.checked_mcp_imports)
-    }
-
-    /// Where the call limits are read again from, as the tenant access rules are.
-    pub fn rate_limits_source(&self) -> Option<ConfigSource<RateLimitConfig>> {
-        self.source_of(|now| now.rate_limit_config())
     }
 
     /// The settings (by name) whose values differ between `self` and `other`, other than those
@@ -146,7 +193,10 @@ mod tests {
                      [[tenant_access]]\nidentity = \"a.example\"\ntenants = [1]\n";
         std::fs::write(&file, first).expect("write");
         let started = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
-        let source = started.tenant_access_source().expect("read from a file");
+        let source = started
+            .reloaded_parts()
+            .tenant_access
+            .expect("read from a file");
         assert_eq!(source.file, file);
 
         let second = "default_ttl = \"45s\"\nforwarded_client_cert_proxies = \"10.1.0.0/16\"\n\
@@ -172,7 +222,8 @@ mod tests {
         assert!(
             ServerConfig::load(None, std::iter::empty())
                 .expect("defaults")
-                .tenant_access_source()
+                .reloaded_parts()
+                .tenant_access
                 .is_none(),
             "nothing to read again without a file"
         );
@@ -193,7 +244,10 @@ mod tests {
         let sha = "ab".repeat(32);
         std::fs::write(&file, entry("http://a/mcp", "")).expect("write");
         let started = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
-        let source = started.mcp_imports_source().expect("imports from a file");
+        let source = started
+            .reloaded_parts()
+            .mcp_imports
+            .expect("imports from a file");
         std::fs::write(
             &file,
             entry("http://a/mcp", &format!("list_issues = \"{sha}\"")),
@@ -220,7 +274,7 @@ mod tests {
         // A file without imports at the start is watched for imports added to it.
         std::fs::write(&file, "default_ttl = \"30s\"\n").expect("rewrite");
         let bare = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
-        assert!(bare.mcp_imports_source().is_some());
+        assert!(bare.reloaded_parts().mcp_imports.is_some());
     }
 
     /// The call limits are read again, and none is named as waiting for a restart.
@@ -230,7 +284,10 @@ mod tests {
         let file = dir.path().join("toolplane.toml");
         std::fs::write(&file, "rate_limit_per_second = 5\n").expect("write");
         let started = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
-        let source = started.rate_limits_source().expect("read from a file");
+        let source = started
+            .reloaded_parts()
+            .rate_limits
+            .expect("read from a file");
         std::fs::write(
             &file,
             "rate_limit_per_second = 7\nmax_in_flight_per_service = 3\n\
@@ -243,5 +300,37 @@ mod tests {
         assert_eq!(limits.per_tool.len(), 1);
         let now = ServerConfig::load(Some(&file), std::iter::empty()).expect("valid");
         assert!(now.settings_changed_since(&started).is_empty());
+    }
+
+    /// A change is read once for every part: the parts after the first take its reading while
+    /// the file holds what was read, and a file changed again (or broken) is read again.
+    #[test]
+    fn the_parts_share_one_reading_of_each_change() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("toolplane.toml");
+        std::fs::write(&file, "rate_limit_per_second = 5\n").expect("write");
+        let settled_reads = Mutex::new(0);
+        let settled = |path: &Path| {
+            *settled_reads.lock().expect("lock") += 1;
+            std::fs::read_to_string(path)
+        };
+        let reading = Reading::default();
+        let first = reading.configuration(&file, settled).expect("valid");
+        let again = reading.configuration(&file, settled).expect("valid");
+        assert_eq!(
+            (first == again, *settled_reads.lock().expect("lock")),
+            (true, 1)
+        );
+
+        std::fs::write(&file, "rate_limit_per_second = 7\n").expect("rewrite");
+        let changed = reading.configuration(&file, settled).expect("valid");
+        assert_eq!(changed.rate_limit_per_second, 7);
+        reading.configuration(&file, settled).expect("valid");
+        assert_eq!(*settled_reads.lock().expect("lock"), 2);
+
+        std::fs::write(&file, "rate_limit_per_second = \"many\"\n").expect("break");
+        let refused = reading.configuration(&file, settled).expect_err("invalid");
+        let again = reading.configuration(&file, settled).expect_err("invalid");
+        assert_eq!((refused, *settled_reads.lock().expect("lock")), (again, 3));
     }
 }
