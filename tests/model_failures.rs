@@ -6,7 +6,8 @@ use crate::common;
 
 use common::agent_fixture;
 use common::model_server::{
-    Misbehaviour, Mock, REPORTED_ERROR, agent_server, asking, config, start_mock, turn,
+    Misbehaviour, Mock, REPORTED_ERROR, agent_server, agent_server_with_metrics, asking, config,
+    start_mock, turn,
 };
 use common::*;
 use futures_util::StreamExt;
@@ -36,7 +37,7 @@ async fn a_failing_model_leaves_the_agent_as_it_was() {
             "not a chat-completions answer: EOF while parsing",
         ),
     ] {
-        let (server, _provider) = agent_server(Mock {
+        let (server, _provider, metrics) = agent_server_with_metrics(Mock {
             misbehaving,
             ..Mock::default()
         })
@@ -64,6 +65,9 @@ async fn a_failing_model_leaves_the_agent_as_it_was() {
         let mut invoker = common::invoke_fixture::invoker(&server).await;
         let made = common::invoke_fixture::records(&mut invoker, "structs_calculate_power").await;
         assert!(made.is_empty(), "no tool was called: {made:?}");
+        let failed = "toolplane_agent_model_calls_total{outcome=\"failed\"}";
+        let url = format!("http://{metrics}/metrics");
+        assert_eq!(scraped(&http_client(), &url, failed).await, 1.0);
         server.stop().await;
     }
 }
@@ -236,7 +240,7 @@ async fn a_model_call_is_tried_again_after_a_rate_limit_or_a_server_error() {
         error.0
     );
 
-    let (server, _provider) = agent_server(Mock {
+    let (server, _provider, metrics) = agent_server_with_metrics(Mock {
         misbehaving: Misbehaviour::FailsFirst {
             status: StatusCode::SERVICE_UNAVAILABLE,
             times: 1,
@@ -265,5 +269,24 @@ async fn a_model_call_is_tried_again_after_a_rate_limit_or_a_server_error() {
             .contains("power_generated"),
         "the model was given the tool's result"
     );
+    // Two model calls (Thinking, Reflecting) answered, the first at its second attempt, with
+    // the tokens the model server reported (10 + 3, then 20 + 5).
+    let http = http_client();
+    let url = format!("http://{metrics}/metrics");
+    for (sample, expected) in [
+        (
+            "toolplane_agent_model_calls_total{outcome=\"answered\"}",
+            2.0,
+        ),
+        ("toolplane_agent_model_calls_total{outcome=\"failed\"}", 0.0),
+        ("toolplane_agent_model_call_retries_total", 1.0),
+        ("toolplane_agent_model_tokens_total{kind=\"prompt\"}", 30.0),
+        (
+            "toolplane_agent_model_tokens_total{kind=\"completion\"}",
+            8.0,
+        ),
+    ] {
+        assert_eq!(scraped(&http, &url, sample).await, expected, "{sample}");
+    }
     server.stop().await;
 }

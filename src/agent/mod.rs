@@ -4,6 +4,7 @@
 pub mod builtin;
 pub mod error;
 pub mod model;
+pub mod model_calls;
 pub mod model_retries;
 pub mod openai;
 mod openai_answer;

@@ -4,6 +4,7 @@
 
 use crate::grpc::outgoing_tls::http_client_builder;
 use crate::trace_context::TraceContext;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{BoxStream, StreamExt};
@@ -13,6 +14,7 @@ use super::model::{
     LlmProvider, ModelError, ModelReply, ModelRequest, StreamEvent, TOOL_CALL_ID_KEY,
     is_tool_result, tool_calls_of,
 };
+use super::model_calls::ModelCalls;
 use super::model_retries;
 use super::openai_answer::{parse_answer, reported_error, tool_call_requests};
 use super::types::Role;
@@ -46,6 +48,8 @@ pub struct OpenAiConfig {
 pub struct OpenAiClient {
     config: OpenAiConfig,
     http: reqwest::Client,
+    /// Where attempts made again are counted.
+    calls: Option<Arc<ModelCalls>>,
 }
 
 fn role_name(role: Role) -> &'static str {
@@ -84,7 +88,19 @@ impl OpenAiClient {
             .timeout(config.timeout)
             .build()
             .map_err(|e| ModelError(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Self { config, http })
+        Ok(Self {
+            config,
+            http,
+            calls: None,
+        })
+    }
+
+    /// The same client, counting the attempts it makes again in `calls`.
+    pub fn counting_retries_in(self, calls: Arc<ModelCalls>) -> Self {
+        Self {
+            calls: Some(calls),
+            ..self
+        }
     }
 
     fn body(&self, request: &ModelRequest, stream: bool) -> Value {
@@ -149,6 +165,9 @@ impl OpenAiClient {
                     1 => error,
                     _ => format!("{error} (at attempt {attempts}; every attempt failed)"),
                 }));
+            }
+            if let Some(calls) = &self.calls {
+                calls.retried();
             }
             let wait = model_retries::wait_after(attempts, headers.as_ref());
             tracing::warn!(%url, attempt = attempts, ?wait, %error, "a model call failed; trying it again");

@@ -22,6 +22,7 @@ use super::error::AgentError;
 use super::model::{
     LlmProvider, OfferedTool, ToolCallRequest, tool_call_message, tool_result_message,
 };
+use super::model_calls::ModelCalls;
 use super::store::{Agent, AgentStore, Transition, message_bytes};
 use super::types::{
     AgentState, CanonicalMessage, ChatCompletionRequest, ChatCompletionResponse, Role,
@@ -85,6 +86,8 @@ pub struct AgentRunner {
     invoker: Invoker,
     model: Arc<dyn LlmProvider>,
     spans: Spans,
+    /// Where the turns' model calls are counted.
+    model_calls: Arc<ModelCalls>,
 }
 
 /// Undoes an unfinished turn when dropped: the conversation goes back to its length before the
@@ -156,6 +159,15 @@ impl AgentRunner {
             invoker,
             model,
             spans: Spans::off(),
+            model_calls: Arc::default(),
+        }
+    }
+
+    /// The same runner, counting its model calls in `calls`.
+    pub fn counting_model_calls_in(self, calls: Arc<ModelCalls>) -> Self {
+        Self {
+            model_calls: calls,
+            ..self
         }
     }
 

@@ -51,6 +51,10 @@ impl AgentRunner {
                 }
                 Ok(reply)
             });
+        match &reply {
+            Ok(reply) => self.model_calls.answered(reply.usage),
+            Err(_) => self.model_calls.failed(),
+        }
         if let Some(span) = span {
             span.end_model_call(reply.as_ref().map_err(ToString::to_string).map(|reply| {
                 ModelAnswer {

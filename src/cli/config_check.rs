@@ -46,7 +46,8 @@ fn check_files(options: &ServerOptions) -> Result<(), String> {
             .client_config(&OTLP_TLS_SETTINGS, ALPN_H2)
             .map_err(|error| error.to_string())?;
     }
-    model_provider(options.model.as_ref()).map_err(|error| format!("model client: {error}"))?;
+    model_provider(options.model.as_ref(), &Default::default())
+        .map_err(|error| format!("model client: {error}"))?;
     if let Some(path) = &options.records_path {
         let directory = match path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,

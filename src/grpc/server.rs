@@ -42,6 +42,7 @@ use super::std_health::StandardHealth;
 use crate::access::LiveTenantAccess;
 use crate::agent::builtin::BuiltinModel;
 use crate::agent::model::{LlmProvider, ModelError};
+use crate::agent::model_calls::ModelCalls;
 use crate::agent::openai::{OpenAiClient, OpenAiConfig};
 use crate::agent::runner::AgentRunner;
 use crate::agent::store::AgentStore;
@@ -120,10 +121,16 @@ fn ruled_access(options: &ServerOptions) -> Result<Arc<LiveTenantAccess>, ServeE
         .map_err(|_| ServeError::TenantAccessWithoutClientCertificates)
 }
 
-/// The chat model agents use: the OpenAI-compatible client when configured, else the built-in.
-pub fn model_provider(config: Option<&OpenAiConfig>) -> Result<Arc<dyn LlmProvider>, ModelError> {
+/// The chat model agents use: the OpenAI-compatible client when configured (counting the
+/// attempts it makes again in `calls`), else the built-in.
+pub fn model_provider(
+    config: Option<&OpenAiConfig>,
+    calls: &Arc<ModelCalls>,
+) -> Result<Arc<dyn LlmProvider>, ModelError> {
     Ok(match config {
-        Some(config) => Arc::new(OpenAiClient::new(config.clone())?),
+        Some(config) => {
+            Arc::new(OpenAiClient::new(config.clone())?.counting_retries_in(Arc::clone(calls)))
+        }
         None => Arc::new(BuiltinModel),
     })
 }
@@ -246,7 +253,8 @@ pub async fn serve_with(
             &serving.subscribe(),
         );
     }
-    let model = model_provider(options.model.as_ref())?;
+    let model_calls = Arc::<ModelCalls>::default();
+    let model = model_provider(options.model.as_ref(), &model_calls)?;
     let invoker = Invoker::new(
         registry.clone(),
         caller.clone(),
@@ -270,7 +278,8 @@ pub async fn serve_with(
         invoker.clone(),
         model,
     )
-    .with_spans(spans.clone());
+    .with_spans(spans.clone())
+    .counting_model_calls_in(Arc::clone(&model_calls));
     let mcp_sessions = side.mcp.is_some().then(McpSessions::default);
     let mcp_refusals = side.mcp.is_some().then(Arc::<McpRefusals>::default);
     // Calls are counted per RPC only when there is an endpoint to report them, or spans to
@@ -291,6 +300,7 @@ pub async fn serve_with(
                 serving: serving.clone(),
                 rpcs,
                 agents,
+                model_calls,
                 mcp_imports: imports.clone(),
                 mcp_token_requests: mcp_caller.token_requests(),
                 mcp_sessions: mcp_sessions.clone(),

@@ -10,6 +10,7 @@
 //! codes), never tenants, services or tools, whose numbers are the operator's to bound, not
 //! the metrics backend's.
 
+mod agents;
 pub mod http;
 mod process;
 mod rpc;
@@ -21,8 +22,8 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::agent::model_calls::ModelCalls;
 use crate::agent::store::AgentStore;
-use crate::agent::types::AgentState;
 use crate::grpc::reload_stats::{ReloadStats, ReloadedFiles};
 use crate::grpc::rpc_stats::RpcStats;
 use crate::grpc::serving::ServingState;
@@ -50,6 +51,8 @@ pub struct MetricsSources {
     pub rpcs: Arc<RpcStats>,
     /// The agents and their conversations.
     pub agents: Arc<AgentStore>,
+    /// The agents' model calls.
+    pub model_calls: Arc<ModelCalls>,
     /// The MCP imports running, and whether each one's tools are registered now.
     pub mcp_imports: LiveImports,
     /// The OAuth access tokens the MCP imports have asked for.
@@ -276,7 +279,7 @@ impl Collector for MetricsSources {
             }
         }
         encode_reloads(&mut encoder, &self.reloads)?;
-        encode_agents(&mut encoder, &self.agents)?;
+        agents::encode(&mut encoder, &self.agents, &self.model_calls.counts())?;
         rpc::encode(&mut encoder, &self.rpcs)?;
         process::encode(&mut encoder)
     }
@@ -316,43 +319,6 @@ fn encode_reloads(
     Ok(())
 }
 
-fn encode_agents(
-    encoder: &mut DescriptorEncoder,
-    agents: &AgentStore,
-) -> Result<(), std::fmt::Error> {
-    let totals = agents.totals();
-    let mut by_state = encoder.encode_descriptor(
-        "toolplane_agents",
-        "Agents, across tenants, by their state.",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (state, count) in AgentState::ALL.iter().zip(totals.by_state) {
-        let labels = [("state", state.to_string())];
-        by_state
-            .encode_family(&labels)?
-            .encode_gauge(&i64::try_from(count).unwrap_or(i64::MAX))?;
-    }
-    gauge(
-        encoder,
-        "toolplane_agent_turns_running",
-        "Agents with a turn (Complete or StreamComplete) running.",
-        totals.busy,
-    )?;
-    gauge(
-        encoder,
-        "toolplane_agent_conversation_messages",
-        "Messages the agents' conversations hold, across tenants.",
-        totals.messages,
-    )?;
-    gauge(
-        encoder,
-        "toolplane_agent_conversation_bytes",
-        "Bytes of the messages the agents' conversations hold (content and metadata), across tenants.",
-        totals.conversation_bytes,
-    )
-}
-
 /// Sources with nothing in them but two MCP imports of servers that cannot be reached, serving
 /// (inside a tokio runtime: the store and the imports start tasks).
 #[cfg(test)]
@@ -378,6 +344,7 @@ pub(crate) fn test_sources() -> MetricsSources {
         serving: ServingState::new(),
         rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
         agents: Arc::new(AgentStore::new(10, 0, 0)),
+        model_calls: Arc::default(),
         mcp_imports: LiveImports::start(&imports, &registry, &Default::default()),
         mcp_token_requests: Arc::default(),
         mcp_sessions: Some(McpSessions::default()),

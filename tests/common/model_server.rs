@@ -1,6 +1,7 @@
 //! A local HTTP server speaking OpenAI's chat-completions wire format (JSON answers, SSE
 //! chunks, tool_calls), as the model of agents under test; it can be told to misbehave.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -204,14 +205,20 @@ async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Val
 /// A toolplane server whose agents use the model `mock` serves, with the structs provider
 /// registered.
 pub async fn agent_server(mock: Mock) -> (TestServer, TestProvider) {
+    let (server, provider, _) = agent_server_with_metrics(mock).await;
+    (server, provider)
+}
+
+/// As [`agent_server`], serving metrics too; answers the metrics address as well.
+pub async fn agent_server_with_metrics(mock: Mock) -> (TestServer, TestProvider, SocketAddr) {
     let base_url = start_mock(mock).await;
-    let server = TestServer::start_with(ServerOptions {
+    let (server, metrics) = TestServer::start_with_metrics(ServerOptions {
         model: Some(config(base_url)),
         ..test_options()
     })
     .await;
     let provider = start_structs_provider(&server).await;
-    (server, provider)
+    (server, provider, metrics)
 }
 
 /// A turn's request: one user message asking for power.
