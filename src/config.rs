@@ -485,7 +485,7 @@ mod options;
 mod reload;
 
 pub use endpoints::parse_listen_address;
-pub use reload::{ConfigSource, ReadConfigPart};
+pub use reload::{ConfigSource, ReadConfigPart, ReloadedParts};
 
 #[cfg(test)]
 #[path = "config_tests.rs"]

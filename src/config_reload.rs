@@ -54,9 +54,10 @@ impl<T> std::fmt::Debug for ConfigSource<T> {
     }
 }
 
-/// The parts of the configuration read again from its file while the server runs; they share
-/// each reading of the file ([`Reading`]). Each is `None` for a configuration read from no
-/// file.
+/// The parts of the configuration read again from its file while the server runs. They share
+/// each reading of the file: a change is read (once it settles) and checked once, and each
+/// part takes its own settings from that reading. Each is `None` for a configuration read from
+/// no file.
 #[derive(Debug, Clone)]
 pub struct ReloadedParts {
     /// Where the tenant access rules are read again from. Each reading also logs the settings
