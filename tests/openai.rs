@@ -3,16 +3,24 @@
 
 use crate::common;
 
+use common::agent_fixture;
 use common::model_server::{Mock, agent_server, asking, config, power_tool, start_mock, turn};
+use common::provider::TestProvider;
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 use toolplane::agent::model::{
-    LlmProvider, ModelRequest, StreamEvent, tool_call_message, tool_result_message,
+    LlmProvider, ModelRequest, StreamEvent, TOOL_CALL_ID_KEY, tool_call_message,
+    tool_result_message,
 };
 use toolplane::agent::openai::OpenAiClient;
+use toolplane::grpc::ServerOptions;
 use toolplane::pb;
 use toolplane::pb::agent_service_client::AgentServiceClient;
+use toolplane::provider::{ToolDescriptor, ToolInvocation, ToolOutput, ToolRegistry, handler};
 
 /// The client sends function tools and a bearer token, parses tool_calls, and reassembles
 /// streamed tool-call fragments and content deltas.
@@ -289,4 +297,92 @@ async fn a_tenant_with_more_tools_than_a_model_takes_offers_the_best_matches() {
         ["structs_calculate_power"],
         "the damage tool matches \"power\" but is not allowed"
     );
+}
+
+/// A provider whose tool `meet` answers once as many calls as `rounds` of two have arrived
+/// (`met`), or, after 5 s alone, unmet: two calls met only if they ran at once.
+async fn meeting_provider(server: &TestServer) -> TestProvider {
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let tools = ToolRegistry::new()
+        .register(
+            ToolDescriptor::new(
+                "meet",
+                "Answers once another call has arrived",
+                json!({"type": "object"}),
+            )
+            .timeout_ms(30_000),
+            handler(move |_call: ToolInvocation| {
+                let arrived = Arc::clone(&arrived);
+                async move {
+                    let arrival = arrived.fetch_add(1, Ordering::SeqCst) + 1;
+                    let pair_complete = arrival.div_ceil(2) * 2;
+                    let given_up = tokio::time::Instant::now() + Duration::from_secs(5);
+                    let met = loop {
+                        if arrived.load(Ordering::SeqCst) >= pair_complete {
+                            break true;
+                        }
+                        if tokio::time::Instant::now() > given_up {
+                            break false;
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    };
+                    Ok(ToolOutput::new(json!({"met": met, "arrival": arrival})))
+                }
+            }),
+        )
+        .expect("valid tool")
+        .freeze();
+    let provider =
+        TestProvider::start(tools, &server.endpoint(), "meeting", Duration::from_secs(5)).await;
+    wait_registered(server, "meeting").await;
+    provider
+}
+
+/// The tool calls of one model answer run at once: a model asking for `meet` twice in one
+/// answer has both calls meet, in Complete and in StreamComplete, and the results join the
+/// conversation in the order the model asked for the calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tool_calls_of_one_answer_run_at_once() {
+    let base_url = start_mock(Mock {
+        asks_for: Some(("meet", 2)),
+        ..Mock::default()
+    })
+    .await;
+    let server = TestServer::start_with(ServerOptions {
+        model: Some(config(base_url)),
+        ..test_options()
+    })
+    .await;
+    let _provider = meeting_provider(&server).await;
+    let mut client = agent_fixture::agents(&server).await;
+    agent_fixture::create(&mut client, "pair", &[]).await;
+    client
+        .complete(agent_fixture::complete_request("pair", "meet twice", "c1"))
+        .await
+        .expect("the turn completes");
+    let mut events = client
+        .stream_complete(pb::StreamCompleteRequest {
+            meta: meta(0),
+            agent_id: "pair".into(),
+            request: turn(),
+        })
+        .await
+        .expect("the turn starts")
+        .into_inner();
+    while events.message().await.expect("the turn streams").is_some() {}
+
+    let results: Vec<(String, Value)> = agent_fixture::messages(&mut client, "pair")
+        .await
+        .into_iter()
+        .filter_map(|message| {
+            let id = message.metadata.get(TOOL_CALL_ID_KEY)?.clone();
+            Some((id, serde_json::from_str(&message.content).expect("JSON")))
+        })
+        .collect();
+    let ids: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["call_0", "call_1", "call_0", "call_1"], "{results:?}");
+    for (_, result) in &results {
+        assert_eq!(result["met"], true, "the calls ran at once: {results:?}");
+    }
+    server.stop().await;
 }

@@ -15,21 +15,19 @@ use crate::trace_context::TraceContext;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use futures_util::StreamExt;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::error::AgentError;
-use super::model::{
-    LlmProvider, OfferedTool, ToolCallRequest, tool_call_message, tool_result_message,
-};
+use super::model::{LlmProvider, OfferedTool, tool_call_message, tool_result_message};
 use super::model_calls::ModelCalls;
 use super::store::{Agent, AgentStore, Transition, message_bytes};
 use super::types::{
     AgentState, CanonicalMessage, ChatCompletionRequest, ChatCompletionResponse, Role,
 };
 use crate::envelope::TenantId;
+use crate::invoke::Invoker;
 use crate::invoke::records::InvocationStatus;
-use crate::invoke::{Invocation, InvokeError, Invoker, reason_of};
 use crate::registry::search::SearchQuery;
 use crate::registry::{Registry, ServiceName, ToolFilter, ToolName, ToolRef};
 
@@ -40,8 +38,14 @@ pub const MAX_OFFERED_TOOLS: usize = 128;
 
 #[path = "runner_model.rs"]
 mod model_calls;
+#[path = "runner_tools.rs"]
+mod tool_calls;
 pub use model_calls::MAX_TOOL_CALLS_PER_TURN;
 pub(crate) use model_calls::too_many_tool_calls;
+
+/// The most tool calls of one model answer that run at once; the others start as earlier ones
+/// finish.
+pub const MAX_CONCURRENT_TOOL_CALLS: usize = 8;
 
 /// What happened during a turn, for streaming callers.
 #[derive(Debug, Clone, PartialEq)]
@@ -294,92 +298,6 @@ impl AgentRunner {
         Ok(())
     }
 
-    async fn call_tool(
-        &self,
-        agent: &Agent,
-        correlation_id: &str,
-        trace: Option<&TraceContext>,
-        catalog: &Catalog,
-        call: &ToolCallRequest,
-    ) -> Result<(Value, ToolCallSummary), AgentError> {
-        let refused = |reason: &str, message: String| {
-            let summary = ToolCallSummary {
-                tool_name: call.name.clone(),
-                service_name: String::new(),
-                invocation_id: String::new(),
-                status: InvocationStatus::Rejected,
-                error_reason: reason.to_owned(),
-            };
-            Ok((
-                json!({"error": {"reason": reason, "message": message}}),
-                summary,
-            ))
-        };
-        let Some((service, tool)) = catalog.by_function.get(&call.name) else {
-            return refused(
-                "TOOL_NOT_ALLOWED",
-                format!("tool {} is not available to this agent", call.name),
-            );
-        };
-        if !call.arguments.is_object() {
-            return refused(
-                "VALIDATION_INPUT",
-                format!("the arguments of {} must be a JSON object", call.name),
-            );
-        }
-        let invocation = Invocation {
-            tenant: agent.tenant,
-            correlation_id: correlation_id.to_owned(),
-            tool: tool.clone(),
-            service: Some(service.clone()),
-            input: call.arguments.clone(),
-            input_wire: None,
-            input_bytes: crate::json::compact_len(&call.arguments),
-            idempotency_key: None,
-            retry: None,
-            caller_timeout: None,
-            trace: trace.cloned(),
-            progress: None,
-        };
-        let summary = |invocation_id: String, status, error_reason: String| ToolCallSummary {
-            tool_name: tool.to_string(),
-            service_name: service.to_string(),
-            invocation_id,
-            status,
-            error_reason,
-        };
-        match self.invoker.invoke(invocation).await {
-            Ok(invoked) => Ok((
-                invoked.output,
-                summary(
-                    invoked.record.invocation_id.clone(),
-                    InvocationStatus::Succeeded,
-                    String::new(),
-                ),
-            )),
-            Err(failed) => {
-                let Some(record) = failed.record else {
-                    return Err(AgentError::Invoke(failed.error));
-                };
-                let reason = reason_of(&failed.error);
-                let detail = match &failed.error {
-                    InvokeError::InvalidInput { violations, .. } => json!(
-                        violations
-                            .iter()
-                            .map(|v| format!("{}: {}", v.field, v.description))
-                            .collect::<Vec<_>>()
-                    ),
-                    _ => Value::Null,
-                };
-                let result = json!({"error": {"reason": reason, "message": failed.error.to_string(), "details": detail}});
-                Ok((
-                    result,
-                    summary(record.invocation_id.clone(), record.status, reason),
-                ))
-            }
-        }
-    }
-
     /// Runs one turn of `agent` for `request`. With `events`, model answers are streamed and
     /// every transition and tool call is reported as it happens. The tools it calls get the
     /// caller's `trace` context.
@@ -453,14 +371,28 @@ impl AgentRunner {
                 .data()
                 .push(tool_call_message(&first.content, &first.tool_calls));
             Self::step(&agent, AgentState::ToolCall, "", events)?;
-            for call in &first.tool_calls {
-                let (result, summary) = self
-                    .call_tool(&agent, correlation_id, trace, &catalog, call)
-                    .await?;
-                agent.data().push(tool_result_message(call, &result));
+            // The calls of one answer run at once (a model asks for several in one answer when
+            // they do not depend on each other); their results join the conversation, and are
+            // reported, in the order the model asked for them.
+            // (Each future owns its call: futures borrowing the stream's items are not Send.)
+            let mut calls = futures_util::stream::iter(first.tool_calls.iter().cloned())
+                .map(|call| {
+                    let (agent, catalog) = (&agent, &catalog);
+                    async move {
+                        let called = self
+                            .call_tool(agent, correlation_id, trace, catalog, &call)
+                            .await;
+                        (call, called)
+                    }
+                })
+                .buffered(MAX_CONCURRENT_TOOL_CALLS);
+            while let Some((call, called)) = calls.next().await {
+                let (result, summary) = called?;
+                agent.data().push(tool_result_message(&call, &result));
                 Self::emit(events, TurnEvent::ToolCall(summary.clone()));
                 tool_calls.push(summary);
             }
+            drop(calls);
             Self::step(&agent, AgentState::Reflecting, "", events)?;
             let second = self
                 .ask_model(

@@ -31,6 +31,9 @@ pub struct Mock {
     pub traceparents: Arc<Mutex<Vec<String>>>,
     /// How it answers.
     pub misbehaving: Misbehaviour,
+    /// The tool its first answer asks for, and how many times (in one answer); `None` asks
+    /// for the power tool once.
+    pub asks_for: Option<(&'static str, usize)>,
 }
 
 /// How the local chat-completions server misbehaves, if it does.
@@ -181,6 +184,25 @@ async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Val
         "the tool said {}",
         last["content"].as_str().unwrap_or_default()
     );
+    if let (Some((tool, times)), false) = (mock.asks_for, after_tool) {
+        let calls: Vec<Value> = (0..times)
+            .map(|index| {
+                json!({"index": index, "id": format!("call_{index}"), "type": "function",
+                       "function": {"name": tool, "arguments": "{}"}})
+            })
+            .collect();
+        return if stream {
+            sse(&[
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": "tool_calls"}]}),
+            ])
+        } else {
+            Json(
+                json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": null, "tool_calls": calls}}]}),
+            )
+            .into_response()
+        };
+    }
     match (stream, after_tool) {
         (false, true) => Json(json!({"model": "mock-model", "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}], "usage": usage})).into_response(),
         (false, false) => Json(json!({"model": "mock-model", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
