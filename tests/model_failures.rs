@@ -136,15 +136,8 @@ async fn a_streamed_answer_toolplane_will_not_use_fails_the_model_call() {
         let (server, _provider) = agent_server(mock).await;
         let mut agents = agent_fixture::agents(&server).await;
         agent_fixture::create(&mut agents, "eager", &[]).await;
-        let mut turn_events = agents
-            .stream_complete(pb::StreamCompleteRequest {
-                meta: meta(0),
-                agent_id: "eager".into(),
-                request: turn(),
-            })
-            .await
-            .expect("the turn starts")
-            .into_inner();
+        let mut turn_events =
+            agent_fixture::stream_turn(&mut agents, "eager", "how much power?").await;
         let failed = loop {
             match turn_events.message().await {
                 Ok(Some(_)) => {}

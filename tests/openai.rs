@@ -184,15 +184,7 @@ async fn agents_run_on_an_openai_compatible_model() {
         "no tools are offered while reflecting"
     );
 
-    let mut stream = client
-        .stream_complete(pb::StreamCompleteRequest {
-            meta: meta(0),
-            agent_id: "gpt".into(),
-            request: turn(),
-        })
-        .await
-        .expect("stream")
-        .into_inner();
+    let mut stream = agent_fixture::stream_turn(&mut client, "gpt", "how much power?").await;
     let mut completion = None;
     while let Some(message) = stream.message().await.expect("healthy") {
         if let Some(pb::stream_complete_response::Event::Completion(done)) = message.event {
@@ -360,15 +352,7 @@ async fn the_tool_calls_of_one_answer_run_at_once() {
         .complete(agent_fixture::complete_request("pair", "meet twice", "c1"))
         .await
         .expect("the turn completes");
-    let mut events = client
-        .stream_complete(pb::StreamCompleteRequest {
-            meta: meta(0),
-            agent_id: "pair".into(),
-            request: turn(),
-        })
-        .await
-        .expect("the turn starts")
-        .into_inner();
+    let mut events = agent_fixture::stream_turn(&mut client, "pair", "meet twice").await;
     while events.message().await.expect("the turn streams").is_some() {}
 
     let results: Vec<(String, Value)> = agent_fixture::messages(&mut client, "pair")

@@ -37,11 +37,11 @@ use crate::registry::{Registry, ServiceName, ToolFilter, ToolName, ToolRef};
 pub const MAX_OFFERED_TOOLS: usize = 128;
 
 #[path = "runner_model.rs"]
-mod model_calls;
+mod model_requests;
 #[path = "runner_tools.rs"]
 mod tool_calls;
-pub use model_calls::MAX_TOOL_CALLS_PER_TURN;
-pub(crate) use model_calls::too_many_tool_calls;
+pub use model_requests::MAX_TOOL_CALLS_PER_TURN;
+pub(crate) use model_requests::too_many_tool_calls;
 
 /// The most tool calls of one model answer that run at once; the others start as earlier ones
 /// finish.

@@ -32,6 +32,27 @@ pub fn complete_request(agent: &str, text: &str, correlation: &str) -> pb::Compl
     }
 }
 
+/// Starts a StreamComplete turn of `agent` for one user message saying `text`; answers the
+/// turn's events.
+pub async fn stream_turn(
+    client: &mut AgentServiceClient<Channel>,
+    agent: &str,
+    text: &str,
+) -> tonic::Streaming<pb::StreamCompleteResponse> {
+    client
+        .stream_complete(pb::StreamCompleteRequest {
+            meta: meta(0),
+            agent_id: agent.into(),
+            request: Some(pb::ChatCompletionRequest {
+                messages: vec![user(text)],
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("the turn starts")
+        .into_inner()
+}
+
 pub async fn create(
     client: &mut AgentServiceClient<Channel>,
     name: &str,
