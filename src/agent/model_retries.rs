@@ -26,15 +26,13 @@ pub const DEFAULT_MODEL_RETRIES: u32 = 2;
 const LONGEST_ASKED_WAIT: Duration = Duration::from_secs(60);
 
 /// How the waits between attempts grow.
-fn backoff() -> RetryPolicy {
-    RetryPolicy {
-        max_attempts: MAX_MODEL_RETRIES + 1,
-        initial_backoff: Duration::from_millis(500),
-        max_backoff: Duration::from_secs(8),
-        multiplier: 2.0,
-        jitter: 0.25,
-    }
-}
+const BACKOFF: RetryPolicy = RetryPolicy {
+    max_attempts: MAX_MODEL_RETRIES + 1,
+    initial_backoff: Duration::from_millis(500),
+    max_backoff: Duration::from_secs(8),
+    multiplier: 2.0,
+    jitter: 0.25,
+};
 
 /// Whether an answer of `status` with `headers` is worth trying again.
 pub(super) fn status_is_retried(status: StatusCode, headers: &HeaderMap) -> bool {
@@ -61,7 +59,7 @@ pub(super) fn wait_after(failed: u32, headers: Option<&HeaderMap>) -> Duration {
     headers
         .and_then(|headers| asked_wait(headers, SystemTime::now()))
         .filter(|wait| *wait < LONGEST_ASKED_WAIT)
-        .unwrap_or_else(|| backoff().backoff(failed))
+        .unwrap_or_else(|| BACKOFF.backoff(failed))
 }
 
 /// The wait `headers` ask for: `retry-after-ms` (milliseconds), else `retry-after` (seconds,

@@ -374,13 +374,15 @@ impl AgentRunner {
             // The calls of one answer run at once (a model asks for several in one answer when
             // they do not depend on each other); their results join the conversation, and are
             // reported, in the order the model asked for them.
-            // (Each future owns its call: futures borrowing the stream's items are not Send.)
-            let mut calls = futures_util::stream::iter(first.tool_calls.iter().cloned())
-                .map(|call| {
+            // (The stream's items are indices: futures borrowing its items would not be Send.)
+            let asked = &first.tool_calls;
+            let mut calls = futures_util::stream::iter(0..asked.len())
+                .map(|index| {
                     let (agent, catalog) = (&agent, &catalog);
                     async move {
+                        let call = &asked[index];
                         let called = self
-                            .call_tool(agent, correlation_id, trace, catalog, &call)
+                            .call_tool(agent, correlation_id, trace, catalog, call)
                             .await;
                         (call, called)
                     }
@@ -388,7 +390,7 @@ impl AgentRunner {
                 .buffered(MAX_CONCURRENT_TOOL_CALLS);
             while let Some((call, called)) = calls.next().await {
                 let (result, summary) = called?;
-                agent.data().push(tool_result_message(&call, &result));
+                agent.data().push(tool_result_message(call, &result));
                 Self::emit(events, TurnEvent::ToolCall(summary.clone()));
                 tool_calls.push(summary);
             }

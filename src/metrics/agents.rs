@@ -4,7 +4,7 @@
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
-use super::gauge;
+use super::{counter_by, gauge};
 use crate::agent::model_calls::ModelCallCounts;
 use crate::agent::store::AgentStore;
 use crate::agent::types::AgentState;
@@ -54,19 +54,15 @@ fn encode_model_calls(
     encoder: &mut DescriptorEncoder,
     calls: &ModelCallCounts,
 ) -> Result<(), std::fmt::Error> {
-    let mut by_outcome = encoder.encode_descriptor(
+    counter_by(
+        encoder,
         "toolplane_agent_model_calls",
         "The agents' model calls, by outcome (answered: the turn used the answer; failed: the \
          model could not be reached, answered an error, or gave an answer toolplane does not \
          use). A call tried again counts once.",
-        None,
-        MetricType::Counter,
+        "outcome",
+        [("answered", calls.answered), ("failed", calls.failed)],
     )?;
-    for (outcome, count) in [("answered", calls.answered), ("failed", calls.failed)] {
-        by_outcome
-            .encode_family(&[("outcome", outcome)])?
-            .encode_counter::<NoLabelSet, _, u64>(&count, None)?;
-    }
     encoder
         .encode_descriptor(
             "toolplane_agent_model_call_retries",
@@ -76,20 +72,15 @@ fn encode_model_calls(
             MetricType::Counter,
         )?
         .encode_counter::<NoLabelSet, _, u64>(&calls.retries, None)?;
-    let mut tokens = encoder.encode_descriptor(
+    counter_by(
+        encoder,
         "toolplane_agent_model_tokens",
         "Tokens the models reported using in the answers of the agents' model calls, by kind \
          (prompt, completion).",
-        None,
-        MetricType::Counter,
-    )?;
-    for (kind, count) in [
-        ("prompt", calls.prompt_tokens),
-        ("completion", calls.completion_tokens),
-    ] {
-        tokens
-            .encode_family(&[("kind", kind)])?
-            .encode_counter::<NoLabelSet, _, u64>(&count, None)?;
-    }
-    Ok(())
+        "kind",
+        [
+            ("prompt", calls.prompt_tokens),
+            ("completion", calls.completion_tokens),
+        ],
+    )
 }

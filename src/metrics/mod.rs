@@ -90,6 +90,24 @@ fn gauge(
         .encode_gauge(&value)
 }
 
+/// Writes a counter family with one label, `label`: a sample for each of `counts` (the
+/// label's value and the count).
+fn counter_by<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    counts: impl IntoIterator<Item = (&'a str, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (value, count) in counts {
+        family
+            .encode_family(&[(label, value)])?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&count, None)?;
+    }
+    Ok(())
+}
+
 /// Writes a histogram of `buckets` (not cumulative; one more than `bounds`, the last holding
 /// what is past every bound) whose values add up to `sum`.
 fn histogram(
@@ -263,20 +281,14 @@ impl Collector for MetricsSources {
             )?;
         }
         if let Some(refusals) = &self.mcp_refusals {
-            let mut refused = encoder.encode_descriptor(
+            counter_by(
+                &mut encoder,
                 "toolplane_mcp_requests_refused",
                 "MCP requests tenant access refused, by why (unknown_token: 401, \
                  tenant_not_granted: 403, forwarded_certificate_unreadable: 400).",
-                None,
-                MetricType::Counter,
+                "reason",
+                McpRefusals::REASONS.iter().copied().zip(refusals.counts()),
             )?;
-            for (reason, count) in McpRefusals::REASONS.iter().zip(refusals.counts()) {
-                refused
-                    .encode_family(&[("reason", *reason)])?
-                    .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
-                        &count, None,
-                    )?;
-            }
         }
         encode_reloads(&mut encoder, &self.reloads)?;
         agents::encode(&mut encoder, &self.agents, &self.model_calls.counts())?;
