@@ -248,6 +248,9 @@ pub struct ServerConfig {
     pub max_conversation_bytes: usize,
     /// The most agents one tenant may have at once; 0 sets no limit.
     pub max_agents_per_tenant: usize,
+    /// The directory agents and their conversations are kept in, one file per agent, so they
+    /// outlive a restart; empty keeps them in memory only.
+    pub agents_path: String,
 }
 
 /// How logs are written.
@@ -328,6 +331,7 @@ impl Default for ServerConfig {
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
+            agents_path: String::new(),
         }
     }
 }

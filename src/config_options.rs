@@ -108,6 +108,8 @@ impl ServerConfig {
             max_conversation_messages: self.max_conversation_messages,
             max_conversation_bytes: self.max_conversation_bytes,
             max_agents_per_tenant: self.max_agents_per_tenant,
+            agents_path: Some(PathBuf::from(&self.agents_path))
+                .filter(|path| !path.as_os_str().is_empty()),
         }
     }
 }

@@ -129,8 +129,8 @@ fn port_of(address: &str) -> u64 {
 
 /// The configuration, ports, volumes, user and grace period of the manifests and the
 /// Dockerfile agree: each config address's port is the container port of that name, each
-/// Service port targets a container port, the config file and the records are where volumes
-/// are mounted (the root filesystem is read-only), the Dockerfile's user and ports are the
+/// Service port targets a container port, the config file, the records and the agents are
+/// where volumes are mounted (the root filesystem is read-only), the Dockerfile's user and ports are the
 /// Deployment's, and `drain_grace` is shorter than the pod's grace period.
 #[test]
 fn the_manifests_agree_with_each_other_and_the_dockerfile() {
@@ -193,11 +193,15 @@ fn the_manifests_agree_with_each_other_and_the_dockerfile() {
         .expect("--config");
     assert!(mounts.contains(&config_arg.parent().expect("a dir").to_str().expect("UTF-8")));
     assert_eq!(config_arg.file_name().expect("a name"), "toolplane.toml");
-    let records = config.records_path.clone();
-    assert!(
-        mounts.iter().any(|mount| records.starts_with(mount)),
-        "records_path {records} is on no volume: the root filesystem is read-only"
-    );
+    for (setting, path) in [
+        ("records_path", &config.records_path),
+        ("agents_path", &config.agents_path),
+    ] {
+        assert!(
+            !path.is_empty() && mounts.iter().any(|mount| path.starts_with(mount)),
+            "{setting} {path:?} is on no volume: the root filesystem is read-only"
+        );
+    }
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
 
     let grace = pod["terminationGracePeriodSeconds"]
@@ -249,7 +253,7 @@ fn served_addresses(lines: impl Iterator<Item = String>) -> HashMap<String, Stri
 
 /// `toolplane config check` passes the ConfigMap's file; the server, started as the Deployment
 /// starts it (its arguments and environment, the ConfigMap's file) with only the listen
-/// addresses moved to free loopback ports and the records to a temporary directory, answers
+/// addresses moved to free loopback ports and the records and agents to a temporary directory, answers
 /// its probes, gRPC health and an MCP client naming the Service by its in-cluster name, and
 /// exits 0 on SIGTERM.
 #[tokio::test(flavor = "multi_thread")]
@@ -278,13 +282,15 @@ async fn the_server_runs_as_the_deployment_starts_it() {
     let mut args = args;
     args[config_index] = config_path.display().to_string();
     let records = dir.path().join("records.jsonl");
-    // `config check` takes the ConfigMap's file as it is (its records directory aside, which
-    // is the volume's).
+    let agents = dir.path().join("agents");
+    // `config check` takes the ConfigMap's file as it is (its records and agents directories
+    // aside, which are the volume's).
     let check = Command::new(env!("CARGO_BIN_EXE_toolplane"))
         .args(["config", "check", "--config"])
         .arg(&config_path)
         .env_clear()
         .env("TOOLPLANE_RECORDS_PATH", &records)
+        .env("TOOLPLANE_AGENTS_PATH", &agents)
         .output()
         .expect("run config check");
     let summary = String::from_utf8_lossy(&check.stdout);
@@ -310,6 +316,7 @@ async fn the_server_runs_as_the_deployment_starts_it() {
         .env("TOOLPLANE_METRICS_LISTEN", "127.0.0.1:0")
         .env("TOOLPLANE_MCP_LISTEN", "127.0.0.1:0")
         .env("TOOLPLANE_RECORDS_PATH", &records)
+        .env("TOOLPLANE_AGENTS_PATH", &agents)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut server = common::process::ChildGuard(command.spawn().expect("start toolplane"));
@@ -391,4 +398,8 @@ async fn the_server_runs_as_the_deployment_starts_it() {
     };
     assert!(status.success(), "{status}");
     assert!(records.exists(), "the records file was opened at the start");
+    assert!(
+        agents.is_dir(),
+        "the agents directory was made at the start"
+    );
 }

@@ -69,6 +69,14 @@ pub enum AgentError {
         /// The limit.
         limit: usize,
     },
+    /// A change to an agent could not be written to `agents_path`, so it was not made.
+    #[error("{}cannot be saved to agents_path ({problem}); nothing was changed", id.map(|id| format!("agent {id} ")).unwrap_or_default())]
+    NotSaved {
+        /// The agent, when one was being changed.
+        id: Option<AgentId>,
+        /// What failed.
+        problem: String,
+    },
     /// The model provider failed.
     #[error("model provider failed: {0}")]
     Model(String),

@@ -103,6 +103,13 @@ struct TurnGuard {
     finished: bool,
 }
 
+impl TurnGuard {
+    /// Keeps the turn: dropped from now on, the guard undoes nothing.
+    fn keep(&mut self) {
+        self.finished = true;
+    }
+}
+
 impl Drop for TurnGuard {
     fn drop(&mut self) {
         if self.finished {
@@ -422,13 +429,21 @@ impl AgentRunner {
             if let Some(last) = data.transitions.back() {
                 Self::emit(events, TurnEvent::Transition(last.clone()));
             }
-            data.busy = false;
-            data.enforce_bound(
-                self.store.max_messages(),
-                self.store.max_conversation_bytes(),
-            );
-            guard.finished = true;
         }
+        // Saved, then made final, even if the caller goes away meanwhile; a turn that cannot
+        // be saved is undone (the guard) and fails.
+        let store = Arc::clone(&self.store);
+        self.store
+            .finish(move || {
+                store.save(&guard.agent)?;
+                let mut data = guard.agent.data();
+                data.busy = false;
+                data.enforce_bound(store.max_messages(), store.max_conversation_bytes());
+                drop(data);
+                guard.keep();
+                Ok(())
+            })
+            .await?;
         Ok(TurnOutcome {
             response: ChatCompletionResponse {
                 message,
@@ -440,23 +455,12 @@ impl AgentRunner {
     }
 
     /// Moves an idle (not busy) agent along the state machine by hand.
-    pub fn transition(
+    pub async fn transition(
         &self,
         tenant: TenantId,
         agent: &str,
         to: AgentState,
     ) -> Result<Arc<Agent>, AgentError> {
-        let agent = self.store.get(tenant, agent)?;
-        {
-            let mut data = agent.data();
-            if data.busy {
-                return Err(AgentError::Busy {
-                    id: agent.id,
-                    state: data.status.state,
-                });
-            }
-            data.transition(to, "requested")?;
-        }
-        Ok(agent)
+        self.store.transition(tenant, agent, to).await
     }
 }

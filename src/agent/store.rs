@@ -5,10 +5,15 @@
 //! everything up to the next user message) are dropped until it fits, so a tool call is never
 //! separated from its result. The system prompt is agent configuration, not part of the
 //! conversation, and is never dropped.
+//!
+//! With `agents_path` set, every agent is also kept in a file of its own there
+//! ([`AgentFiles`]), written at every change that completes (a creation, a finished turn, a
+//! transition asked for) before the change is answered, so agents and their conversations
+//! outlive a restart. A change whose file cannot be written is undone and fails.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use chrono::{DateTime, Utc};
@@ -16,6 +21,12 @@ use chrono::{DateTime, Utc};
 use super::error::AgentError;
 use super::types::{AgentId, AgentState, AgentStatus, CanonicalMessage, Role};
 use crate::envelope::TenantId;
+
+#[path = "store_changes.rs"]
+mod changes;
+#[path = "store_files.rs"]
+mod files;
+pub use files::{AgentFiles, AgentFilesError};
 
 /// The default most messages kept per conversation.
 pub const DEFAULT_MAX_MESSAGES: usize = 200;
@@ -37,7 +48,8 @@ pub fn message_bytes(message: &CanonicalMessage) -> usize {
 }
 
 /// What an agent is created with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     /// A name unique in the tenant.
     pub name: String,
@@ -50,7 +62,8 @@ pub struct AgentConfig {
 }
 
 /// One state change, for the agent's recent history.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Transition {
     /// The state before.
     pub from: AgentState,
@@ -63,7 +76,8 @@ pub struct Transition {
 }
 
 /// A message in a conversation with its position (1, 2, ... never reused).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StoredMessage {
     /// The position.
     pub sequence: u64,
@@ -147,20 +161,29 @@ impl AgentData {
     /// Drops the oldest whole turns until at most `max_messages` messages of at most
     /// `max_bytes` bytes remain (`max_bytes` 0: no bound on bytes).
     pub fn enforce_bound(&mut self, max_messages: usize, max_bytes: usize) {
-        let over = |data: &Self| {
-            data.conversation.len() > max_messages
-                || (max_bytes != 0 && data.conversation_bytes > max_bytes)
-        };
-        while over(self) {
+        for _ in 0..self.oldest_over_bound(max_messages, max_bytes) {
             self.pop(VecDeque::pop_front);
-            while self
-                .conversation
-                .front()
-                .is_some_and(|stored| stored.message.role != Role::User)
-            {
-                self.pop(VecDeque::pop_front);
+        }
+    }
+
+    /// How many of the oldest messages [`Self::enforce_bound`] would drop: whole turns (a
+    /// message, then every one up to the next user message) until the rest fit.
+    pub fn oldest_over_bound(&self, max_messages: usize, max_bytes: usize) -> usize {
+        let over = |count: usize, bytes: usize| {
+            count > max_messages || (max_bytes != 0 && bytes > max_bytes)
+        };
+        let (mut count, mut bytes) = (self.conversation.len(), self.conversation_bytes);
+        let mut oldest = self.conversation.iter().peekable();
+        while over(count, bytes) {
+            let Some(first) = oldest.next() else { break };
+            count -= 1;
+            bytes -= message_bytes(&first.message);
+            while let Some(next) = oldest.next_if(|stored| stored.message.role != Role::User) {
+                count -= 1;
+                bytes -= message_bytes(&next.message);
             }
         }
+        self.conversation.len() - count
     }
 
     fn pop(&mut self, end: fn(&mut VecDeque<StoredMessage>) -> Option<StoredMessage>) {
@@ -230,6 +253,8 @@ pub struct AgentStore {
     max_messages: usize,
     max_conversation_bytes: usize,
     max_agents_per_tenant: usize,
+    /// Where agents are kept on disk (`agents_path`); `None`: in memory only.
+    files: Option<Arc<AgentFiles>>,
 }
 
 impl AgentStore {
@@ -247,6 +272,7 @@ impl AgentStore {
             max_messages: max_messages.max(2),
             max_conversation_bytes,
             max_agents_per_tenant,
+            files: None,
         }
     }
 
@@ -258,50 +284,6 @@ impl AgentStore {
     /// The bound of every conversation, in bytes of messages (0: none).
     pub fn max_conversation_bytes(&self) -> usize {
         self.max_conversation_bytes
-    }
-
-    /// Creates an agent, Idle, with an empty conversation. Refused when the tenant has an
-    /// agent of that name, or has its most agents already.
-    pub fn create(&self, tenant: TenantId, config: AgentConfig) -> Result<Arc<Agent>, AgentError> {
-        let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(agents) = tenants.get(&tenant) {
-            if agents.by_name.contains_key(&config.name) {
-                return Err(AgentError::NameTaken(config.name));
-            }
-            if self.max_agents_per_tenant != 0 && agents.by_id.len() >= self.max_agents_per_tenant {
-                return Err(AgentError::QuotaExceeded {
-                    tenant,
-                    limit: self.max_agents_per_tenant,
-                });
-            }
-        }
-        let id = AgentId::new();
-        let now = Utc::now();
-        let agent = Arc::new(Agent {
-            id,
-            tenant,
-            config,
-            created_at: now,
-            order: self.next_order.fetch_add(1, Ordering::Relaxed),
-            data: Mutex::new(AgentData {
-                status: AgentStatus {
-                    id,
-                    state: AgentState::Idle,
-                    last_activity: now,
-                    messages_processed: 0,
-                },
-                conversation: VecDeque::new(),
-                transitions: VecDeque::new(),
-                busy: false,
-                next_sequence: 1,
-                conversation_bytes: 0,
-            }),
-        });
-        let agents = tenants.entry(tenant).or_default();
-        agents.by_name.insert(agent.config.name.clone(), id);
-        agents.by_order.insert(agent.order, id);
-        agents.by_id.insert(id, Arc::clone(&agent));
-        Ok(agent)
     }
 
     /// One agent of the tenant, by id or, failing that, by name.
@@ -367,31 +349,6 @@ impl AgentStore {
             totals.conversation_bytes += data.bytes() as u64;
         }
         totals
-    }
-
-    /// Deletes an agent; a busy one is refused.
-    pub fn delete(&self, tenant: TenantId, id_or_name: &str) -> Result<(), AgentError> {
-        let agent = self.get(tenant, id_or_name)?;
-        let data = agent.data();
-        if data.busy {
-            return Err(AgentError::Busy {
-                id: agent.id,
-                state: data.status.state,
-            });
-        }
-        drop(data);
-        let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(agents) = tenants.get_mut(&tenant) {
-            // Another delete may have won the race: remove only what is still there.
-            if agents.by_id.remove(&agent.id).is_some() {
-                agents.by_name.remove(&agent.config.name);
-                agents.by_order.remove(&agent.order);
-            }
-            if agents.by_id.is_empty() {
-                tenants.remove(&tenant);
-            }
-        }
-        Ok(())
     }
 }
 

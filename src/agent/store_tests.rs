@@ -11,18 +11,20 @@ fn config(name: &str) -> AgentConfig {
     }
 }
 
-#[test]
-fn names_are_unique_per_tenant_and_lookups_take_ids_or_names() {
-    let store = AgentStore::new(10, 0, 0);
+#[tokio::test]
+async fn names_are_unique_per_tenant_and_lookups_take_ids_or_names() {
+    let store = Arc::new(AgentStore::new(10, 0, 0));
     let agent = store
         .create(TenantId(1), config("helper"))
+        .await
         .expect("created");
     assert!(matches!(
-        store.create(TenantId(1), config("helper")),
+        store.create(TenantId(1), config("helper")).await,
         Err(AgentError::NameTaken(_))
     ));
     store
         .create(TenantId(2), config("helper"))
+        .await
         .expect("another tenant may use the name");
     assert_eq!(
         store.get(TenantId(1), "helper").expect("by name").id,
@@ -44,10 +46,13 @@ fn names_are_unique_per_tenant_and_lookups_take_ids_or_names() {
     );
 }
 
-#[test]
-fn the_bound_drops_whole_turns() {
-    let store = AgentStore::new(4, 0, 0);
-    let agent = store.create(TenantId(0), config("a")).expect("created");
+#[tokio::test]
+async fn the_bound_drops_whole_turns() {
+    let store = Arc::new(AgentStore::new(4, 0, 0));
+    let agent = store
+        .create(TenantId(0), config("a"))
+        .await
+        .expect("created");
     let mut data = agent.data();
     for turn in 0..3 {
         data.push(CanonicalMessage::new(
@@ -68,10 +73,13 @@ fn the_bound_drops_whole_turns() {
 
 /// The bound in bytes drops whole turns too, and the count of bytes follows every push,
 /// drop and truncation.
-#[test]
-fn the_byte_bound_drops_whole_turns_and_the_count_follows() {
-    let store = AgentStore::new(100, 0, 0);
-    let agent = store.create(TenantId(0), config("a")).expect("created");
+#[tokio::test]
+async fn the_byte_bound_drops_whole_turns_and_the_count_follows() {
+    let store = Arc::new(AgentStore::new(100, 0, 0));
+    let agent = store
+        .create(TenantId(0), config("a"))
+        .await
+        .expect("created");
     let mut data = agent.data();
     let mut metadata = std::collections::HashMap::new();
     metadata.insert("k".to_owned(), "vv".to_owned());
@@ -100,10 +108,13 @@ fn the_byte_bound_drops_whole_turns_and_the_count_follows() {
     assert_eq!(data.len(), 3, "0 bounds nothing");
 }
 
-#[test]
-fn transitions_follow_the_machine_and_are_remembered() {
-    let store = AgentStore::new(10, 0, 0);
-    let agent = store.create(TenantId(0), config("a")).expect("created");
+#[tokio::test]
+async fn transitions_follow_the_machine_and_are_remembered() {
+    let store = Arc::new(AgentStore::new(10, 0, 0));
+    let agent = store
+        .create(TenantId(0), config("a"))
+        .await
+        .expect("created");
     let mut data = agent.data();
     data.transition(AgentState::Thinking, "")
         .expect("idle -> thinking");
@@ -115,37 +126,53 @@ fn transitions_follow_the_machine_and_are_remembered() {
     assert_eq!(data.transitions.len(), 1);
 }
 
-#[test]
-fn a_tenant_at_its_most_agents_is_refused_until_one_is_deleted() {
-    let store = AgentStore::new(10, 0, 2);
-    store.create(TenantId(1), config("a")).expect("created");
-    store.create(TenantId(1), config("b")).expect("created");
+#[tokio::test]
+async fn a_tenant_at_its_most_agents_is_refused_until_one_is_deleted() {
+    let store = Arc::new(AgentStore::new(10, 0, 2));
+    store
+        .create(TenantId(1), config("a"))
+        .await
+        .expect("created");
+    store
+        .create(TenantId(1), config("b"))
+        .await
+        .expect("created");
     assert!(matches!(
-        store.create(TenantId(1), config("c")),
+        store.create(TenantId(1), config("c")).await,
         Err(AgentError::QuotaExceeded { limit: 2, .. })
     ));
     assert!(
         matches!(
-            store.create(TenantId(1), config("a")),
+            store.create(TenantId(1), config("a")).await,
             Err(AgentError::NameTaken(_))
         ),
         "a taken name says so, whatever the count"
     );
     store
         .create(TenantId(2), config("c"))
+        .await
         .expect("tenants count apart");
-    store.delete(TenantId(1), "a").expect("deleted");
-    store.create(TenantId(1), config("c")).expect("room again");
+    store.delete(TenantId(1), "a").await.expect("deleted");
+    store
+        .create(TenantId(1), config("c"))
+        .await
+        .expect("room again");
 }
 
-#[test]
-fn listing_pages_in_creation_order_and_an_emptied_tenant_leaves_nothing() {
-    let store = AgentStore::new(10, 0, 0);
+#[tokio::test]
+async fn listing_pages_in_creation_order_and_an_emptied_tenant_leaves_nothing() {
+    let store = Arc::new(AgentStore::new(10, 0, 0));
     let names = ["z", "a", "m"];
     for name in names {
-        store.create(TenantId(1), config(name)).expect("created");
+        store
+            .create(TenantId(1), config(name))
+            .await
+            .expect("created");
     }
-    store.create(TenantId(2), config("other")).expect("created");
+    store
+        .create(TenantId(2), config("other"))
+        .await
+        .expect("created");
     let first = store.list(TenantId(1), None, 2);
     let first_names: Vec<_> = first.iter().map(|a| a.config.name.as_str()).collect();
     assert_eq!(first_names, ["z", "a"]);
@@ -154,7 +181,7 @@ fn listing_pages_in_creation_order_and_an_emptied_tenant_leaves_nothing() {
     assert_eq!(rest_names, ["m"]);
 
     for name in names {
-        store.delete(TenantId(1), name).expect("deleted");
+        store.delete(TenantId(1), name).await.expect("deleted");
     }
     assert!(store.get(TenantId(1), "z").is_err());
     let tenants = store.tenants.read().expect("not poisoned");
@@ -166,12 +193,18 @@ fn listing_pages_in_creation_order_and_an_emptied_tenant_leaves_nothing() {
 }
 
 /// The metrics' agent totals add up every tenant's agents by state, and their conversations.
-#[test]
-fn totals_count_every_tenants_agents_by_state_and_their_conversations() {
-    let store = AgentStore::new(10, 0, 0);
+#[tokio::test]
+async fn totals_count_every_tenants_agents_by_state_and_their_conversations() {
+    let store = Arc::new(AgentStore::new(10, 0, 0));
     assert_eq!(store.totals(), AgentTotals::default());
-    let first = store.create(TenantId(1), config("a")).expect("created");
-    store.create(TenantId(2), config("a")).expect("created");
+    let first = store
+        .create(TenantId(1), config("a"))
+        .await
+        .expect("created");
+    store
+        .create(TenantId(2), config("a"))
+        .await
+        .expect("created");
     {
         let mut data = first.data();
         data.transition(AgentState::Thinking, "")
@@ -189,6 +222,6 @@ fn totals_count_every_tenants_agents_by_state_and_their_conversations() {
     assert_eq!(totals.messages, 1);
     assert_eq!(totals.conversation_bytes, 5);
     first.data().busy = false;
-    store.delete(TenantId(1), "a").expect("deleted");
+    store.delete(TenantId(1), "a").await.expect("deleted");
     assert_eq!(store.totals().by_state, [1, 0, 0, 0]);
 }

@@ -1,12 +1,13 @@
 //! `toolplane config check`: reads a configuration as `serve` does (defaults < file <
 //! `TOOLPLANE_*` environment) and checks what `serve` checks before it serves (the settings,
 //! the TLS files it serves and connects with, the chat model's settings, the records file's
-//! directory), without binding an address or writing a file, so a configuration can be
+//! directory, the agents kept in `agents_path`), without binding an address or writing a file, so a configuration can be
 //! checked before it is rolled out (a ConfigMap, say).
 
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::agent::store::AgentFiles;
 use crate::config::ServerConfig;
 use crate::grpc::outgoing_tls::ALPN_H2;
 use crate::grpc::server::{ServerOptions, check_tls_files, model_provider};
@@ -23,7 +24,11 @@ pub fn run(file: Option<&Path>) -> ExitCode {
         .and_then(|config| {
             let options = config.server_options();
             check_files(&options)?;
-            Ok(summary(&config, &options))
+            let agents = match &options.agents_path {
+                Some(directory) => kept_agents(directory)?,
+                None => "in memory only".to_owned(),
+            };
+            Ok(summary(&config, &options, &agents))
         });
     match checked {
         Ok(summary) => {
@@ -70,8 +75,25 @@ fn check_files(options: &ServerOptions) -> Result<(), String> {
     Ok(())
 }
 
+/// What `agents_path` holds, read as the server reads it at the start (without creating the
+/// directory or removing a write a crash cut short).
+fn kept_agents(directory: &Path) -> Result<String, String> {
+    if directory.exists() && !directory.is_dir() {
+        return Err(format!(
+            "agents_path {} is not a directory: name the directory agents are kept in",
+            directory.display()
+        ));
+    }
+    let agents = AgentFiles::read(directory).map_err(|error| error.to_string())?;
+    Ok(format!(
+        "{} ({} kept there now)",
+        directory.display(),
+        agents.len()
+    ))
+}
+
 /// What a server with this configuration serves, one line each.
-fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
+fn summary(config: &ServerConfig, options: &ServerOptions, agents: &str) -> String {
     let grpc_tls = match &options.tls {
         None => "plain text",
         Some(files) if files.client_ca_file.is_some() => "TLS, client certificates required",
@@ -158,6 +180,7 @@ fn summary(config: &ServerConfig, options: &ServerOptions) -> String {
         format!("  MCP:         {}", or_off(&config.mcp_listen)),
         format!("  tenants:     {tenants}"),
         format!("  records:     {records}"),
+        format!("  agents:      {agents}"),
         format!("  spans:       {spans}"),
         format!(
             "  MCP imports: {}",

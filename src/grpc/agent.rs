@@ -49,7 +49,8 @@ impl AgentService for AgentApi {
         let agent = self
             .runner
             .store()
-            .create(meta.tenant, config_from_pb(request)?)?;
+            .create(meta.tenant, config_from_pb(request)?)
+            .await?;
         Ok(Response::new(pb::CreateAgentResponse {
             meta: Some(meta.response()),
             agent: Some(agent_to_pb(&agent)),
@@ -102,7 +103,8 @@ impl AgentService for AgentApi {
         let (meta, request) = accept(request)?;
         self.runner
             .store()
-            .delete(meta.tenant, agent_id(&request.agent_id)?)?;
+            .delete(meta.tenant, agent_id(&request.agent_id)?)
+            .await?;
         Ok(Response::new(pb::DeleteAgentResponse {
             meta: Some(meta.response()),
         }))
@@ -114,11 +116,14 @@ impl AgentService for AgentApi {
         request: Request<pb::TransitionAgentRequest>,
     ) -> Result<Response<pb::TransitionAgentResponse>, Status> {
         let (meta, request) = accept(request)?;
-        let agent = self.runner.transition(
-            meta.tenant,
-            agent_id(&request.agent_id)?,
-            state_from_pb(request.to)?,
-        )?;
+        let agent = self
+            .runner
+            .transition(
+                meta.tenant,
+                agent_id(&request.agent_id)?,
+                state_from_pb(request.to)?,
+            )
+            .await?;
         Ok(Response::new(pb::TransitionAgentResponse {
             meta: Some(meta.response()),
             agent: Some(agent_to_pb(&agent)),

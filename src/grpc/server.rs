@@ -45,7 +45,7 @@ use crate::agent::model::{LlmProvider, ModelError};
 use crate::agent::model_calls::ModelCalls;
 use crate::agent::openai::{OpenAiClient, OpenAiConfig};
 use crate::agent::runner::AgentRunner;
-use crate::agent::store::AgentStore;
+use crate::agent::store::{AgentFilesError, AgentStore};
 use crate::invoke::caller::ByEndpointScheme;
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::heavy::{self, HeavyWork};
@@ -76,6 +76,9 @@ pub enum ServeError {
     /// The invocation record log could not be opened.
     #[error(transparent)]
     Records(#[from] RecordError),
+    /// The agents kept in `agents_path` could not be read.
+    #[error(transparent)]
+    Agents(#[from] AgentFilesError),
     /// The model client could not be built.
     #[error("model client: {0}")]
     Model(#[from] ModelError),
@@ -267,11 +270,15 @@ pub async fn serve_with(
             spans: spans.clone(),
         },
     );
-    let agents = Arc::new(AgentStore::new(
+    let mut agents = AgentStore::new(
         options.max_conversation_messages,
         options.max_conversation_bytes,
         options.max_agents_per_tenant,
-    ));
+    );
+    if let Some(directory) = &options.agents_path {
+        agents = agents.kept_in(directory)?;
+    }
+    let agents = Arc::new(agents);
     let runner = AgentRunner::new(
         Arc::clone(&agents),
         registry.clone(),

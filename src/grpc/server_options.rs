@@ -85,6 +85,9 @@ pub struct ServerOptions {
     pub max_conversation_bytes: usize,
     /// The most agents one tenant may have at once; 0 sets no limit.
     pub max_agents_per_tenant: usize,
+    /// The directory agents are kept in, one file each; `None` keeps them in memory only (see
+    /// [`crate::agent::store::AgentFiles`]).
+    pub agents_path: Option<PathBuf>,
     /// The OTLP collector spans are exported to, and how; `None` exports none (see
     /// [`crate::spans`], [`crate::otlp`]).
     pub otlp: Option<OtlpExport>,
@@ -156,6 +159,7 @@ impl Default for ServerOptions {
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
+            agents_path: None,
             otlp: None,
             provider_tls: OutgoingTlsFiles::default(),
             tls: None,

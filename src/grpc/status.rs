@@ -378,6 +378,13 @@ impl From<AgentError> for Status {
                 );
                 return answer(code, message, details);
             }
+            AgentError::NotSaved { id, .. } => (
+                Code::Internal,
+                "AGENT_NOT_SAVED",
+                id.map(|id| ("agent_id", id.to_string()))
+                    .into_iter()
+                    .collect(),
+            ),
             AgentError::Model(_) => (Code::Unavailable, "MODEL_UNAVAILABLE", Vec::new()),
             AgentError::Invoke(inner) => return invoke_status(inner, None),
         };
