@@ -249,13 +249,16 @@ impl AgentStore {
         let tenants = self.tenants.get_mut().unwrap_or_else(|p| p.into_inner());
         for agent in agents {
             let agents = tenants.entry(agent.tenant).or_default();
-            if agents.by_name.contains_key(&agent.config.name) {
+            let clash = if agents.by_name.contains_key(&agent.config.name) {
+                Some(format!("named {:?}", agent.config.name))
+            } else {
+                (agents.by_order.contains_key(&agent.order))
+                    .then(|| format!("of creation order {}", agent.order))
+            };
+            if let Some(clash) = clash {
                 return Err(AgentFilesError::Unreadable {
                     path: files.path(agent.id),
-                    problem: format!(
-                        "tenant {} has another agent named {:?}",
-                        agent.tenant, agent.config.name
-                    ),
+                    problem: format!("tenant {} has another agent {clash}", agent.tenant),
                 });
             }
             agent

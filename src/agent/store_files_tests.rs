@@ -227,3 +227,29 @@ fn a_file_must_hold_the_agent_it_is_named_for() {
     let later = read_agent(id, &bytes(&saved)).expect_err("refused");
     assert!(later.contains("format 2"), "{later}");
 }
+
+/// Two files that cannot both be agents of one tenant (the same name, or the same place in
+/// the listing) stop the start, naming the second.
+#[tokio::test]
+async fn agents_that_clash_stop_the_start() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let store = kept(directory.path(), 100);
+    let agent = (store.create(TenantId(0), config("a")).await).expect("created");
+    drop(store);
+    let original = directory.path().join(format!("{}.json", agent.id));
+    let text = std::fs::read_to_string(&original).expect("read");
+    for (from, to) in [("", ""), ("\"name\":\"a\"", "\"name\":\"b\"")] {
+        let copy = AgentId::new();
+        let copied = text
+            .replace(&agent.id.to_string(), &copy.to_string())
+            .replace(from, to);
+        let path = directory.path().join(format!("{copy}.json"));
+        std::fs::write(&path, copied).expect("written");
+        let refused = AgentStore::new(100, 0, 0).kept_in(directory.path());
+        let Err(AgentFilesError::Unreadable { problem, .. }) = refused else {
+            panic!("the clash should stop the start: {refused:?}");
+        };
+        assert!(problem.contains("has another agent"), "{problem}");
+        std::fs::remove_file(&path).expect("removed");
+    }
+}
