@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{ForwardedIdentityHeader, TenantAccess, TenantAccessRule};
+use crate::agent::openai::MaxTokensField;
 use crate::agent::store::{
     DEFAULT_MAX_AGENTS_PER_TENANT, DEFAULT_MAX_CONVERSATION_BYTES, DEFAULT_MAX_MESSAGES,
 };
@@ -241,6 +242,9 @@ pub struct ServerConfig {
     /// How many times a model call that failed for want of a connection, or with 408, 409,
     /// 429 or 5xx, is tried again (0 to 10; see [`crate::agent::model_retries`]).
     pub model_max_retries: u32,
+    /// The field a turn's token limit (`max_tokens` of its request) is sent to the model in:
+    /// `max_tokens`, or `max_completion_tokens` (which OpenAI's reasoning models need).
+    pub model_max_tokens_field: MaxTokensField,
     /// The most messages one agent's conversation keeps (the oldest turns are dropped).
     pub max_conversation_messages: usize,
     /// Most bytes of messages (content and metadata) an agent's conversation keeps; 0 sets no
@@ -328,6 +332,7 @@ impl Default for ServerConfig {
             model_api_key: String::new(),
             model_timeout: DEFAULT_MODEL_TIMEOUT,
             model_max_retries: crate::agent::model_retries::DEFAULT_MODEL_RETRIES,
+            model_max_tokens_field: MaxTokensField::default(),
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,

@@ -104,6 +104,7 @@ impl ServerConfig {
                 api_key: Some(self.model_api_key.clone()).filter(|key| !key.is_empty()),
                 timeout: self.model_timeout,
                 max_retries: self.model_max_retries,
+                max_tokens_field: self.model_max_tokens_field,
             }),
             max_conversation_messages: self.max_conversation_messages,
             max_conversation_bytes: self.max_conversation_bytes,

@@ -168,6 +168,32 @@ fn call_scheduling_is_per_connection_unless_set() {
     assert!(error.to_string().contains("per-connection"), "{error}");
 }
 
+/// The model's token-limit field is `max_tokens` unless set; an unknown one is refused, naming
+/// the two it may be.
+#[test]
+fn the_model_token_limit_field_is_max_tokens_unless_set() {
+    let model = |pairs: &[(&str, &str)]| {
+        let mut pairs = pairs.to_vec();
+        pairs.push(("TOOLPLANE_MODEL_BASE_URL", "http://127.0.0.1:1/v1"));
+        ServerConfig::load(None, env(&pairs)).map(|config| {
+            let options = config.server_options();
+            options.model.expect("a model client").max_tokens_field
+        })
+    };
+    assert_eq!(model(&[]).expect("defaults"), MaxTokensField::MaxTokens);
+    let field = [("TOOLPLANE_MODEL_MAX_TOKENS_FIELD", "max_completion_tokens")];
+    assert_eq!(
+        model(&field).expect("a known value"),
+        MaxTokensField::MaxCompletionTokens
+    );
+    let error = model(&[("TOOLPLANE_MODEL_MAX_TOKENS_FIELD", "max_new_tokens")])
+        .expect_err("an unknown value");
+    assert!(
+        error.to_string().contains("max_completion_tokens"),
+        "{error}"
+    );
+}
+
 #[test]
 fn metrics_are_served_only_where_asked() {
     let none = ServerConfig::load(None, env(&[])).expect("valid");

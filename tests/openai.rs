@@ -16,7 +16,7 @@ use toolplane::agent::model::{
     LlmProvider, ModelRequest, StreamEvent, TOOL_CALL_ID_KEY, tool_call_message,
     tool_result_message,
 };
-use toolplane::agent::openai::OpenAiClient;
+use toolplane::agent::openai::{MaxTokensField, OpenAiClient, OpenAiConfig};
 use toolplane::grpc::ServerOptions;
 use toolplane::pb;
 use toolplane::pb::agent_service_client::AgentServiceClient;
@@ -60,6 +60,21 @@ async fn client_speaks_the_wire_format() {
     assert_eq!(
         mock.authorization.lock().expect("lock")[0],
         "Bearer test-key"
+    );
+    // Configured for OpenAI's reasoning models, the limit goes in max_completion_tokens.
+    let reasoning = OpenAiClient::new(OpenAiConfig {
+        max_tokens_field: MaxTokensField::MaxCompletionTokens,
+        ..config(start_mock(mock.clone()).await)
+    })
+    .expect("client");
+    reasoning.complete(request.clone()).await.expect("answer");
+    let sent = mock.bodies.lock().expect("lock")[1].clone();
+    assert_eq!(
+        (
+            sent["max_completion_tokens"].clone(),
+            sent.get("max_tokens")
+        ),
+        (json!(64), None)
     );
 
     let mut stream = client.stream(request.clone()).await.expect("stream");

@@ -312,6 +312,7 @@ async fn a_failed_model_call_is_an_error_span() {
             api_key: None,
             timeout: std::time::Duration::from_secs(5),
             max_retries: 0,
+            max_tokens_field: Default::default(),
         }),
         ..test_options()
     })

@@ -41,6 +41,32 @@ pub struct OpenAiConfig {
     pub timeout: Duration,
     /// How many times a failed model call is tried again (see [`super::model_retries`]).
     pub max_retries: u32,
+    /// The field a request's token limit is sent in.
+    pub max_tokens_field: MaxTokensField,
+}
+
+/// The field of a chat-completions request that carries the most tokens to generate.
+/// `max_tokens` is the one every OpenAI-compatible server reads (vLLM, Ollama, llama.cpp);
+/// OpenAI deprecated it for `max_completion_tokens`, and refuses `max_tokens` for its
+/// reasoning models (o1, o3, o4-mini, gpt-5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    /// `max_tokens`.
+    #[default]
+    MaxTokens,
+    /// `max_completion_tokens`.
+    MaxCompletionTokens,
+}
+
+impl MaxTokensField {
+    /// The field's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::MaxTokens => "max_tokens",
+            Self::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
 }
 
 /// The OpenAI-compatible client.
@@ -120,7 +146,7 @@ impl OpenAiClient {
             body["temperature"] = json!(temperature);
         }
         if let Some(max_tokens) = request.max_tokens {
-            body["max_tokens"] = json!(max_tokens);
+            body[self.config.max_tokens_field.name()] = json!(max_tokens);
         }
         if stream {
             body["stream_options"] = json!({"include_usage": true});

@@ -278,6 +278,7 @@ pub fn config(base_url: String) -> OpenAiConfig {
         api_key: Some("test-key".into()),
         timeout: Duration::from_secs(10),
         max_retries: toolplane::agent::model_retries::DEFAULT_MODEL_RETRIES,
+        max_tokens_field: Default::default(),
     }
 }
 
