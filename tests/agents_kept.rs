@@ -126,12 +126,17 @@ async fn agents_and_their_conversations_outlive_a_restart() {
 }
 
 /// A turn whose agent file cannot be written fails INTERNAL (reason AGENT_NOT_SAVED, naming the
-/// agent), and the agent is left as before the turn: same conversation, Idle, not busy, so a
-/// turn once the file can be written again succeeds.
+/// agent) and is counted, and the agent is left as before the turn: same conversation, Idle,
+/// not busy, so a turn once the file can be written again succeeds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turn_that_cannot_be_saved_fails_and_changes_nothing() {
     let directory = tempfile::tempdir().expect("temporary directory");
-    let server = TestServer::start_with(keeping_agents_in(directory.path())).await;
+    let (server, metrics) =
+        TestServer::start_with_metrics(keeping_agents_in(directory.path())).await;
+    let failures = async || {
+        let url = format!("http://{metrics}/metrics");
+        scraped(&http_client(), &url, "toolplane_agent_save_failures_total").await
+    };
     let mut client = agents(&server).await;
     let agent = create(&mut client, "helper", &[]).await;
     complete(&mut client, "helper", "hello")
@@ -150,6 +155,7 @@ async fn a_turn_that_cannot_be_saved_fails_and_changes_nothing() {
     assert_eq!(reason(&refused), "AGENT_NOT_SAVED");
     assert!(refused.message().contains("agents_path"), "{refused:?}");
     assert!(refused.message().contains(&id_of(&agent)), "{refused:?}");
+    assert_eq!(failures().await, 1.0);
     assert_eq!(messages(&mut client, "helper").await, before);
     let now = get(&mut client, "helper").await;
     assert_eq!(state_of(&now), pb::AgentState::Idle as i32);

@@ -250,6 +250,8 @@ struct TenantAgents {
 pub struct AgentStore {
     tenants: RwLock<HashMap<TenantId, TenantAgents>>,
     next_order: AtomicU64,
+    /// Changes whose agent file could not be written or removed.
+    save_failures: AtomicU64,
     max_messages: usize,
     max_conversation_bytes: usize,
     max_agents_per_tenant: usize,
@@ -269,6 +271,7 @@ impl AgentStore {
         Self {
             tenants: RwLock::new(HashMap::new()),
             next_order: AtomicU64::new(1),
+            save_failures: AtomicU64::new(0),
             max_messages: max_messages.max(2),
             max_conversation_bytes,
             max_agents_per_tenant,

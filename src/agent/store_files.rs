@@ -309,14 +309,14 @@ impl AgentStore {
         };
         files
             .write(agent.id, &bytes)
-            .map_err(|error| not_saved(agent, &error))
+            .map_err(|error| self.not_saved(agent, &error))
     }
 
     /// Removes `agent`'s file (when agents are kept on disk). Blocks: call it from
     /// [`Self::finish`].
     pub(super) fn unsave(&self, agent: &Agent) -> Result<(), AgentError> {
         match &self.files {
-            Some(files) => (files.remove(agent.id)).map_err(|error| not_saved(agent, &error)),
+            Some(files) => (files.remove(agent.id)).map_err(|error| self.not_saved(agent, &error)),
             None => Ok(()),
         }
     }
@@ -339,14 +339,23 @@ impl AgentStore {
             }),
         }
     }
-}
 
-/// The error of a file of `agent` that could not be written or removed.
-fn not_saved(agent: &Agent, error: &std::io::Error) -> AgentError {
-    tracing::error!(agent = %agent.id, %error, "cannot save an agent to agents_path");
-    AgentError::NotSaved {
-        id: Some(agent.id),
-        problem: error.to_string(),
+    /// How many changes failed because their agent file could not be written or removed.
+    pub fn save_failures(&self) -> u64 {
+        self.save_failures
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The error of a file of `agent` that could not be written or removed, counted and
+    /// logged.
+    fn not_saved(&self, agent: &Agent, error: &std::io::Error) -> AgentError {
+        self.save_failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::error!(agent = %agent.id, %error, "cannot save an agent to agents_path");
+        AgentError::NotSaved {
+            id: Some(agent.id),
+            problem: error.to_string(),
+        }
     }
 }
 

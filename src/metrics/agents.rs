@@ -47,6 +47,15 @@ pub(super) fn encode(
         "Bytes of the messages the agents' conversations hold (content and metadata), across tenants.",
         totals.conversation_bytes,
     )?;
+    encoder
+        .encode_descriptor(
+            "toolplane_agent_save_failures",
+            "Changes to agents (a creation, a finished turn, a transition, a deletion) refused \
+             because the agent's file in agents_path could not be written or removed.",
+            None,
+            MetricType::Counter,
+        )?
+        .encode_counter::<NoLabelSet, _, u64>(&agents.save_failures(), None)?;
     encode_model_calls(encoder, calls)
 }
 
