@@ -257,8 +257,9 @@ fn a_reader_that_has_gone_ends_the_command_quietly() {
     assert!(stderr.is_empty(), "{stderr}");
 }
 
-/// `toolplane agent create|list|show|chat` against the real server and example provider: chat
-/// streams the answer to stdout and the steps of the turn to stderr.
+/// `toolplane agent create|list|show|chat|messages|delete` against the real server and example
+/// provider: chat streams the answer to stdout and the steps of the turn to stderr; messages
+/// shows the conversation; delete removes the agent.
 #[test]
 fn agent_commands() {
     use common::process::ChildGuard;
@@ -330,6 +331,55 @@ fn agent_commands() {
     );
     let (code, _, stderr) =
         toolplane_cli(&["agent", "chat", "nobody", "hi", "--endpoint", &endpoint]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("NotFound"), "{stderr}");
+
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "agent",
+        "messages",
+        "helper",
+        "--json",
+        "--endpoint",
+        &endpoint,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let said: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let roles: Vec<_> = (said.as_array().expect("a list").iter())
+        .map(|message| message["role"].as_str().expect("a role"))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "system",
+            "assistant"
+        ]
+    );
+    assert_eq!(said[0]["content"], "hello there");
+    assert!(
+        said[4]["metadata"]["toolplane.tool_name"] == "structs_calculate_power",
+        "{said}"
+    );
+    let (code, stdout, _) =
+        toolplane_cli(&["agent", "messages", "helper", "--endpoint", &endpoint]);
+    assert_eq!(code, 0);
+    assert!(stdout.starts_with("TIME"), "{stdout}");
+    assert!(
+        (stdout.lines()).any(|line| line.contains("user") && line.ends_with("hello there")),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) =
+        toolplane_cli(&["agent", "delete", "helper", "--endpoint", &endpoint]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim(), "deleted agent helper");
+    let (code, stdout, _) = toolplane_cli(&["agent", "list", "--json", "--endpoint", &endpoint]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.trim(), "[]");
+    let (code, _, stderr) = toolplane_cli(&["agent", "delete", "helper", "--endpoint", &endpoint]);
     assert_eq!(code, 2);
     assert!(stderr.contains("NotFound"), "{stderr}");
 }

@@ -21,8 +21,7 @@ impl AgentStore {
         tenant: TenantId,
         config: AgentConfig,
     ) -> Result<Arc<Agent>, AgentError> {
-        // Busy until saved: nothing else may change it before its file is written.
-        let agent = self.add(tenant, config, true)?;
+        let agent = self.add(tenant, config)?;
         let store = Arc::clone(self);
         self.finish(move || match store.save(&agent) {
             Ok(()) => {
@@ -37,14 +36,10 @@ impl AgentStore {
         .await
     }
 
-    /// Adds a new agent to the tenant's (in memory only), refused when the tenant has one of
-    /// that name or has its most agents already.
-    fn add(
-        &self,
-        tenant: TenantId,
-        config: AgentConfig,
-        busy: bool,
-    ) -> Result<Arc<Agent>, AgentError> {
+    /// Adds a new agent to the tenant's (in memory only), busy until its creation is saved (so
+    /// nothing else changes it before its file is written); refused when the tenant has one
+    /// of that name or has its most agents already.
+    fn add(&self, tenant: TenantId, config: AgentConfig) -> Result<Arc<Agent>, AgentError> {
         let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
         if let Some(agents) = tenants.get(&tenant) {
             if agents.by_name.contains_key(&config.name) {
@@ -74,7 +69,7 @@ impl AgentStore {
                 },
                 conversation: VecDeque::new(),
                 transitions: VecDeque::new(),
-                busy,
+                busy: true,
                 next_sequence: 1,
                 conversation_bytes: 0,
             }),

@@ -42,6 +42,16 @@ pub enum AgentCommand {
         /// The message.
         message: String,
     },
+    /// Show an agent's conversation, oldest first.
+    Messages {
+        /// The agent's id or name.
+        agent: String,
+    },
+    /// Delete an agent and its conversation.
+    Delete {
+        /// The agent's id or name.
+        agent: String,
+    },
 }
 
 /// Runs `toolplane agent` with the connection `args` give; prints what it shows.
@@ -65,6 +75,24 @@ pub async fn run(command: AgentCommand, args: &ClientArgs) -> Result<ExitCode, C
                 &mut std::io::stderr(),
             )
             .await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        AgentCommand::Messages { agent } => {
+            let shown = messages(&client, &agent).await?;
+            if args.json {
+                let shown: Value = shown.iter().map(message_json).collect();
+                outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&shown).unwrap_or_default()
+                );
+            } else {
+                outln!("{}", messages_table(&shown));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        AgentCommand::Delete { agent } => {
+            delete(&client, &agent).await?;
+            outln!("deleted agent {agent}");
             return Ok(ExitCode::SUCCESS);
         }
     };
@@ -129,6 +157,94 @@ pub fn agents_table(agents: &[pb::Agent]) -> String {
     table.trim_fmt()
 }
 
+/// A message as JSON: the seed's CanonicalMessage.
+pub fn message_json(message: &pb::CanonicalMessage) -> Value {
+    json!({
+        "id": message.id,
+        "role": role_name(message.role),
+        "content": message.content,
+        "timestamp": timestamp(message.timestamp.as_ref()),
+        "metadata": message.metadata,
+    })
+}
+
+/// A table of a conversation's messages, each on one line (line breaks shown as spaces).
+pub fn messages_table(messages: &[pb::CanonicalMessage]) -> String {
+    let mut table = new_table(&["TIME", "ROLE", "CONTENT"]);
+    for message in messages {
+        table.add_row(vec![
+            timestamp(message.timestamp.as_ref()),
+            role_name(message.role),
+            message
+                .content
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        ]);
+    }
+    table.trim_fmt()
+}
+
+/// The seed's name of a role: lowercase (`user`).
+fn role_name(value: i32) -> String {
+    pb::Role::try_from(value).map_or_else(
+        |_| value.to_string(),
+        |role| label(role.as_str_name(), "ROLE_"),
+    )
+}
+
+/// An agent's whole conversation, oldest first.
+pub async fn messages(
+    client: &ToolplaneClient,
+    agent: &str,
+) -> Result<Vec<pb::CanonicalMessage>, ClientError> {
+    every_page(|page_token| async move {
+        let page = client
+            .agents()
+            .list_messages(pb::ListMessagesRequest {
+                meta: client.meta(),
+                agent_id: agent.to_owned(),
+                page_size: 0,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        Ok((page.messages, page.next_page_token))
+    })
+    .await
+}
+
+/// Every item of a paged listing: `page` is asked for the page of each token in turn (the
+/// first page's is empty), and answers its items and the next page's token (empty after the
+/// last page).
+async fn every_page<T, Page>(mut page: impl FnMut(String) -> Page) -> Result<Vec<T>, ClientError>
+where
+    Page: std::future::Future<Output = Result<(Vec<T>, String), ClientError>>,
+{
+    let mut items = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let (more, next_page_token) = page(page_token).await?;
+        items.extend(more);
+        if next_page_token.is_empty() {
+            return Ok(items);
+        }
+        page_token = next_page_token;
+    }
+}
+
+/// Deletes an agent, by id or name.
+pub async fn delete(client: &ToolplaneClient, agent: &str) -> Result<(), ClientError> {
+    client
+        .agents()
+        .delete_agent(pb::DeleteAgentRequest {
+            meta: client.meta(),
+            agent_id: agent.to_owned(),
+        })
+        .await?;
+    Ok(())
+}
+
 /// Creates an agent.
 pub async fn create(
     client: &ToolplaneClient,
@@ -155,9 +271,7 @@ pub async fn create(
 
 /// Every agent of the tenant.
 pub async fn list(client: &ToolplaneClient) -> Result<Vec<pb::Agent>, ClientError> {
-    let mut agents = Vec::new();
-    let mut page_token = String::new();
-    loop {
+    every_page(|page_token| async move {
         let page = client
             .agents()
             .list_agents(pb::ListAgentsRequest {
@@ -167,12 +281,9 @@ pub async fn list(client: &ToolplaneClient) -> Result<Vec<pb::Agent>, ClientErro
             })
             .await?
             .into_inner();
-        agents.extend(page.agents);
-        if page.next_page_token.is_empty() {
-            return Ok(agents);
-        }
-        page_token = page.next_page_token;
-    }
+        Ok((page.agents, page.next_page_token))
+    })
+    .await
 }
 
 /// One agent, by id or name.
