@@ -164,7 +164,8 @@ impl AgentFiles {
         self.directory.join(format!("{id}.json"))
     }
 
-    /// Replaces agent `id`'s file with `bytes`, whole.
+    /// Replaces agent `id`'s file with `bytes`, whole, on the disk when it returns (the file,
+    /// then the directory that names it).
     fn write(&self, id: AgentId, bytes: &[u8]) -> std::io::Result<()> {
         let mut file = tempfile::Builder::new()
             .prefix(TEMPORARY_PREFIX)
@@ -172,15 +173,22 @@ impl AgentFiles {
         file.write_all(bytes)?;
         file.as_file().sync_data()?;
         file.persist(self.path(id))?;
-        Ok(())
+        self.sync_directory()
     }
 
-    /// Removes agent `id`'s file (one already gone is not an error).
+    /// Removes agent `id`'s file (one already gone is not an error), on the disk when it
+    /// returns.
     fn remove(&self, id: AgentId) -> std::io::Result<()> {
         match std::fs::remove_file(self.path(id)) {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
-            _ => Ok(()),
+            _ => self.sync_directory(),
         }
+    }
+
+    /// Flushes the directory's entries to the disk, so a file renamed or removed there stays
+    /// so after a power loss.
+    fn sync_directory(&self) -> std::io::Result<()> {
+        std::fs::File::open(&self.directory)?.sync_all()
     }
 }
 

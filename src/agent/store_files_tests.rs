@@ -64,6 +64,11 @@ async fn agents_are_read_back_as_saved_and_deleted_ones_stay_gone() {
         .expect("idle -> thinking");
     store.delete(TenantId(4), "gone").await.expect("deleted");
     assert!(!directory.path().join(format!("{}.json", gone.id)).exists());
+    let file = directory.path().join(format!("{}.json", first.id));
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&file).expect("kept").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "readable by the server's user only");
     let in_use = AgentStore::new(100, 0, 0).kept_in(directory.path());
     assert!(
         matches!(in_use, Err(AgentFilesError::InUse { .. })),
