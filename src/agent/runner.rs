@@ -422,21 +422,25 @@ impl AgentRunner {
             final_content
         };
         let message = CanonicalMessage::new(Role::Assistant, content);
-        {
-            let mut data = agent.data();
-            data.push(message.clone());
-            data.transition(AgentState::Idle, "")?;
-            if let Some(last) = data.transitions.back() {
-                Self::emit(events, TurnEvent::Transition(last.clone()));
-            }
-        }
-        // Saved, then made final, even if the caller goes away meanwhile; a turn that cannot
-        // be saved is undone (the guard) and fails.
+        // The answer joins the conversation and the agent goes back to Idle, saved, then the
+        // turn is final, even if the caller goes away meanwhile; a turn that cannot be saved is
+        // undone (the guard) and fails. Kept in memory only, the agent is Idle and free again
+        // at once (under one lock), as a caller waiting for Idle expects.
         let store = Arc::clone(&self.store);
+        let (answer, events) = (message.clone(), events.cloned());
         self.store
             .finish(move || {
-                store.save(&guard.agent)?;
                 let mut data = guard.agent.data();
+                data.push(answer);
+                data.transition(AgentState::Idle, "")?;
+                if let Some(last) = data.transitions.back() {
+                    Self::emit(events.as_ref(), TurnEvent::Transition(last.clone()));
+                }
+                if store.keeps_files() {
+                    drop(data);
+                    store.save(&guard.agent)?;
+                    data = guard.agent.data();
+                }
                 data.busy = false;
                 data.enforce_bound(store.max_messages(), store.max_conversation_bytes());
                 drop(data);

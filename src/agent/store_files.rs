@@ -281,6 +281,11 @@ impl AgentStore {
         Ok(self)
     }
 
+    /// Whether agents are kept on disk (`agents_path`), not in memory only.
+    pub fn keeps_files(&self) -> bool {
+        self.files.is_some()
+    }
+
     /// How many agents the store holds, across tenants.
     pub fn count(&self) -> usize {
         let tenants = self.tenants.read().unwrap_or_else(|p| p.into_inner());
