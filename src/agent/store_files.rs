@@ -106,6 +106,12 @@ impl AgentFiles {
         if !directory.exists() {
             return Ok(Vec::new());
         }
+        Self::read_agents(directory, false)
+    }
+
+    /// Reads the agents kept in `directory`, in creation order, in one pass over it; with
+    /// `clean_up`, removes the temporary files of writes a crash cut short on the way.
+    fn read_agents(directory: &Path, clean_up: bool) -> Result<Vec<Agent>, AgentFilesError> {
         let io = |path: &Path| {
             let path = path.to_owned();
             move |error| AgentFilesError::Io { path, error }
@@ -113,6 +119,12 @@ impl AgentFiles {
         let mut agents = Vec::new();
         for entry in std::fs::read_dir(directory).map_err(io(directory))? {
             let path = entry.map_err(io(directory))?.path();
+            let temporary = (path.file_name().and_then(|name| name.to_str()))
+                .is_some_and(|name| name.starts_with(TEMPORARY_PREFIX));
+            if temporary && clean_up {
+                tracing::warn!(file = %path.display(), "removing a write of an agent cut short");
+                std::fs::remove_file(&path).map_err(io(&path))?;
+            }
             let Some(id) = agent_id_of(&path) else {
                 continue;
             };
@@ -143,16 +155,7 @@ impl AgentFiles {
             },
             std::fs::TryLockError::Error(error) => io(error),
         })?;
-        for entry in std::fs::read_dir(directory).map_err(io)? {
-            let path = entry.map_err(io)?.path();
-            let temporary = (path.file_name().and_then(|name| name.to_str()))
-                .is_some_and(|name| name.starts_with(TEMPORARY_PREFIX));
-            if temporary {
-                tracing::warn!(file = %path.display(), "removing a write of an agent cut short");
-                std::fs::remove_file(&path).map_err(io)?;
-            }
-        }
-        let agents = Self::read(directory)?;
+        let agents = Self::read_agents(directory, true)?;
         let files = Self {
             directory: directory.to_owned(),
             _lock: lock,

@@ -258,3 +258,34 @@ async fn agents_that_clash_stop_the_start() {
         std::fs::remove_file(&path).expect("removed");
     }
 }
+
+/// A creation whose caller goes away while its file is written still finishes: the agent is
+/// kept, saved and free, not left half-made.
+#[tokio::test]
+async fn a_change_runs_to_its_end_when_its_caller_goes_away() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let store = kept(directory.path(), 100);
+    let creation = store.create(TenantId(0), config("a"));
+    tokio::select! {
+        biased;
+        created = creation => panic!("the file is written on another thread: {created:?}"),
+        () = std::future::ready(()) => {}
+    }
+    let mut waited = 0;
+    let agent = loop {
+        if let Ok(agent) = store.get(TenantId(0), "a")
+            && !agent.data().busy
+        {
+            break agent;
+        }
+        assert!(waited < 500, "the creation never finished");
+        waited += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert!(
+        directory
+            .path()
+            .join(format!("{}.json", agent.id))
+            .is_file()
+    );
+}
