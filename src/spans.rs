@@ -218,6 +218,8 @@ pub struct ModelAnswer<'a> {
     pub model: &'a str,
     /// Tokens of the prompt and of the completion, when the provider counted them.
     pub tokens: Option<(u32, u32)>,
+    /// How many times the model server was asked (more than 1 when attempts were made again).
+    pub attempts: u32,
 }
 
 /// A span being recorded; ended when [`ExportedSpan::end`] is called or when dropped.
@@ -244,15 +246,16 @@ impl ExportedSpan {
         TraceContext::of_own_span(traceparent, Some(state).filter(|state| !state.is_empty()))
     }
 
-    /// Ends a [`Spans::model_call`] span with the model that answered and the tokens it
-    /// counted (prompt, completion), or with the error.
+    /// Ends a [`Spans::model_call`] span with the model that answered, the tokens it counted
+    /// (prompt, completion) and the attempts it took (`toolplane.model.attempts`), or with the
+    /// error (whose message says at which attempt it failed).
     pub fn end_model_call(mut self, outcome: Result<ModelAnswer<'_>, String>) {
         match outcome {
             Ok(answer) => {
-                self.span.set_attribute(KeyValue::new(
-                    "gen_ai.response.model",
-                    answer.model.to_owned(),
-                ));
+                self.span.set_attributes([
+                    KeyValue::new("gen_ai.response.model", answer.model.to_owned()),
+                    KeyValue::new("toolplane.model.attempts", i64::from(answer.attempts)),
+                ]);
                 if let Some((input, output)) = answer.tokens {
                     self.span.set_attributes([
                         KeyValue::new("gen_ai.usage.input_tokens", i64::from(input)),

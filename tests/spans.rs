@@ -342,3 +342,42 @@ async fn a_failed_model_call_is_an_error_span() {
         Some("model_error")
     );
 }
+
+/// A model call answered after a failed attempt was made again says so on its span
+/// (`toolplane.model.attempts` 2); one answered at once, 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_call_made_again_counts_its_attempts_on_its_span() {
+    use common::agent_fixture::{agents, complete_request, create};
+    use common::model_server::{Misbehaviour, Mock, config, start_mock};
+    let (endpoint, collector, collector_task) = start_collector().await;
+    let mock = Mock {
+        misbehaving: Misbehaviour::FailsFirst {
+            status: reqwest::StatusCode::SERVICE_UNAVAILABLE,
+            times: 1,
+        },
+        ..Mock::default()
+    };
+    let setup = setup_with(ServerOptions {
+        otlp: Some(toolplane::otlp::OtlpExport {
+            endpoint,
+            protocol: toolplane::otlp::OtlpProtocol::Grpc,
+            tls: Default::default(),
+        }),
+        model: Some(config(start_mock(mock).await)),
+        ..test_options()
+    })
+    .await;
+    let mut client = agents(&setup.server).await;
+    create(&mut client, "helper", &[]).await;
+    client
+        .complete(complete_request("helper", "hello", "retried-turn"))
+        .await
+        .expect("answered at the second attempt");
+    let spans = stop_and_collect(setup, &collector, collector_task).await;
+
+    // The turn's two model calls: asking (retried once), then reflecting.
+    let attempts: Vec<_> = (named(&spans, "chat").into_iter())
+        .map(|call| int_attribute(call, "toolplane.model.attempts"))
+        .collect();
+    assert_eq!(attempts, [Some(2), Some(1)], "{spans:#?}");
+}

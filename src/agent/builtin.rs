@@ -44,6 +44,7 @@ impl BuiltinModel {
                 tool_calls,
                 model: BUILTIN_MODEL.to_owned(),
                 usage,
+                attempts: 1,
             }
         };
         let trailing_results: Vec<_> = request

@@ -75,6 +75,9 @@ pub struct ModelReply {
     pub model: String,
     /// Token usage, when the provider reports it.
     pub usage: Option<TokenUsage>,
+    /// How many times the model server was asked before it gave this answer: 1, or more when
+    /// a failed attempt was made again.
+    pub attempts: u32,
 }
 
 /// A piece of a streamed answer.

@@ -155,12 +155,13 @@ impl OpenAiClient {
     }
 
     /// Posts `body` to the chat-completions endpoint, trying again as
-    /// [`super::model_retries`] says; answers the first successful response, or why none came.
+    /// [`super::model_retries`] says; answers the first successful response and at which
+    /// attempt it came, or why none came.
     async fn post(
         &self,
         body: &Value,
         trace: Option<&TraceContext>,
-    ) -> Result<reqwest::Response, ModelError> {
+    ) -> Result<(reqwest::Response, u32), ModelError> {
         let url = format!(
             "{}/chat/completions",
             self.config.base_url.trim_end_matches('/')
@@ -171,7 +172,7 @@ impl OpenAiClient {
         loop {
             attempts += 1;
             let (error, retried, headers) = match self.send(&url, body.clone(), trace).await {
-                Ok(response) if response.status().is_success() => return Ok(response),
+                Ok(response) if response.status().is_success() => return Ok((response, attempts)),
                 Ok(mut response) => {
                     let headers = response.headers().clone();
                     let retried = model_retries::status_is_retried(response.status(), &headers);
@@ -247,7 +248,7 @@ async fn failed_answer(url: &str, response: &mut reqwest::Response) -> String {
 #[async_trait::async_trait]
 impl LlmProvider for OpenAiClient {
     async fn complete(&self, request: ModelRequest) -> Result<ModelReply, ModelError> {
-        let mut response = self
+        let (mut response, attempts) = self
             .post(&self.body(&request, false), request.trace.as_ref())
             .await?;
         let body = crate::http_answers::body_within(&mut response, MAX_ANSWER_BYTES)
@@ -279,6 +280,7 @@ impl LlmProvider for OpenAiClient {
             tool_calls: tool_call_requests(message.tool_calls),
             model: answer.model.unwrap_or_else(|| self.config.model.clone()),
             usage,
+            attempts,
         })
     }
 
@@ -286,7 +288,7 @@ impl LlmProvider for OpenAiClient {
         &self,
         request: ModelRequest,
     ) -> Result<BoxStream<'static, Result<StreamEvent, ModelError>>, ModelError> {
-        let response = self
+        let (response, attempts) = self
             .post(&self.body(&request, true), request.trace.as_ref())
             .await?;
         let model = request
@@ -294,7 +296,8 @@ impl LlmProvider for OpenAiClient {
             .clone()
             .unwrap_or_else(|| self.config.model.clone());
         let (sender, receiver) = tokio::sync::mpsc::channel(32);
-        tokio::spawn(super::openai_stream::read_events(response, model, sender));
+        let answer = super::openai_stream::read_events(response, model, attempts, sender);
+        tokio::spawn(answer);
         Ok(tokio_stream::wrappers::ReceiverStream::new(receiver).boxed())
     }
 }

@@ -169,7 +169,7 @@ impl Gathered {
         Ok(delta.content)
     }
 
-    fn reply(self, model: String) -> ModelReply {
+    fn reply(self, model: String, attempts: u32) -> ModelReply {
         let tool_calls = self
             .calls
             .into_values()
@@ -184,6 +184,7 @@ impl Gathered {
             tool_calls,
             model: self.model.unwrap_or(model),
             usage: self.usage,
+            attempts,
         }
     }
 }
@@ -194,16 +195,17 @@ fn reported_mid_answer(error: &str) -> ModelError {
     ))
 }
 
-/// Reads the event stream of `response`: forwards content deltas and ends with the whole
-/// answer (named `model` unless a chunk names its own), or with why it cannot be used. Stops
-/// early when the receiver goes away.
+/// Reads the event stream of `response` (which came at attempt `attempts`): forwards content
+/// deltas and ends with the whole answer (named `model` unless a chunk names its own), or with
+/// why it cannot be used. Stops early when the receiver goes away.
 pub(super) async fn read_events(
     mut response: reqwest::Response,
     model: String,
+    attempts: u32,
     sender: Sender<Result<StreamEvent, ModelError>>,
 ) {
     let last = match gather(&mut response, &sender).await {
-        Ok(Some(gathered)) => Ok(StreamEvent::Done(gathered.reply(model))),
+        Ok(Some(gathered)) => Ok(StreamEvent::Done(gathered.reply(model, attempts))),
         Ok(None) => return,
         Err(error) => Err(error),
     };
@@ -330,7 +332,7 @@ mod tests {
             .collect();
         assert_eq!(words, ["to ", "", "", ""]);
         assert!(gathered.finished);
-        let reply = gathered.reply("asked".into());
+        let reply = gathered.reply("asked".into(), 1);
         assert_eq!((reply.model.as_str(), reply.content.as_str()), ("m", "to "));
         assert_eq!(reply.usage.map(|u| u.total_tokens), Some(3));
         assert_eq!(

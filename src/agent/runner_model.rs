@@ -62,6 +62,7 @@ impl AgentRunner {
                     tokens: reply
                         .usage
                         .map(|usage| (usage.prompt_tokens, usage.completion_tokens)),
+                    attempts: reply.attempts,
                 }
             }));
         }
