@@ -155,7 +155,7 @@ impl AgentStore {
     fn forget(&self, agent: &Agent) {
         let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
         if let Some(agents) = tenants.get_mut(&agent.tenant) {
-            // Another delete may have won the race: remove only what is still there.
+            // Remove only what is still there (a failed creation or a deletion; never twice).
             if agents.by_id.remove(&agent.id).is_some() {
                 agents.by_name.remove(&agent.config.name);
                 agents.by_order.remove(&agent.order);
