@@ -252,6 +252,9 @@ pub struct ServerConfig {
     pub max_conversation_bytes: usize,
     /// The most agents one tenant may have at once; 0 sets no limit.
     pub max_agents_per_tenant: usize,
+    /// The most tool calls of one model answer an agent runs at once (1 to 128); the others
+    /// start as earlier ones finish.
+    pub max_concurrent_tool_calls: usize,
     /// The directory agents and their conversations are kept in, one file per agent, so they
     /// outlive a restart; empty keeps them in memory only.
     pub agents_path: String,
@@ -336,6 +339,7 @@ impl Default for ServerConfig {
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
+            max_concurrent_tool_calls: crate::agent::runner::DEFAULT_CONCURRENT_TOOL_CALLS,
             agents_path: String::new(),
         }
     }

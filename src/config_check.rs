@@ -87,6 +87,14 @@ impl ServerConfig {
                     .to_owned(),
             );
         }
+        let most_calls = crate::agent::runner::MAX_TOOL_CALLS_PER_TURN;
+        if !(1..=most_calls).contains(&self.max_concurrent_tool_calls) {
+            return Err(format!(
+                "max_concurrent_tool_calls must be 1 to {most_calls} (the most tool calls a turn \
+                 makes), got {}",
+                self.max_concurrent_tool_calls
+            ));
+        }
         let most_retries = crate::agent::model_retries::MAX_MODEL_RETRIES;
         if self.model_max_retries > most_retries {
             return Err(format!(

@@ -109,6 +109,7 @@ impl ServerConfig {
             max_conversation_messages: self.max_conversation_messages,
             max_conversation_bytes: self.max_conversation_bytes,
             max_agents_per_tenant: self.max_agents_per_tenant,
+            max_concurrent_tool_calls: self.max_concurrent_tool_calls,
             agents_path: Some(PathBuf::from(&self.agents_path))
                 .filter(|path| !path.as_os_str().is_empty()),
         }

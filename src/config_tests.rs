@@ -194,6 +194,25 @@ fn the_model_token_limit_field_is_max_tokens_unless_set() {
     );
 }
 
+/// The tool calls an agent runs at once are 1 to 128: 0 (none would run) and more than a turn
+/// makes are refused, naming the setting.
+#[test]
+fn concurrent_tool_calls_are_bounded() {
+    let load = |value: &str| {
+        ServerConfig::load(None, env(&[("TOOLPLANE_MAX_CONCURRENT_TOOL_CALLS", value)]))
+            .map(|config| config.server_options().max_concurrent_tool_calls)
+    };
+    assert_eq!(load("1").expect("one at a time"), 1);
+    assert_eq!(load("128").expect("as many as a turn makes"), 128);
+    for refused in ["0", "129"] {
+        let error = load(refused).expect_err("out of bounds").to_string();
+        assert!(
+            error.contains("max_concurrent_tool_calls must be 1 to 128"),
+            "{error}"
+        );
+    }
+}
+
 #[test]
 fn metrics_are_served_only_where_asked() {
     let none = ServerConfig::load(None, env(&[])).expect("valid");

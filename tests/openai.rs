@@ -385,3 +385,37 @@ async fn the_tool_calls_of_one_answer_run_at_once() {
     }
     server.stop().await;
 }
+
+/// With `max_concurrent_tool_calls` 1 the calls of one answer run one after another: the first
+/// `meet` call finds no partner (it gives up after 5 s), the second meets the first's count.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tool_calls_of_one_answer_run_one_at_a_time_when_set_so() {
+    let base_url = start_mock(Mock {
+        asks_for: Some(("meet", 2)),
+        ..Mock::default()
+    })
+    .await;
+    let server = TestServer::start_with(ServerOptions {
+        model: Some(config(base_url)),
+        max_concurrent_tool_calls: 1,
+        ..test_options()
+    })
+    .await;
+    let _provider = meeting_provider(&server).await;
+    let mut client = agent_fixture::agents(&server).await;
+    agent_fixture::create(&mut client, "alone", &[]).await;
+    client
+        .complete(agent_fixture::complete_request("alone", "meet twice", "c1"))
+        .await
+        .expect("the turn completes");
+    let met: Vec<Value> = agent_fixture::messages(&mut client, "alone")
+        .await
+        .into_iter()
+        .filter(|message| message.metadata.contains_key(TOOL_CALL_ID_KEY))
+        .map(|message| {
+            serde_json::from_str::<Value>(&message.content).expect("JSON")["met"].clone()
+        })
+        .collect();
+    assert_eq!(met, [json!(false), json!(true)], "one call at a time");
+    server.stop().await;
+}

@@ -43,9 +43,9 @@ mod tool_calls;
 pub use model_requests::MAX_TOOL_CALLS_PER_TURN;
 pub(crate) use model_requests::too_many_tool_calls;
 
-/// The most tool calls of one model answer that run at once; the others start as earlier ones
-/// finish.
-pub const MAX_CONCURRENT_TOOL_CALLS: usize = 8;
+/// The most tool calls of one model answer that run at once unless set otherwise
+/// (`max_concurrent_tool_calls`); the others start as earlier ones finish.
+pub const DEFAULT_CONCURRENT_TOOL_CALLS: usize = 8;
 
 /// What happened during a turn, for streaming callers.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,6 +92,8 @@ pub struct AgentRunner {
     spans: Spans,
     /// Where the turns' model calls are counted.
     model_calls: Arc<ModelCalls>,
+    /// The most tool calls of one answer that run at once (at least 1).
+    concurrent_tool_calls: usize,
 }
 
 /// Undoes an unfinished turn when dropped: the conversation goes back to its length before the
@@ -171,6 +173,15 @@ impl AgentRunner {
             model,
             spans: Spans::off(),
             model_calls: Arc::default(),
+            concurrent_tool_calls: DEFAULT_CONCURRENT_TOOL_CALLS,
+        }
+    }
+
+    /// The same runner, running at most `calls` tool calls of one answer at once (at least 1).
+    pub fn with_concurrent_tool_calls(self, calls: usize) -> Self {
+        Self {
+            concurrent_tool_calls: calls.max(1),
+            ..self
         }
     }
 
@@ -394,7 +405,7 @@ impl AgentRunner {
                         (call, called)
                     }
                 })
-                .buffered(MAX_CONCURRENT_TOOL_CALLS);
+                .buffered(self.concurrent_tool_calls);
             while let Some((call, called)) = calls.next().await {
                 let (result, summary) = called?;
                 agent.data().push(tool_result_message(call, &result));

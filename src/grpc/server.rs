@@ -286,7 +286,8 @@ pub async fn serve_with(
         model,
     )
     .with_spans(spans.clone())
-    .counting_model_calls_in(Arc::clone(&model_calls));
+    .counting_model_calls_in(Arc::clone(&model_calls))
+    .with_concurrent_tool_calls(options.max_concurrent_tool_calls);
     let mcp_sessions = side.mcp.is_some().then(McpSessions::default);
     let mcp_refusals = side.mcp.is_some().then(Arc::<McpRefusals>::default);
     // Calls are counted per RPC only when there is an endpoint to report them, or spans to

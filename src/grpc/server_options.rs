@@ -85,6 +85,8 @@ pub struct ServerOptions {
     pub max_conversation_bytes: usize,
     /// The most agents one tenant may have at once; 0 sets no limit.
     pub max_agents_per_tenant: usize,
+    /// The most tool calls of one model answer an agent runs at once.
+    pub max_concurrent_tool_calls: usize,
     /// The directory agents are kept in, one file each; `None` keeps them in memory only (see
     /// [`crate::agent::store::AgentFiles`]).
     pub agents_path: Option<PathBuf>,
@@ -159,6 +161,7 @@ impl Default for ServerOptions {
             max_conversation_messages: DEFAULT_MAX_MESSAGES,
             max_conversation_bytes: DEFAULT_MAX_CONVERSATION_BYTES,
             max_agents_per_tenant: DEFAULT_MAX_AGENTS_PER_TENANT,
+            max_concurrent_tool_calls: crate::agent::runner::DEFAULT_CONCURRENT_TOOL_CALLS,
             agents_path: None,
             otlp: None,
             provider_tls: OutgoingTlsFiles::default(),
