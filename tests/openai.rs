@@ -345,11 +345,16 @@ async fn meeting_provider(server: &TestServer) -> TestProvider {
     provider
 }
 
-/// The tool calls of one model answer run at once: a model asking for `meet` twice in one
-/// answer has both calls meet, in Complete and in StreamComplete, and the results join the
-/// conversation in the order the model asked for the calls.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_tool_calls_of_one_answer_run_at_once() {
+/// A server running at most `concurrent` tool calls of an answer at once, whose model asks for
+/// `meet` twice in its first answer, the meeting provider, and an agent `name` on it.
+async fn meeting_agent(
+    name: &str,
+    concurrent: usize,
+) -> (
+    TestServer,
+    TestProvider,
+    AgentServiceClient<tonic::transport::Channel>,
+) {
     let base_url = start_mock(Mock {
         asks_for: Some(("meet", 2)),
         ..Mock::default()
@@ -357,12 +362,22 @@ async fn the_tool_calls_of_one_answer_run_at_once() {
     .await;
     let server = TestServer::start_with(ServerOptions {
         model: Some(config(base_url)),
+        max_concurrent_tool_calls: concurrent,
         ..test_options()
     })
     .await;
-    let _provider = meeting_provider(&server).await;
+    let provider = meeting_provider(&server).await;
     let mut client = agent_fixture::agents(&server).await;
-    agent_fixture::create(&mut client, "pair", &[]).await;
+    agent_fixture::create(&mut client, name, &[]).await;
+    (server, provider, client)
+}
+
+/// The tool calls of one model answer run at once: a model asking for `meet` twice in one
+/// answer has both calls meet, in Complete and in StreamComplete, and the results join the
+/// conversation in the order the model asked for the calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tool_calls_of_one_answer_run_at_once() {
+    let (server, _provider, mut client) = meeting_agent("pair", 8).await;
     client
         .complete(agent_fixture::complete_request("pair", "meet twice", "c1"))
         .await
@@ -390,20 +405,7 @@ async fn the_tool_calls_of_one_answer_run_at_once() {
 /// `meet` call finds no partner (it gives up after 5 s), the second meets the first's count.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_tool_calls_of_one_answer_run_one_at_a_time_when_set_so() {
-    let base_url = start_mock(Mock {
-        asks_for: Some(("meet", 2)),
-        ..Mock::default()
-    })
-    .await;
-    let server = TestServer::start_with(ServerOptions {
-        model: Some(config(base_url)),
-        max_concurrent_tool_calls: 1,
-        ..test_options()
-    })
-    .await;
-    let _provider = meeting_provider(&server).await;
-    let mut client = agent_fixture::agents(&server).await;
-    agent_fixture::create(&mut client, "alone", &[]).await;
+    let (server, _provider, mut client) = meeting_agent("alone", 1).await;
     client
         .complete(agent_fixture::complete_request("alone", "meet twice", "c1"))
         .await
