@@ -94,8 +94,10 @@ pub struct AgentData {
     pub conversation: VecDeque<StoredMessage>,
     /// Recent transitions, oldest first.
     pub transitions: VecDeque<Transition>,
-    /// Whether a completion is running.
+    /// Whether a completion is running (or a change is being saved).
     pub busy: bool,
+    /// Whether the agent is being deleted: for a second deletion, it is gone already.
+    deleting: bool,
     next_sequence: u64,
     /// The sum of [`message_bytes`] over the conversation.
     conversation_bytes: usize,

@@ -70,6 +70,7 @@ impl AgentStore {
                 conversation: VecDeque::new(),
                 transitions: VecDeque::new(),
                 busy: true,
+                deleting: false,
                 next_sequence: 1,
                 conversation_bytes: 0,
             }),
@@ -81,8 +82,8 @@ impl AgentStore {
         Ok(agent)
     }
 
-    /// Deletes an agent and its file; a busy one is refused. When its file cannot be removed,
-    /// the agent stays.
+    /// Deletes an agent and its file; a busy one is refused, and one being deleted is not
+    /// found. When its file cannot be removed, the agent stays.
     pub async fn delete(
         self: &Arc<Self>,
         tenant: TenantId,
@@ -91,6 +92,9 @@ impl AgentStore {
         let agent = self.get(tenant, id_or_name)?;
         {
             let mut data = agent.data();
+            if data.deleting {
+                return Err(AgentError::NotFound(id_or_name.to_owned()));
+            }
             if data.busy {
                 return Err(AgentError::Busy {
                     id: agent.id,
@@ -99,6 +103,7 @@ impl AgentStore {
             }
             // Busy for good once its file is gone: a caller still holding it can change nothing.
             data.busy = true;
+            data.deleting = true;
         }
         let store = Arc::clone(self);
         self.finish(move || match store.unsave(&agent) {
@@ -107,7 +112,9 @@ impl AgentStore {
                 Ok(())
             }
             Err(error) => {
-                agent.data().busy = false;
+                let mut data = agent.data();
+                data.busy = false;
+                data.deleting = false;
                 Err(error)
             }
         })

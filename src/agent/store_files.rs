@@ -245,6 +245,7 @@ fn read_agent(id: AgentId, bytes: &[u8]) -> Result<Agent, String> {
             conversation,
             transitions: saved.transitions.into_owned(),
             busy: false,
+            deleting: false,
             next_sequence: saved.next_sequence,
             conversation_bytes,
         }),

@@ -289,3 +289,19 @@ async fn a_change_runs_to_its_end_when_its_caller_goes_away() {
             .is_file()
     );
 }
+
+/// Two deletions of one agent at once: the first deletes it, the second finds it gone, as it
+/// would a moment later (not busy).
+#[tokio::test]
+async fn a_second_deletion_at_once_finds_the_agent_gone() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let store = kept(directory.path(), 100);
+    (store.create(TenantId(0), config("a")).await).expect("created");
+    let (first, second) = tokio::join!(
+        store.delete(TenantId(0), "a"),
+        store.delete(TenantId(0), "a")
+    );
+    first.expect("deleted");
+    assert!(matches!(second, Err(AgentError::NotFound(_))), "{second:?}");
+    assert_eq!(store.count(), 0);
+}
