@@ -75,6 +75,8 @@ pub enum AgentFilesError {
 #[derive(Debug)]
 pub struct AgentFiles {
     directory: PathBuf,
+    /// The directory itself, open once, flushed after each file renamed or removed there.
+    entries: std::fs::File,
     /// Holds the directory's lock (released when closed).
     _lock: std::fs::File,
 }
@@ -158,6 +160,7 @@ impl AgentFiles {
         let agents = Self::read_agents(directory, true)?;
         let files = Self {
             directory: directory.to_owned(),
+            entries: std::fs::File::open(directory).map_err(io)?,
             _lock: lock,
         };
         Ok((files, agents))
@@ -191,7 +194,7 @@ impl AgentFiles {
     /// Flushes the directory's entries to the disk, so a file renamed or removed there stays
     /// so after a power loss.
     fn sync_directory(&self) -> std::io::Result<()> {
-        std::fs::File::open(&self.directory)?.sync_all()
+        self.entries.sync_all()
     }
 }
 
