@@ -1,6 +1,7 @@
 //! Agents kept in `agents_path` through the real server: they and their conversations outlive
-//! a restart, a turn that cannot be saved fails and changes nothing, and a file the server
-//! cannot read stops its start (and `toolplane config check`), naming the file.
+//! a restart, a turn that cannot be saved fails and changes nothing, a failed turn is saved
+//! undone, and a file the server cannot read stops its start (and `toolplane config check`),
+//! naming the file.
 
 use crate::common;
 
@@ -168,6 +169,46 @@ async fn a_turn_that_cannot_be_saved_fails_and_changes_nothing() {
     assert_eq!(messages(&mut client, "helper").await.len(), 4);
     assert!(file.is_file());
     server.stop().await;
+}
+
+/// A turn that fails (here its model reports an error) is undone and saved so before its error
+/// is answered: the agent is at once Idle and free, and after a restart its history still notes
+/// the undone turn, its conversation as before the turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_turn_is_saved_undone() {
+    use common::model_server::{Misbehaviour, Mock, config, start_mock};
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let mock = Mock {
+        misbehaving: Misbehaviour::ReportsAnError,
+        ..Mock::default()
+    };
+    let options = ServerOptions {
+        model: Some(config(start_mock(mock).await)),
+        ..keeping_agents_in(directory.path())
+    };
+    let first = TestServer::start_with(options.clone()).await;
+    let mut client = agents(&first).await;
+    create(&mut client, "helper", &[]).await;
+    complete(&mut client, "helper", "hello")
+        .await
+        .expect_err("the model reports an error");
+    let undone = get(&mut client, "helper").await;
+    assert_eq!(state_of(&undone), pb::AgentState::Idle as i32);
+    assert!(!undone.busy, "free when the error is answered");
+    let last = undone.recent_transitions.last().expect("noted");
+    assert!(last.note.contains("did not finish"), "{last:?}");
+    assert!(messages(&mut client, "helper").await.is_empty());
+    first.stop().await;
+
+    let second = TestServer::start_with(options).await;
+    let mut client = agents(&second).await;
+    assert_eq!(
+        get(&mut client, "helper").await,
+        undone,
+        "the undone turn's history kept"
+    );
+    assert!(messages(&mut client, "helper").await.is_empty());
+    second.stop().await;
 }
 
 /// A file in `agents_path` that does not read as an agent stops `serve` at its start, and fails

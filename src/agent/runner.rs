@@ -8,7 +8,8 @@
 //! asks for no tool passes through ToolCall and Reflecting without calling anything, since the
 //! machine has no other way back to Idle. A tool's error is handed to the model as that tool's
 //! result. If the turn fails or its caller goes away, the conversation is put back as it was
-//! before the turn and the agent is reset to Idle.
+//! before the turn and the agent is reset to Idle (and saved so, when agents are kept on disk:
+//! a failed turn before its error is answered).
 
 use crate::spans::Spans;
 use crate::trace_context::TraceContext;
@@ -23,13 +24,14 @@ use super::model::{LlmProvider, OfferedTool, tool_call_message, tool_result_mess
 use super::model_calls::ModelCalls;
 use super::store::{Agent, AgentStore, Transition, message_bytes};
 use super::types::{
-    AgentState, CanonicalMessage, ChatCompletionRequest, ChatCompletionResponse, Role,
+    AgentState, CanonicalMessage, ChatCompletionRequest, ChatCompletionResponse, Role, TokenUsage,
 };
 use crate::envelope::TenantId;
 use crate::invoke::Invoker;
 use crate::invoke::records::InvocationStatus;
 use crate::registry::search::SearchQuery;
 use crate::registry::{Registry, ServiceName, ToolFilter, ToolName, ToolRef};
+use turn_guard::TurnGuard;
 
 /// The most tools offered to a model in one call: OpenAI's Chat Completions API takes at most
 /// 128 function tools. An agent that may use more (its `allowed_tools`, or its tenant's
@@ -40,6 +42,8 @@ pub const MAX_OFFERED_TOOLS: usize = 128;
 mod model_requests;
 #[path = "runner_tools.rs"]
 mod tool_calls;
+#[path = "runner_guard.rs"]
+mod turn_guard;
 pub use model_requests::MAX_TOOL_CALLS_PER_TURN;
 pub(crate) use model_requests::too_many_tool_calls;
 
@@ -82,6 +86,18 @@ pub struct TurnOutcome {
     pub tool_calls: Vec<ToolCallSummary>,
 }
 
+/// What the model calls and tool calls of a turn came to, before it is kept.
+struct Answered {
+    /// The model's last answer (possibly blank).
+    final_content: String,
+    /// The model that gave it.
+    model: String,
+    /// The tokens of the turn's model calls, when the model said.
+    usage: Option<TokenUsage>,
+    /// The tools called on the way.
+    tool_calls: Vec<ToolCallSummary>,
+}
+
 /// Runs turns for agents.
 #[derive(Debug, Clone)]
 pub struct AgentRunner {
@@ -94,41 +110,6 @@ pub struct AgentRunner {
     model_calls: Arc<ModelCalls>,
     /// The most tool calls of one answer that run at once (at least 1).
     concurrent_tool_calls: usize,
-}
-
-/// Undoes an unfinished turn when dropped: the conversation goes back to its length before the
-/// turn and the agent to Idle.
-struct TurnGuard {
-    agent: Arc<Agent>,
-    length_before: usize,
-    added_messages: u64,
-    finished: bool,
-}
-
-impl TurnGuard {
-    /// Keeps the turn: dropped from now on, the guard undoes nothing.
-    fn keep(&mut self) {
-        self.finished = true;
-    }
-}
-
-impl Drop for TurnGuard {
-    fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        let mut data = self.agent.data();
-        data.truncate(self.length_before);
-        data.status.messages_processed = data
-            .status
-            .messages_processed
-            .saturating_sub(self.added_messages);
-        data.force_state(
-            AgentState::Idle,
-            "turn did not finish (cancelled or failed); conversation restored",
-        );
-        data.busy = false;
-    }
 }
 
 /// The tools an agent may use, under the function names the model sees.
@@ -352,23 +333,93 @@ impl AgentRunner {
                 });
             }
             data.busy = true;
-            let guard = TurnGuard {
-                agent: Arc::clone(&agent),
-                length_before: data.len(),
-                added_messages: request.messages.len() as u64,
-                finished: false,
-            };
+            let guard = TurnGuard::new(
+                Arc::clone(&agent),
+                Arc::clone(&self.store),
+                data.len(),
+                request.messages.len() as u64,
+            );
             for message in &request.messages {
                 data.push(message.clone());
             }
             data.status.messages_processed += request.messages.len() as u64;
             guard
         };
-        Self::step(&agent, AgentState::Thinking, "", events)?;
-        let catalog = self.catalog(&agent, &request.messages).await;
+        let answered = self
+            .converse(&agent, &request, correlation_id, trace, events)
+            .await;
+        let Answered {
+            final_content,
+            model,
+            usage,
+            tool_calls,
+        } = match answered {
+            Ok(answered) => answered,
+            Err(error) => {
+                guard.give_up().await;
+                return Err(error);
+            }
+        };
+        let content = if final_content.trim().is_empty() {
+            "(the model gave no answer)".to_owned()
+        } else {
+            final_content
+        };
+        let message = CanonicalMessage::new(Role::Assistant, content);
+        // The answer joins the conversation and the agent goes back to Idle, saved, then the
+        // turn is final, even if the caller goes away meanwhile; a turn that cannot be saved is
+        // undone (the guard) and fails. Kept in memory only, the agent is Idle and free again
+        // at once (under one lock), as a caller waiting for Idle expects.
+        let store = Arc::clone(&self.store);
+        let (answer, events) = (message.clone(), events.cloned());
+        self.store
+            .finish(move || {
+                let mut data = guard.agent().data();
+                data.push(answer);
+                data.transition(AgentState::Idle, "")?;
+                if let Some(last) = data.transitions.back() {
+                    Self::emit(events.as_ref(), TurnEvent::Transition(last.clone()));
+                }
+                if store.keeps_files() {
+                    drop(data);
+                    if let Err(error) = store.save(guard.agent()) {
+                        guard.undo_unsaved();
+                        return Err(error);
+                    }
+                    data = guard.agent().data();
+                }
+                data.busy = false;
+                data.enforce_bound(store.max_messages(), store.max_conversation_bytes());
+                drop(data);
+                guard.keep();
+                Ok(())
+            })
+            .await?;
+        Ok(TurnOutcome {
+            response: ChatCompletionResponse {
+                message,
+                model,
+                usage,
+            },
+            tool_calls,
+        })
+    }
+
+    /// The model calls and tool calls of a turn of `agent` (busy, the caller's messages added):
+    /// its final answer, or the error that ends it.
+    async fn converse(
+        &self,
+        agent: &Agent,
+        request: &ChatCompletionRequest,
+        correlation_id: &str,
+        trace: Option<&TraceContext>,
+        events: Option<&UnboundedSender<TurnEvent>>,
+    ) -> Result<Answered, AgentError> {
+        Self::step(agent, AgentState::Thinking, "", events)?;
+        let catalog = self.catalog(agent, &request.messages).await;
         let first = self
             .ask_model(
-                Self::model_request(&agent, &request, catalog.offered.clone()),
+                Self::model_request(agent, request, catalog.offered.clone()),
                 trace,
                 events,
             )
@@ -376,9 +427,9 @@ impl AgentRunner {
         let mut usage = first.usage;
         let mut tool_calls = Vec::new();
         let (final_content, model) = if first.tool_calls.is_empty() {
-            Self::step(&agent, AgentState::ToolCall, "no tool calls", events)?;
+            Self::step(agent, AgentState::ToolCall, "no tool calls", events)?;
             Self::step(
-                &agent,
+                agent,
                 AgentState::Reflecting,
                 "nothing to reflect on",
                 events,
@@ -388,7 +439,7 @@ impl AgentRunner {
             agent
                 .data()
                 .push(tool_call_message(&first.content, &first.tool_calls));
-            Self::step(&agent, AgentState::ToolCall, "", events)?;
+            Self::step(agent, AgentState::ToolCall, "", events)?;
             // The calls of one answer run at once (a model asks for several in one answer when
             // they do not depend on each other); their results join the conversation, and are
             // reported, in the order the model asked for them.
@@ -396,7 +447,7 @@ impl AgentRunner {
             let asked = &first.tool_calls;
             let mut calls = futures_util::stream::iter(0..asked.len())
                 .map(|index| {
-                    let (agent, catalog) = (&agent, &catalog);
+                    let catalog = &catalog;
                     async move {
                         let call = &asked[index];
                         let called = self
@@ -413,10 +464,10 @@ impl AgentRunner {
                 tool_calls.push(summary);
             }
             drop(calls);
-            Self::step(&agent, AgentState::Reflecting, "", events)?;
+            Self::step(agent, AgentState::Reflecting, "", events)?;
             let second = self
                 .ask_model(
-                    Self::model_request(&agent, &request, Vec::new()),
+                    Self::model_request(agent, request, Vec::new()),
                     trace,
                     events,
                 )
@@ -427,44 +478,10 @@ impl AgentRunner {
             };
             (second.content, second.model)
         };
-        let content = if final_content.trim().is_empty() {
-            "(the model gave no answer)".to_owned()
-        } else {
-            final_content
-        };
-        let message = CanonicalMessage::new(Role::Assistant, content);
-        // The answer joins the conversation and the agent goes back to Idle, saved, then the
-        // turn is final, even if the caller goes away meanwhile; a turn that cannot be saved is
-        // undone (the guard) and fails. Kept in memory only, the agent is Idle and free again
-        // at once (under one lock), as a caller waiting for Idle expects.
-        let store = Arc::clone(&self.store);
-        let (answer, events) = (message.clone(), events.cloned());
-        self.store
-            .finish(move || {
-                let mut data = guard.agent.data();
-                data.push(answer);
-                data.transition(AgentState::Idle, "")?;
-                if let Some(last) = data.transitions.back() {
-                    Self::emit(events.as_ref(), TurnEvent::Transition(last.clone()));
-                }
-                if store.keeps_files() {
-                    drop(data);
-                    store.save(&guard.agent)?;
-                    data = guard.agent.data();
-                }
-                data.busy = false;
-                data.enforce_bound(store.max_messages(), store.max_conversation_bytes());
-                drop(data);
-                guard.keep();
-                Ok(())
-            })
-            .await?;
-        Ok(TurnOutcome {
-            response: ChatCompletionResponse {
-                message,
-                model,
-                usage,
-            },
+        Ok(Answered {
+            final_content,
+            model,
+            usage,
             tool_calls,
         })
     }

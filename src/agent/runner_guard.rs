@@ -1,0 +1,216 @@
+//! Undoing a turn that does not finish: [`TurnGuard`].
+
+use std::sync::Arc;
+
+use crate::agent::store::{Agent, AgentStore};
+use crate::agent::types::AgentState;
+
+/// The note on the transition back to Idle of a turn that did not finish.
+const UNDONE: &str = "turn did not finish (cancelled or failed); conversation restored";
+
+/// Undoes an unfinished turn: the conversation goes back to its length before the turn and the
+/// agent to Idle, and (when agents are kept on disk) the agent is saved so, its history noting
+/// the undone turn. A turn that fails is undone by [`TurnGuard::give_up`], before its error is
+/// answered; one whose caller goes away, when the guard is dropped.
+pub(super) struct TurnGuard {
+    agent: Arc<Agent>,
+    store: Arc<AgentStore>,
+    length_before: usize,
+    added_messages: u64,
+    finished: bool,
+}
+
+impl TurnGuard {
+    /// Guards the turn `agent` (busy) has begun with a conversation of `length_before`
+    /// messages, to which it adds `added_messages` from the caller.
+    pub(super) fn new(
+        agent: Arc<Agent>,
+        store: Arc<AgentStore>,
+        length_before: usize,
+        added_messages: u64,
+    ) -> Self {
+        Self {
+            agent,
+            store,
+            length_before,
+            added_messages,
+            finished: false,
+        }
+    }
+
+    /// The agent whose turn this is.
+    pub(super) fn agent(&self) -> &Arc<Agent> {
+        &self.agent
+    }
+
+    /// Keeps the turn: dropped from now on, the guard undoes nothing.
+    pub(super) fn keep(&mut self) {
+        self.finished = true;
+    }
+
+    /// Undoes the turn in memory and frees the agent, without saving: for a turn whose own
+    /// save failed, so that its file still holds the agent as it was before the turn.
+    pub(super) fn undo_unsaved(&mut self) {
+        self.undo();
+        self.agent.data().busy = false;
+    }
+
+    /// Undoes the failed turn, saves the agent so and frees it, even if the caller goes away
+    /// meanwhile.
+    pub(super) async fn give_up(self) {
+        let store = Arc::clone(&self.store);
+        // The undoing's own save failing is logged and counted by the store; the turn's error
+        // is what the caller is told.
+        let _ = store
+            .finish(move || {
+                self.undo_and_save();
+                Ok(())
+            })
+            .await;
+    }
+
+    /// Puts the conversation, the count of messages and the state back (the agent stays busy).
+    fn undo(&mut self) {
+        self.finished = true;
+        let mut data = self.agent.data();
+        data.truncate(self.length_before);
+        data.status.messages_processed = data
+            .status
+            .messages_processed
+            .saturating_sub(self.added_messages);
+        data.force_state(AgentState::Idle, UNDONE);
+    }
+
+    /// Undoes the turn, saves the agent (a save that fails leaves its file as it was before
+    /// the turn, since the turn saves nothing until it finishes) and frees it. Blocks when
+    /// agents are kept on disk.
+    fn undo_and_save(mut self) {
+        self.undo();
+        let _ = self.store.save(&self.agent);
+        self.agent.data().busy = false;
+    }
+}
+
+impl Drop for TurnGuard {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let rest = Self {
+            agent: Arc::clone(&self.agent),
+            store: Arc::clone(&self.store),
+            length_before: self.length_before,
+            added_messages: self.added_messages,
+            finished: false,
+        };
+        self.finished = true;
+        // The caller went away: the agent is saved on a blocking thread, and stays busy until
+        // then (so no later change's save can be overtaken by this one's).
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if self.store.keeps_files() => {
+                runtime.spawn_blocking(move || rest.undo_and_save());
+            }
+            _ => {
+                let mut rest = rest;
+                rest.undo_unsaved();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::store::{AgentConfig, AgentFiles};
+    use crate::agent::types::{CanonicalMessage, Role};
+    use crate::envelope::TenantId;
+    use std::path::Path;
+
+    fn kept_in(directory: &Path) -> Arc<AgentStore> {
+        Arc::new(
+            AgentStore::new(100, 0, 0)
+                .kept_in(directory)
+                .expect("agents read"),
+        )
+    }
+
+    /// An agent of `store` in the middle of a turn (busy, Thinking, one message added) and the
+    /// turn's guard.
+    async fn turn_begun(store: &Arc<AgentStore>) -> (Arc<Agent>, TurnGuard) {
+        let config = AgentConfig {
+            name: "helper".to_owned(),
+            model: None,
+            system_prompt: None,
+            allowed_tools: None,
+        };
+        let agent = (store.create(TenantId(1), config).await).expect("created");
+        let mut data = agent.data();
+        data.busy = true;
+        let guard = TurnGuard::new(Arc::clone(&agent), Arc::clone(store), data.len(), 1);
+        data.push(CanonicalMessage::new(Role::User, "hello".to_owned()));
+        data.status.messages_processed += 1;
+        data.transition(AgentState::Thinking, "")
+            .expect("idle -> thinking");
+        drop(data);
+        (agent, guard)
+    }
+
+    /// The agent as its file holds it: state, messages processed, conversation length and the
+    /// last transition's note.
+    fn as_saved(directory: &Path) -> (AgentState, u64, usize, String) {
+        let agents = AgentFiles::read(directory).expect("agents read");
+        let [agent] = agents.as_slice() else {
+            panic!("one agent kept, not {}", agents.len());
+        };
+        let data = agent.data();
+        let note = data.transitions.back().map(|last| last.note.clone());
+        let saved = (data.status.state, data.status.messages_processed);
+        (saved.0, saved.1, data.len(), note.unwrap_or_default())
+    }
+
+    /// A failed turn given up is undone, saved so (its history noting it) and the agent freed
+    /// before `give_up` returns.
+    #[tokio::test]
+    async fn a_failed_turn_is_saved_undone_before_its_error_is_answered() {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let store = kept_in(directory.path());
+        let (agent, guard) = turn_begun(&store).await;
+        guard.give_up().await;
+        assert!(!agent.data().busy);
+        assert_eq!(agent.data().len(), 0);
+        let saved = as_saved(directory.path());
+        assert_eq!(saved, (AgentState::Idle, 0, 0, UNDONE.to_owned()));
+    }
+
+    /// A turn whose caller goes away (its guard dropped) is undone and saved so on a blocking
+    /// thread; the agent stays busy until it is saved.
+    #[tokio::test]
+    async fn a_turn_whose_caller_goes_away_is_saved_undone() {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let store = kept_in(directory.path());
+        let (agent, guard) = turn_begun(&store).await;
+        drop(guard);
+        for _ in 0..1000 {
+            if !agent.data().busy {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(!agent.data().busy, "freed once saved");
+        assert_eq!(agent.data().status.state, AgentState::Idle);
+        let saved = as_saved(directory.path());
+        assert_eq!(saved, (AgentState::Idle, 0, 0, UNDONE.to_owned()));
+    }
+
+    /// Kept in memory only, a dropped guard undoes the turn and frees the agent at once.
+    #[tokio::test]
+    async fn in_memory_a_dropped_turn_is_undone_at_once() {
+        let store = Arc::new(AgentStore::new(100, 0, 0));
+        let (agent, guard) = turn_begun(&store).await;
+        drop(guard);
+        let data = agent.data();
+        assert!(!data.busy);
+        assert_eq!((data.status.state, data.len()), (AgentState::Idle, 0));
+        assert_eq!(data.transitions.back().expect("noted").note, UNDONE);
+    }
+}
