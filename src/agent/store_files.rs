@@ -14,7 +14,7 @@
 //! part (see [`AgentStore::finish`]).
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -68,6 +68,22 @@ pub enum AgentFilesError {
         path: PathBuf,
         /// What is wrong with it.
         problem: String,
+    },
+    /// Two files hold agents that cannot both be a tenant's: the same name, or the same place
+    /// in its listing (creation order).
+    #[error(
+        "agents_path {path}: tenant {tenant} has another agent {clash}, in {other}; move one of \
+         the two files away to start without that agent"
+    )]
+    Clash {
+        /// The file of the agent created later.
+        path: PathBuf,
+        /// The file of the other agent.
+        other: PathBuf,
+        /// Their tenant.
+        tenant: TenantId,
+        /// What they share (`named "NAME"`, `of creation order N`).
+        clash: String,
     },
 }
 
@@ -138,7 +154,34 @@ impl AgentFiles {
             agents.push(agent);
         }
         agents.sort_by_key(|agent| agent.order);
+        Self::check_no_clash(directory, &agents)?;
         Ok(agents)
+    }
+
+    /// Refuses `agents` (in creation order) when two of one tenant share a name or a creation
+    /// order, naming both files.
+    fn check_no_clash(directory: &Path, agents: &[Agent]) -> Result<(), AgentFilesError> {
+        let mut names = HashMap::new();
+        let mut orders = HashMap::new();
+        for agent in agents {
+            let (tenant, name) = (agent.tenant, agent.config.name.as_str());
+            let clash = if let Some(other) = names.insert((tenant, name), agent.id) {
+                Some((other, format!("named {name:?}")))
+            } else {
+                (orders.insert((tenant, agent.order), agent.id))
+                    .map(|other| (other, format!("of creation order {}", agent.order)))
+            };
+            if let Some((other, clash)) = clash {
+                let path = |id| directory.join(format!("{id}.json"));
+                return Err(AgentFilesError::Clash {
+                    path: path(agent.id),
+                    other: path(other),
+                    tenant,
+                    clash,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Opens `directory` (created when missing) and locks it for this server (refused when
@@ -264,18 +307,6 @@ impl AgentStore {
         let tenants = self.tenants.get_mut().unwrap_or_else(|p| p.into_inner());
         for agent in agents {
             let agents = tenants.entry(agent.tenant).or_default();
-            let clash = if agents.by_name.contains_key(&agent.config.name) {
-                Some(format!("named {:?}", agent.config.name))
-            } else {
-                (agents.by_order.contains_key(&agent.order))
-                    .then(|| format!("of creation order {}", agent.order))
-            };
-            if let Some(clash) = clash {
-                return Err(AgentFilesError::Unreadable {
-                    path: files.path(agent.id),
-                    problem: format!("tenant {} has another agent {clash}", agent.tenant),
-                });
-            }
             agent
                 .data()
                 .enforce_bound(self.max_messages, self.max_conversation_bytes);

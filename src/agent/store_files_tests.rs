@@ -234,7 +234,7 @@ fn a_file_must_hold_the_agent_it_is_named_for() {
 }
 
 /// Two files that cannot both be agents of one tenant (the same name, or the same place in
-/// the listing) stop the start, naming the second.
+/// the listing) stop the start, and fail the reading `config check` does, naming both.
 #[tokio::test]
 async fn agents_that_clash_stop_the_start() {
     let directory = tempfile::tempdir().expect("temporary directory");
@@ -251,10 +251,22 @@ async fn agents_that_clash_stop_the_start() {
         let path = directory.path().join(format!("{copy}.json"));
         std::fs::write(&path, copied).expect("written");
         let refused = AgentStore::new(100, 0, 0).kept_in(directory.path());
-        let Err(AgentFilesError::Unreadable { problem, .. }) = refused else {
+        let Err(AgentFilesError::Clash {
+            path: one, other, ..
+        }) = refused
+        else {
             panic!("the clash should stop the start: {refused:?}");
         };
-        assert!(problem.contains("has another agent"), "{problem}");
+        let mut named = [one, other];
+        named.sort();
+        let mut both = [original.clone(), path.clone()];
+        both.sort();
+        assert_eq!(named, both);
+        let checked = AgentFiles::read(directory.path());
+        assert!(
+            matches!(checked, Err(AgentFilesError::Clash { .. })),
+            "{checked:?}"
+        );
         std::fs::remove_file(&path).expect("removed");
     }
 }
