@@ -70,3 +70,13 @@ pub fn content_sha256(record: &InvocationRecord) -> String {
         .expect("a record always serializes");
     hasher.finish_hex()
 }
+
+/// A record's time as RFC 3339 text with nanoseconds, as its line holds it.
+pub(super) fn rfc3339(time: std::time::SystemTime) -> String {
+    use std::fmt::Write;
+    // Room for the 30 characters written ("2026-11-23T10:51:47.022761783Z"), so that the
+    // string is allocated once rather than grown.
+    let mut text = String::with_capacity(30);
+    let _ = write!(text, "{}", humantime::format_rfc3339_nanos(time));
+    text
+}

@@ -9,7 +9,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::record_sync::sync_directory_of;
 use super::records::InvocationRecord;
 
 /// Where the log's lines go: a file, or a stand-in in unit tests.
@@ -18,15 +20,30 @@ pub(super) trait Sink: Write {
     fn truncate(&mut self, len: u64) -> std::io::Result<()>;
 }
 
-impl Sink for File {
+/// The log's open file, shared with the thread that flushes it to the disk
+/// (`record_sync`).
+#[derive(Debug)]
+pub(super) struct SharedFile(Arc<File>);
+
+impl Write for SharedFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        (&*self.0).write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&*self.0).flush()
+    }
+}
+
+impl Sink for SharedFile {
     fn truncate(&mut self, len: u64) -> std::io::Result<()> {
-        self.set_len(len)
+        self.0.set_len(len)
     }
 }
 
 /// An open record log file, appended to one whole line at a time.
 #[derive(Debug)]
-pub(super) struct LogFile<S = File> {
+pub(super) struct LogFile<S = SharedFile> {
     path: PathBuf,
     sink: S,
     /// The length of the file's whole lines: where the next line starts.
@@ -66,7 +83,17 @@ impl LogFile {
             );
             file.set_len(whole)?;
         }
-        Ok(Self::new(path.to_owned(), file, whole))
+        sync_directory_of(path);
+        Ok(Self::new(
+            path.to_owned(),
+            SharedFile(Arc::new(file)),
+            whole,
+        ))
+    }
+
+    /// The open file, for flushing it to the disk.
+    pub(super) fn shared(&self) -> Arc<File> {
+        Arc::clone(&self.sink.0)
     }
 }
 
@@ -81,6 +108,10 @@ impl LogFile {
                 format!("{} exists already", to.display()),
             ));
         }
+        // The records of the file rotated are on the disk before it is left.
+        if let Err(error) = self.sink.0.sync_data() {
+            tracing::error!(path = %self.path.display(), %error, "cannot flush the invocation record log to the disk before rotating it");
+        }
         std::fs::rename(&self.path, to)?;
         let opened = OpenOptions::new()
             .create(true)
@@ -89,7 +120,8 @@ impl LogFile {
             .open(&self.path);
         match opened {
             Ok(file) => {
-                self.sink = file;
+                sync_directory_of(&self.path);
+                self.sink = SharedFile(Arc::new(file));
                 self.len = 0;
                 self.damaged = false;
                 Ok(())

@@ -12,6 +12,7 @@
 //! memory that serves listing. A new process opening an existing file continues its chain and
 //! loads the latest records back for listing, from the rotated files too when needed.
 //! A file past its size is rotated (see [`RecordLog::open`]); the chain runs on across files.
+//! The file is flushed to the disk by a thread of its own (`record_sync`).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -20,12 +21,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use super::audit::{ChainBroken, ChainCheck};
+use super::record_canonical::rfc3339;
 pub use super::record_canonical::{content_sha256, record_line};
 pub(super) use super::record_file::parse_line;
 use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
 pub use super::record_filter::RecordFilter;
 use super::record_lookup::CurrentFile;
 use super::record_stats::InvocationStats;
+use super::record_sync::RecordSync;
 use crate::envelope::TenantId;
 
 /// The previous-record hash of the first record.
@@ -198,15 +201,8 @@ pub struct RecordLog {
     state: Mutex<LogState>,
     /// Held while a lookup reads the files (`record_lookup`): one at a time.
     file_lookups: Mutex<()>,
-}
-
-fn rfc3339(time: std::time::SystemTime) -> String {
-    use std::fmt::Write;
-    // Room for the 30 characters written ("2026-11-23T10:51:47.022761783Z"), so that the
-    // string is allocated once rather than grown.
-    let mut text = String::with_capacity(30);
-    let _ = write!(text, "{}", humantime::format_rfc3339_nanos(time));
-    text
+    /// Flushes the file to the disk, when there is one.
+    sync: Option<RecordSync>,
 }
 
 impl RecordLog {
@@ -224,6 +220,7 @@ impl RecordLog {
                 stats: InvocationStats::default(),
             }),
             file_lookups: Mutex::new(()),
+            sync: None,
         }
     }
 
@@ -241,7 +238,7 @@ impl RecordLog {
             let path = path.to_owned();
             move |source| RecordError::Io { path, source }
         };
-        let log = Self::in_memory(capacity);
+        let mut log = Self::in_memory(capacity);
         let mut chain = ChainCheck::default();
         let rotated = rotated_files(path).map_err(io(path))?;
         if let Some(newest) = rotated.last()
@@ -293,6 +290,8 @@ impl RecordLog {
         if let Some(problem) = broken {
             tracing::warn!(path = %path.display(), %problem, "existing invocation record log does not verify; continuing its chain from the last line");
         }
+        let written = log.lock().next_sequence - 1;
+        log.sync = Some(RecordSync::start(file.shared(), written).map_err(io(path))?);
         let mut state = log.lock();
         state.file = Some(file);
         fill_ring_from_rotated(&mut state, &rotated);
@@ -349,7 +348,12 @@ impl RecordLog {
             if state.rotate_bytes > 0 && file.len() > 0 && size > state.rotate_bytes {
                 let to = rotated_path(file.path(), state.file_first_sequence);
                 match file.rotate(&to) {
-                    Ok(()) => tracing::info!(to = %to.display(), "invocation record log rotated"),
+                    Ok(()) => {
+                        if let Some(sync) = &self.sync {
+                            sync.switch(file.shared());
+                        }
+                        tracing::info!(to = %to.display(), "invocation record log rotated");
+                    }
                     // The record still goes to the current file; rotation is tried again on
                     // the next one.
                     Err(error) => {
@@ -366,6 +370,9 @@ impl RecordLog {
                     path: file.path().to_owned(),
                     source,
                 });
+            }
+            if let Some(sync) = &self.sync {
+                sync.written(record.sequence);
             }
         }
         state.stats.observe(record.status, record.duration_us);

@@ -396,3 +396,26 @@ fn listing_the_files_stops_at_its_budget_and_goes_on_from_there() {
     assert_eq!(limited.records[0].sequence, 6);
     assert_eq!(limited.records.len(), 1);
 }
+
+/// A log with a file flushes what it writes to the disk (within about a second, by its own
+/// thread), across a rotation too; a reopened log counts what the file held as flushed.
+#[test]
+fn written_records_are_flushed_to_the_disk() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("records.jsonl");
+    let log = RecordLog::open(&path, 10, line_size() * 5 / 2).expect("open");
+    let synced = |log: &RecordLog| log.sync.as_ref().expect("a file to flush").synced();
+    assert_eq!(synced(&log), 0);
+    for _ in 0..3 {
+        log.append(draft("t")).expect("append");
+    }
+    assert_eq!(sequences(&rotated_path(&path, 1)), [1, 2], "rotated");
+    let waited = std::time::Instant::now();
+    while synced(&log) < 3 && waited.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(synced(&log), 3);
+    drop(log);
+    assert_eq!(synced(&RecordLog::open(&path, 10, 0).expect("reopen")), 3);
+    assert!(RecordLog::in_memory(10).sync.is_none());
+}
