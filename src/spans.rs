@@ -248,8 +248,8 @@ impl ExportedSpan {
 
     /// Ends a [`Spans::model_call`] span with the model that answered, the tokens it counted
     /// (prompt, completion) and the attempts it took (`toolplane.model.attempts`), or with the
-    /// error (whose message says at which attempt it failed).
-    pub fn end_model_call(mut self, outcome: Result<ModelAnswer<'_>, String>) {
+    /// error and the attempts made before it.
+    pub fn end_model_call(mut self, outcome: Result<ModelAnswer<'_>, (&str, u32)>) {
         match outcome {
             Ok(answer) => {
                 self.span.set_attributes([
@@ -263,10 +263,12 @@ impl ExportedSpan {
                     ]);
                 }
             }
-            Err(error) => {
-                self.span
-                    .set_attribute(KeyValue::new("error.type", "model_error"));
-                self.span.set_status(Status::error(error));
+            Err((error, attempts)) => {
+                self.span.set_attributes([
+                    KeyValue::new("error.type", "model_error"),
+                    KeyValue::new("toolplane.model.attempts", i64::from(attempts)),
+                ]);
+                self.span.set_status(Status::error(error.to_owned()));
             }
         }
         self.span.end();

@@ -101,11 +101,11 @@ async fn an_answer_larger_than_toolplane_reads_fails_the_model_call() {
         .complete(request.clone())
         .await
         .expect_err("too large");
-    assert!(refused.0.contains(&too_large), "{}", refused.0);
+    assert!(refused.message.contains(&too_large), "{}", refused.message);
     let refused = last_streamed(&client, request)
         .await
         .expect_err("too large");
-    assert!(refused.0.contains(&too_large), "{}", refused.0);
+    assert!(refused.message.contains(&too_large), "{}", refused.message);
 }
 
 /// A streamed answer toolplane will not use fails the model call, read through the client or
@@ -131,7 +131,7 @@ async fn a_streamed_answer_toolplane_will_not_use_fails_the_model_call() {
         let client = OpenAiClient::new(config(start_mock(mock.clone()).await)).expect("client");
         let request = asking("call everything");
         let refused = last_streamed(&client, request).await.expect_err("not used");
-        assert!(refused.0.contains(said), "{}", refused.0);
+        assert!(refused.message.contains(said), "{}", refused.message);
 
         let (server, _provider) = agent_server(mock).await;
         let mut agents = agent_fixture::agents(&server).await;
@@ -194,15 +194,23 @@ async fn a_model_call_is_tried_again_after_a_rate_limit_or_a_server_error() {
             }
             Some(said) if status == StatusCode::BAD_REQUEST => {
                 let error = outcome.expect_err("refused");
-                assert!(error.0.contains(said), "{}", error.0);
-                assert!(!error.0.contains("attempt"), "{}", error.0);
-                assert_eq!(requests, 1, "a refusal is not tried again");
+                assert!(error.message.contains(said), "{}", error.message);
+                assert!(!error.message.contains("attempt"), "{}", error.message);
+                assert_eq!(
+                    (requests, error.attempts),
+                    (1, 1),
+                    "a refusal is not tried again"
+                );
             }
             Some(said) => {
                 let error = outcome.expect_err("every attempt failed");
-                assert!(error.0.contains(said), "{}", error.0);
-                assert!(error.0.contains("at attempt 3"), "{}", error.0);
-                assert_eq!(requests, 3, "the first attempt and two more");
+                assert!(error.message.contains(said), "{}", error.message);
+                assert!(error.message.contains("at attempt 3"), "{}", error.message);
+                assert_eq!(
+                    (requests, error.attempts),
+                    (3, 3),
+                    "the first attempt and two more"
+                );
             }
         }
     }
@@ -228,10 +236,11 @@ async fn a_model_call_is_tried_again_after_a_rate_limit_or_a_server_error() {
         .await
         .expect_err("nobody listens");
     assert!(
-        error.0.contains("cannot reach") && error.0.contains("at attempt 3"),
+        error.message.contains("cannot reach") && error.message.contains("at attempt 3"),
         "{}",
-        error.0
+        error.message
     );
+    assert_eq!(error.attempts, 3);
 
     let (server, _provider, metrics) = agent_server_with_metrics(Mock {
         misbehaving: Misbehaviour::FailsFirst {

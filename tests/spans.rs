@@ -343,8 +343,9 @@ async fn a_failed_model_call_is_an_error_span() {
     );
 }
 
-/// A model call answered after a failed attempt was made again says so on its span
-/// (`toolplane.model.attempts` 2); one answered at once, 1.
+/// A model call's span counts the attempts it made (`toolplane.model.attempts`): a call that
+/// failed at every attempt (3, the first and two made again), one answered after a failed
+/// attempt was made again (2), and one answered at once (1).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_model_call_made_again_counts_its_attempts_on_its_span() {
     use common::agent_fixture::{agents, complete_request, create};
@@ -353,7 +354,7 @@ async fn a_model_call_made_again_counts_its_attempts_on_its_span() {
     let mock = Mock {
         misbehaving: Misbehaviour::FailsFirst {
             status: reqwest::StatusCode::SERVICE_UNAVAILABLE,
-            times: 1,
+            times: 4,
         },
         ..Mock::default()
     };
@@ -370,14 +371,22 @@ async fn a_model_call_made_again_counts_its_attempts_on_its_span() {
     let mut client = agents(&setup.server).await;
     create(&mut client, "helper", &[]).await;
     client
+        .complete(complete_request("helper", "hello", "failed-turn"))
+        .await
+        .expect_err("every attempt failed");
+    client
         .complete(complete_request("helper", "hello", "retried-turn"))
         .await
         .expect("answered at the second attempt");
     let spans = stop_and_collect(setup, &collector, collector_task).await;
 
-    // The turn's two model calls: asking (retried once), then reflecting.
-    let attempts: Vec<_> = (named(&spans, "chat").into_iter())
+    // The failed turn's call, then the second turn's two: asking (retried once), reflecting.
+    let mut calls = named(&spans, "chat");
+    calls.sort_by_key(|call| call.start_time_unix_nano);
+    let attempts: Vec<_> = (calls.iter())
         .map(|call| int_attribute(call, "toolplane.model.attempts"))
         .collect();
-    assert_eq!(attempts, [Some(2), Some(1)], "{spans:#?}");
+    assert_eq!(attempts, [Some(3), Some(2), Some(1)], "{spans:#?}");
+    let failed = calls[0].status.as_ref().expect("a status");
+    assert!(failed.message.contains("at attempt 3"), "{failed:?}");
 }

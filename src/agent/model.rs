@@ -91,8 +91,29 @@ pub enum StreamEvent {
 
 /// A model provider failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ModelError(pub String);
+#[error("{message}")]
+pub struct ModelError {
+    /// What went wrong.
+    pub message: String,
+    /// How many times the model server was asked (more than 1 when attempts were made again).
+    pub attempts: u32,
+}
+
+impl ModelError {
+    /// A failure at the first attempt.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            attempts: 1,
+        }
+    }
+
+    /// The same failure, of a call that asked the model server `attempts` times.
+    #[must_use]
+    pub fn after(self, attempts: u32) -> Self {
+        Self { attempts, ..self }
+    }
+}
 
 /// A chat model.
 #[async_trait::async_trait]

@@ -113,7 +113,7 @@ impl OpenAiClient {
         let http = http_client_builder(None)
             .timeout(config.timeout)
             .build()
-            .map_err(|e| ModelError(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(|e| ModelError::new(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             config,
             http,
@@ -188,10 +188,11 @@ impl OpenAiClient {
                 }
             };
             if !retried || attempts > self.config.max_retries {
-                return Err(ModelError(match attempts {
+                let error = match attempts {
                     1 => error,
                     _ => format!("{error} (at attempt {attempts}; every attempt failed)"),
-                }));
+                };
+                return Err(ModelError::new(error).after(attempts));
             }
             if let Some(calls) = &self.calls {
                 calls.retried();
@@ -251,37 +252,8 @@ impl LlmProvider for OpenAiClient {
         let (mut response, attempts) = self
             .post(&self.body(&request, false), request.trace.as_ref())
             .await?;
-        let body = crate::http_answers::body_within(&mut response, MAX_ANSWER_BYTES)
-            .await
-            .map_err(|e| ModelError(format!("the answer could not be read: {e}")))?
-            .ok_or_else(too_large)?;
-        let answer = parse_answer(&body)
-            .map_err(|e| ModelError(format!("the answer is not a chat-completions answer: {e}")))?;
-        if let Some(error) = reported_error(&answer) {
-            return Err(ModelError(format!(
-                "the model server answered with an error: {error}"
-            )));
-        }
-        let usage = answer.usage.as_ref().and_then(|u| u.counted());
-        let Some(message) = answer
-            .choices
-            .and_then(|c| c.into_iter().next())
-            .and_then(|c| c.message)
-        else {
-            // Only now is the answer read as a tree, to show what it holds instead.
-            let shown = serde_json::from_slice(&body).unwrap_or_default();
-            return Err(ModelError(format!(
-                "the answer has no choices[0].message: {}",
-                crate::shown::shown_json(&shown)
-            )));
-        };
-        Ok(ModelReply {
-            content: message.content,
-            tool_calls: tool_call_requests(message.tool_calls),
-            model: answer.model.unwrap_or_else(|| self.config.model.clone()),
-            usage,
-            attempts,
-        })
+        let answered = self.answer_of(&mut response, attempts).await;
+        answered.map_err(|error| error.after(attempts))
     }
 
     async fn stream(
@@ -302,9 +274,52 @@ impl LlmProvider for OpenAiClient {
     }
 }
 
+impl OpenAiClient {
+    /// The reply in `response` (a success, which came at attempt `attempts`), or why it cannot
+    /// be used.
+    async fn answer_of(
+        &self,
+        response: &mut reqwest::Response,
+        attempts: u32,
+    ) -> Result<ModelReply, ModelError> {
+        let body = crate::http_answers::body_within(response, MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| ModelError::new(format!("the answer could not be read: {e}")))?
+            .ok_or_else(too_large)?;
+        let answer = parse_answer(&body).map_err(|e| {
+            ModelError::new(format!("the answer is not a chat-completions answer: {e}"))
+        })?;
+        if let Some(error) = reported_error(&answer) {
+            return Err(ModelError::new(format!(
+                "the model server answered with an error: {error}"
+            )));
+        }
+        let usage = answer.usage.as_ref().and_then(|u| u.counted());
+        let Some(message) = answer
+            .choices
+            .and_then(|c| c.into_iter().next())
+            .and_then(|c| c.message)
+        else {
+            // Only now is the answer read as a tree, to show what it holds instead.
+            let shown = serde_json::from_slice(&body).unwrap_or_default();
+            return Err(ModelError::new(format!(
+                "the answer has no choices[0].message: {}",
+                crate::shown::shown_json(&shown)
+            )));
+        };
+        Ok(ModelReply {
+            content: message.content,
+            tool_calls: tool_call_requests(message.tool_calls),
+            model: answer.model.unwrap_or_else(|| self.config.model.clone()),
+            usage,
+            attempts,
+        })
+    }
+}
+
 /// The failure of a model call whose answer is over [`MAX_ANSWER_BYTES`].
 pub(super) fn too_large() -> ModelError {
-    ModelError(format!(
+    ModelError::new(format!(
         "the answer is larger than {} MiB, more than toolplane reads of a model's answer",
         MAX_ANSWER_BYTES >> 20
     ))

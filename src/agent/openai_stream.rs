@@ -164,7 +164,7 @@ impl Gathered {
             // The turn refuses such an answer: its reading stops here rather than gathering
             // every call first.
             let asked = format!("more than {MAX_TOOL_CALLS_PER_TURN}");
-            return Err(ModelError(too_many_tool_calls(&asked)));
+            return Err(ModelError::new(too_many_tool_calls(&asked)));
         }
         Ok(delta.content)
     }
@@ -190,7 +190,7 @@ impl Gathered {
 }
 
 fn reported_mid_answer(error: &str) -> ModelError {
-    ModelError(format!(
+    ModelError::new(format!(
         "the model server reported an error mid-answer: {error}"
     ))
 }
@@ -207,7 +207,7 @@ pub(super) async fn read_events(
     let last = match gather(&mut response, &sender).await {
         Ok(Some(gathered)) => Ok(StreamEvent::Done(gathered.reply(model, attempts))),
         Ok(None) => return,
-        Err(error) => Err(error),
+        Err(error) => Err(error.after(attempts)),
     };
     let _ = sender.send(last).await;
 }
@@ -225,7 +225,7 @@ async fn gather(
         let bytes = response
             .chunk()
             .await
-            .map_err(|e| ModelError(format!("the answer could not be read: {e}")))?;
+            .map_err(|e| ModelError::new(format!("the answer could not be read: {e}")))?;
         let Some(bytes) = bytes else { break };
         read += bytes.len();
         if read > MAX_ANSWER_BYTES {
@@ -248,7 +248,7 @@ async fn gather(
             }
             events += 1;
             let chunk = parse_answer(data.as_bytes()).map_err(|e| {
-                ModelError(format!(
+                ModelError::new(format!(
                     "event {events} of the answer is not a chat-completions chunk: {e}"
                 ))
             })?;
@@ -261,10 +261,9 @@ async fn gather(
     if gathered.finished {
         Ok(Some(gathered))
     } else {
-        Err(ModelError(
+        Err(ModelError::new(
             "the answer's event stream ended before the answer was finished (no chunk had a \
-             finish_reason and no [DONE] came)"
-                .into(),
+             finish_reason and no [DONE] came)",
         ))
     }
 }
@@ -353,6 +352,10 @@ mod tests {
                 serde_json::json!({"error": {"message": "overloaded", "type": "server_error"}}),
             ))
             .expect_err("an error");
-        assert!(error.0.ends_with("mid-answer: overloaded"), "{}", error.0);
+        assert!(
+            error.message.ends_with("mid-answer: overloaded"),
+            "{}",
+            error.message
+        );
     }
 }

@@ -6,7 +6,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::{AgentRunner, TurnEvent};
 use crate::agent::error::AgentError;
-use crate::agent::model::{ModelReply, ModelRequest, OfferedTool, StreamEvent};
+use crate::agent::model::{ModelError, ModelReply, ModelRequest, OfferedTool, StreamEvent};
 use crate::agent::store::Agent;
 use crate::agent::types::{CanonicalMessage, ChatCompletionRequest, Role};
 use crate::spans::ModelAnswer;
@@ -47,7 +47,7 @@ impl AgentRunner {
             .and_then(|reply| {
                 if reply.tool_calls.len() > MAX_TOOL_CALLS_PER_TURN {
                     let asked = reply.tool_calls.len().to_string();
-                    return Err(AgentError::Model(too_many_tool_calls(&asked)));
+                    return Err(ModelError::new(too_many_tool_calls(&asked)).after(reply.attempts));
                 }
                 Ok(reply)
             });
@@ -56,44 +56,37 @@ impl AgentRunner {
             Err(_) => self.model_calls.failed(),
         }
         if let Some(span) = span {
-            span.end_model_call(reply.as_ref().map_err(ToString::to_string).map(|reply| {
-                ModelAnswer {
+            span.end_model_call(match &reply {
+                Ok(reply) => Ok(ModelAnswer {
                     model: &reply.model,
                     tokens: reply
                         .usage
                         .map(|usage| (usage.prompt_tokens, usage.completion_tokens)),
                     attempts: reply.attempts,
-                }
-            }));
+                }),
+                Err(error) => Err((&error.message, error.attempts)),
+            });
         }
-        reply
+        reply.map_err(|error| AgentError::Model(error.message))
     }
 
     async fn ask_model_unspanned(
         &self,
         request: ModelRequest,
         events: Option<&UnboundedSender<TurnEvent>>,
-    ) -> Result<ModelReply, AgentError> {
+    ) -> Result<ModelReply, ModelError> {
         let Some(events) = events else {
-            return self
-                .model
-                .complete(request)
-                .await
-                .map_err(|e| AgentError::Model(e.0));
+            return self.model.complete(request).await;
         };
-        let mut stream = self
-            .model
-            .stream(request)
-            .await
-            .map_err(|e| AgentError::Model(e.0))?;
+        let mut stream = self.model.stream(request).await?;
         while let Some(event) = stream.next().await {
-            match event.map_err(|e| AgentError::Model(e.0))? {
+            match event? {
                 StreamEvent::Delta(text) => Self::emit(Some(events), TurnEvent::Delta(text)),
                 StreamEvent::Done(reply) => return Ok(reply),
             }
         }
-        Err(AgentError::Model(
-            "the model's stream ended without a final answer".to_owned(),
+        Err(ModelError::new(
+            "the model's stream ended without a final answer",
         ))
     }
 
