@@ -57,13 +57,12 @@ impl TurnGuard {
 
     /// Undoes the failed turn, saves the agent so and frees it, even if the caller goes away
     /// meanwhile.
-    pub(super) async fn give_up(self) {
-        let store = Arc::clone(&self.store);
-        // The undoing's own save failing is logged and counted by the store; the turn's error
-        // is what the caller is told.
-        let _ = store
+    pub(super) async fn give_up(mut self) {
+        self.undo();
+        let (store, agent) = (Arc::clone(&self.store), Arc::clone(&self.agent));
+        let _ = (self.store)
             .finish(move || {
-                self.undo_and_save();
+                save_and_free(&store, &agent);
                 Ok(())
             })
             .await;
@@ -80,15 +79,15 @@ impl TurnGuard {
             .saturating_sub(self.added_messages);
         data.force_state(AgentState::Idle, UNDONE);
     }
+}
 
-    /// Undoes the turn, saves the agent (a save that fails leaves its file as it was before
-    /// the turn, since the turn saves nothing until it finishes) and frees it. Blocks when
-    /// agents are kept on disk.
-    fn undo_and_save(mut self) {
-        self.undo();
-        let _ = self.store.save(&self.agent);
-        self.agent.data().busy = false;
-    }
+/// Saves the undone turn's `agent` and frees it. A save that fails (logged and counted by the
+/// store; the turn's own error is what its caller is told) leaves the agent's file as it was
+/// before the turn, since a turn saves nothing until it finishes. Blocks when agents are kept
+/// on disk.
+fn save_and_free(store: &AgentStore, agent: &Agent) {
+    let _ = store.save(agent);
+    agent.data().busy = false;
 }
 
 impl Drop for TurnGuard {
@@ -96,24 +95,15 @@ impl Drop for TurnGuard {
         if self.finished {
             return;
         }
-        let rest = Self {
-            agent: Arc::clone(&self.agent),
-            store: Arc::clone(&self.store),
-            length_before: self.length_before,
-            added_messages: self.added_messages,
-            finished: false,
-        };
-        self.finished = true;
+        self.undo();
         // The caller went away: the agent is saved on a blocking thread, and stays busy until
         // then (so no later change's save can be overtaken by this one's).
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) if self.store.keeps_files() => {
-                runtime.spawn_blocking(move || rest.undo_and_save());
+                let (store, agent) = (Arc::clone(&self.store), Arc::clone(&self.agent));
+                runtime.spawn_blocking(move || save_and_free(&store, &agent));
             }
-            _ => {
-                let mut rest = rest;
-                rest.undo_unsaved();
-            }
+            _ => self.agent.data().busy = false,
         }
     }
 }
