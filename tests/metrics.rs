@@ -92,6 +92,7 @@ async fn a_scrape_reports_invocations_and_the_registry() {
         ("toolplane_unhealthy_provider_endpoints", 0.0),
         ("toolplane_serving", 1.0),
         ("toolplane_invocation_record_write_failures_total", 0.0),
+        ("toolplane_invocation_record_sync_failures_total", 0.0),
     ];
     for (name, value) in expected {
         assert_eq!(sample(&text, name), Some(value), "{name} in\n{text}");

@@ -36,6 +36,8 @@ struct Shared {
     written: AtomicU64,
     /// The sequence of the last record known to be on the disk.
     synced: AtomicU64,
+    /// How many flushes failed.
+    failures: AtomicU64,
     /// Set when the log closes.
     stop: Mutex<bool>,
     wake: Condvar,
@@ -54,6 +56,7 @@ impl Shared {
                 self.synced.fetch_max(written, Ordering::AcqRel);
             }
             Err(error) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(%error, "cannot flush the invocation record log to the disk; trying again in a second");
             }
         }
@@ -68,6 +71,7 @@ impl RecordSync {
             file: Mutex::new(file),
             written: AtomicU64::new(written),
             synced: AtomicU64::new(written),
+            failures: AtomicU64::new(0),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
@@ -102,6 +106,13 @@ impl RecordSync {
     /// Goes on with `file` in place of the file just rotated (which the rotation flushed).
     pub(super) fn switch(&self, file: Arc<File>) {
         *self.shared.file.lock().unwrap_or_else(|p| p.into_inner()) = file;
+    }
+
+    /// How many flushes failed (each is tried again an interval later; a record written
+    /// before a failed flush may be lost on a power failure even if a later flush succeeds,
+    /// since the kernel may drop what it could not write).
+    pub(super) fn failures(&self) -> u64 {
+        self.shared.failures.load(Ordering::Relaxed)
     }
 
     /// The sequence of the last record known to be on the disk.
@@ -165,5 +176,20 @@ mod tests {
             9,
             "flushed at the stop"
         );
+    }
+
+    /// A flush that fails is counted and tried again; nothing is taken as on the disk.
+    #[test]
+    fn a_failed_flush_is_counted_and_tried_again() {
+        // /dev/null cannot be flushed (fdatasync answers EINVAL).
+        let file = Arc::new(File::open("/dev/null").expect("opened"));
+        let sync = RecordSync::start(file, 0).expect("started");
+        sync.written(1);
+        let waited = std::time::Instant::now();
+        while sync.failures() < 2 && waited.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(sync.failures() >= 2, "{} failures", sync.failures());
+        assert_eq!(sync.synced(), 0);
     }
 }

@@ -412,7 +412,9 @@ impl RecordLog {
     /// The invocations appended since the log was opened (records read back from an existing
     /// file are not counted).
     pub fn stats(&self) -> InvocationStats {
-        self.lock().stats.clone()
+        let mut stats = self.lock().stats.clone();
+        stats.sync_failures = self.sync.as_ref().map_or(0, RecordSync::failures);
+        stats
     }
 
     /// The log's current file, where it has one: its path, the sequence of its first record

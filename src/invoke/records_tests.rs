@@ -419,3 +419,16 @@ fn written_records_are_flushed_to_the_disk() {
     assert_eq!(synced(&RecordLog::open(&path, 10, 0).expect("reopen")), 3);
     assert!(RecordLog::in_memory(10).sync.is_none());
 }
+
+/// A file that cannot be flushed to the disk has its failed flushes counted in the log's stats.
+#[test]
+fn failed_flushes_are_counted() {
+    // Written to like a file, /dev/null cannot be flushed (fdatasync answers EINVAL).
+    let log = RecordLog::open(Path::new("/dev/null"), 10, 0).expect("open");
+    log.append(draft("t")).expect("append");
+    let waited = std::time::Instant::now();
+    while log.stats().sync_failures == 0 && waited.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(log.stats().sync_failures > 0);
+}

@@ -171,6 +171,17 @@ impl Collector for MetricsSources {
                 &stats.write_failures,
                 None,
             )?;
+        encoder
+            .encode_descriptor(
+                "toolplane_invocation_record_sync_failures",
+                "Times the record file could not be flushed to the disk (its records since the last flush may be lost on a power failure; the flush is tried again each second).",
+                None,
+                MetricType::Counter,
+            )?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                &stats.sync_failures,
+                None,
+            )?;
 
         let (tenants, usage) = self.store.totals();
         gauge(
@@ -420,6 +431,7 @@ mod tests {
             "toolplane_invocation_duration_seconds_bucket{le=\"0.005\",status=\"succeeded\"} 2",
             "toolplane_invocation_duration_seconds_bucket{le=\"+Inf\",status=\"succeeded\"} 2",
             "toolplane_invocation_record_write_failures_total 0",
+            "toolplane_invocation_record_sync_failures_total 0",
             "toolplane_registered_services 0",
             "toolplane_serving 1",
             "toolplane_agents{state=\"idle\"} 0",
