@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::client_args::{ClientArgs, connect};
 use super::{invocation_status_name, label, new_table, timestamp};
-use crate::client::{ClientError, ToolplaneClient};
+use crate::client::{ClientError, ToolplaneClient, every_page};
 use crate::outln;
 use crate::pb;
 
@@ -212,25 +212,6 @@ pub async fn messages(
         Ok((page.messages, page.next_page_token))
     })
     .await
-}
-
-/// Every item of a paged listing: `page` is asked for the page of each token in turn (the
-/// first page's is empty), and answers its items and the next page's token (empty after the
-/// last page).
-async fn every_page<T, Page>(mut page: impl FnMut(String) -> Page) -> Result<Vec<T>, ClientError>
-where
-    Page: std::future::Future<Output = Result<(Vec<T>, String), ClientError>>,
-{
-    let mut items = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let (more, next_page_token) = page(page_token).await?;
-        items.extend(more);
-        if next_page_token.is_empty() {
-            return Ok(items);
-        }
-        page_token = next_page_token;
-    }
 }
 
 /// Deletes an agent, by id or name.

@@ -318,21 +318,16 @@ impl ToolplaneClient {
 
     /// Every live service, all pages gathered.
     pub async fn all_services(&self) -> Result<Vec<pb::DiscoveryInfo>, ClientError> {
-        let mut services = Vec::new();
-        let mut page_token = String::new();
-        loop {
+        every_page(|page_token| async move {
             let request = pb::ListServicesRequest {
                 meta: self.meta(),
                 page_size: 0,
                 page_token,
             };
             let page = self.discovery().list_services(request).await?.into_inner();
-            services.extend(page.services);
-            if page.next_page_token.is_empty() {
-                return Ok(services);
-            }
-            page_token = page.next_page_token;
-        }
+            Ok((page.services, page.next_page_token))
+        })
+        .await
     }
 
     /// Every live tool (of one service, when given), all pages gathered.
@@ -352,9 +347,7 @@ impl ToolplaneClient {
         &self,
         selection: &ToolSelection,
     ) -> Result<Vec<pb::ToolRegistration>, ClientError> {
-        let mut tools = Vec::new();
-        let mut page_token = String::new();
-        loop {
+        every_page(|page_token| async move {
             let request = pb::ListToolsRequest {
                 meta: self.meta(),
                 service_name: selection.service.clone().unwrap_or_default(),
@@ -364,12 +357,9 @@ impl ToolplaneClient {
                 ..Default::default()
             };
             let page = self.discovery().list_tools(request).await?.into_inner();
-            tools.extend(page.tools);
-            if page.next_page_token.is_empty() {
-                return Ok(tools);
-            }
-            page_token = page.next_page_token;
-        }
+            Ok((page.tools, page.next_page_token))
+        })
+        .await
     }
 
     /// The live tools `selection` takes that best match `query`, best first, at most
@@ -476,5 +466,26 @@ impl ToolplaneClient {
             .get_service_health(request)
             .await?
             .into_inner())
+    }
+}
+
+/// Every item of a paged listing: `page` is asked for the page of each token in turn (the
+/// first page's is empty), and answers its items and the next page's token (empty after the
+/// last page).
+pub(crate) async fn every_page<T, Page>(
+    mut page: impl FnMut(String) -> Page,
+) -> Result<Vec<T>, ClientError>
+where
+    Page: std::future::Future<Output = Result<(Vec<T>, String), ClientError>>,
+{
+    let mut items = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let (more, next_page_token) = page(page_token).await?;
+        items.extend(more);
+        if next_page_token.is_empty() {
+            return Ok(items);
+        }
+        page_token = next_page_token;
     }
 }
