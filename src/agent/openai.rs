@@ -226,6 +226,47 @@ impl OpenAiClient {
         }
         request.send().await
     }
+
+    /// The reply in `response` (a success, which came at attempt `attempts`), or why it cannot
+    /// be used.
+    async fn answer_of(
+        &self,
+        response: &mut reqwest::Response,
+        attempts: u32,
+    ) -> Result<ModelReply, ModelError> {
+        let body = crate::http_answers::body_within(response, MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| ModelError::new(format!("the answer could not be read: {e}")))?
+            .ok_or_else(too_large)?;
+        let answer = parse_answer(&body).map_err(|e| {
+            ModelError::new(format!("the answer is not a chat-completions answer: {e}"))
+        })?;
+        if let Some(error) = reported_error(&answer) {
+            return Err(ModelError::new(format!(
+                "the model server answered with an error: {error}"
+            )));
+        }
+        let usage = answer.usage.as_ref().and_then(|u| u.counted());
+        let Some(message) = answer
+            .choices
+            .and_then(|c| c.into_iter().next())
+            .and_then(|c| c.message)
+        else {
+            // Only now is the answer read as a tree, to show what it holds instead.
+            let shown = serde_json::from_slice(&body).unwrap_or_default();
+            return Err(ModelError::new(format!(
+                "the answer has no choices[0].message: {}",
+                crate::shown::shown_json(&shown)
+            )));
+        };
+        Ok(ModelReply {
+            content: message.content,
+            tool_calls: tool_call_requests(message.tool_calls),
+            model: answer.model.unwrap_or_else(|| self.config.model.clone()),
+            usage,
+            attempts,
+        })
+    }
 }
 
 /// What a model server's answer of an error status says: the status and the first 500
@@ -271,49 +312,6 @@ impl LlmProvider for OpenAiClient {
         let answer = super::openai_stream::read_events(response, model, attempts, sender);
         tokio::spawn(answer);
         Ok(tokio_stream::wrappers::ReceiverStream::new(receiver).boxed())
-    }
-}
-
-impl OpenAiClient {
-    /// The reply in `response` (a success, which came at attempt `attempts`), or why it cannot
-    /// be used.
-    async fn answer_of(
-        &self,
-        response: &mut reqwest::Response,
-        attempts: u32,
-    ) -> Result<ModelReply, ModelError> {
-        let body = crate::http_answers::body_within(response, MAX_ANSWER_BYTES)
-            .await
-            .map_err(|e| ModelError::new(format!("the answer could not be read: {e}")))?
-            .ok_or_else(too_large)?;
-        let answer = parse_answer(&body).map_err(|e| {
-            ModelError::new(format!("the answer is not a chat-completions answer: {e}"))
-        })?;
-        if let Some(error) = reported_error(&answer) {
-            return Err(ModelError::new(format!(
-                "the model server answered with an error: {error}"
-            )));
-        }
-        let usage = answer.usage.as_ref().and_then(|u| u.counted());
-        let Some(message) = answer
-            .choices
-            .and_then(|c| c.into_iter().next())
-            .and_then(|c| c.message)
-        else {
-            // Only now is the answer read as a tree, to show what it holds instead.
-            let shown = serde_json::from_slice(&body).unwrap_or_default();
-            return Err(ModelError::new(format!(
-                "the answer has no choices[0].message: {}",
-                crate::shown::shown_json(&shown)
-            )));
-        };
-        Ok(ModelReply {
-            content: message.content,
-            tool_calls: tool_call_requests(message.tool_calls),
-            model: answer.model.unwrap_or_else(|| self.config.model.clone()),
-            usage,
-            attempts,
-        })
     }
 }
 
