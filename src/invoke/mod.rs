@@ -18,6 +18,7 @@ mod record_filter;
 mod record_guard;
 mod record_lookup;
 pub mod record_stats;
+mod record_status;
 mod record_sync;
 pub mod records;
 mod route;

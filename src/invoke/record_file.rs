@@ -108,10 +108,8 @@ impl LogFile {
                 format!("{} exists already", to.display()),
             ));
         }
-        // The records of the file rotated are on the disk before it is left.
-        if let Err(error) = self.sink.0.sync_data() {
-            tracing::error!(path = %self.path.display(), %error, "cannot flush the invocation record log to the disk before rotating it");
-        }
+        // The file rotated, and the directory for its new name, are flushed to the disk by
+        // the log's flushing thread (`RecordSync::switch`), not here under the log's lock.
         std::fs::rename(&self.path, to)?;
         let opened = OpenOptions::new()
             .create(true)
@@ -120,7 +118,6 @@ impl LogFile {
             .open(&self.path);
         match opened {
             Ok(file) => {
-                sync_directory_of(&self.path);
                 self.sink = SharedFile(Arc::new(file));
                 self.len = 0;
                 self.damaged = false;

@@ -30,7 +30,7 @@ pub struct InvocationStats {
     pub by_status: [StatusStats; InvocationStatus::ALL.len()],
     /// Records that could not be written to the log file (each failed its call).
     pub write_failures: u64,
-    /// Times the log file could not be flushed to the disk.
+    /// Times the log file, or a file rotated from it, could not be flushed to the disk.
     pub sync_failures: u64,
 }
 

@@ -4,14 +4,16 @@
 //! loses none; what the kernel has not yet written out is lost on a power failure. Flushing
 //! (`fdatasync`) at every record would cost each call a disk round trip, so a thread of its own
 //! flushes the file once every [`SYNC_INTERVAL`] while records come in (a group commit): a power
-//! failure loses at most the records of the last interval. A rotated file is flushed as it is
-//! rotated, and the file is flushed once more when the log is closed.
+//! failure loses at most the records of the last interval. A rotated file is flushed by the
+//! same thread before the file that took its place (with the directory, for its new name), so
+//! a rotation waits on no disk while it holds the log; the file is flushed once more when the
+//! log is closed.
 //!
 //! A thread, not a tokio task: `fdatasync` blocks, and the log is also opened outside the
 //! server's runtime (tests, tools).
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -30,8 +32,8 @@ pub(super) struct RecordSync {
 
 #[derive(Debug)]
 struct Shared {
-    /// The file records are appended to now.
-    file: Mutex<Arc<File>>,
+    /// The file records are appended to now, and the files rotated from it not flushed since.
+    files: Mutex<Files>,
     /// The sequence of the last record written to the file.
     written: AtomicU64,
     /// The sequence of the last record known to be on the disk.
@@ -43,15 +45,41 @@ struct Shared {
     wake: Condvar,
 }
 
+#[derive(Debug)]
+struct Files {
+    current: Arc<File>,
+    /// Files rotated away from the log's path (each holding records before the current
+    /// file's), not flushed yet.
+    rotated: Vec<Arc<File>>,
+    /// The log's path: its directory is flushed after a rotation renamed a file in it.
+    path: PathBuf,
+}
+
 impl Shared {
-    /// Flushes the current file when records were written since the last flush.
+    /// Flushes the files rotated since the last flush, then the current file when records
+    /// were written since the last flush.
     fn flush(&self) {
         let written = self.written.load(Ordering::Acquire);
+        let (current, rotated, path) = {
+            let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+            let rotated = std::mem::take(&mut files.rotated);
+            (Arc::clone(&files.current), rotated, files.path.clone())
+        };
+        if !rotated.is_empty() {
+            for file in rotated {
+                // Not tried again when it fails: the kernel may have dropped what it could
+                // not write, and the file takes no more records.
+                if let Err(error) = file.sync_data() {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(%error, "cannot flush a rotated invocation record log to the disk");
+                }
+            }
+            sync_directory_of(&path);
+        }
         if written <= self.synced.load(Ordering::Acquire) {
             return;
         }
-        let file = Arc::clone(&self.file.lock().unwrap_or_else(|p| p.into_inner()));
-        match file.sync_data() {
+        match current.sync_data() {
             Ok(()) => {
                 self.synced.fetch_max(written, Ordering::AcqRel);
             }
@@ -64,11 +92,15 @@ impl Shared {
 }
 
 impl RecordSync {
-    /// Starts flushing `file`, to which records up to `written` (a sequence) were written (and
-    /// are taken as on the disk already).
-    pub(super) fn start(file: Arc<File>, written: u64) -> std::io::Result<Self> {
+    /// Starts flushing `file`, the log at `path`, to which records up to `written` (a
+    /// sequence) were written (and are taken as on the disk already).
+    pub(super) fn start(file: Arc<File>, path: &Path, written: u64) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
-            file: Mutex::new(file),
+            files: Mutex::new(Files {
+                current: file,
+                rotated: Vec::new(),
+                path: path.to_owned(),
+            }),
             written: AtomicU64::new(written),
             synced: AtomicU64::new(written),
             failures: AtomicU64::new(0),
@@ -103,12 +135,16 @@ impl RecordSync {
         self.shared.written.store(sequence, Ordering::Release);
     }
 
-    /// Goes on with `file` in place of the file just rotated (which the rotation flushed).
+    /// Goes on with `file` in place of the file just rotated away, which is flushed (with
+    /// its directory) at the next flush, before `file`.
     pub(super) fn switch(&self, file: Arc<File>) {
-        *self.shared.file.lock().unwrap_or_else(|p| p.into_inner()) = file;
+        let mut files = self.shared.files.lock().unwrap_or_else(|p| p.into_inner());
+        let rotated = std::mem::replace(&mut files.current, file);
+        files.rotated.push(rotated);
     }
 
-    /// How many flushes failed (each is tried again an interval later; a record written
+    /// How many flushes failed (the current file's is tried again an interval later, a rotated
+    /// file's is not; a record written
     /// before a failed flush may be lost on a power failure even if a later flush succeeds,
     /// since the kernel may drop what it could not write).
     pub(super) fn failures(&self) -> u64 {
@@ -149,17 +185,23 @@ pub(super) fn sync_directory_of(path: &Path) {
 mod tests {
     use super::*;
 
-    fn temporary_file() -> (tempfile::TempDir, Arc<File>) {
+    fn temporary_file() -> (tempfile::TempDir, PathBuf, Arc<File>) {
         let directory = tempfile::tempdir().expect("temporary directory");
-        let file = File::create(directory.path().join("records.jsonl")).expect("created");
-        (directory, Arc::new(file))
+        let path = directory.path().join("records.jsonl");
+        let file = File::create(&path).expect("created");
+        (directory, path, Arc::new(file))
+    }
+
+    /// /dev/null, which cannot be flushed (fdatasync answers EINVAL).
+    fn unflushable() -> Arc<File> {
+        Arc::new(File::open("/dev/null").expect("opened"))
     }
 
     /// Records written are flushed within about an interval, and the rest when it stops.
     #[test]
     fn written_records_are_flushed_within_an_interval_and_at_the_stop() {
-        let (_directory, file) = temporary_file();
-        let sync = RecordSync::start(Arc::clone(&file), 4).expect("started");
+        let (_directory, path, file) = temporary_file();
+        let sync = RecordSync::start(Arc::clone(&file), &path, 4).expect("started");
         assert_eq!(sync.synced(), 4, "what was there at the start");
         sync.written(5);
         let waited = std::time::Instant::now();
@@ -181,9 +223,8 @@ mod tests {
     /// A flush that fails is counted and tried again; nothing is taken as on the disk.
     #[test]
     fn a_failed_flush_is_counted_and_tried_again() {
-        // /dev/null cannot be flushed (fdatasync answers EINVAL).
-        let file = Arc::new(File::open("/dev/null").expect("opened"));
-        let sync = RecordSync::start(file, 0).expect("started");
+        let sync =
+            RecordSync::start(unflushable(), Path::new("records.jsonl"), 0).expect("started");
         sync.written(1);
         let waited = std::time::Instant::now();
         while sync.failures() < 2 && waited.elapsed() < Duration::from_secs(30) {
@@ -191,5 +232,29 @@ mod tests {
         }
         assert!(sync.failures() >= 2, "{} failures", sync.failures());
         assert_eq!(sync.synced(), 0);
+    }
+
+    /// A file rotated away is flushed by the thread, once, even when no record comes after.
+    #[test]
+    fn a_rotated_file_is_flushed_once_by_the_thread() {
+        let (_directory, path, file) = temporary_file();
+        let sync = RecordSync::start(unflushable(), &path, 0).expect("started");
+        sync.switch(file);
+        let waited = std::time::Instant::now();
+        while sync.failures() == 0 && waited.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            sync.failures(),
+            1,
+            "the rotated file's flush, with no record written"
+        );
+        let shared = Arc::clone(&sync.shared);
+        drop(sync);
+        assert_eq!(
+            shared.failures.load(Ordering::Relaxed),
+            1,
+            "not tried again at the stop"
+        );
     }
 }

@@ -28,6 +28,7 @@ use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
 pub use super::record_filter::RecordFilter;
 use super::record_lookup::CurrentFile;
 use super::record_stats::InvocationStats;
+pub use super::record_status::InvocationStatus;
 use super::record_sync::RecordSync;
 use crate::envelope::TenantId;
 
@@ -38,57 +39,6 @@ pub const DEFAULT_RING_CAPACITY: usize = 10_000;
 /// The default size at which the log file is rotated (256 MiB). A restart reads the current
 /// file back whole, so this also bounds that.
 pub const DEFAULT_ROTATE_BYTES: u64 = 256 * 1024 * 1024;
-
-/// How an invocation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InvocationStatus {
-    /// The provider answered.
-    Succeeded,
-    /// The input did not match the schema; nothing was called.
-    InvalidInput,
-    /// The tool could not be resolved; nothing was called.
-    Rejected,
-    /// Over a rate limit, or over the bound on calls in flight; nothing was called.
-    RateLimited,
-    /// The deadline passed: before the provider answered (its call was cancelled), or while
-    /// a large input or output was checked against the tool's schema.
-    TimedOut,
-    /// The provider could not be reached or is unhealthy.
-    Unavailable,
-    /// The provider answered with an error.
-    Failed,
-    /// The caller went away; the provider's call was cancelled.
-    Cancelled,
-}
-
-impl InvocationStatus {
-    /// Every status, in declaration order (so `status as usize` indexes it).
-    pub const ALL: [Self; 8] = [
-        Self::Succeeded,
-        Self::InvalidInput,
-        Self::Rejected,
-        Self::RateLimited,
-        Self::TimedOut,
-        Self::Unavailable,
-        Self::Failed,
-        Self::Cancelled,
-    ];
-
-    /// The status as a record's JSON writes it (`invalid_input`); a test holds it to serde's.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Succeeded => "succeeded",
-            Self::InvalidInput => "invalid_input",
-            Self::Rejected => "rejected",
-            Self::RateLimited => "rate_limited",
-            Self::TimedOut => "timed_out",
-            Self::Unavailable => "unavailable",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-}
 
 /// One invocation, as written to the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -247,7 +197,7 @@ impl RecordLog {
             match parse_line(&line) {
                 Ok((_, record)) => {
                     chain = ChainCheck::after(&record);
-                    let mut state = log.lock();
+                    let state = log.state_mut();
                     state.last_sha256.clone_from(&record.record_sha256);
                     state.next_sequence = record.sequence + 1;
                 }
@@ -259,7 +209,7 @@ impl RecordLog {
         // Each whole line is read once: into the ring, and through the chain's check.
         let mut broken: Option<ChainBroken> = None;
         let file = {
-            let mut state = log.lock();
+            let state = log.state_mut();
             state.rotate_bytes = rotate_bytes;
             state.file_first_sequence = state.next_sequence;
             let mut number = 0;
@@ -273,7 +223,7 @@ impl RecordLog {
                         }
                         state.last_sha256 = record.record_sha256.clone();
                         state.next_sequence = record.sequence + 1;
-                        push_ring(&mut state, Arc::new(record));
+                        push_ring(state, Arc::new(record));
                         fault
                     }
                     Err(problem) => Some(problem),
@@ -290,13 +240,19 @@ impl RecordLog {
         if let Some(problem) = broken {
             tracing::warn!(path = %path.display(), %problem, "existing invocation record log does not verify; continuing its chain from the last line");
         }
-        let written = log.lock().next_sequence - 1;
-        log.sync = Some(RecordSync::start(file.shared(), written).map_err(io(path))?);
-        let mut state = log.lock();
+        let written = log.state_mut().next_sequence - 1;
+        log.sync = Some(RecordSync::start(file.shared(), path, written).map_err(io(path))?);
+        let state = log.state_mut();
         state.file = Some(file);
-        fill_ring_from_rotated(&mut state, &rotated);
-        drop(state);
+        fill_ring_from_rotated(state, &rotated);
         Ok(log)
+    }
+
+    /// The state of a log not shared yet (being opened): no lock to take.
+    fn state_mut(&mut self) -> &mut LogState {
+        self.state
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn lock(&self) -> MutexGuard<'_, LogState> {

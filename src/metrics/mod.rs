@@ -174,7 +174,7 @@ impl Collector for MetricsSources {
         encoder
             .encode_descriptor(
                 "toolplane_invocation_record_sync_failures",
-                "Times the record file could not be flushed to the disk (its records since the last flush may be lost on a power failure; the flush is tried again each second).",
+                "Times the record file, or a file rotated from it, could not be flushed to the disk (its records since the last flush may be lost on a power failure; the current file is tried again each second).",
                 None,
                 MetricType::Counter,
             )?
