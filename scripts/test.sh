@@ -76,8 +76,8 @@ step "buf lint proto/ (STANDARD + COMMENTS)"
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets --quiet -- -D warnings
+step "cargo clippy --workspace --all-targets -- -D warnings (toolplane and its fuzz targets)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 step "cargo doc (broken or private doc links fail)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet

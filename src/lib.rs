@@ -26,6 +26,8 @@
 //! - [`http_answers`]: answers of the HTTP servers toolplane calls, read within a bound.
 //! - [`otlp`]: where and how spans are exported (OTLP/gRPC or OTLP/HTTP, TLS).
 //! - [`spans`]: the spans exported over OTLP when `otlp_endpoint` is set.
+//! - [`fuzz_checks`]: checks of the readers of untrusted input, run by the fuzz targets in
+//!   `fuzz/` and, on the inputs kept in `fuzz/seeds/`, by `cargo test`.
 
 pub mod access;
 pub mod agent;
@@ -34,6 +36,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod envelope;
+pub mod fuzz_checks;
 pub mod grpc;
 pub mod http_answers;
 pub mod invoke;
