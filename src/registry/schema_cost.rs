@@ -20,9 +20,19 @@
 //! (`properties`, `patternProperties`, `additionalProperties`, `propertyNames`,
 //! `unevaluatedProperties`, `prefixItems`, `items`, `additionalItems`, `contains`,
 //! `unevaluatedItems`). It over-counts where validation would skip (every `patternProperties`
-//! entry counts for every name, `if`, `then` and `else` all count), so it never under-counts;
-//! a reference back to a subschema already being applied at the same place counts nothing more,
-//! as validation stops there too. References resolve as the validator resolves them (the
+//! entry counts for every name, `if`, `then` and `else` all count), so it never under-counts.
+//!
+//! Loops of references at one place (`a: {allOf: [{$ref: b}]}`, `b: {anyOf: [{$ref: a}]}`)
+//! are where validation stops itself, and not at the first subschema met again: the validator
+//! guards only the references it found pointing back while it compiled the schema (fuzzing
+//! found a schema of eight definitions in such a loop that this check, stopping at the first
+//! repeat, counted 159 evaluations for, and that validation evaluated about 8.5 million times).
+//! Each guarded reference can be taken once at a place (its target is then being applied), and
+//! between two of them the path is free of loops; so a subschema can be met again at most once
+//! for each guarded reference, and there are at most as many of those as subschemas lying on
+//! such loops. The count lets a subschema be met that many times more, which never
+//! under-counts whichever references the validator guards; a schema without such loops (the
+//! usual case) counts as before. References resolve as the validator resolves them (the
 //! `referencing` crate it is built on), `$id`s included; in drafts 4 to 7 a `$ref` hides its
 //! siblings, as it does in validation.
 //!
@@ -31,6 +41,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use petgraph::algo::tarjan_scc;
 use referencing::{Draft, Registry, ResourceRef};
 use serde_json::Value;
 
@@ -109,6 +120,9 @@ struct Walk<'g, 'r> {
     steps: usize,
     /// The most evaluations allowed at one place.
     most: u64,
+    /// How many times more a subschema already being applied may be applied again at the same
+    /// place: the number of subschemas on loops of in-place references (see the module docs).
+    repeats: usize,
 }
 
 impl<'g, 'r> Walk<'g, 'r> {
@@ -119,6 +133,7 @@ impl<'g, 'r> Walk<'g, 'r> {
             path: Vec::new(),
             steps: 0,
             most: MAX_EVALUATIONS_PER_VALUE.max(graph.nodes.len() as u64),
+            repeats: on_in_place_loops(graph),
         }
     }
 
@@ -237,7 +252,8 @@ impl<'g, 'r> Walk<'g, 'r> {
     }
 
     /// Counts `id` applied `times` times, and what it applies in place; a subschema already
-    /// being applied further up (a loop of references) adds nothing, as in validation.
+    /// being applied further up (a loop of references) more than [`Self::repeats`] times adds
+    /// nothing, as validation has stopped by then.
     fn apply(
         &mut self,
         id: NodeId,
@@ -250,7 +266,7 @@ impl<'g, 'r> Walk<'g, 'r> {
         if self.steps > MAX_CHECK_STEPS {
             return Err(Stop::TooComplex);
         }
-        if stack.contains(&id) {
+        if stack.iter().filter(|&&on| on == id).count() > self.repeats {
             return Ok(());
         }
         *total = total.saturating_add(times);
@@ -265,6 +281,25 @@ impl<'g, 'r> Walk<'g, 'r> {
         stack.pop();
         Ok(())
     }
+}
+
+/// How many subschemas lie on a loop of in-place references (a strongly connected component
+/// of more than one, or one referring to itself).
+fn on_in_place_loops(graph: &Graph<'_>) -> usize {
+    let mut in_place = petgraph::Graph::<(), ()>::with_capacity(graph.nodes.len(), 0);
+    let ids: Vec<_> = graph.nodes.iter().map(|_| in_place.add_node(())).collect();
+    for (from, node) in graph.nodes.iter().enumerate() {
+        for &to in &node.in_place {
+            in_place.add_edge(ids[from], ids[to], ());
+        }
+    }
+    tarjan_scc(&in_place)
+        .into_iter()
+        .filter(|component| {
+            component.len() > 1 || in_place.contains_edge(component[0], component[0])
+        })
+        .map(|component| component.len())
+        .sum()
 }
 
 /// Names a place in a value for a person: a JSON pointer, `*` for any other property or item.
