@@ -34,6 +34,8 @@ pub(super) struct RecordSync {
 struct Shared {
     /// The file records are appended to now, and the files rotated from it not flushed since.
     files: Mutex<Files>,
+    /// The log's path: its directory is flushed after a rotation renamed a file in it.
+    path: PathBuf,
     /// The sequence of the last record written to the file.
     written: AtomicU64,
     /// The sequence of the last record known to be on the disk.
@@ -51,8 +53,6 @@ struct Files {
     /// Files rotated away from the log's path (each holding records before the current
     /// file's), not flushed yet.
     rotated: Vec<Arc<File>>,
-    /// The log's path: its directory is flushed after a rotation renamed a file in it.
-    path: PathBuf,
 }
 
 impl Shared {
@@ -60,10 +60,12 @@ impl Shared {
     /// were written since the last flush.
     fn flush(&self) {
         let written = self.written.load(Ordering::Acquire);
-        let (current, rotated, path) = {
+        let (current, rotated) = {
             let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-            let rotated = std::mem::take(&mut files.rotated);
-            (Arc::clone(&files.current), rotated, files.path.clone())
+            (
+                Arc::clone(&files.current),
+                std::mem::take(&mut files.rotated),
+            )
         };
         if !rotated.is_empty() {
             for file in rotated {
@@ -74,7 +76,7 @@ impl Shared {
                     tracing::error!(%error, "cannot flush a rotated invocation record log to the disk");
                 }
             }
-            sync_directory_of(&path);
+            sync_directory_of(&self.path);
         }
         if written <= self.synced.load(Ordering::Acquire) {
             return;
@@ -99,8 +101,8 @@ impl RecordSync {
             files: Mutex::new(Files {
                 current: file,
                 rotated: Vec::new(),
-                path: path.to_owned(),
             }),
+            path: path.to_owned(),
             written: AtomicU64::new(written),
             synced: AtomicU64::new(written),
             failures: AtomicU64::new(0),
@@ -144,9 +146,8 @@ impl RecordSync {
     }
 
     /// How many flushes failed (the current file's is tried again an interval later, a rotated
-    /// file's is not; a record written
-    /// before a failed flush may be lost on a power failure even if a later flush succeeds,
-    /// since the kernel may drop what it could not write).
+    /// file's is not; a record written before a failed flush may be lost on a power failure
+    /// even if a later flush succeeds, since the kernel may drop what it could not write).
     pub(super) fn failures(&self) -> u64 {
         self.shared.failures.load(Ordering::Relaxed)
     }
