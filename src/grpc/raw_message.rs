@@ -7,7 +7,8 @@
 //! [`value_bytes_to_json`] read those bytes into `serde_json` directly, and the same bytes are
 //! sent on. The reading follows what prost's decoder followed by [`crate::json::struct_to_json`]
 //! gives, to the letter (tests compare the two): the last of repeated map keys and `oneof`
-//! members wins, repeated embedded messages merge, unknown fields are skipped, strings must be
+//! members wins (also over a number without a JSON form, which is refused only if it stays),
+//! repeated embedded messages merge, unknown fields are skipped, strings must be
 //! UTF-8, and at most 100 messages nest (prost's limit). So what toolplane validates is what
 //! the provider decodes. Bytes that are bad in more than one way (say, a NaN in one entry and
 //! a broken length in a later one) are refused either way, but the fault named may be another
@@ -174,13 +175,6 @@ impl From<&str> for Fault {
 }
 
 impl Fault {
-    fn under(self, token: &str) -> Self {
-        match self {
-            Self::Json(error) => Self::Json(error.under(token)),
-            decode => decode,
-        }
-    }
-
     fn about(self, message: &'static str) -> RawJsonError {
         match self {
             Self::Decode(problem) => RawJsonError::Malformed { message, problem },
@@ -192,8 +186,12 @@ impl Fault {
 /// Reads an encoded `google.protobuf.Struct` as a JSON object.
 pub fn struct_bytes_to_json(bytes: &[u8]) -> Result<Value, RawJsonError> {
     let mut map = Map::new();
-    merge_struct(bytes, 1, &mut map).map_err(|fault| fault.about("Struct"))?;
-    Ok(Value::Object(map))
+    let mut unformed = None;
+    merge_struct(bytes, 1, &mut map, &mut unformed).map_err(|fault| fault.about("Struct"))?;
+    match unformed.and_then(|unformed| unformed.first()) {
+        Some(error) => Err(Fault::Json(error).about("Struct")),
+        None => Ok(Value::Object(map)),
+    }
 }
 
 /// Reads an encoded `google.protobuf.Value` as JSON (no kind set reads as `null`).
@@ -212,6 +210,27 @@ pub fn value_bytes_to_json(bytes: &[u8]) -> Result<Value, RawJsonError> {
 struct Slot {
     json: Value,
     number: Option<f64>,
+    /// Values without a JSON form inside `json` (a struct or a list).
+    unformed: Option<Box<Unformed>>,
+}
+
+/// Values without a JSON form met inside a struct or a list, which a later field may still
+/// replace: prost keeps them, and only converting what is left refuses them. (Boxed: they are
+/// rare, and the slot stays small.)
+#[derive(Default)]
+struct Unformed {
+    /// Entries of a struct, by key: an entry of the same key read later replaces one.
+    entries: std::collections::BTreeMap<String, JsonConversionError>,
+    /// The first item of a list without one: items are never replaced, only the whole list.
+    item: Option<JsonConversionError>,
+}
+
+impl Unformed {
+    /// The fault to name: the list's first, or the struct's first by key, as the conversion
+    /// of prost's tree meets them.
+    fn first(self) -> Option<JsonConversionError> {
+        self.item.or_else(|| self.entries.into_values().next())
+    }
 }
 
 impl Slot {
@@ -220,6 +239,7 @@ impl Slot {
         Self {
             json: Value::Null,
             number: None,
+            unformed: None,
         }
     }
 
@@ -227,17 +247,22 @@ impl Slot {
     fn set(&mut self, json: Value) {
         self.json = json;
         self.number = None;
+        self.unformed = None;
     }
 
     /// The member just read is the number `n`.
     fn set_number(&mut self, n: f64) {
         self.json = Value::Null;
         self.number = Some(n);
+        self.unformed = None;
     }
 
     fn finish(self) -> Result<Value, Fault> {
         match self.number {
-            None => Ok(self.json),
+            None => match self.unformed.and_then(|unformed| unformed.first()) {
+                Some(error) => Err(Fault::Json(error)),
+                None => Ok(self.json),
+            },
             Some(n) => number_to_json(n).ok_or_else(|| {
                 Fault::Json(JsonConversionError {
                     pointer: String::new(),
@@ -273,7 +298,13 @@ fn utf8(bytes: &[u8]) -> Result<String, Fault> {
 }
 
 /// `Struct { map<string, Value> fields = 1; }`; each entry replaces an earlier one of its key.
-fn merge_struct(mut buf: &[u8], depth: u32, map: &mut Map<String, Value>) -> Result<(), Fault> {
+/// An entry without a JSON form is kept in `unformed` until one of its key replaces it.
+fn merge_struct(
+    mut buf: &[u8],
+    depth: u32,
+    map: &mut Map<String, Value>,
+    unformed: &mut Option<Box<Unformed>>,
+) -> Result<(), Fault> {
     enter(depth)?;
     while !buf.is_empty() {
         let (tag, wire_type) = decode_key(&mut buf)?;
@@ -304,19 +335,36 @@ fn merge_struct(mut buf: &[u8], depth: u32, map: &mut Map<String, Value>) -> Res
             }
         }
         let mut slot = Slot::new();
-        let value = value
+        value
             .into_iter()
             .chain(more_values)
-            .try_for_each(|bytes| merge_value(bytes, depth + 2, &mut slot))
-            .and_then(|()| slot.finish())
-            .map_err(|fault| fault.under(&key))?;
-        map.insert(key, value);
+            .try_for_each(|bytes| merge_value(bytes, depth + 2, &mut slot))?;
+        match slot.finish() {
+            Ok(value) => {
+                if let Some(unformed) = unformed {
+                    unformed.entries.remove(&key);
+                }
+                map.insert(key, value);
+            }
+            Err(Fault::Json(error)) => {
+                let error = error.under(&key);
+                map.remove(&key);
+                unformed.get_or_insert_default().entries.insert(key, error);
+            }
+            Err(fault) => return Err(fault),
+        }
     }
     Ok(())
 }
 
-/// `ListValue { repeated Value values = 1; }`, appended to `items`.
-fn merge_list(mut buf: &[u8], depth: u32, items: &mut Vec<Value>) -> Result<(), Fault> {
+/// `ListValue { repeated Value values = 1; }`, appended to `items`; an item without a JSON
+/// form is kept in `unformed` (a `null` holds its place).
+fn merge_list(
+    mut buf: &[u8],
+    depth: u32,
+    items: &mut Vec<Value>,
+    unformed: &mut Option<Box<Unformed>>,
+) -> Result<(), Fault> {
     enter(depth)?;
     while !buf.is_empty() {
         let (tag, wire_type) = decode_key(&mut buf)?;
@@ -326,10 +374,16 @@ fn merge_list(mut buf: &[u8], depth: u32, items: &mut Vec<Value>) -> Result<(), 
         }
         let bytes = delimited(&mut buf, wire_type)?;
         let mut slot = Slot::new();
-        let item = merge_value(bytes, depth + 1, &mut slot)
-            .and_then(|()| slot.finish())
-            .map_err(|fault| fault.under(&items.len().to_string()))?;
-        items.push(item);
+        merge_value(bytes, depth + 1, &mut slot)?;
+        match slot.finish() {
+            Ok(item) => items.push(item),
+            Err(Fault::Json(error)) => {
+                let error = error.under(&items.len().to_string());
+                unformed.get_or_insert_default().item.get_or_insert(error);
+                items.push(Value::Null);
+            }
+            Err(fault) => return Err(fault),
+        }
     }
     Ok(())
 }
@@ -365,7 +419,7 @@ fn merge_value(mut buf: &[u8], depth: u32, slot: &mut Slot) -> Result<(), Fault>
                     slot.set(Value::Object(Map::new()));
                 }
                 if let Value::Object(map) = &mut slot.json {
-                    merge_struct(bytes, depth + 1, map)?;
+                    merge_struct(bytes, depth + 1, map, &mut slot.unformed)?;
                 }
             }
             6 => {
@@ -374,7 +428,7 @@ fn merge_value(mut buf: &[u8], depth: u32, slot: &mut Slot) -> Result<(), Fault>
                     slot.set(Value::Array(Vec::new()));
                 }
                 if let Value::Array(items) = &mut slot.json {
-                    merge_list(bytes, depth + 1, items)?;
+                    merge_list(bytes, depth + 1, items, &mut slot.unformed)?;
                 }
             }
             _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,

@@ -418,3 +418,54 @@ fn entries_of_the_wrong_wire_type_are_dropped_or_refused() {
         ));
     }
 }
+
+/// A value without a JSON form that a later field replaces (another member of a `Value`'s
+/// oneof, or an entry of the same key) is gone, as prost reads it; one that stays is refused,
+/// named as the conversion of prost's tree names it. (Found by fuzzing `wire_readers`.)
+#[test]
+fn a_value_without_json_form_that_a_later_field_replaces_is_gone() {
+    let infinite = number_field(2, f64::INFINITY);
+    let list_of_it = delimited_field(6, &delimited_field(1, &infinite));
+    let value_as_prost_reads_it =
+        |bytes: &[u8]| value_to_json(&prost_types::Value::decode(bytes).expect("valid protobuf"));
+    // A list holding it, then null: null.
+    let replaced = [list_of_it.clone(), varint_field(1, 0)].concat();
+    assert_eq!(value_bytes_to_json(&replaced), Ok(Value::Null));
+    assert_eq!(value_as_prost_reads_it(&replaced), Ok(Value::Null));
+    // A second list merges into the first: still refused, at the first item.
+    let merged = [
+        list_of_it.clone(),
+        delimited_field(6, &delimited_field(1, &number_field(2, 1.0))),
+    ]
+    .concat();
+    let Err(RawJsonError::NoJsonForm(error)) = value_bytes_to_json(&merged) else {
+        panic!("refused")
+    };
+    assert_eq!(Err(error), value_as_prost_reads_it(&merged));
+    // An entry of the same key replaces it, in one struct or in a struct merged into it.
+    let bad = entry("a", &infinite);
+    let good = entry("a", &number_field(2, 2.0));
+    let b_bad = entry("b", &infinite);
+    for bytes in [
+        [bad.clone(), good.clone()].concat(),
+        [b_bad.clone(), bad.clone(), good.clone()].concat(),
+    ] {
+        assert_eq!(
+            struct_bytes_to_json(&bytes).map_err(|_| ()),
+            through_prost(&bytes)
+                .expect("valid protobuf")
+                .map_err(|_| ()),
+        );
+    }
+    assert_eq!(
+        agree(&[bad.clone(), good.clone()].concat()),
+        Ok(json!({"a": 2}))
+    );
+    let in_value = [delimited_field(5, &bad), delimited_field(5, &good)].concat();
+    assert_eq!(value_bytes_to_json(&in_value), Ok(json!({"a": 2})));
+    // Entries left without a JSON form: the first by key is named, as prost's map orders them.
+    let Err(RawJsonError::NoJsonForm(error)) = struct_bytes_to_json(&[b_bad, bad].concat()) else {
+        panic!("refused")
+    };
+    assert_eq!(error.pointer, "/a");
+}
