@@ -92,20 +92,20 @@ pub fn names_and_queries(data: &[u8]) {
     }
 }
 
-/// A check of one input.
-pub type Check = fn(&[u8]);
-
-/// Every check, by the name of its fuzz target (and of its folder in `fuzz/seeds/`).
-pub const CHECKS: [(&str, Check); 4] = [
-    ("schema_registration", schema_registration),
-    ("wire_readers", wire_readers),
-    ("canonical_json", canonical_json_round_trip),
-    ("names_and_queries", names_and_queries),
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A check of one input.
+    type Check = fn(&[u8]);
+
+    /// Every check, by the name of its fuzz target (and of its folder in `fuzz/seeds/`).
+    const CHECKS: [(&str, Check); 4] = [
+        ("schema_registration", schema_registration),
+        ("wire_readers", wire_readers),
+        ("canonical_json", canonical_json_round_trip),
+        ("names_and_queries", names_and_queries),
+    ];
 
     /// Every input kept in `fuzz/seeds/` passes its check: the starting inputs, and each
     /// input a fuzzer failed on once (kept so that the fault stays fixed).
