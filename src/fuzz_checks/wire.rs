@@ -82,25 +82,21 @@ pub fn wire_readers(data: &[u8]) {
             let Ok(json) = struct_bytes_to_json(input) else {
                 return;
             };
-            let theirs = pb::InvokeToolRequest::decode(bytes)
+            let mut theirs = pb::InvokeToolRequest::decode(bytes)
                 .unwrap_or_else(|error| panic!("{bytes:?}: read, prost refused it: {error}"));
-            // Compared as written out: a NaN (a retry policy's multiplier) equals no NaN.
-            let written = |request: &pb::InvokeToolRequest| format!("{request:?}");
-            let mine_fields = pb::InvokeToolRequest {
+            let expected = struct_to_json(&theirs.input.take().unwrap_or_default());
+            assert_eq!(Ok(json), expected.map_err(drop), "{bytes:?}");
+            // The other fields, compared as written out: a NaN (a retry policy's multiplier)
+            // equals no NaN.
+            let mine = pb::InvokeToolRequest {
                 input: None,
-                meta: mine.meta.clone(),
-                tool_name: mine.tool_name.clone(),
-                service_name: mine.service_name.clone(),
-                idempotency_key: mine.idempotency_key.clone(),
+                meta: mine.meta,
+                tool_name: mine.tool_name,
+                service_name: mine.service_name,
+                idempotency_key: mine.idempotency_key,
                 retry_policy: mine.retry_policy,
             };
-            let theirs_fields = pb::InvokeToolRequest {
-                input: None,
-                ..theirs.clone()
-            };
-            assert_eq!(written(&mine_fields), written(&theirs_fields), "{bytes:?}");
-            let expected = struct_to_json(&theirs.input.unwrap_or_default());
-            assert_eq!(Ok(json), expected.map_err(drop), "{bytes:?}");
+            assert_eq!(format!("{mine:?}"), format!("{theirs:?}"), "{bytes:?}");
         }
         _ => {
             let Ok(mine) = CallToolResponseWire::decode(bytes) else {
