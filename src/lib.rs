@@ -51,4 +51,6 @@ pub mod shown;
 pub mod spans;
 #[cfg(test)]
 mod test_headers;
+#[cfg(test)]
+mod test_logs;
 pub mod trace_context;

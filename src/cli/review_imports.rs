@@ -15,7 +15,7 @@ use super::new_table;
 use crate::config::ServerConfig;
 use crate::grpc::provider_tls::ProviderTls;
 use crate::mcp::client::McpCaller;
-use crate::mcp::import::{ListedTool, McpImport, read_listing};
+use crate::mcp::import::{CheckedTools, ListedTool, McpImport, read_listing};
 use crate::mcp::session_keys::SessionKey;
 use crate::outln;
 use crate::registry::model::ToolAnnotations;
@@ -51,7 +51,8 @@ pub async fn run(file: Option<&Path>, service: Option<&str>, json: bool) -> Exit
         match tokio::time::timeout(LISTING_TIMEOUT, list(&caller, import)).await {
             Ok(Ok(tools)) => {
                 let approved = import.approved_tools.as_ref();
-                let listed = read_listing(import, approved, &options.limits, &tools);
+                let mut checked = CheckedTools::default();
+                let listed = read_listing(import, approved, &options.limits, &tools, &mut checked);
                 reviewed.push((import, listed));
             }
             Ok(Err(error)) => {

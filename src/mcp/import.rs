@@ -9,10 +9,11 @@
 //! `notifications/tools/list_changed` (at once, but no sooner than [`MIN_LISTING_GAP`] after
 //! the last reading); a changed list registers the service again (an `UPDATED` event), an
 //! unchanged one renews the lease. A tool toolplane cannot take (a name outside
-//! `[A-Za-z0-9_.-]`, a schema that does not compile) is left out, with a warning. While the
-//! server cannot be reached, toolplane tries again (1 s, doubling up to the refresh interval)
-//! and the lease is not renewed, so the service expires after `3 x refresh_interval` (at most
-//! `max_ttl`) and comes back when the server does. A `bearer_token_env` names the environment
+//! `[A-Za-z0-9_.-]`, a schema that does not compile) is left out, with a warning (once per
+//! definition: see [`CheckedTools`]). While the server cannot be reached, toolplane
+//! tries again (1 s, doubling up to the refresh interval) and the lease is not renewed, so the
+//! service expires after `3 x refresh_interval` (at most `max_ttl`) and comes back when the
+//! server does. A `bearer_token_env` names the environment
 //! variable whose value is sent as `Authorization: Bearer ...` to the server. An entry with
 //! `approved_tools` registers only the tools approved at the definition listed, holding the
 //! others back ([`super::approval`]); when its approvals change, its server is listed again
@@ -21,7 +22,6 @@
 use std::time::Duration;
 
 use rmcp::model::Tool;
-use serde_json::Value;
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -33,13 +33,12 @@ pub use super::import_config::{
     DEFAULT_REFRESH_INTERVAL, INHERITED_ENV, McpImport, McpImportConfig, McpImportsSource,
     McpSource, ReadMcpImports, Secret, ServerAuth, StdioServer,
 };
+pub use super::import_listing::{CheckedTools, ListedTool, read_listing};
 use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};
 use super::session_keys::SessionKey;
-use crate::registry::annotations::fitted_title;
-use crate::registry::model::{Capability, ServiceSpec, ToolAnnotations, ToolSpec};
-use crate::registry::validate::validate_service;
-use crate::registry::{LeaseId, RegistrationLimits, Registry};
+use crate::registry::model::{ServiceSpec, ToolSpec};
+use crate::registry::{LeaseId, Registry};
 
 /// The first wait before trying an unreachable server again.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -49,7 +48,7 @@ const SESSION_CHECK: Duration = Duration::from_secs(1);
 /// announcing changes without pause is listed once a second, not back to back.
 pub const MIN_LISTING_GAP: Duration = Duration::from_secs(1);
 /// The version an imported service gets when its server names none in semantic versioning.
-const UNVERSIONED: &str = "0.0.0";
+pub(super) const UNVERSIONED: &str = "0.0.0";
 
 /// Returns when the tools are to be listed again: `refresh` after the listing that began at
 /// `listed_at`, or when `changed` is notified (the server's `list_changed`), but no sooner
@@ -84,6 +83,7 @@ pub(super) async fn run(
     let mut retry = FIRST_RETRY;
     let mut registered: Option<Registered> = None;
     let mut held_log = HeldLog::default();
+    let mut checked = CheckedTools::default();
     loop {
         match caller.session(&key).await {
             Ok(session) => loop {
@@ -104,7 +104,7 @@ pub(super) async fn run(
                             tools: &tools,
                             approved: approved.as_ref().as_ref(),
                         };
-                        let (spec, held) = service_spec(&import, &registry, listing);
+                        let (spec, held) = service_spec(&import, &registry, listing, &mut checked);
                         held_log.report(&import.service, &held);
                         state.set_held(held.len());
                         registered = keep_registered(&import, &registry, spec, registered);
@@ -147,13 +147,14 @@ async fn closed(session: &McpSession) {
     }
 }
 
-/// The registration of `tools`: those toolplane can take, each checked on its own, and, when
-/// the import asks for approval, approved at the definition listed; and the tools held back
-/// for approval.
+/// The registration of `tools`: those toolplane can take, each checked on its own (unless
+/// `checked` holds it as listed), and, when the import asks for approval, approved at the
+/// definition listed; and the tools held back for approval.
 fn service_spec(
     import: &McpImport,
     registry: &Registry,
     listing: Listing<'_>,
+    checked: &mut CheckedTools,
 ) -> (ServiceSpec, Vec<HeldTool>) {
     let ttl = (import.refresh_interval * 3).min(registry.limits().max_ttl);
     let mut spec = ServiceSpec {
@@ -165,7 +166,8 @@ fn service_spec(
         instance_id: String::new(),
     };
     let mut held = Vec::new();
-    for listed in read_listing(import, listing.approved, registry.limits(), listing.tools) {
+    let limits = registry.limits();
+    for listed in read_listing(import, listing.approved, limits, listing.tools, checked) {
         match listed.verdict {
             None | Some(Verdict::Approved) => spec.tools.push(listed.spec),
             Some(verdict) => held.push(HeldTool {
@@ -184,99 +186,6 @@ struct Listing<'a> {
     version: String,
     tools: &'a [Tool],
     approved: Option<&'a ApprovedTools>,
-}
-
-/// A listed tool as an import takes it.
-#[derive(Debug, Clone)]
-pub struct ListedTool {
-    /// The tool as it is registered.
-    pub spec: ToolSpec,
-    /// Its `definition_sha256`: the value `approved_tools` names it with.
-    pub sha256: String,
-    /// What the import's `approved_tools` say of it; `None` when the import asks for no
-    /// approval.
-    pub verdict: Option<Verdict>,
-}
-
-/// The tools of a listing that a registration takes (checked one by one against `limits`;
-/// the others are logged at WARN and left out), with their definition hashes and what
-/// `approved` (when the import asks for approval) says of them.
-pub fn read_listing(
-    import: &McpImport,
-    approved: Option<&ApprovedTools>,
-    limits: &RegistrationLimits,
-    tools: &[Tool],
-) -> Vec<ListedTool> {
-    let mut listed = Vec::with_capacity(tools.len());
-    for tool in tools {
-        let candidate = tool_spec(tool);
-        let alone = ServiceSpec {
-            name: import.service.to_string(),
-            version: UNVERSIONED.to_owned(),
-            endpoint: import.endpoint(),
-            tools: vec![candidate.clone()],
-            ttl: None,
-            instance_id: String::new(),
-        };
-        match validate_service(&alone, limits) {
-            Ok(validated) => {
-                let sha256 = validated.tools[0].definition_sha256.clone();
-                let verdict = approved.map(|approved| approved.verdict(&candidate.name, &sha256));
-                listed.push(ListedTool {
-                    spec: candidate,
-                    sha256,
-                    verdict,
-                });
-            }
-            Err(error) => {
-                tracing::warn!(service = %import.service, tool = %tool.name, %error, "an MCP tool is left out of the import");
-            }
-        }
-    }
-    listed
-}
-
-/// An MCP tool as a toolplane tool. One the server marks read-only or idempotent (its
-/// `readOnlyHint` or `idempotentHint` annotation) declares [`Capability::Retry`], so a caller's
-/// retry policy applies to it; no other tool does.
-fn tool_spec(tool: &Tool) -> ToolSpec {
-    let safe_to_retry = tool.annotations.as_ref().is_some_and(|annotations| {
-        annotations.read_only_hint == Some(true) || annotations.idempotent_hint == Some(true)
-    });
-    ToolSpec {
-        name: tool.name.to_string(),
-        description: tool.description.as_deref().unwrap_or_default().to_owned(),
-        input_schema: Some(Value::Object((*tool.input_schema).clone())),
-        output_schema: tool
-            .output_schema
-            .as_ref()
-            .map(|schema| Value::Object((**schema).clone())),
-        capabilities: if safe_to_retry {
-            vec![Capability::Retry]
-        } else {
-            Vec::new()
-        },
-        timeout_ms: None,
-        // Inferred from the names at registration, as for any provider that declares none.
-        domains: Vec::new(),
-        categories: Vec::new(),
-        annotations: annotations_of(tool),
-    }
-}
-
-/// The hints `tool` gives (its annotations, and its title: the tool's own, else its
-/// annotations', fitted to what a registration takes: one line, at most
-/// [`MAX_TITLE_BYTES`](crate::registry::annotations::MAX_TITLE_BYTES)).
-fn annotations_of(tool: &Tool) -> ToolAnnotations {
-    let given = tool.annotations.clone().unwrap_or_default();
-    let title = tool.title.clone().or(given.title).unwrap_or_default();
-    ToolAnnotations {
-        title: fitted_title(&title),
-        read_only: given.read_only_hint,
-        destructive: given.destructive_hint,
-        idempotent: given.idempotent_hint,
-        open_world: given.open_world_hint,
-    }
 }
 
 /// Registers `spec` when its tools changed (or nothing is registered), else renews the lease;

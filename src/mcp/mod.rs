@@ -31,6 +31,7 @@ pub mod handler;
 pub mod http;
 pub mod import;
 pub mod import_config;
+mod import_listing;
 mod import_states;
 pub mod list_changed;
 pub mod live_imports;

@@ -121,35 +121,11 @@ fn cut(text: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::sync::Mutex;
-
-    /// What a JSON log writes, kept.
-    #[derive(Clone, Default)]
-    struct Kept(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Kept {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("the buffer").extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     /// The event `message` is logged as, in toolplane's JSON log (all levels shown).
     #[allow(deprecated)] // MCP logging: see the module docs.
     fn logged(message: &LoggingMessageNotificationParam) -> Value {
-        let kept = Kept::default();
-        let writer = kept.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || log_message("mcp+stdio://0/s", message));
-        let text = String::from_utf8(kept.0.lock().expect("the buffer").clone()).expect("UTF-8");
+        let ((), text) = crate::test_logs::logged(|| log_message("mcp+stdio://0/s", message));
         serde_json::from_str(text.trim()).expect("one JSON event")
     }
 

@@ -1,0 +1,245 @@
+//! The tools of one listing of an MCP server, as an import takes them: each made a toolplane
+//! tool and checked alone as a registration checks it (name, description, schemas compiled
+//! within the registration limits), so that one tool toolplane cannot take leaves out that
+//! tool only, with a warning.
+//!
+//! An import lists its server every `refresh_interval`, and the list rarely changes: the
+//! outcome of each tool's check is kept ([`CheckedTools`]) until the next listing, so a tool
+//! listed again as it was is neither compiled again nor warned about again (a tool left out
+//! is logged once per definition, as a tool held back for approval is).
+
+use std::collections::HashMap;
+
+use rmcp::model::Tool;
+use serde_json::Value;
+
+use super::approval::{ApprovedTools, Verdict};
+use super::import::UNVERSIONED;
+use super::import_config::McpImport;
+use crate::registry::RegistrationLimits;
+use crate::registry::annotations::fitted_title;
+use crate::registry::model::{Capability, ServiceSpec, ToolAnnotations, ToolSpec};
+use crate::registry::validate::validate_service;
+
+/// A listed tool as an import takes it.
+#[derive(Debug, Clone)]
+pub struct ListedTool {
+    /// The tool as it is registered.
+    pub spec: ToolSpec,
+    /// Its `definition_sha256`: the value `approved_tools` names it with.
+    pub sha256: String,
+    /// What the import's `approved_tools` say of it; `None` when the import asks for no
+    /// approval.
+    pub verdict: Option<Verdict>,
+}
+
+/// What each tool of an import's last listing was found to be, by name: kept from one listing
+/// to the next, so that only tools new or changed since are checked (and logged) again.
+#[derive(Debug, Default)]
+pub struct CheckedTools(HashMap<String, CheckedTool>);
+
+/// A tool as it was listed, and the outcome of its check.
+#[derive(Debug)]
+struct CheckedTool {
+    listed: Tool,
+    /// The tool as it is registered and its definition hash; `None` when it is left out.
+    taken: Option<(ToolSpec, String)>,
+}
+
+/// The tools of a listing that a registration takes (each checked on its own against `limits`,
+/// unless `checked` holds it from the last listing as it is listed now; a tool left out is
+/// logged at WARN when it is checked), with their definition hashes and what `approved` (when
+/// the import asks for approval) says of them. `checked` is left holding this listing's tools.
+pub fn read_listing(
+    import: &McpImport,
+    approved: Option<&ApprovedTools>,
+    limits: &RegistrationLimits,
+    tools: &[Tool],
+    checked: &mut CheckedTools,
+) -> Vec<ListedTool> {
+    let mut last = std::mem::take(&mut checked.0);
+    let mut listed = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let name = tool.name.to_string();
+        let kept = last
+            .remove(&name)
+            .filter(|kept| kept.listed == *tool)
+            .unwrap_or_else(|| CheckedTool {
+                listed: tool.clone(),
+                taken: check(import, limits, tool),
+            });
+        if let Some((spec, sha256)) = &kept.taken {
+            listed.push(ListedTool {
+                spec: spec.clone(),
+                sha256: sha256.clone(),
+                verdict: approved.map(|approved| approved.verdict(&spec.name, sha256)),
+            });
+        }
+        checked.0.insert(name, kept);
+    }
+    listed
+}
+
+/// `tool` as it is registered, and its definition hash, when a registration takes it alone;
+/// `None` (logged at WARN) when it does not.
+fn check(
+    import: &McpImport,
+    limits: &RegistrationLimits,
+    tool: &Tool,
+) -> Option<(ToolSpec, String)> {
+    let candidate = tool_spec(tool);
+    let alone = ServiceSpec {
+        name: import.service.to_string(),
+        version: UNVERSIONED.to_owned(),
+        endpoint: import.endpoint(),
+        tools: vec![candidate.clone()],
+        ttl: None,
+        instance_id: String::new(),
+    };
+    match validate_service(&alone, limits) {
+        Ok(validated) => {
+            let sha256 = validated.tools[0].definition_sha256.clone();
+            Some((candidate, sha256))
+        }
+        Err(error) => {
+            tracing::warn!(service = %import.service, tool = %tool.name, %error, "an MCP tool is left out of the import");
+            None
+        }
+    }
+}
+
+/// An MCP tool as a toolplane tool. One the server marks read-only or idempotent (its
+/// `readOnlyHint` or `idempotentHint` annotation) declares [`Capability::Retry`], so a caller's
+/// retry policy applies to it; no other tool does.
+fn tool_spec(tool: &Tool) -> ToolSpec {
+    let safe_to_retry = tool.annotations.as_ref().is_some_and(|annotations| {
+        annotations.read_only_hint == Some(true) || annotations.idempotent_hint == Some(true)
+    });
+    ToolSpec {
+        name: tool.name.to_string(),
+        description: tool.description.as_deref().unwrap_or_default().to_owned(),
+        input_schema: Some(Value::Object((*tool.input_schema).clone())),
+        output_schema: tool
+            .output_schema
+            .as_ref()
+            .map(|schema| Value::Object((**schema).clone())),
+        capabilities: if safe_to_retry {
+            vec![Capability::Retry]
+        } else {
+            Vec::new()
+        },
+        timeout_ms: None,
+        // Inferred from the names at registration, as for any provider that declares none.
+        domains: Vec::new(),
+        categories: Vec::new(),
+        annotations: annotations_of(tool),
+    }
+}
+
+/// The hints `tool` gives (its annotations, and its title: the tool's own, else its
+/// annotations', fitted to what a registration takes: one line, at most
+/// [`MAX_TITLE_BYTES`](crate::registry::annotations::MAX_TITLE_BYTES)).
+fn annotations_of(tool: &Tool) -> ToolAnnotations {
+    let given = tool.annotations.clone().unwrap_or_default();
+    let title = tool.title.clone().or(given.title).unwrap_or_default();
+    ToolAnnotations {
+        title: fitted_title(&title),
+        read_only: given.read_only_hint,
+        destructive: given.destructive_hint,
+        idempotent: given.idempotent_hint,
+        open_world: given.open_world_hint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::envelope::TenantId;
+    use crate::mcp::import::McpSource;
+    use crate::registry::ServiceName;
+    use crate::test_logs::logged;
+
+    fn import(approved_tools: Option<ApprovedTools>) -> McpImport {
+        McpImport {
+            service: ServiceName::parse("files").expect("a service name"),
+            source: McpSource::Http("http://127.0.0.1:9/mcp".to_owned()),
+            tenant: TenantId(0),
+            refresh_interval: Duration::from_secs(60),
+            auth: None,
+            approved_tools,
+        }
+    }
+
+    fn tool(name: &'static str, description: &'static str) -> Tool {
+        let schema = json!({"type": "object", "properties": {"path": {"type": "string"}}});
+        let Value::Object(schema) = schema else {
+            unreachable!("an object")
+        };
+        Tool::new(name, description, Arc::new(schema))
+    }
+
+    /// The tools `read_listing` takes from `tools` (name and hash), and the warnings it logs.
+    fn read(
+        import: &McpImport,
+        tools: &[Tool],
+        checked: &mut CheckedTools,
+    ) -> (Vec<(String, String, Option<Verdict>)>, usize) {
+        let limits = RegistrationLimits::default();
+        let approved = import.approved_tools.as_ref();
+        let (listed, log) = logged(|| read_listing(import, approved, &limits, tools, checked));
+        let taken = (listed.into_iter())
+            .map(|tool| (tool.spec.name, tool.sha256, tool.verdict))
+            .collect();
+        (taken, log.matches("left out of the import").count())
+    }
+
+    #[test]
+    fn a_tool_listed_again_as_it_was_is_taken_as_before_and_not_warned_about_again() {
+        let import = import(None);
+        let mut checked = CheckedTools::default();
+        let listing = [tool("read", "Reads a file."), tool("bad name", "Spaced.")];
+        let (first, warned) = read(&import, &listing, &mut checked);
+        assert_eq!(warned, 1, "the tool toolplane cannot take");
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].0, "read");
+
+        assert_eq!(read(&import, &listing, &mut checked), (first.clone(), 0));
+
+        // The tool left out, changed (and still not one toolplane takes): warned about again.
+        let changed = [tool("read", "Reads a file."), tool("bad name", "Other.")];
+        assert_eq!(read(&import, &changed, &mut checked), (first.clone(), 1));
+
+        // The tool taken, changed: checked again, under its new hash.
+        let (again, warned) = read(&import, &[tool("read", "Reads a text file.")], &mut checked);
+        assert_eq!(warned, 0);
+        assert_eq!(again[0].0, "read");
+        assert_ne!(again[0].1, first[0].1, "a new definition, a new hash");
+
+        // A tool that left the listing and came back is checked again (and warned about).
+        assert_eq!(read(&import, &listing, &mut checked), (first, 1));
+    }
+
+    #[test]
+    fn approval_is_judged_at_every_listing() {
+        let listing = [tool("read", "Reads a file.")];
+        let mut checked = CheckedTools::default();
+        let (open, _) = read(&import(None), &listing, &mut checked);
+        let sha256 = open[0].1.clone();
+        let service = ServiceName::parse("files").expect("a service name");
+        let approving = |sha256: &str| {
+            let table = BTreeMap::from([("read".to_owned(), sha256.to_owned())]);
+            Some(ApprovedTools::check(&service, &table).expect("an approval"))
+        };
+        let other = "0".repeat(64);
+        let (held, _) = read(&import(approving(&other)), &listing, &mut checked);
+        assert_eq!(held[0].2, Some(Verdict::Changed(other)));
+        let (approved, _) = read(&import(approving(&sha256)), &listing, &mut checked);
+        assert_eq!(approved[0].2, Some(Verdict::Approved));
+    }
+}
