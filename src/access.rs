@@ -359,7 +359,7 @@ fn rule_tenants(rule: &TenantAccessRule) -> Result<Tenants, &'static str> {
 }
 
 /// The token of an `authorization` header's `Bearer TOKEN` (the scheme in any case).
-fn bearer_token(header: &[u8]) -> Option<&[u8]> {
+pub(crate) fn bearer_token(header: &[u8]) -> Option<&[u8]> {
     let (scheme, token) = header.split_at_checked(7)?;
     scheme
         .eq_ignore_ascii_case(b"bearer ")
@@ -369,7 +369,7 @@ fn bearer_token(header: &[u8]) -> Option<&[u8]> {
 
 /// The URI and DNS names of a DER certificate, URIs first; none when it cannot be read (rustls
 /// verified it already, so that would be a name form x509-parser does not know).
-fn certificate_identities(der: &[u8]) -> Vec<String> {
+pub(crate) fn certificate_identities(der: &[u8]) -> Vec<String> {
     let Ok((_, certificate)) = X509Certificate::from_der(der) else {
         return Vec::new();
     };

@@ -45,7 +45,7 @@ impl ForwardedIdentityHeader {
     }
 
     /// The identities a listed proxy names in the header's `value`.
-    pub(super) fn identities(self, value: &[u8]) -> Result<Vec<String>, AccessError> {
+    pub(crate) fn identities(self, value: &[u8]) -> Result<Vec<String>, AccessError> {
         match self {
             ForwardedIdentityHeader::XForwardedClientCert => forwarded_identities(value),
             ForwardedIdentityHeader::L5dClientId => linkerd_identity(value).map(|id| vec![id]),

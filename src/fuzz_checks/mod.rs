@@ -6,8 +6,10 @@
 //! A check panics when the reader breaks a promise, and returns quietly otherwise (bytes that
 //! do not form its kind of input are skipped).
 
+mod headers;
 mod wire;
 
+pub use headers::request_headers;
 pub use wire::wire_readers;
 
 use serde_json::Value;
@@ -100,11 +102,12 @@ mod tests {
     type Check = fn(&[u8]);
 
     /// Every check, by the name of its fuzz target (and of its folder in `fuzz/seeds/`).
-    const CHECKS: [(&str, Check); 4] = [
+    const CHECKS: [(&str, Check); 5] = [
         ("schema_registration", schema_registration),
         ("wire_readers", wire_readers),
         ("canonical_json", canonical_json_round_trip),
         ("names_and_queries", names_and_queries),
+        ("request_headers", request_headers),
     ];
 
     /// Every input kept in `fuzz/seeds/` passes its check: the starting inputs, and each

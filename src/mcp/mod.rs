@@ -36,7 +36,7 @@ mod import_states;
 pub mod list_changed;
 pub mod live_imports;
 pub mod progress_routes;
-mod request_bodies;
+pub(crate) mod request_bodies;
 pub mod rtfs;
 pub mod server_logs;
 mod session_failures;

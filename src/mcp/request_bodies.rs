@@ -24,9 +24,9 @@ pub(super) type McpRequestBody = Either<Full<Bytes>, Incoming>;
 pub(super) type McpResponse = Response<BoxBody<Bytes, Infallible>>;
 
 /// JSON-RPC's error code for a body that is not JSON.
-const PARSE_ERROR: i64 = -32700;
+pub(crate) const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC's error code for JSON that is not a request, notification or response.
-const INVALID_REQUEST: i64 = -32600;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
 
 /// A POST's body, read whole (at most `max_bytes`), kept to restate the SDK's refusal of it.
 #[derive(Debug)]
@@ -92,7 +92,7 @@ fn sends_json<B>(request: &Request<B>) -> bool {
 
 /// The JSON-RPC error code, the `id` to answer with and the message for `body`, which the
 /// SDK could not take as a JSON-RPC message.
-fn what_is_wrong(body: &[u8]) -> (i64, Value, String) {
+pub(crate) fn what_is_wrong(body: &[u8]) -> (i64, Value, String) {
     let message = match serde_json::from_slice::<Value>(body) {
         Err(error) => return (PARSE_ERROR, Value::Null, format!("Parse error: {error}")),
         Ok(Value::Object(message)) => message,
