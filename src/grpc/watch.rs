@@ -16,7 +16,7 @@ use super::serving::{ServingState, shutting_down};
 use crate::envelope::RequestMeta;
 use crate::invoke::health::ProviderHealthBook;
 use crate::pb;
-use crate::registry::store::RegistryEvent;
+use crate::registry::store::{AfterSnapshot, RegistryEvent, WatchStart};
 use crate::registry::{RegistryError, ServiceEntry, ServiceName};
 
 /// One WatchServices stream: the snapshot, SYNCED, then live changes. The response stream
@@ -27,7 +27,8 @@ use crate::registry::{RegistryError, ServiceEntry, ServiceName};
 pub(super) struct Watch {
     meta: RequestMeta,
     only: Option<ServiceName>,
-    revision: u64,
+    /// Which events are news to the watcher.
+    after: AfterSnapshot,
     /// The services of the snapshot not sent yet, each encoded as it is sent.
     snapshot: std::vec::IntoIter<Arc<ServiceEntry>>,
     /// Whether SYNCED has been sent.
@@ -45,20 +46,21 @@ impl Watch {
     pub(super) fn start(
         meta: RequestMeta,
         only: Option<ServiceName>,
-        start: crate::registry::store::WatchStart,
+        start: WatchStart,
         serving: &ServingState,
         health: &Arc<ProviderHealthBook>,
     ) -> Self {
-        let crate::registry::store::WatchStart {
-            revision,
+        let after = start.after_snapshot();
+        let WatchStart {
             mut services,
             events,
+            ..
         } = start;
         services.retain(|s| only.as_ref().is_none_or(|only| *only == s.name));
         Self {
             meta,
             only,
-            revision,
+            after,
             snapshot: services.into_iter(),
             synced: false,
             events: BroadcastStream::new(events),
@@ -71,10 +73,9 @@ impl Watch {
         }
     }
 
-    fn wants(&self, event: &RegistryEvent) -> bool {
+    fn wants(&mut self, event: &RegistryEvent) -> bool {
         // The receiver carries only the tenant's events (`RegistryStore::watch`).
-        event.revision > self.revision
-            && self.only.as_ref().is_none_or(|only| *only == event.service)
+        self.after.is_news(event) && self.only.as_ref().is_none_or(|only| *only == event.service)
     }
 
     fn message(&self, event: SharedMessage) -> WatchItem {
@@ -88,7 +89,7 @@ impl Watch {
     fn next_of_snapshot(&mut self) -> Option<SharedMessage> {
         let head = |kind: pb::ServiceEventType, name: String| pb::ServiceEvent {
             r#type: kind as i32,
-            revision: self.revision,
+            revision: self.after.revision(),
             service_name: name,
             ..Default::default()
         };

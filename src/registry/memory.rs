@@ -421,18 +421,24 @@ impl RegistryStore for MemoryStore {
         let events = self.events.subscribe(tenant);
         let snapshot = self.snapshot.load_full();
         let now = monotonic_now();
-        let services = snapshot.tenant(tenant).map_or_else(Vec::new, |index| {
-            index
-                .services
-                .values()
-                .filter(|entry| entry.is_live_at(now))
-                .cloned()
-                .collect()
-        });
+        let (mut services, mut lapsed) = (Vec::new(), Vec::new());
+        for entry in snapshot
+            .tenant(tenant)
+            .map(|index| index.services.values())
+            .into_iter()
+            .flatten()
+        {
+            if entry.is_live_at(now) {
+                services.push(Arc::clone(entry));
+            } else {
+                lapsed.push(entry.name.clone());
+            }
+        }
         WatchStart {
             revision: snapshot.revision,
             services,
             events,
+            lapsed,
         }
     }
 
@@ -484,3 +490,7 @@ impl RegistryStore for MemoryStore {
 #[cfg(test)]
 #[path = "memory_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "memory_watch_tests.rs"]
+mod watch_tests;

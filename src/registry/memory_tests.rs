@@ -124,7 +124,8 @@ async fn a_tenant_nobody_watches_any_more_keeps_no_channel() {
     );
 }
 
-fn service_with_tools(name: &str, tools: &[&str]) -> ValidatedService {
+/// A service of `tools`, version 1.0.0, under a 60 s lease.
+pub(super) fn service_with_tools(name: &str, tools: &[&str]) -> ValidatedService {
     use super::super::model::{ServiceSpec, ToolSpec};
     let spec = ServiceSpec {
         name: name.to_owned(),

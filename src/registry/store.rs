@@ -138,6 +138,52 @@ pub struct WatchStart {
     pub services: Vec<Arc<ServiceEntry>>,
     /// Every event from the snapshot on (events at or below `revision` are already in it).
     pub events: broadcast::Receiver<Arc<RegistryEvent>>,
+    /// The services left out of `services` because every lease of theirs had run out, whose
+    /// removal (and its event) was still to come: almost always none. See [`AfterSnapshot`].
+    pub lapsed: Vec<ServiceName>,
+}
+
+impl WatchStart {
+    /// Which of `events` the watcher is still to be told of.
+    pub fn after_snapshot(&self) -> AfterSnapshot {
+        AfterSnapshot {
+            revision: self.revision,
+            lapsed: self.lapsed.clone(),
+        }
+    }
+}
+
+/// Which events a watch that started from a snapshot is still to be told of: those after the
+/// snapshot, but for the going (REMOVED or EXPIRED) of a service the snapshot left out as
+/// lapsed, which the watcher never saw (it would otherwise be told a service it was never
+/// told of had gone).
+#[derive(Debug, Clone)]
+pub struct AfterSnapshot {
+    revision: u64,
+    /// The services left out as lapsed whose first event since has not come yet.
+    lapsed: Vec<ServiceName>,
+}
+
+impl AfterSnapshot {
+    /// The revision of the snapshot.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Whether `event`, the next of the tenant's events, is news to the watcher.
+    pub fn is_news(&mut self, event: &RegistryEvent) -> bool {
+        if event.revision <= self.revision {
+            return false;
+        }
+        let Some(at) = (self.lapsed.iter()).position(|service| *service == event.service) else {
+            return true;
+        };
+        // The first event of a lapsed service is its going: by the expiry task, or by the
+        // registration that found it lapsed (which then adds it again, in an event of its
+        // own).
+        self.lapsed.swap_remove(at);
+        !matches!(event.kind, ChangeKind::Removed | ChangeKind::Expired)
+    }
 }
 
 /// Storage for registered services. Reads only ever return live services.
