@@ -4,7 +4,7 @@
 //! task removes meanwhile) while watchers start at moments of their own; every watcher's view,
 //! its snapshot with its events applied in order, must end as the store ends.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -151,6 +151,27 @@ async fn every_watcher_ends_as_the_store_ends_whenever_it_started() {
     for (index, watch) in watches.into_iter().enumerate() {
         assert_eq!(view_of(watch), end, "watch {index}");
     }
+    bookkeeping_matches_the_services(&store);
+}
+
+/// The tenant's counts (for its quota) and its tool index, kept up change by change, are what
+/// its services hold now.
+fn bookkeeping_matches_the_services(store: &MemoryStore) {
+    let snapshot = store.snapshot.load();
+    let index = (snapshot.tenant(TENANT)).expect("services left: most leases are long");
+    let mut recounted = Usage::default();
+    let mut tools = BTreeSet::new();
+    for entry in index.services.values() {
+        let usage = entry.usage();
+        recounted.services += 1;
+        recounted.tools += usage.tools;
+        recounted.tool_bytes += usage.tool_bytes;
+        for tool in entry.tools() {
+            tools.insert((tool.name.to_string(), entry.name.to_string()));
+        }
+    }
+    assert_eq!(index.usage(), recounted);
+    assert_eq!(index.tools.keys().cloned().collect::<BTreeSet<_>>(), tools);
 }
 
 /// A service whose lease ran out but was not removed yet is left out of a watch's snapshot,
