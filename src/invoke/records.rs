@@ -459,3 +459,7 @@ fn push_ring(state: &mut LogState, record: Arc<InvocationRecord>) -> Option<Arc<
 #[cfg(test)]
 #[path = "records_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "records_concurrency_tests.rs"]
+mod concurrency_tests;

@@ -6,7 +6,8 @@ use crate::invoke::FILE_BYTES_PER_PAGE;
 use crate::invoke::audit::{verify_file, verify_files, verify_files_after};
 use std::time::SystemTime;
 
-fn draft(tool: &str) -> RecordDraft {
+/// A succeeded call of `tool` of service `svc`, for tenant 1.
+pub(super) fn draft(tool: &str) -> RecordDraft {
     RecordDraft {
         invocation_id: uuid::Uuid::new_v4().to_string(),
         tenant: TenantId(1),
