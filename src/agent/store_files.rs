@@ -413,3 +413,7 @@ impl AgentStore {
 #[cfg(test)]
 #[path = "store_files_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "store_concurrency_tests.rs"]
+mod concurrency_tests;
