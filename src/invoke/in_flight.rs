@@ -108,6 +108,34 @@ mod tests {
         assert!(calls.counts.is_empty(), "nothing is kept for idle services");
     }
 
+    /// Threads taking and giving back slots of a few services at once never hold more than
+    /// the bound between them, and leave nothing counted.
+    #[test]
+    fn concurrent_calls_never_pass_the_bound() {
+        const MAX: usize = 3;
+        let calls = InFlightCalls::new(MAX);
+        let held = [(); 2].map(|()| AtomicUsize::new(0));
+        std::thread::scope(|scope| {
+            for thread in 0..4 {
+                let (calls, held) = (&calls, &held);
+                scope.spawn(move || {
+                    for round in 0..5_000 {
+                        let service = (thread + round) % held.len();
+                        let Ok(slot) = calls.begin(TenantId(1), &service.to_string()) else {
+                            continue;
+                        };
+                        let now = held[service].fetch_add(1, Ordering::SeqCst) + 1;
+                        assert!(now <= MAX, "{now} calls in flight to {service}");
+                        std::thread::yield_now();
+                        held[service].fetch_sub(1, Ordering::SeqCst);
+                        drop(slot);
+                    }
+                });
+            }
+        });
+        assert!(calls.counts.is_empty(), "nothing is kept for idle services");
+    }
+
     #[test]
     fn no_bound_counts_nothing() {
         let calls = InFlightCalls::new(0);
