@@ -10,11 +10,11 @@
 //! the last reading); a changed list registers the service again (an `UPDATED` event), an
 //! unchanged one renews the lease. A tool toolplane cannot take (a name outside
 //! `[A-Za-z0-9_.-]`, a schema that does not compile) is left out, with a warning (once per
-//! definition: see [`CheckedTools`]). While the server cannot be reached, toolplane
-//! tries again (1 s, doubling up to the refresh interval) and the lease is not renewed, so the
+//! definition: see [`CheckedTools`]). While the server cannot be reached, toolplane tries
+//! again (1 s, doubling up to the refresh interval) and the lease is not renewed, so the
 //! service expires after `3 x refresh_interval` (at most `max_ttl`) and comes back when the
-//! server does. A `bearer_token_env` names the environment
-//! variable whose value is sent as `Authorization: Bearer ...` to the server. An entry with
+//! server does. A `bearer_token_env` names the environment variable whose value is sent as
+//! `Authorization: Bearer ...` to the server. An entry with
 //! `approved_tools` registers only the tools approved at the definition listed, holding the
 //! others back ([`super::approval`]); when its approvals change, its server is listed again
 //! at once.
