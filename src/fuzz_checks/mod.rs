@@ -6,9 +6,11 @@
 //! A check panics when the reader breaks a promise, and returns quietly otherwise (bytes that
 //! do not form its kind of input are skipped).
 
+mod config_file;
 mod headers;
 mod wire;
 
+pub use config_file::config_file;
 pub use headers::request_headers;
 pub use wire::wire_readers;
 
@@ -102,12 +104,13 @@ mod tests {
     type Check = fn(&[u8]);
 
     /// Every check, by the name of its fuzz target (and of its folder in `fuzz/seeds/`).
-    const CHECKS: [(&str, Check); 5] = [
+    const CHECKS: [(&str, Check); 6] = [
         ("schema_registration", schema_registration),
         ("wire_readers", wire_readers),
         ("canonical_json", canonical_json_round_trip),
         ("names_and_queries", names_and_queries),
         ("request_headers", request_headers),
+        ("config_file", config_file),
     ];
 
     /// Every input kept in `fuzz/seeds/` passes its check: the starting inputs, and each
