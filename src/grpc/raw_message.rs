@@ -12,11 +12,12 @@
 //! UTF-8, and at most 100 messages nest (prost's limit). So what toolplane validates is what
 //! the provider decodes. Bytes that are bad in more than one way (say, a NaN in one entry and
 //! a broken length in a later one) are refused either way, but the fault named may be another
-//! one than that path would name: this reader stops at the first it meets. One difference is
-//! on purpose: prost's map decoder reads a `Struct` entry whatever its wire type says, where
-//! protobuf calls a wrong one malformed. Here such an entry is refused, or dropped when it is a
-//! group (a [`RawMessage`] drops every group), so the bytes read are the bytes sent on. Tests
-//! compare the two readings on randomly damaged bytes too.
+//! one than that path would name: this reader stops at the first it meets. Two differences are
+//! on purpose, each refusing what prost takes: prost's map decoder reads a `Struct` entry
+//! whatever its wire type says, where protobuf calls a wrong one malformed, and skips a group
+//! at a field number the message does not have. Here both are refused (protobuf 3, so `Struct`
+//! and `Value`, has no groups, and no encoder writes one), so the bytes read are always the
+//! bytes sent on. Tests compare the two readings on randomly damaged bytes too.
 //!
 //! prost has no public way to keep a field undecoded or to walk encoded bytes, so this uses
 //! the wire primitives of `prost::encoding` that prost's own derived decoders use.
@@ -96,9 +97,9 @@ impl prost::Message for RawMessage {
         // back as it was.
         let out = &mut self.bytes;
         match wire_type {
-            // Groups are long deprecated and no well-known type has one: skipped, as prost
-            // skips an unknown field.
-            WireType::StartGroup | WireType::EndGroup => skip_field(wire_type, tag, buf, ctx),
+            // Groups are long deprecated and protobuf 3 (so `Struct`, `Value`) has none: no
+            // encoder writes one here, and prost refuses one at a known field.
+            WireType::StartGroup | WireType::EndGroup => refuse_group(wire_type),
             WireType::Varint => {
                 let mut value = 0u64;
                 encoding::uint64::merge(wire_type, &mut value, buf, ctx)?;
@@ -281,6 +282,20 @@ fn enter(depth: u32) -> Result<(), Fault> {
 }
 
 /// The next length-delimited field's bytes.
+/// Refuses a group (`wire_type` is a group's start or end) in a message kept or read here.
+fn refuse_group(wire_type: WireType) -> Result<(), DecodeError> {
+    check_wire_type(WireType::LengthDelimited, wire_type)
+}
+
+/// Skips a field of a number the message does not have, as prost does, but for a group, which
+/// is refused (see [`refuse_group`]).
+fn skip_unknown(wire_type: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), Fault> {
+    if matches!(wire_type, WireType::StartGroup | WireType::EndGroup) {
+        refuse_group(wire_type)?;
+    }
+    Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?)
+}
+
 fn delimited<'a>(buf: &mut &'a [u8], wire_type: WireType) -> Result<&'a [u8], Fault> {
     check_wire_type(WireType::LengthDelimited, wire_type)?;
     let len = decode_varint(buf)?;
@@ -309,7 +324,7 @@ fn merge_struct(
     while !buf.is_empty() {
         let (tag, wire_type) = decode_key(&mut buf)?;
         if tag != 1 {
-            skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
+            skip_unknown(wire_type, tag, &mut buf)?;
             continue;
         }
         let mut entry = delimited(&mut buf, wire_type)?;
@@ -331,7 +346,7 @@ fn merge_struct(
                         Some(_) => more_values.push(bytes),
                     }
                 }
-                _ => skip_field(wire_type, tag, &mut entry, DecodeContext::default())?,
+                _ => skip_unknown(wire_type, tag, &mut entry)?,
             }
         }
         let mut slot = Slot::new();
@@ -369,7 +384,7 @@ fn merge_list(
     while !buf.is_empty() {
         let (tag, wire_type) = decode_key(&mut buf)?;
         if tag != 1 {
-            skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
+            skip_unknown(wire_type, tag, &mut buf)?;
             continue;
         }
         let bytes = delimited(&mut buf, wire_type)?;
@@ -431,7 +446,7 @@ fn merge_value(mut buf: &[u8], depth: u32, slot: &mut Slot) -> Result<(), Fault>
                     merge_list(bytes, depth + 1, items, &mut slot.unformed)?;
                 }
             }
-            _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,
+            _ => skip_unknown(wire_type, tag, &mut buf)?,
         }
     }
     Ok(())
