@@ -12,7 +12,8 @@ const FILE: &str = "toolplane.toml";
 /// holds: a configuration that cannot be used is refused with a message naming what is wrong
 /// (the server then stops with exit 2 rather than a panic), and one that is accepted gives the
 /// server's options. Files the configuration names (token files, key files) cannot be read
-/// here, so nothing outside the input is touched.
+/// here, so no file is read or written; the variables an MCP import names (a bearer token's,
+/// a client secret's) are looked up in the process's environment, as the server does.
 pub fn config_file(data: &[u8]) {
     let (text, variables) = match data.iter().position(|&byte| byte == 0) {
         Some(at) => (&data[..at], &data[at + 1..]),
