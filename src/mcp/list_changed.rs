@@ -65,6 +65,9 @@ async fn tell_changes<Notify, Sent>(
     Sent: Future<Output = bool>,
 {
     let start = registry.watch(tenant);
+    // The client reads its list from the registry as it is now, so the going of a service
+    // lapsed but not yet removed does not change it.
+    let mut after = start.after_snapshot();
     let mut events = start.events;
     let mut missed = since.is_some_and(|RevisionAtArrival(at)| start.revision > at);
     let mut stop = std::pin::pin!(stop);
@@ -72,7 +75,7 @@ async fn tell_changes<Notify, Sent>(
         let changed = std::mem::take(&mut missed)
             || tokio::select! {
                 received = events.recv() => match received {
-                    Ok(event) => changes_tools(&event),
+                    Ok(event) => after.is_news(&event) && changes_tools(&event),
                     // Changes were missed: the list may have changed.
                     Err(RecvError::Lagged(_)) => true,
                     Err(RecvError::Closed) => return,
@@ -125,7 +128,9 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::mcp::tools::tests::{register, registry};
+    use crate::mcp::tools::tests::{register, registry, service};
+    use crate::registry::RegistrationLimits;
+    use crate::registry::memory::MemoryStore;
 
     /// How many notifications a stream starting now tells within `within`, for a request
     /// that arrived at `since`.
@@ -164,6 +169,30 @@ mod tests {
             told(&registry, None, 3 * SETTLE).await,
             0,
             "without the request's revision only later changes are told"
+        );
+    }
+
+    /// A service whose lease ran out before the stream started is not in the list the client
+    /// reads, so its removal a moment later (by the expiry task) is not told.
+    #[tokio::test]
+    async fn the_removal_of_a_service_lapsed_before_the_stream_started_is_not_told() {
+        const SHORT_TTL: Duration = Duration::from_millis(15);
+        let limits = RegistrationLimits {
+            min_ttl: SHORT_TTL,
+            ..RegistrationLimits::default()
+        };
+        let registry = Registry::new(MemoryStore::start(64, 0), limits, 16);
+        let mut spec = service("lapsing", &["lapsing_tool"], None);
+        spec.ttl = Some(SHORT_TTL);
+        registry.register(TenantId(1), &spec).expect("registered");
+        // This test's runtime has one thread, so the expiry task cannot run meanwhile.
+        std::thread::sleep(SHORT_TTL * 2);
+        assert!(registry.all_tools(TenantId(1)).is_empty(), "lapsed");
+        assert_eq!(told(&registry, None, 6 * SETTLE).await, 0);
+        assert_eq!(
+            registry.watch(TenantId(1)).revision,
+            2,
+            "the expiry task removed it meanwhile"
         );
     }
 }

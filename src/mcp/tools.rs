@@ -199,7 +199,17 @@ pub(super) mod tests {
         tools: &[&str],
         output: Option<Value>,
     ) {
-        let spec = ServiceSpec {
+        let spec = self::service(service, tools, output);
+        registry.register(TenantId(1), &spec).expect("registered");
+    }
+
+    /// `service` offering `tools` (schemas `{"type": "object"}`) under the default lease.
+    pub(in crate::mcp) fn service(
+        service: &str,
+        tools: &[&str],
+        output: Option<Value>,
+    ) -> ServiceSpec {
+        ServiceSpec {
             name: service.into(),
             version: "1.0.0".into(),
             endpoint: String::new(),
@@ -219,8 +229,7 @@ pub(super) mod tests {
                 .collect(),
             ttl: None,
             instance_id: String::new(),
-        };
-        registry.register(TenantId(1), &spec).expect("registered");
+        }
     }
 
     fn resolved(registry: &Registry, name: &str) -> Option<(String, Option<String>)> {
