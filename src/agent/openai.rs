@@ -16,7 +16,7 @@ use super::model::{
 };
 use super::model_calls::ModelCalls;
 use super::model_retries;
-use super::openai_answer::{parse_answer, reported_error, tool_call_requests};
+use super::openai_answer::reply_of;
 use super::types::Role;
 
 /// The most a model's answer may take on the wire, its JSON or its whole event stream (a
@@ -238,34 +238,7 @@ impl OpenAiClient {
             .await
             .map_err(|e| ModelError::new(format!("the answer could not be read: {e}")))?
             .ok_or_else(too_large)?;
-        let answer = parse_answer(&body).map_err(|e| {
-            ModelError::new(format!("the answer is not a chat-completions answer: {e}"))
-        })?;
-        if let Some(error) = reported_error(&answer) {
-            return Err(ModelError::new(format!(
-                "the model server answered with an error: {error}"
-            )));
-        }
-        let usage = answer.usage.as_ref().and_then(|u| u.counted());
-        let Some(message) = answer
-            .choices
-            .and_then(|c| c.into_iter().next())
-            .and_then(|c| c.message)
-        else {
-            // Only now is the answer read as a tree, to show what it holds instead.
-            let shown = serde_json::from_slice(&body).unwrap_or_default();
-            return Err(ModelError::new(format!(
-                "the answer has no choices[0].message: {}",
-                crate::shown::shown_json(&shown)
-            )));
-        };
-        Ok(ModelReply {
-            content: message.content,
-            tool_calls: tool_call_requests(message.tool_calls),
-            model: answer.model.unwrap_or_else(|| self.config.model.clone()),
-            usage,
-            attempts,
-        })
+        reply_of(&body, &self.config.model, attempts)
     }
 }
 

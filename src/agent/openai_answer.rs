@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::model::ToolCallRequest;
+use super::model::{ModelError, ModelReply, ToolCallRequest};
 use super::types::TokenUsage;
 
 /// A whole answer, or one chunk of a streamed one: `message` is set in the first, `delta` in
@@ -113,6 +113,39 @@ pub(super) fn parse_answer(json: &[u8]) -> Result<Answer, String> {
     Ok(answer)
 }
 
+/// The reply in `body`, a whole (not streamed) answer which came at attempt `attempts`, named
+/// `model` unless it names its own; or why it cannot be used.
+pub(crate) fn reply_of(body: &[u8], model: &str, attempts: u32) -> Result<ModelReply, ModelError> {
+    let answer = parse_answer(body).map_err(|e| {
+        ModelError::new(format!("the answer is not a chat-completions answer: {e}"))
+    })?;
+    if let Some(error) = reported_error(&answer) {
+        return Err(ModelError::new(format!(
+            "the model server answered with an error: {error}"
+        )));
+    }
+    let usage = answer.usage.as_ref().and_then(|u| u.counted());
+    let Some(message) = answer
+        .choices
+        .and_then(|c| c.into_iter().next())
+        .and_then(|c| c.message)
+    else {
+        // Only now is the answer read as a tree, to show what it holds instead.
+        let shown = serde_json::from_slice(body).unwrap_or_default();
+        return Err(ModelError::new(format!(
+            "the answer has no choices[0].message: {}",
+            crate::shown::shown_json(&shown)
+        )));
+    };
+    Ok(ModelReply {
+        content: message.content,
+        tool_calls: tool_call_requests(message.tool_calls),
+        model: answer.model.unwrap_or_else(|| model.to_owned()),
+        usage,
+        attempts,
+    })
+}
+
 /// Arguments arrive as JSON text; text that does not parse is kept as a string, and none is an
 /// empty object.
 pub(super) fn arguments_value(text: &str) -> Value {
@@ -124,7 +157,7 @@ pub(super) fn arguments_value(text: &str) -> Value {
 }
 
 /// The tool calls of a whole message.
-pub(super) fn tool_call_requests(calls: Option<Vec<ToolCall>>) -> Vec<ToolCallRequest> {
+fn tool_call_requests(calls: Option<Vec<ToolCall>>) -> Vec<ToolCallRequest> {
     calls
         .into_iter()
         .flatten()

@@ -121,7 +121,7 @@ struct PartialCall {
 
 /// What has come of a streamed answer so far.
 #[derive(Debug, Default)]
-struct Gathered {
+pub(crate) struct Gathered {
     model: Option<String>,
     content: String,
     calls: BTreeMap<u64, PartialCall>,
@@ -169,7 +169,9 @@ impl Gathered {
         Ok(delta.content)
     }
 
-    fn reply(self, model: String, attempts: u32) -> ModelReply {
+    /// The answer, named `model` unless a chunk named its own, which came at attempt
+    /// `attempts`.
+    pub(crate) fn reply(self, model: String, attempts: u32) -> ModelReply {
         let tool_calls = self
             .calls
             .into_values()
@@ -217,22 +219,66 @@ async fn gather(
     response: &mut reqwest::Response,
     sender: &Sender<Result<StreamEvent, ModelError>>,
 ) -> Result<Option<Gathered>, ModelError> {
-    let mut lines = EventLines::default();
-    let mut gathered = Gathered::default();
-    let mut read = 0;
-    let mut events = 0;
+    let mut reading = AnswerStream::default();
     loop {
         let bytes = response
             .chunk()
             .await
             .map_err(|e| ModelError::new(format!("the answer could not be read: {e}")))?;
         let Some(bytes) = bytes else { break };
-        read += bytes.len();
-        if read > MAX_ANSWER_BYTES {
+        reading.feed(&bytes)?;
+        while let Some(step) = reading.next_step()? {
+            match step {
+                Step::Words(words) => {
+                    if sender.send(Ok(StreamEvent::Delta(words))).await.is_err() {
+                        return Ok(None);
+                    }
+                }
+                Step::Finished(gathered) => return Ok(Some(gathered)),
+            }
+        }
+    }
+    reading.ended().map(Some)
+}
+
+/// What reading a streamed answer comes to next.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// More of the assistant's words.
+    Words(String),
+    /// The answer is finished (`data: [DONE]`); whatever follows is not read.
+    Finished(Gathered),
+}
+
+/// A streamed answer read as its bytes arrive, however they are cut: [`feed`](Self::feed) the
+/// next bytes, take what they bring with [`next_step`](Self::next_step) until it has nothing
+/// more, and when the stream ends, take the answer from [`ended`](Self::ended).
+#[derive(Debug, Default)]
+pub(crate) struct AnswerStream {
+    lines: EventLines,
+    gathered: Gathered,
+    /// Bytes read.
+    read: usize,
+    /// Events with data read.
+    events: usize,
+}
+
+impl AnswerStream {
+    /// Reads `bytes`, the next part of the stream; refuses an answer grown past
+    /// [`MAX_ANSWER_BYTES`].
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+        self.read += bytes.len();
+        if self.read > MAX_ANSWER_BYTES {
             return Err(too_large());
         }
-        lines.feed(&bytes);
-        while let Some(item) = lines.next_item() {
+        self.lines.feed(bytes);
+        Ok(())
+    }
+
+    /// The next step the bytes fed so far bring, if any; an error when the answer cannot be
+    /// used (after which nothing more is to be read).
+    pub(crate) fn next_step(&mut self) -> Result<Option<Step>, ModelError> {
+        while let Some(item) = self.lines.next_item() {
             let data = match item {
                 Item::Data(data) => data,
                 Item::Error(error) => {
@@ -241,30 +287,37 @@ async fn gather(
                 }
             };
             match data.trim() {
-                "[DONE]" => return Ok(Some(gathered)),
+                "[DONE]" => return Ok(Some(Step::Finished(std::mem::take(&mut self.gathered)))),
                 // An event with empty data, as some proxies send to keep a stream open.
                 "" => continue,
                 _ => {}
             }
-            events += 1;
+            self.events += 1;
             let chunk = parse_answer(data.as_bytes()).map_err(|e| {
                 ModelError::new(format!(
-                    "event {events} of the answer is not a chat-completions chunk: {e}"
+                    "event {} of the answer is not a chat-completions chunk: {e}",
+                    self.events
                 ))
             })?;
-            let words = gathered.take(chunk)?;
-            if !words.is_empty() && sender.send(Ok(StreamEvent::Delta(words))).await.is_err() {
-                return Ok(None);
+            let words = self.gathered.take(chunk)?;
+            if !words.is_empty() {
+                return Ok(Some(Step::Words(words)));
             }
         }
+        Ok(None)
     }
-    if gathered.finished {
-        Ok(Some(gathered))
-    } else {
-        Err(ModelError::new(
-            "the answer's event stream ended before the answer was finished (no chunk had a \
-             finish_reason and no [DONE] came)",
-        ))
+
+    /// The answer, once the stream has ended (every step taken): a finished one, or why it
+    /// cannot be used.
+    pub(crate) fn ended(self) -> Result<Gathered, ModelError> {
+        if self.gathered.finished {
+            Ok(self.gathered)
+        } else {
+            Err(ModelError::new(
+                "the answer's event stream ended before the answer was finished (no chunk had a \
+                 finish_reason and no [DONE] came)",
+            ))
+        }
     }
 }
 

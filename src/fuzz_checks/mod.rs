@@ -8,10 +8,12 @@
 
 mod config_file;
 mod headers;
+mod model_answers;
 mod wire;
 
 pub use config_file::config_file;
 pub use headers::request_headers;
+pub use model_answers::model_answers;
 pub use wire::wire_readers;
 
 use serde_json::Value;
@@ -104,13 +106,14 @@ mod tests {
     type Check = fn(&[u8]);
 
     /// Every check, by the name of its fuzz target (and of its folder in `fuzz/seeds/`).
-    const CHECKS: [(&str, Check); 6] = [
+    const CHECKS: [(&str, Check); 7] = [
         ("schema_registration", schema_registration),
         ("wire_readers", wire_readers),
         ("canonical_json", canonical_json_round_trip),
         ("names_and_queries", names_and_queries),
         ("request_headers", request_headers),
         ("config_file", config_file),
+        ("model_answers", model_answers),
     ];
 
     /// Every input kept in `fuzz/seeds/` passes its check: the starting inputs, and each
