@@ -34,15 +34,23 @@ pub fn wall_time_of(monotonic: u64) -> SystemTime {
     anchor().1 + Duration::from_nanos(monotonic)
 }
 
-/// A lease: live until its deadline, which each renewal moves to now + TTL. A lease whose
-/// deadline has passed can never be renewed again, so the expiry task and a late heartbeat
-/// always agree on whether it expired.
+/// The bit of a lease's stored deadline that marks it ended: found lapsed by a read, a
+/// heartbeat or the expiry task. Monotonic nanoseconds reach it after 292 years.
+const ENDED: u64 = 1 << 63;
+
+/// A lease: live until its deadline, which each renewal moves to now + TTL. The first look
+/// that finds the deadline passed (a read, the expiry task, a late heartbeat) ends the lease
+/// there and then, in the same atomic step, so no renewal succeeds after it: a heartbeat that
+/// read the clock just before the deadline but renews just after cannot revive a lease the
+/// expiry task is removing, or that a watch left out as lapsed. The expiry task, the readers
+/// and a late heartbeat therefore always agree on whether it expired.
 #[derive(Debug)]
 pub struct Lease {
     /// The lease's identifier.
     pub id: LeaseId,
     /// How long the lease lives after each renewal.
     pub ttl: Duration,
+    /// The monotonic deadline, with [`ENDED`] set once the lease is found lapsed.
     deadline: AtomicU64,
 }
 
@@ -56,14 +64,15 @@ impl Lease {
         }
     }
 
-    /// The monotonic deadline.
+    /// The monotonic deadline (the one it lapsed at, for a lease that ended).
     pub fn deadline(&self) -> u64 {
-        self.deadline.load(Ordering::Acquire)
+        self.deadline.load(Ordering::Acquire) & !ENDED
     }
 
-    /// Whether the lease is live at the monotonic time `now`.
+    /// Whether the lease is live at the monotonic time `now` (a time just read); a lease found
+    /// lapsed is ended.
     pub fn is_live_at(&self, now: u64) -> bool {
-        self.deadline() > now
+        self.settle(now, None).is_some()
     }
 
     /// Whether the lease is live now.
@@ -79,20 +88,38 @@ impl Lease {
     /// Renews the lease for another TTL from now. Returns the new deadline, or `None` when the
     /// lease had already run out.
     pub fn renew(&self) -> Option<u64> {
-        let now = monotonic_now();
-        let renewed = now.saturating_add(nanos(self.ttl));
-        let mut current = self.deadline();
+        self.renew_at(monotonic_now())
+    }
+
+    /// Renews the lease for another TTL from `now`, the time its renewal read.
+    fn renew_at(&self, now: u64) -> Option<u64> {
+        self.settle(now, Some(now.saturating_add(nanos(self.ttl))))
+    }
+
+    /// In one atomic step: when the lease is live at `now`, its deadline, moved to `renewed`
+    /// when that is later; else `None`, with the lease ended.
+    fn settle(&self, now: u64, renewed: Option<u64>) -> Option<u64> {
+        let mut current = self.deadline.load(Ordering::Acquire);
         loop {
-            if current <= now {
+            if current & ENDED != 0 {
                 return None;
             }
-            match self.deadline.compare_exchange_weak(
+            let (next, live) = if current <= now {
+                (current | ENDED, None)
+            } else {
+                let next = renewed.map_or(current, |renewed| renewed.max(current));
+                (next, Some(next))
+            };
+            if next == current {
+                return live;
+            }
+            match (self.deadline).compare_exchange_weak(
                 current,
-                renewed.max(current),
+                next,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Some(renewed.max(current)),
+                Ok(_) => return live,
                 Err(actual) => current = actual,
             }
         }
@@ -119,6 +146,31 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert!(!lease.is_live());
         assert_eq!(lease.renew(), None);
+    }
+
+    /// A heartbeat that read the clock just before the deadline, but renews only after a look
+    /// found the lease lapsed (the expiry task removing it, a watch leaving it out), does not
+    /// revive it; the deadline it lapsed at stays readable.
+    #[test]
+    fn a_lease_found_lapsed_is_not_renewed_by_a_heartbeat_that_read_the_clock_before() {
+        let lease = Lease::new(Duration::from_secs(10));
+        let deadline = lease.deadline();
+        assert!(!lease.is_live_at(deadline), "lapsed at its deadline");
+        assert_eq!(lease.renew_at(deadline - 1), None);
+        assert!(
+            !lease.is_live_at(deadline - 1),
+            "ended, whatever the time read"
+        );
+        assert_eq!(lease.deadline(), deadline);
+
+        // Renewed before any look found it lapsed, it lives on.
+        let lease = Lease::new(Duration::from_secs(10));
+        let deadline = lease.deadline();
+        let renewed = lease
+            .renew_at(deadline - 1)
+            .expect("live when its renewal read");
+        assert_eq!(renewed, deadline - 1 + nanos(lease.ttl));
+        assert!(lease.is_live_at(deadline));
     }
 
     #[test]

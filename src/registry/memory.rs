@@ -23,7 +23,7 @@ use super::expiry::{ExpiryTicket, spawn_expiry_task};
 use super::gone::GoneNames;
 use super::instance::{Contract, Instance};
 use super::lateness::ExpiryLateness;
-use super::lease::{Lease, LeaseId, monotonic_now};
+use super::lease::{Lease, LeaseId, monotonic_now, wall_time_of};
 use super::model::{ServiceEntry, ServiceName, ToolName, ToolRef, ValidatedService};
 use super::quota::{TenantQuota, Usage};
 use super::snapshot::{
@@ -276,8 +276,8 @@ impl RegistryStore for MemoryStore {
         };
         let entry = self.service(tenant, service).ok_or_else(not_found)?;
         let instance = entry.instance_with_lease(lease).ok_or_else(not_found)?;
-        instance.lease.renew().ok_or_else(not_found)?;
-        Ok(instance.lease.expires_at())
+        let deadline = instance.lease.renew().ok_or_else(not_found)?;
+        Ok(wall_time_of(deadline))
     }
 
     fn deregister(
