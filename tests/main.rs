@@ -48,6 +48,7 @@ mod span_export;
 mod spans;
 mod tenant_access;
 mod tenant_access_reload;
+mod tenant_isolation;
 mod tool_annotations;
 mod tool_search;
 mod tool_taxonomy;
