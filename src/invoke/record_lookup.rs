@@ -17,7 +17,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::record_file::{rotated_files, rotated_first_sequence};
+use same_file::Handle;
+
+use super::record_file::{rotated_files, rotated_first_sequence, rotated_path};
 use super::record_filter::RecordFilter;
 use super::records::{InvocationRecord, RecordError, RecordLog, parse_line};
 use crate::envelope::TenantId;
@@ -36,16 +38,16 @@ impl RecordLog {
         if let Some(record) = self.get(tenant, invocation_id) {
             return Ok(Some(record));
         }
-        let Some(current) = self.current_file() else {
+        let _one_at_a_time = self.file_lookups();
+        let Some(current) = self.open_current_file()? else {
             return Ok(None);
         };
-        let _one_at_a_time = self.file_lookups();
         let id = serde_json::to_string(invocation_id).expect("a string always serializes");
         let needle = format!("\"invocation_id\":{id}");
         let finder = memchr::memmem::Finder::new(needle.as_bytes());
-        for (file, _) in files_newest_first(&current)? {
+        for file in files_newest_first(current)? {
             let mut found = None;
-            each_line(&file, |line| {
+            each_line(&file.path, file.opened, |line| {
                 if finder.find(line).is_none() {
                     return true;
                 }
@@ -58,7 +60,7 @@ impl RecordLog {
                 }
                 true
             })
-            .map_err(io_error(&file))?;
+            .map_err(io_error(&file.path))?;
             if let Some(record) = found {
                 return Ok(Some(Arc::new(record)));
             }
@@ -92,15 +94,16 @@ impl RecordLog {
         byte_budget: u64,
     ) -> Result<FilePage, RecordError> {
         let mut page = FilePage::default();
-        let Some(current) = self.current_file() else {
+        let _one_at_a_time = self.file_lookups();
+        let Some(current) = self.open_current_file()? else {
             return Ok(page);
         };
-        let _one_at_a_time = self.file_lookups();
         let needle = format!(",\"tenant_id\":{},", tenant.0);
         let finder = memchr::memmem::Finder::new(needle.as_bytes());
         let sequence_of = SequenceReader::default();
         let mut bytes_read = 0;
-        for (file, first_sequence) in files_newest_first(&current)? {
+        for file in files_newest_first(current)? {
+            let first_sequence = file.first_sequence;
             let wanted = limit - page.records.len();
             if wanted == 0 {
                 break;
@@ -115,7 +118,7 @@ impl RecordLog {
             // Lines run in sequence order: the newest `wanted` matches below `below` are the
             // last ones seen before the first line at or past it.
             let mut newest = VecDeque::with_capacity(wanted);
-            bytes_read += each_line(&file, |line| {
+            bytes_read += each_line(&file.path, file.opened, |line| {
                 let Some(sequence) = sequence_of.line(line) else {
                     return true;
                 };
@@ -134,7 +137,7 @@ impl RecordLog {
                 }
                 true
             })
-            .map_err(io_error(&file))?;
+            .map_err(io_error(&file.path))?;
             page.records.extend(newest.into_iter().rev());
             // What is older than this file is in the files after it.
             below = below.min(first_sequence);
@@ -168,16 +171,48 @@ pub(super) struct CurrentFile {
     pub(super) oldest_held: Option<u64>,
 }
 
-/// The log's files, newest first, each with the sequence of its first record: the current
-/// file, then the rotated ones.
-fn files_newest_first(current: &CurrentFile) -> Result<Vec<(PathBuf, u64)>, RecordError> {
+/// One of the log's files, to be read.
+struct FileToRead {
+    path: PathBuf,
+    /// The sequence of its first record.
+    first_sequence: u64,
+    /// The file, when it was opened already (the current one).
+    opened: Option<File>,
+}
+
+/// The log's files, newest first: the current file, opened (see
+/// [`RecordLog::open_current_file`]), then the rotated ones. Opening the current file before
+/// listing the rotated ones makes a rotation at any moment harmless: the file is read once,
+/// through the handle opened, whatever it is named by the time it is read (reading it by its
+/// name after listing the rotated files would miss it when it was rotated in between; it is
+/// left out of the listing when it was rotated before, rather than read twice).
+fn files_newest_first(
+    (current, opened): (CurrentFile, File),
+) -> Result<Vec<FileToRead>, RecordError> {
     let rotated = rotated_files(&current.path).map_err(io_error(&current.path))?;
-    let mut files = vec![(current.path.clone(), current.first_sequence)];
-    files.extend(rotated.into_iter().rev().map(|file| {
-        let first = rotated_first_sequence(&file).unwrap_or(0);
-        (file, first)
+    // A rotation renames the current file to this name.
+    let renamed = rotated_path(&current.path, current.first_sequence);
+    let opened_since_renamed = rotated.contains(&renamed) && is_same_file(&opened, &renamed);
+    let mut files = vec![FileToRead {
+        path: current.path,
+        first_sequence: current.first_sequence,
+        opened: Some(opened),
+    }];
+    files.extend(rotated.into_iter().rev().filter_map(|path| {
+        let first_sequence = rotated_first_sequence(&path).unwrap_or(0);
+        (!(opened_since_renamed && path == renamed)).then_some(FileToRead {
+            path,
+            first_sequence,
+            opened: None,
+        })
     }));
     Ok(files)
+}
+
+/// Whether `path` names the file `opened` (false when either cannot be looked at).
+fn is_same_file(opened: &File, path: &Path) -> bool {
+    let handles = opened.try_clone().and_then(Handle::from_file);
+    handles.is_ok_and(|opened| Handle::from_path(path).is_ok_and(|named| named == opened))
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError {
@@ -185,12 +220,16 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError {
     move |source| RecordError::Io { path, source }
 }
 
-/// Calls `each` with every whole line of the file at `path` (line ending included) until it
-/// answers `false`; answers how many bytes were read. A last line without its newline is being
-/// written, not a record yet; a file gone meanwhile (rotated while it was being read) has no
+/// Calls `each` with every whole line of the file at `path` (line ending included; `opened`
+/// when it is open already) until it answers `false`; answers how many bytes were read. A last
+/// line without its newline is being written, not a record yet; a file gone meanwhile has no
 /// lines.
-fn each_line(path: &Path, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result<u64> {
-    let file = match File::open(path) {
+fn each_line(
+    path: &Path,
+    opened: Option<File>,
+    mut each: impl FnMut(&[u8]) -> bool,
+) -> std::io::Result<u64> {
+    let file = match opened.map_or_else(|| File::open(path), Ok) {
         Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(error) => return Err(error),
@@ -234,7 +273,49 @@ impl SequenceReader {
 
 #[cfg(test)]
 mod tests {
+    use super::super::records::tests::{draft, line_size};
     use super::*;
+
+    /// The sequences of the log's files' records as a lookup reads them, when `between` runs
+    /// after the lookup opened the current file and before it lists the rotated ones.
+    fn read_with(log: &RecordLog, between: impl FnOnce()) -> Vec<u64> {
+        let current = log.open_current_file().expect("opens").expect("a file");
+        between();
+        let mut read = Vec::new();
+        for file in files_newest_first(current).expect("listed") {
+            each_line(&file.path, file.opened, |line| {
+                read.push(parse_line(line).expect("a record").1.sequence);
+                true
+            })
+            .expect("read");
+        }
+        read
+    }
+
+    /// A rotation while a lookup reads the files neither hides records from it nor shows it
+    /// any twice: the current file opened is read once, under whatever name it has by then.
+    #[test]
+    fn a_rotation_during_a_lookup_neither_hides_nor_doubles_records() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("records.jsonl");
+        // Two records a file; memory holds one.
+        let log = RecordLog::open(&path, 1, line_size() * 5 / 2).expect("open");
+        let append = |count| {
+            for _ in 0..count {
+                log.append(draft("t")).expect("append");
+            }
+        };
+        append(3);
+        assert_eq!(
+            read_with(&log, || {}),
+            [3, 1, 2],
+            "files 1-2 rotated, 3 current"
+        );
+        // 4 joins the current file, 5 rotates it (3-4) and starts the next.
+        let read = read_with(&log, || append(2));
+        assert_eq!(read, [3, 4, 1, 2], "the file opened, then the older ones");
+        assert_eq!(read_with(&log, || {}), [5, 3, 4, 1, 2]);
+    }
 
     #[test]
     fn a_line_s_sequence_is_read_without_parsing_it() {

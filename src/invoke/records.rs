@@ -15,6 +15,7 @@
 //! The file is flushed to the disk by a thread of its own (`record_sync`).
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -385,6 +386,26 @@ impl RecordLog {
         })
     }
 
+    /// The current file, opened for reading under the log's lock, so that the file opened is
+    /// the one whose first sequence is answered with it: a rotation after this renames the
+    /// file opened, which is read all the same. `None` when the log has no file.
+    pub(super) fn open_current_file(&self) -> Result<Option<(CurrentFile, File)>, RecordError> {
+        let state = self.lock();
+        let Some(file) = state.file.as_ref() else {
+            return Ok(None);
+        };
+        let opened = File::open(file.path()).map_err(|source| RecordError::Io {
+            path: file.path().to_owned(),
+            source,
+        })?;
+        let current = CurrentFile {
+            path: file.path().to_owned(),
+            first_sequence: state.file_first_sequence,
+            oldest_held: state.ring.front().map(|record| record.sequence),
+        };
+        Ok(Some((current, opened)))
+    }
+
     /// Waits for the file lookups before this one to finish.
     pub(super) fn file_lookups(&self) -> MutexGuard<'_, ()> {
         self.file_lookups
@@ -458,7 +479,7 @@ fn push_ring(state: &mut LogState, record: Arc<InvocationRecord>) -> Option<Arc<
 
 #[cfg(test)]
 #[path = "records_tests.rs"]
-mod tests;
+pub(super) mod tests;
 
 #[cfg(test)]
 #[path = "records_concurrency_tests.rs"]

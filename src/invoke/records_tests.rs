@@ -7,7 +7,7 @@ use crate::invoke::audit::{verify_file, verify_files, verify_files_after};
 use std::time::SystemTime;
 
 /// A succeeded call of `tool` of service `svc`, for tenant 1.
-pub(super) fn draft(tool: &str) -> RecordDraft {
+pub(in crate::invoke) fn draft(tool: &str) -> RecordDraft {
     RecordDraft {
         invocation_id: uuid::Uuid::new_v4().to_string(),
         tenant: TenantId(1),
@@ -192,7 +192,7 @@ fn a_torn_last_line_is_removed_when_the_log_reopens() {
 }
 
 /// The size of one record line as `draft` makes them, newline included.
-fn line_size() -> u64 {
+pub(in crate::invoke) fn line_size() -> u64 {
     let record = RecordLog::in_memory(1).append(draft("t")).expect("append");
     record_line(&record).len() as u64 + 1
 }
