@@ -15,7 +15,9 @@ pub enum AuditCommand {
     /// Verify a JSON-lines invocation record log: exit 0 and print the record count and head
     /// hash when the chain is intact, exit 1 naming the first bad line when not. A rotated log
     /// is verified as one chain by naming its files oldest first, the current file last:
-    /// `toolplane audit verify records.jsonl.* records.jsonl`.
+    /// `toolplane audit verify records.jsonl.* records.jsonl`. A log being written may be
+    /// verified: a last line without its newline that is not a whole record is noted, not
+    /// checked.
     Verify {
         /// The log's files, in chain order.
         #[arg(required = true)]
@@ -52,6 +54,13 @@ impl AuditCommand {
                     verified.records,
                     verified.head_sha256
                 );
+                if let Some(bytes) = verified.unfinished_last_line {
+                    outln!(
+                        "note: the last line ({bytes} bytes) has no newline and is not a whole \
+                         record, so was not checked: a record being written, or one torn by a \
+                         crash (a restarted server removes it)"
+                    );
+                }
                 ExitCode::SUCCESS
             }
             Err((file, broken)) => {

@@ -3,7 +3,9 @@
 //! Every line must be a record in canonical form that matches its own `record_sha256`, with
 //! consecutive sequence numbers, each linked to the record before it by `prev_record_sha256`.
 //! The first line that breaks a rule is named. The files of a rotated log are checked as one
-//! chain, in the order given.
+//! chain, in the order given. A log may be checked while the server writes it: a last line
+//! without its newline that is not a whole record (being written, or torn by a crash) is left
+//! unchecked and told of, not taken for tampering.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -18,6 +20,10 @@ pub struct VerifiedLog {
     pub records: u64,
     /// `record_sha256` of the last record (the genesis hash for an empty log).
     pub head_sha256: String,
+    /// The size in bytes of the last file's last line when it has no newline and is not a
+    /// whole record, so was not checked: a record being written, or one torn by a crash (which
+    /// a restarted server removes).
+    pub unfinished_last_line: Option<u64>,
 }
 
 /// Why a log does not verify: the first bad line (1-based) and what is wrong with it.
@@ -52,16 +58,61 @@ pub fn verify_files_after<P: AsRef<Path>>(
     after: Option<&str>,
 ) -> Result<VerifiedLog, (PathBuf, ChainBroken)> {
     let mut chain = after.map_or_else(ChainCheck::default, ChainCheck::continuing);
-    for path in paths {
+    let mut unfinished = None;
+    for (index, path) in paths.iter().enumerate() {
         let path = path.as_ref();
         let file = File::open(path).map_err(|error| {
             let problem = format!("cannot open {}: {error}", path.display());
             (path.to_owned(), ChainBroken { line: 0, problem })
         })?;
-        check_lines(&mut chain, BufReader::new(file).lines())
+        let last = index + 1 == paths.len();
+        unfinished = check_file(&mut chain, BufReader::new(file), last)
             .map_err(|broken| (path.to_owned(), broken))?;
     }
-    Ok(chain.verified())
+    Ok(VerifiedLog {
+        unfinished_last_line: unfinished,
+        ..chain.verified()
+    })
+}
+
+/// Puts each line of a file through `chain`; the first bad one is named. In the `last` file, a
+/// last line without its newline that is not a whole record is left unchecked: its size is
+/// answered.
+fn check_file(
+    chain: &mut ChainCheck,
+    mut reader: impl BufRead,
+    last: bool,
+) -> Result<Option<u64>, ChainBroken> {
+    let mut bytes = Vec::new();
+    for number in 1.. {
+        let broken = |problem: String| ChainBroken {
+            line: number,
+            problem,
+        };
+        bytes.clear();
+        let read = (reader.read_until(b'\n', &mut bytes))
+            .map_err(|error| broken(format!("cannot read: {error}")))?;
+        if read == 0 {
+            break;
+        }
+        let whole = bytes.ends_with(b"\n");
+        let text = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        let record = std::str::from_utf8(text)
+            .map_err(|error| error.to_string())
+            .and_then(|line| {
+                let record = serde_json::from_str::<InvocationRecord>(line);
+                record
+                    .map(|record| (line, record))
+                    .map_err(|e| e.to_string())
+            });
+        match record {
+            Err(_) if last && !whole => return Ok(Some(read as u64)),
+            Err(error) => return Err(broken(format!("not an invocation record: {error}"))),
+            Ok((line, record)) => chain.check(line, &record).map_err(broken)?,
+        }
+    }
+    Ok(None)
 }
 
 /// Verifies the lines of a record log; see [`verify_file`].
@@ -176,6 +227,7 @@ impl ChainCheck {
         VerifiedLog {
             records: self.count,
             head_sha256: self.previous,
+            unfinished_last_line: None,
         }
     }
 }

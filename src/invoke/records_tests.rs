@@ -129,6 +129,52 @@ fn deleted_reordered_and_edited_lines_are_named() {
     assert_eq!(verify_file(&path).expect_err("edited last line").line, 4);
 }
 
+/// A log verified while a record is being written (or after a crash tore one): a last line
+/// without its newline that is not a whole record is told of and not checked; the same bytes
+/// with a newline, or in a file before the last, break the chain.
+#[test]
+fn a_record_being_written_is_not_taken_for_tampering() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("records.jsonl");
+    let log = RecordLog::open(&path, 10, 0).expect("open");
+    for tool in ["a", "b"] {
+        log.append(draft(tool)).expect("append");
+    }
+    let whole = std::fs::read(&path).expect("read");
+    let intact = verify_file(&path).expect("intact");
+    assert_eq!((intact.records, intact.unfinished_last_line), (2, None));
+    let mut unicode = draft("c");
+    unicode.correlation_id = "caf\u{e9}".into();
+    let third = record_line(&log.append(unicode).expect("append"));
+    // Cut at each end, and inside its "é" (two bytes).
+    let e_at = third.find('\u{e9}').expect("an é") + 1;
+    for cut in [1, e_at, third.len() - 1] {
+        let mut torn = whole.clone();
+        torn.extend_from_slice(&third.as_bytes()[..cut]);
+        std::fs::write(&path, &torn).expect("write");
+        let verified = verify_file(&path).expect("the whole records verify");
+        assert_eq!(verified.records, 2);
+        assert_eq!(verified.head_sha256, intact.head_sha256);
+        assert_eq!(verified.unfinished_last_line, Some(cut as u64));
+
+        torn.push(b'\n');
+        std::fs::write(&path, &torn).expect("write");
+        assert_eq!(verify_file(&path).expect_err("a line").line, 3);
+        torn.pop();
+        std::fs::write(&path, &torn).expect("write");
+        let next = dir.path().join("records.jsonl.next");
+        std::fs::write(&next, b"").expect("write");
+        let (file, broken) = verify_files(&[&path, &next]).expect_err("not the last file");
+        assert_eq!((file, broken.line), (path.clone(), 3));
+    }
+    // A whole record lacking only its newline is checked as a record.
+    let mut unended = whole;
+    unended.extend_from_slice(third.as_bytes());
+    std::fs::write(&path, &unended).expect("write");
+    let verified = verify_file(&path).expect("intact");
+    assert_eq!((verified.records, verified.unfinished_last_line), (3, None));
+}
+
 #[test]
 fn ring_is_bounded_and_filters_by_tenant() {
     let log = RecordLog::in_memory(2);
