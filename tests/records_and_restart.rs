@@ -160,6 +160,48 @@ async fn a_torn_last_line_is_removed_on_restart() {
     );
 }
 
+/// `audit verify` of a log the server goes on writing: the files named before a rotation (the
+/// current file then held records now in a rotated file) still verify as one chain, the
+/// rotated file checked in its place and told of.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_verified_as_the_server_rotates_it_still_verifies() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (log, mut options) = logging_to(&dir);
+    // Records (rejected calls of an unknown tool) are about 700 bytes: two a file.
+    options.records_rotate_bytes = 1_600;
+    let server = TestServer::start_with(options).await;
+    for _ in 0..3 {
+        invoke_power(&server, 1).await.expect_err("recorded");
+    }
+    let rotated = |log: &std::path::Path| {
+        let mut files: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|entry| entry.expect("entry").path().to_string_lossy().into_owned())
+            .filter(|file| file.starts_with(&format!("{}.", log.display())))
+            .collect();
+        files.sort();
+        files
+    };
+    // The files as a shell names them (`records.jsonl.* records.jsonl`), before a rotation.
+    let mut named = rotated(&log);
+    assert_eq!(named.len(), 1, "{named:?}");
+    named.push(log.to_string_lossy().into_owned());
+    for _ in 0..2 {
+        invoke_power(&server, 1).await.expect_err("recorded");
+    }
+    server.stop().await;
+    assert_eq!(rotated(&log).len(), 2, "rotated once more since");
+
+    let mut args = vec!["audit", "verify"];
+    args.extend(named.iter().map(String::as_str));
+    let (code, stdout, _) = toolplane_cli(&args);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("5 records, chain intact") && stdout.contains("was not named but checked"),
+        "{stdout}"
+    );
+}
+
 /// When the control plane restarts (losing its in-memory registry) while the provider keeps
 /// running, the provider registers again by itself within about one heartbeat.
 #[tokio::test(flavor = "multi_thread")]

@@ -17,7 +17,7 @@ pub enum AuditCommand {
     /// is verified as one chain by naming its files oldest first, the current file last:
     /// `toolplane audit verify records.jsonl.* records.jsonl`. A log being written may be
     /// verified: a last line without its newline that is not a whole record is noted, not
-    /// checked.
+    /// checked, and a file rotated after the files were named is checked in its place.
     Verify {
         /// The log's files, in chain order.
         #[arg(required = true)]
@@ -54,6 +54,13 @@ impl AuditCommand {
                     verified.records,
                     verified.head_sha256
                 );
+                for rotated in &verified.rotated_meanwhile {
+                    outln!(
+                        "note: {} was not named but checked: the log was rotated after its \
+                         files were named",
+                        rotated.display()
+                    );
+                }
                 if let Some(bytes) = verified.unfinished_last_line {
                     outln!(
                         "note: the last line ({bytes} bytes) has no newline and is not a whole \

@@ -5,12 +5,15 @@
 //! The first line that breaks a rule is named. The files of a rotated log are checked as one
 //! chain, in the order given. A log may be checked while the server writes it: a last line
 //! without its newline that is not a whole record (being written, or torn by a crash) is left
-//! unchecked and told of, not taken for tampering.
+//! unchecked and told of, not taken for tampering; and when the log was rotated after its
+//! files were named, so that the current file (named last) starts past the records the chain
+//! expects next, the rotated file holding those (`FILE.<sequence>`) is checked first.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
+use super::record_file::rotated_path;
 use super::records::{GENESIS_SHA256, InvocationRecord, content_sha256, record_line};
 
 /// A log that verifies: how many records, and the hash of the last one.
@@ -24,6 +27,9 @@ pub struct VerifiedLog {
     /// whole record, so was not checked: a record being written, or one torn by a crash (which
     /// a restarted server removes).
     pub unfinished_last_line: Option<u64>,
+    /// Files not named that were checked before the last file named: the log was rotated after
+    /// its files were named, moving the records the chain expected next there.
+    pub rotated_meanwhile: Vec<PathBuf>,
 }
 
 /// Why a log does not verify: the first bad line (1-based) and what is wrong with it.
@@ -59,20 +65,47 @@ pub fn verify_files_after<P: AsRef<Path>>(
 ) -> Result<VerifiedLog, (PathBuf, ChainBroken)> {
     let mut chain = after.map_or_else(ChainCheck::default, ChainCheck::continuing);
     let mut unfinished = None;
+    let mut rotated_meanwhile = Vec::new();
     for (index, path) in paths.iter().enumerate() {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|error| {
-            let problem = format!("cannot open {}: {error}", path.display());
-            (path.to_owned(), ChainBroken { line: 0, problem })
-        })?;
         let last = index + 1 == paths.len();
-        unfinished = check_file(&mut chain, BufReader::new(file), last)
-            .map_err(|broken| (path.to_owned(), broken))?;
+        unfinished = loop {
+            let checked = check_path(&mut chain, path, last);
+            // The log was rotated after its files were named: the records the chain expects
+            // next were moved from the current file (named last) to a rotated one. Those first.
+            let rotated = match &checked {
+                Err((_, broken)) if last && broken.line == 1 => chain.rotated_away(path),
+                _ => None,
+            };
+            let Some(rotated) = rotated else {
+                break checked?;
+            };
+            let count = chain.count;
+            check_path(&mut chain, &rotated, false)?;
+            if chain.count == count {
+                break checked?; // an empty file: no rotation wrote it
+            }
+            rotated_meanwhile.push(rotated);
+        };
     }
     Ok(VerifiedLog {
         unfinished_last_line: unfinished,
+        rotated_meanwhile,
         ..chain.verified()
     })
+}
+
+/// Puts each line of the file at `path` through `chain` (see [`check_file`]).
+fn check_path(
+    chain: &mut ChainCheck,
+    path: &Path,
+    last: bool,
+) -> Result<Option<u64>, (PathBuf, ChainBroken)> {
+    let file = File::open(path).map_err(|error| {
+        let problem = format!("cannot open {}: {error}", path.display());
+        (path.to_owned(), ChainBroken { line: 0, problem })
+    })?;
+    check_file(chain, BufReader::new(file), last).map_err(|broken| (path.to_owned(), broken))
 }
 
 /// Puts each line of a file through `chain`; the first bad one is named. In the `last` file, a
@@ -222,12 +255,20 @@ impl ChainCheck {
         Ok(())
     }
 
+    /// The file a rotation moved the next records the chain expects to, when the log at
+    /// `path` was rotated since its files were named (a server may write it meanwhile).
+    fn rotated_away(&self, path: &Path) -> Option<PathBuf> {
+        let rotated = rotated_path(path, self.expected_sequence?);
+        rotated.is_file().then_some(rotated)
+    }
+
     /// What the lines checked so far come to.
     pub(crate) fn verified(self) -> VerifiedLog {
         VerifiedLog {
             records: self.count,
             head_sha256: self.previous,
             unfinished_last_line: None,
+            rotated_meanwhile: Vec::new(),
         }
     }
 }

@@ -278,8 +278,24 @@ fn a_rotated_log_is_one_chain_across_its_files() {
     let verified = verify_files(&[&first, &second, &path]).expect("one chain");
     assert_eq!(verified.records, 5);
 
+    // Named before 3-4 were rotated away from the current file, as a server goes on writing.
+    let rotated_since = verify_files(&[&first, &path]).expect("the rotated file found");
+    assert_eq!(rotated_since.records, 5);
+    assert_eq!(rotated_since.rotated_meanwhile, std::slice::from_ref(&second));
+    let archived_second = dir.path().join("elsewhere");
+    std::fs::rename(&second, &archived_second).expect("move");
     let (file, broken) = verify_files(&[&first, &path]).expect_err("a file left out");
     assert_eq!((file.as_path(), broken.line), (path.as_path(), 1));
+    std::fs::write(&second, b"").expect("an empty file in its place");
+    let (file, broken) = verify_files(&[&first, &path]).expect_err("no records there");
+    assert_eq!((file.as_path(), broken.line), (path.as_path(), 1));
+    std::fs::rename(&archived_second, &second).expect("move back");
+    let (file, broken) = verify_files(&[&first, &path, &second]).expect_err("out of order");
+    assert_eq!(
+        (file.as_path(), broken.line),
+        (path.as_path(), 1),
+        "only the last is current"
+    );
     let (file, broken) = verify_files(&[&second, &path]).expect_err("the first file left out");
     assert_eq!(file, second, "the chain starts at the first file");
     assert!(
