@@ -281,7 +281,10 @@ fn a_rotated_log_is_one_chain_across_its_files() {
     // Named before 3-4 were rotated away from the current file, as a server goes on writing.
     let rotated_since = verify_files(&[&first, &path]).expect("the rotated file found");
     assert_eq!(rotated_since.records, 5);
-    assert_eq!(rotated_since.rotated_meanwhile, std::slice::from_ref(&second));
+    assert_eq!(
+        rotated_since.rotated_meanwhile,
+        std::slice::from_ref(&second)
+    );
     let archived_second = dir.path().join("elsewhere");
     std::fs::rename(&second, &archived_second).expect("move");
     let (file, broken) = verify_files(&[&first, &path]).expect_err("a file left out");
