@@ -310,11 +310,12 @@ impl ToolInvokeService for InvokeApi {
         let query = format!("records|{filter:?}");
         let before = paging::decode_sequence_token(&request.page_token, &query)?;
         let log = self.invoker.records();
-        let mut records = log.list(meta.tenant, &filter, before, size + 1);
+        let held = log.list_held(meta.tenant, &filter, before, size + 1);
+        let mut records = held.records;
         // Past what memory holds: read on in the files, off the serving threads.
         let mut resume_below = None;
         if records.len() <= size
-            && let Some(below) = log.files_continue_below(before)
+            && let Some(below) = held.files_continue_below
         {
             let (log, tenant, wanted) = (Arc::clone(log), meta.tenant, size + 1 - records.len());
             let older = tokio::task::spawn_blocking(move || {

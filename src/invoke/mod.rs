@@ -29,4 +29,4 @@ pub use engine::{
 };
 pub use error::InvokeError;
 pub use record_guard::reason_of;
-pub use record_lookup::{FILE_BYTES_PER_PAGE, FilePage};
+pub use record_lookup::{FILE_BYTES_PER_PAGE, FilePage, HeldPage};

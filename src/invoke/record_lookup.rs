@@ -73,9 +73,7 @@ impl RecordLog {
     /// `None` when the log has no files, or memory holds every record below `before` that the
     /// log has.
     pub fn files_continue_below(&self, before: Option<u64>) -> Option<u64> {
-        let current = self.current_file()?;
-        let below = current.oldest_held?.min(before.unwrap_or(u64::MAX));
-        (below > 1).then_some(below)
+        continue_below(self.current_file()?.oldest_held, before)
     }
 
     /// Up to `limit` records of `tenant` matching `filter` with sequences below `below`, newest
@@ -144,6 +142,23 @@ impl RecordLog {
         }
         Ok(page)
     }
+}
+
+/// Where a listing whose page starts below `before` goes on in the files, when memory's oldest
+/// record is `oldest_held` (see [`RecordLog::files_continue_below`]).
+pub(super) fn continue_below(oldest_held: Option<u64>, before: Option<u64>) -> Option<u64> {
+    let below = oldest_held?.min(before.unwrap_or(u64::MAX));
+    (below > 1).then_some(below)
+}
+
+/// A page of the records memory holds ([`RecordLog::list_held`]).
+#[derive(Debug)]
+pub struct HeldPage {
+    /// The records, newest first.
+    pub records: Vec<Arc<InvocationRecord>>,
+    /// Where the listing goes on in the files once these are listed, as
+    /// [`RecordLog::files_continue_below`] answered when they were read.
+    pub files_continue_below: Option<u64>,
 }
 
 /// How many bytes of record files one page of a listing reads at most before it stops at the
@@ -315,6 +330,33 @@ mod tests {
         let read = read_with(&log, || append(2));
         assert_eq!(read, [3, 4, 1, 2], "the file opened, then the older ones");
         assert_eq!(read_with(&log, || {}), [5, 3, 4, 1, 2]);
+    }
+
+    /// Records written between a page's reading of memory and its reading of the files push
+    /// the oldest out of memory; the files go on below what memory held when the page read
+    /// it, so the page lists no record twice and skips none.
+    #[test]
+    fn a_listing_goes_on_in_the_files_below_what_its_memory_page_held() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = RecordLog::open(&dir.path().join("records.jsonl"), 2, 0).expect("open");
+        let append = |count| {
+            for _ in 0..count {
+                log.append(draft("t")).expect("append");
+            }
+        };
+        append(4);
+        let filter = RecordFilter::default();
+        let held = log.list_held(TenantId(1), &filter, None, 10);
+        append(2); // 5 and 6 push 3 and 4 out of memory
+        let below = held
+            .files_continue_below
+            .expect("older records in the files");
+        let files = (log.list_in_files(TenantId(1), &filter, (below, 10), FILE_BYTES_PER_PAGE))
+            .expect("read");
+        let listed: Vec<u64> = (held.records.iter().map(|record| record.sequence))
+            .chain(files.records.iter().map(|record| record.sequence))
+            .collect();
+        assert_eq!(listed, [4, 3, 2, 1]);
     }
 
     #[test]

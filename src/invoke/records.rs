@@ -27,7 +27,7 @@ pub use super::record_canonical::{content_sha256, record_line};
 pub(super) use super::record_file::parse_line;
 use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
 pub use super::record_filter::RecordFilter;
-use super::record_lookup::CurrentFile;
+use super::record_lookup::{CurrentFile, HeldPage, continue_below};
 use super::record_stats::InvocationStats;
 pub use super::record_status::InvocationStatus;
 use super::record_sync::RecordSync;
@@ -351,11 +351,23 @@ impl RecordLog {
         before_sequence: Option<u64>,
         limit: usize,
     ) -> Vec<Arc<InvocationRecord>> {
+        self.list_held(tenant, filter, before_sequence, limit)
+            .records
+    }
+
+    /// As [`Self::list`], and where the listing goes on in the files once memory's records are
+    /// listed, both read at one moment: records written meanwhile push the oldest out of
+    /// memory, and the files must go on below the oldest this page could have held, or they
+    /// would list again what it did.
+    pub fn list_held(
+        &self,
+        tenant: TenantId,
+        filter: &RecordFilter,
+        before_sequence: Option<u64>,
+        limit: usize,
+    ) -> HeldPage {
         let state = self.lock();
-        state
-            .ring
-            .iter()
-            .rev()
+        let records = (state.ring.iter().rev())
             .filter(|r| {
                 r.tenant_id == tenant.0
                     && before_sequence.is_none_or(|before| r.sequence < before)
@@ -363,7 +375,14 @@ impl RecordLog {
             })
             .take(limit)
             .cloned()
-            .collect()
+            .collect();
+        let oldest_held = state.ring.front().map(|record| record.sequence);
+        let files_continue_below =
+            (state.file.as_ref()).and_then(|_| continue_below(oldest_held, before_sequence));
+        HeldPage {
+            records,
+            files_continue_below,
+        }
     }
 
     /// The invocations appended since the log was opened (records read back from an existing
