@@ -65,9 +65,9 @@ async fn tell_changes<Notify, Sent>(
     Sent: Future<Output = bool>,
 {
     let start = registry.watch(tenant);
-    // The client reads its list from the registry as it is now, so the going of a service
-    // lapsed but not yet removed does not change it.
-    let mut after = start.after_snapshot();
+    // Every change is told, even the removal of a service whose lease had lapsed by the
+    // snapshot (which a watch of services leaves out): the client may have read its list
+    // before the lapse, with the service in it. At worst it reads an unchanged list once more.
     let mut events = start.events;
     let mut missed = since.is_some_and(|RevisionAtArrival(at)| start.revision > at);
     let mut stop = std::pin::pin!(stop);
@@ -75,7 +75,7 @@ async fn tell_changes<Notify, Sent>(
         let changed = std::mem::take(&mut missed)
             || tokio::select! {
                 received = events.recv() => match received {
-                    Ok(event) => after.is_news(&event) && changes_tools(&event),
+                    Ok(event) => changes_tools(&event),
                     // Changes were missed: the list may have changed.
                     Err(RecvError::Lagged(_)) => true,
                     Err(RecvError::Closed) => return,
@@ -172,10 +172,10 @@ mod tests {
         );
     }
 
-    /// A service whose lease ran out before the stream started is not in the list the client
-    /// reads, so its removal a moment later (by the expiry task) is not told.
+    /// The removal of a service whose lease ran out before the stream started is told: the
+    /// client's list may be older than the lapse.
     #[tokio::test]
-    async fn the_removal_of_a_service_lapsed_before_the_stream_started_is_not_told() {
+    async fn the_removal_of_a_service_lapsed_before_the_stream_started_is_told() {
         const SHORT_TTL: Duration = Duration::from_millis(15);
         let limits = RegistrationLimits {
             min_ttl: SHORT_TTL,
@@ -188,7 +188,7 @@ mod tests {
         // This test's runtime has one thread, so the expiry task cannot run meanwhile.
         std::thread::sleep(SHORT_TTL * 2);
         assert!(registry.all_tools(TenantId(1)).is_empty(), "lapsed");
-        assert_eq!(told(&registry, None, 6 * SETTLE).await, 0);
+        assert_eq!(told(&registry, None, 6 * SETTLE).await, 1);
         assert_eq!(
             registry.watch(TenantId(1)).revision,
             2,
