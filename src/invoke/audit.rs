@@ -148,34 +148,7 @@ fn check_file(
     Ok(None)
 }
 
-/// Verifies the lines of a record log; see [`verify_file`].
-pub fn verify_lines(
-    lines: impl Iterator<Item = std::io::Result<String>>,
-) -> Result<VerifiedLog, ChainBroken> {
-    let mut chain = ChainCheck::default();
-    check_lines(&mut chain, lines)?;
-    Ok(chain.verified())
-}
-
-/// Puts each line through `chain`; the first bad one is named.
-fn check_lines(
-    chain: &mut ChainCheck,
-    lines: impl Iterator<Item = std::io::Result<String>>,
-) -> Result<(), ChainBroken> {
-    for (index, line) in lines.enumerate() {
-        let broken = |problem: String| ChainBroken {
-            line: index as u64 + 1,
-            problem,
-        };
-        let line = line.map_err(|error| broken(format!("cannot read: {error}")))?;
-        let record: InvocationRecord = serde_json::from_str(&line)
-            .map_err(|error| broken(format!("not an invocation record: {error}")))?;
-        chain.check(&line, &record).map_err(broken)?;
-    }
-    Ok(())
-}
-
-/// The chain's rules applied one line at a time, for [`verify_lines`] and for a log being
+/// The chain's rules applied one line at a time, for [`verify_files_after`] and for a log being
 /// reopened (which reads each line once, for its ring and for this check).
 #[derive(Debug)]
 pub(crate) struct ChainCheck {

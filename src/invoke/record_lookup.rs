@@ -68,16 +68,8 @@ impl RecordLog {
         Ok(None)
     }
 
-    /// Where a listing whose page starts below `before` (from the top without one) goes on in
-    /// the files once memory's records are listed: below the oldest record memory holds.
-    /// `None` when the log has no files, or memory holds every record below `before` that the
-    /// log has.
-    pub fn files_continue_below(&self, before: Option<u64>) -> Option<u64> {
-        continue_below(self.current_file()?.oldest_held, before)
-    }
-
     /// Up to `limit` records of `tenant` matching `filter` with sequences below `below`, newest
-    /// first, read from the log's files (see [`Self::files_continue_below`]). Blocking: call it
+    /// first, read from the log's files (see [`HeldPage::files_continue_below`]). Blocking: call it
     /// off the serving threads.
     ///
     /// One call reads whole files, newest first, and no further file once it has read
@@ -144,8 +136,9 @@ impl RecordLog {
     }
 }
 
-/// Where a listing whose page starts below `before` goes on in the files, when memory's oldest
-/// record is `oldest_held` (see [`RecordLog::files_continue_below`]).
+/// Where a listing whose page starts below `before` (from the top without one) goes on in the
+/// files once memory's records are listed, when memory's oldest record is `oldest_held`: below
+/// it. `None` when memory holds no record, or every record below `before` that the log has.
 pub(super) fn continue_below(oldest_held: Option<u64>, before: Option<u64>) -> Option<u64> {
     let below = oldest_held?.min(before.unwrap_or(u64::MAX));
     (below > 1).then_some(below)
@@ -156,8 +149,9 @@ pub(super) fn continue_below(oldest_held: Option<u64>, before: Option<u64>) -> O
 pub struct HeldPage {
     /// The records, newest first.
     pub records: Vec<Arc<InvocationRecord>>,
-    /// Where the listing goes on in the files once these are listed, as
-    /// [`RecordLog::files_continue_below`] answered when they were read.
+    /// Where the listing goes on in the files once these are listed (below the oldest record
+    /// memory held when they were read); `None` when the log has no files, or memory held
+    /// every record of the listing that the log has.
     pub files_continue_below: Option<u64>,
 }
 
@@ -175,15 +169,13 @@ pub struct FilePage {
     pub resume_below: Option<u64>,
 }
 
-/// The log's current file, as [`RecordLog::current_file`] answers it.
+/// The log's current file, as [`RecordLog::open_current_file`] answers it.
 #[derive(Debug)]
 pub(super) struct CurrentFile {
     /// Where it is.
     pub(super) path: PathBuf,
-    /// The sequence of its first record.
+    /// The sequence of its first record (of the next one while it is empty).
     pub(super) first_sequence: u64,
-    /// The oldest sequence memory holds; `None` when it holds none.
-    pub(super) oldest_held: Option<u64>,
 }
 
 /// One of the log's files, to be read.

@@ -393,18 +393,6 @@ impl RecordLog {
         stats
     }
 
-    /// The log's current file, where it has one: its path, the sequence of its first record
-    /// (of the next one while it is empty), and the oldest sequence memory holds.
-    pub(super) fn current_file(&self) -> Option<CurrentFile> {
-        let state = self.lock();
-        let file = state.file.as_ref()?;
-        Some(CurrentFile {
-            path: file.path().to_owned(),
-            first_sequence: state.file_first_sequence,
-            oldest_held: state.ring.front().map(|record| record.sequence),
-        })
-    }
-
     /// The current file, opened for reading under the log's lock, so that the file opened is
     /// the one whose first sequence is answered with it: a rotation after this renames the
     /// file opened, which is read all the same. `None` when the log has no file.
@@ -420,7 +408,6 @@ impl RecordLog {
         let current = CurrentFile {
             path: file.path().to_owned(),
             first_sequence: state.file_first_sequence,
-            oldest_held: state.ring.front().map(|record| record.sequence),
         };
         Ok(Some((current, opened)))
     }

@@ -436,8 +436,9 @@ fn listing_the_files_stops_at_its_budget_and_goes_on_from_there() {
         .expect("append");
     }
     let filter = RecordFilter::default();
-    let below = log
-        .files_continue_below(None)
+    let below = (log
+        .list_held(TenantId(1), &filter, None, 10)
+        .files_continue_below)
         .expect("memory holds 8 and 9");
     assert_eq!(below, 8);
     let mut pages = Vec::new();
