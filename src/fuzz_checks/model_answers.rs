@@ -17,10 +17,7 @@ const ASKED: &str = "asked";
 /// at the cuts into pieces that arrive one by one (empty ones too); the words told are the
 /// reply's content.
 pub fn model_answers(data: &[u8]) {
-    let Some((&count, rest)) = data.split_first() else {
-        return;
-    };
-    let Some((cuts, answer)) = rest.split_at_checked(2 * usize::from(count & 0x0f)) else {
+    let Some((cuts, answer)) = cuts_and_answer(data) else {
         return;
     };
     let _ = reply_of(answer, ASKED, 1);
@@ -43,6 +40,13 @@ pub fn model_answers(data: &[u8]) {
     if let (words, Ok(reply)) = &whole {
         assert_eq!(words.concat(), reply.content, "{answer:?}");
     }
+}
+
+/// The cuts' bytes and the answer of an input (see [`model_answers`]); `None` when it is too
+/// short for the cuts its first byte counts.
+fn cuts_and_answer(data: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (&count, rest) = data.split_first()?;
+    rest.split_at_checked(2 * usize::from(count & 0x0f))
 }
 
 /// The words told, and what the answer came to, when the event stream arrives as `pieces`.
@@ -81,7 +85,8 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         let data = std::fs::read(path).expect("a kept input");
-        data[1 + 2 * usize::from(data[0] & 0x0f)..].to_vec()
+        let (_, answer) = cuts_and_answer(&data).expect("the cuts it counts");
+        answer.to_vec()
     }
 
     /// The kept inputs are the answers their names say, so the fuzzer starts from answers
