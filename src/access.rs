@@ -273,6 +273,13 @@ impl TenantAccess {
         self.tokens.load(crate::grpc::tls_reload::settled_text)
     }
 
+    /// Reads the token files again, as [`Self::reload_token_files`] does, if they no longer
+    /// hold what they held when the tokens in use were read from them. Blocking.
+    pub fn reload_changed_token_files(&self) -> Result<(), String> {
+        self.tokens
+            .load_if_changed(crate::grpc::tls_reload::settled_text)
+    }
+
     /// What one call is granted: its connection's grant, and the tenants of the bearer token
     /// its `authorization` header sends, if any. A header that is not a bearer token the rules
     /// hold is refused.

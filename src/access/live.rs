@@ -90,10 +90,17 @@ impl LiveTenantAccess {
                 "{IDENTITIES_NEED_CERTIFICATES}; the entries read before stay in force"
             ));
         }
+        // The rules hold the tokens their files held when the configuration was read. A file
+        // rotated since may have been read again already, by the token files' watch, into the
+        // rules these replace: the watch would not read it again for these, as it has not
+        // changed since. So the files are read again now if they changed, and once more after
+        // the rules are in force, for a reading the watch made meanwhile into the old rules.
+        catch_up_with_token_files(&rules);
         // Unchanged rules (another setting changed) keep every connection's grant.
         if rules != **self.rules.load() {
             self.rules.store(Arc::new(rules));
         }
+        catch_up_with_token_files(&self.rules.load());
         Ok(())
     }
 
@@ -111,6 +118,19 @@ impl LiveTenantAccess {
     /// [`TenantAccess::reload_token_files`]).
     pub fn reload_token_files(&self) -> Result<(), String> {
         self.rules.load().reload_token_files()
+    }
+}
+
+/// Reads the token files of `rules` again if they changed since the rules' tokens were read
+/// from them. A file that cannot be used now is logged, and the tokens read before stay (the
+/// token files' watch logs and counts it as it reads it).
+fn catch_up_with_token_files(rules: &TenantAccess) {
+    if let Err(error) = rules.reload_changed_token_files() {
+        tracing::warn!(
+            %error,
+            "a token file changed since the tenant access rules were read from the \
+             configuration and cannot be used; its tokens as read then stay"
+        );
     }
 }
 
@@ -329,6 +349,49 @@ mod tests {
         let none = http::HeaderMap::new();
         assert!(may_act_for(&access, &none, 1));
         assert!(!may_act_for(&access, &none, 2));
+    }
+
+    /// Rules read from the configuration file while their token file still held the old
+    /// token, and put in force after the token files' watch read the rotated file (into the
+    /// rules they replace), check calls against the rotated file: the watch will not read it
+    /// again, as it has not changed since. This holds whether the entry changed or not (the
+    /// file changed in another setting).
+    #[test]
+    fn rules_read_before_a_token_rotation_check_the_rotated_tokens() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("tokens");
+        let entry = |tenants: &[u64]| TenantAccessRule {
+            token_file: file.display().to_string(),
+            tenants: tenants.to_vec(),
+            ..TenantAccessRule::default()
+        };
+        for tenants in [&[1][..], &[1, 2]] {
+            std::fs::write(&file, "s3cret-old\n").expect("write");
+            let at_start = TenantAccess::from_rules(&[entry(&[1])]).expect("valid");
+            let live = LiveTenantAccess::start(&at_start, false).expect("servable");
+            let read_before = TenantAccess::from_rules(&[entry(tenants)]).expect("valid");
+            std::fs::write(&file, "s3cret-new\n").expect("rotate");
+            live.reload_token_files()
+                .expect("the watch reads the rotated file");
+            live.replace(read_before).expect("put in force");
+
+            let access = ConnectionAccess::new(&live, None, None);
+            let bearer = |token: &str| {
+                let mut headers = http::HeaderMap::new();
+                let value = format!("Bearer {token}").parse().expect("header value");
+                headers.insert(http::header::AUTHORIZATION, value);
+                headers
+            };
+            assert!(
+                may_act_for(&access, &bearer("s3cret-new"), 1),
+                "{tenants:?}"
+            );
+            assert_eq!(
+                access.grant_for_call(&bearer("s3cret-old")).map(|_| ()),
+                Err(AccessError::UnknownToken),
+                "the rotated-out token, with the entry granting {tenants:?}"
+            );
+        }
     }
 
     /// A proxy added to `forwarded_client_cert_proxies` is believed on connections from it

@@ -9,13 +9,13 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
 use super::{CallerGrant, Tenants};
-use crate::grpc::tls_reload::{Fingerprint, content_digest};
+use crate::grpc::tls_reload::{Fingerprint, content_digest, fingerprint};
 
 /// A token as the rules keep it: its sha256, so no token is held in memory as it was sent, and
 /// looking one up compares digests, not the secrets.
@@ -51,6 +51,9 @@ pub(super) struct Tokens {
     /// What the token files held when the table was made, as the file watch fingerprints
     /// them, in the order of [`Self::files`].
     read: ArcSwap<Fingerprint>,
+    /// Held while the files are read and the table made, so that two readings (the token
+    /// files' watch, and rules put in force catching up) put in force the later one.
+    loading: Mutex<()>,
 }
 
 impl Tokens {
@@ -89,6 +92,7 @@ impl Tokens {
         &self,
         read_file: impl Fn(&std::path::Path) -> std::io::Result<String>,
     ) -> Result<(), String> {
+        let _loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
         let mut table = HashMap::new();
         let mut entry_of = HashMap::new();
         let mut read = Fingerprint::new();
@@ -121,6 +125,18 @@ impl Tokens {
         self.table.store(table.into());
         self.read.store(read.into());
         Ok(())
+    }
+
+    /// Reads the token files again (each with `read_file`) if they no longer hold what they
+    /// held when the tokens in use were read from them; else reads nothing more.
+    pub(super) fn load_if_changed(
+        &self,
+        read_file: impl Fn(&std::path::Path) -> std::io::Result<String>,
+    ) -> Result<(), String> {
+        if fingerprint(&self.files()) == **self.read.load() {
+            return Ok(());
+        }
+        self.load(read_file)
     }
 
     /// What the token files held when the tokens in use were read from them.

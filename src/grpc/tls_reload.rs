@@ -61,7 +61,8 @@ pub fn settled_text(path: &Path) -> std::io::Result<String> {
     )))
 }
 
-fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
+/// What `paths` hold now, as the watch compares them.
+pub(crate) fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
     paths
         .iter()
         .map(|path| std::fs::read(path).ok().map(|bytes| content_digest(&bytes)))
