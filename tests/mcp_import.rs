@@ -176,6 +176,25 @@ async fn a_tool_whose_schema_makes_validation_exponential_is_left_out() {
     server.stop().await;
 }
 
+/// A server whose tool list holds a name twice has its tools imported, that one once (two
+/// tools of one name would have the registration refused whole, and nothing imported).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_listed_twice_is_imported_once() {
+    let Some(mcp) = PythonMcpServer::start_with(0, &["--list-twice", "add"]) else {
+        return;
+    };
+    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
+    let service = wait_for_service(&server, |found| found.is_some())
+        .await
+        .expect("imported");
+    assert_eq!(tool_names(&service), PYTHON_TOOLS);
+    let added = invoke(&server, "add", json!({"a": 1, "b": 2}))
+        .await
+        .expect("added");
+    assert_eq!(output(&added), json!({"result": 3}));
+    server.stop().await;
+}
+
 /// A server saying its tool list changed is listed again at once, not at the next refresh.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_list_change_the_server_announces_is_imported_at_once() {

@@ -33,7 +33,7 @@ pub use super::import_config::{
     DEFAULT_REFRESH_INTERVAL, INHERITED_ENV, McpImport, McpImportConfig, McpImportsSource,
     McpSource, ReadMcpImports, Secret, ServerAuth, StdioServer,
 };
-pub use super::import_listing::{CheckedTools, ListedTool, read_listing};
+pub use super::import_listing::{CheckedTools, ListedTool, keep_within_limit, read_listing};
 use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};
 use super::session_keys::SessionKey;
@@ -177,6 +177,7 @@ fn service_spec(
             }),
         }
     }
+    keep_within_limit(import, limits, &mut spec.tools, checked);
     (spec, held)
 }
 

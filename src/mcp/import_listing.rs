@@ -8,7 +8,7 @@
 //! listed again as it was is neither compiled again nor warned about again (a tool left out
 //! is logged once per definition, as a tool held back for approval is).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use rmcp::model::Tool;
 use serde_json::Value;
@@ -36,7 +36,13 @@ pub struct ListedTool {
 /// What each tool of an import's last listing was found to be, by name: kept from one listing
 /// to the next, so that only tools new or changed since are checked (and logged) again.
 #[derive(Debug, Default)]
-pub struct CheckedTools(HashMap<String, CheckedTool>);
+pub struct CheckedTools {
+    tools: HashMap<String, CheckedTool>,
+    /// The names the last listing held more than once.
+    listed_twice: BTreeSet<String>,
+    /// How many tools the last registration left out, past `max_tools_per_service`.
+    beyond_limit: usize,
+}
 
 /// A tool as it was listed, and the outcome of its check.
 #[derive(Debug)]
@@ -50,6 +56,11 @@ struct CheckedTool {
 /// unless `checked` holds it from the last listing as it is listed now; a tool left out is
 /// logged at WARN when it is checked), with their definition hashes and what `approved` (when
 /// the import asks for approval) says of them. `checked` is left holding this listing's tools.
+///
+/// A name listed more than once (pages that overlapped as the server's list changed between
+/// them, or a fault of the server's) is taken from its first tool, and the others are left
+/// out, so the rest of the listing can still be registered; the names are logged at WARN when
+/// the last listing did not hold them twice too.
 pub fn read_listing(
     import: &McpImport,
     approved: Option<&ApprovedTools>,
@@ -57,10 +68,16 @@ pub fn read_listing(
     tools: &[Tool],
     checked: &mut CheckedTools,
 ) -> Vec<ListedTool> {
-    let mut last = std::mem::take(&mut checked.0);
+    let mut last = std::mem::take(&mut checked.tools);
     let mut listed = Vec::with_capacity(tools.len());
+    let mut listed_twice = BTreeSet::new();
     for tool in tools {
         let name = tool.name.to_string();
+        // `checked` holds the names this listing has listed so far.
+        if checked.tools.contains_key(&name) {
+            listed_twice.insert(name);
+            continue;
+        }
         let kept = last
             .remove(&name)
             .filter(|kept| kept.listed == *tool)
@@ -75,9 +92,41 @@ pub fn read_listing(
                 verdict: approved.map(|approved| approved.verdict(&spec.name, sha256)),
             });
         }
-        checked.0.insert(name, kept);
+        checked.tools.insert(name, kept);
     }
+    let newly: Vec<&String> = listed_twice.difference(&checked.listed_twice).collect();
+    if !newly.is_empty() {
+        tracing::warn!(
+            service = %import.service,
+            tools = ?newly,
+            "the MCP server listed these names more than once: the first tool listed under \
+             each is taken, the others left out"
+        );
+    }
+    checked.listed_twice = listed_twice;
     listed
+}
+
+/// Leaves out the tools past the first `max_tools_per_service` of `tools` (a registration of
+/// more is refused whole), logged at WARN when their count differs from the last listing's.
+pub fn keep_within_limit(
+    import: &McpImport,
+    limits: &RegistrationLimits,
+    tools: &mut Vec<ToolSpec>,
+    checked: &mut CheckedTools,
+) {
+    let beyond = tools.len().saturating_sub(limits.max_tools);
+    if beyond != 0 && beyond != checked.beyond_limit {
+        tracing::warn!(
+            service = %import.service,
+            "the MCP server lists {} tools to register, {beyond} more than a registration may \
+             hold (max_tools_per_service): the first {} are registered, the rest left out",
+            tools.len(),
+            limits.max_tools
+        );
+    }
+    tools.truncate(limits.max_tools);
+    checked.beyond_limit = beyond;
 }
 
 /// `tool` as it is registered, and its definition hash, when a registration takes it alone;
@@ -223,6 +272,80 @@ mod tests {
 
         // A tool that left the listing and came back is checked again (and warned about).
         assert_eq!(read(&import, &listing, &mut checked), (first, 1));
+    }
+
+    /// A server that lists a name twice (pages that overlap when its list changes between
+    /// them, or a fault of its own) has the first of each name taken and the others left
+    /// out, warned about once, so its other tools are still registered (two tools of one name
+    /// would have the whole registration refused).
+    #[test]
+    fn a_name_listed_twice_is_taken_once() {
+        let import = import(None);
+        let mut checked = CheckedTools::default();
+        let listing = [
+            tool("read", "Reads a file."),
+            tool("write", "Writes a file."),
+            tool("read", "Reads a file."),
+            tool("write", "Another writer."),
+        ];
+        let limits = RegistrationLimits::default();
+        let (taken, log) = logged(|| read_listing(&import, None, &limits, &listing, &mut checked));
+        let names: Vec<&str> = taken.iter().map(|tool| tool.spec.name.as_str()).collect();
+        assert_eq!(names, ["read", "write"]);
+        assert_eq!(
+            taken[1].spec.description, "Writes a file.",
+            "the first listed"
+        );
+        assert_eq!(log.matches("more than once").count(), 1, "{log}");
+        let tools = taken.into_iter().map(|tool| tool.spec).collect();
+        let spec = ServiceSpec {
+            name: "files".to_owned(),
+            version: UNVERSIONED.to_owned(),
+            endpoint: import.endpoint(),
+            tools,
+            ttl: None,
+            instance_id: String::new(),
+        };
+        validate_service(&spec, &limits).expect("a registration takes them");
+
+        let (again, log) = logged(|| read_listing(&import, None, &limits, &listing, &mut checked));
+        assert_eq!(again.len(), 2);
+        assert!(!log.contains("more than once"), "warned once: {log}");
+    }
+
+    /// A server listing more tools than a registration may hold has the first
+    /// `max_tools_per_service` registered and the rest left out, warned about once while
+    /// the count stays.
+    #[test]
+    fn tools_past_the_registration_limit_are_left_out() {
+        let import = import(None);
+        let mut checked = CheckedTools::default();
+        let limits = RegistrationLimits {
+            max_tools: 2,
+            ..RegistrationLimits::default()
+        };
+        let names = ["a", "b", "c", "d"].map(|name| name.to_owned());
+        let specs = |count: usize, checked: &mut CheckedTools| -> Vec<ToolSpec> {
+            let listing: Vec<Tool> = names[..count]
+                .iter()
+                .map(|name| Tool::new(name.clone(), "A tool.", tool("x", "").input_schema))
+                .collect();
+            let taken = read_listing(&import, None, &limits, &listing, checked);
+            taken.into_iter().map(|tool| tool.spec).collect()
+        };
+        let mut tools = specs(4, &mut checked);
+        let ((), log) = logged(|| keep_within_limit(&import, &limits, &mut tools, &mut checked));
+        let kept: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
+        assert_eq!(kept, ["a", "b"]);
+        assert_eq!(log.matches("max_tools_per_service").count(), 1, "{log}");
+
+        let mut tools = specs(4, &mut checked);
+        let ((), log) = logged(|| keep_within_limit(&import, &limits, &mut tools, &mut checked));
+        assert_eq!((tools.len(), log.as_str()), (2, ""), "warned once");
+        let mut tools = specs(3, &mut checked);
+        let ((), log) = logged(|| keep_within_limit(&import, &limits, &mut tools, &mut checked));
+        assert_eq!(tools.len(), 2);
+        assert!(log.contains("1 more"), "another count, warned again: {log}");
     }
 
     #[test]

@@ -38,6 +38,8 @@ may also authenticate with a JWT assertion (private_key_jwt, RFC 7523) signed wi
 the key whose public half FILE holds; FILE is read at each token request.
 With --tls-cert and --tls-key, it serves HTTPS with that certificate; with --tls-client-ca
 too, it accepts only clients presenting a certificate that CA signed.
+With --list-twice NAME, its tool list holds tool NAME twice (as pages of a list that changed
+between them can).
 With `stdio`, it speaks MCP over its standard input and output instead.
 """
 
@@ -347,6 +349,13 @@ def add_exponential_tool():
     }
 
 
+def list_twice(name):
+    """Makes the tool list hold tool `name` a second time, at its end."""
+    manager = server._tool_manager
+    listed = manager.list_tools
+    manager.list_tools = lambda: listed() + [manager.get_tool(name)]
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("port")
@@ -363,7 +372,10 @@ if __name__ == "__main__":
     parser.add_argument("--refused-scope", action="append", default=[])
     parser.add_argument("--client-public-key")
     parser.add_argument("--exponential-schema", action="store_true")
+    parser.add_argument("--list-twice")
     args = parser.parse_args()
+    if args.list_twice:
+        list_twice(args.list_twice)
     if args.exponential_schema:
         add_exponential_tool()
     if args.port == "stdio":
