@@ -145,17 +145,22 @@ fn table(reviewed: &[(&McpImport, Vec<ListedTool>)]) -> String {
                 tool.spec.description.clone(),
             ]);
         }
-        let pins: Vec<String> = (listed.iter())
-            .map(|tool| format!("{} = \"{}\"", toml_key(&tool.spec.name), tool.sha256))
-            .collect();
         lines.push(format!(
             "# service {}: approves its tools as listed now (review them first; --json shows \
-             their schemas and titles)\napproved_tools = {{ {} }}",
+             their schemas and titles)\n{}",
             import.service,
-            pins.join(", ")
+            approved_tools_line(listed)
         ));
     }
     format!("{}\n\n{}", table.trim_fmt(), lines.join("\n"))
+}
+
+/// The `approved_tools` line (TOML) that approves `listed` at the definitions listed.
+pub(crate) fn approved_tools_line(listed: &[ListedTool]) -> String {
+    let pins: Vec<String> = (listed.iter())
+        .map(|tool| format!("{} = \"{}\"", toml_key(&tool.spec.name), tool.sha256))
+        .collect();
+    format!("approved_tools = {{ {} }}", pins.join(", "))
 }
 
 /// The hints the server gives a tool, in words (`read-only, closed world`); those it does

@@ -8,11 +8,13 @@
 
 mod config_file;
 mod headers;
+mod mcp_listings;
 mod model_answers;
 mod wire;
 
 pub use config_file::config_file;
 pub use headers::request_headers;
+pub use mcp_listings::mcp_listings;
 pub use model_answers::model_answers;
 pub use wire::wire_readers;
 
@@ -106,7 +108,7 @@ mod tests {
     type Check = fn(&[u8]);
 
     /// Every check, by the name of its fuzz target (and of its folder in `fuzz/seeds/`).
-    const CHECKS: [(&str, Check); 7] = [
+    const CHECKS: [(&str, Check); 8] = [
         ("schema_registration", schema_registration),
         ("wire_readers", wire_readers),
         ("canonical_json", canonical_json_round_trip),
@@ -114,6 +116,7 @@ mod tests {
         ("request_headers", request_headers),
         ("config_file", config_file),
         ("model_answers", model_answers),
+        ("mcp_listings", mcp_listings),
     ];
 
     /// Every input kept in `fuzz/seeds/` passes its check: the starting inputs, and each
