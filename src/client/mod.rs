@@ -3,6 +3,7 @@
 //! discovery results are cached for `DISCOVERY_CACHE_TTL_SECS`, default 300 s).
 
 mod bearer;
+mod discovery_cache;
 mod requirement;
 mod tls;
 
@@ -21,6 +22,7 @@ use crate::pb::agent_service_client::AgentServiceClient;
 use crate::pb::discovery_service_client::DiscoveryServiceClient;
 use crate::pb::health_service_client::HealthServiceClient;
 use crate::pb::tool_invoke_service_client::ToolInvokeServiceClient;
+use discovery_cache::DiscoveryCache;
 
 /// The environment variable that sets the discovery cache TTL in seconds (seed 000).
 pub const DISCOVERY_CACHE_TTL_ENV: &str = "DISCOVERY_CACHE_TTL_SECS";
@@ -163,7 +165,7 @@ pub struct ToolplaneClient {
     auth: BearerAuth,
     tenant: TenantId,
     correlation_id: String,
-    cache: moka::future::Cache<String, pb::DiscoveryInfo>,
+    cache: DiscoveryCache,
 }
 
 /// The discovery cache TTL: `DISCOVERY_CACHE_TTL_SECS` when set to a number, else 300 s.
@@ -214,10 +216,7 @@ impl ToolplaneClient {
             auth: BearerAuth::default(),
             tenant,
             correlation_id: uuid::Uuid::new_v4().to_string(),
-            cache: moka::future::Cache::builder()
-                .time_to_live(cache_ttl)
-                .max_capacity(10_000)
-                .build(),
+            cache: DiscoveryCache::new(cache_ttl),
         }
     }
 
@@ -278,11 +277,11 @@ impl ToolplaneClient {
             meta: self.meta(),
             requirements: requirements.iter().map(ToolRequirement::to_pb).collect(),
         };
+        let lookup = self.cache.lookup_sent();
         let response = self.discovery().preflight(request).await?.into_inner();
         for service in &response.services {
-            self.cache
-                .insert(service.service_name.clone(), service.clone())
-                .await;
+            let name = &service.service_name;
+            self.cache.keep(lookup, name, service.clone()).await;
         }
         if response.ok {
             Ok(response)
@@ -300,6 +299,7 @@ impl ToolplaneClient {
             meta: self.meta(),
             service_name: name.to_owned(),
         };
+        let lookup = self.cache.lookup_sent();
         let service = self
             .discovery()
             .get_service(request)
@@ -307,13 +307,14 @@ impl ToolplaneClient {
             .into_inner()
             .service
             .unwrap_or_default();
-        self.cache.insert(name.to_owned(), service.clone()).await;
+        self.cache.keep(lookup, name, service.clone()).await;
         Ok(service)
     }
 
-    /// Drops every cached discovery answer.
+    /// Drops every cached discovery answer, and every answer to a lookup sent before now (one
+    /// answered meanwhile is not cached).
     pub fn invalidate_cache(&self) {
-        self.cache.invalidate_all();
+        self.cache.invalidate();
     }
 
     /// Every live service, all pages gathered.
