@@ -189,6 +189,38 @@ async fn tool_errors_go_to_the_model_and_allowed_tools_limit_the_offer() {
     assert!(refused.tool_calls.is_empty());
 }
 
+/// Tools whose function names would come out the same (`x.y` beside `x_y` in one service,
+/// `x_y` in two) are offered under different names, and each name calls its own tool.
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_named_alike_are_offered_and_called_apart() {
+    let server = TestServer::start().await;
+    let mut discovery = server.discovery().await;
+    let tools = |names: &[&str]| names.iter().map(|name| simple_tool(name)).collect();
+    register_ok(&mut discovery, 0, registration("s", tools(&["x.y", "x_y"]))).await;
+    register_ok(&mut discovery, 0, registration("t", tools(&["x_y"]))).await;
+    let mut client = agents(&server).await;
+    create(&mut client, "alike", &[]).await;
+    for (function, service, tool) in [
+        ("s__x_y", "s", "x.y"),
+        ("s__x_y_2", "s", "x_y"),
+        ("t__x_y", "t", "x_y"),
+    ] {
+        let answer = client
+            .complete(complete_request(
+                "alike",
+                &format!("call {function} {{}}"),
+                "c",
+            ))
+            .await
+            .expect("turn completes")
+            .into_inner();
+        let called: Vec<(&str, &str)> = (answer.tool_calls.iter())
+            .map(|call| (call.service_name.as_str(), call.tool_name.as_str()))
+            .collect();
+        assert_eq!(called, [(service, tool)], "{function}");
+    }
+}
+
 /// StreamComplete streams words, transitions and tool calls, then the final answer with usage.
 #[tokio::test(flavor = "multi_thread")]
 async fn stream_complete_streams_the_turn() {

@@ -31,6 +31,7 @@ use crate::invoke::Invoker;
 use crate::invoke::records::InvocationStatus;
 use crate::registry::search::SearchQuery;
 use crate::registry::{Registry, ServiceName, ToolFilter, ToolName, ToolRef};
+use function_names::function_names;
 use turn_guard::TurnGuard;
 
 /// The most tools offered to a model in one call: OpenAI's Chat Completions API takes at most
@@ -38,6 +39,8 @@ use turn_guard::TurnGuard;
 /// tools) is offered the ones of them that best match each turn (see `Registry::search`).
 pub const MAX_OFFERED_TOOLS: usize = 128;
 
+#[path = "function_names.rs"]
+mod function_names;
 #[path = "runner_model.rs"]
 mod model_requests;
 #[path = "runner_tools.rs"]
@@ -132,13 +135,6 @@ where
     allowed.is_none_or(|allowed| allowed.contains(found.tool.name.as_str()))
 }
 
-fn is_plain_function_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
 impl AgentRunner {
     /// A runner over these parts.
     pub fn new(
@@ -187,7 +183,8 @@ impl AgentRunner {
     /// The tools offered to `agent` for a turn of `messages`: its allowed tools (default:
     /// every tool of its tenant), past [`MAX_OFFERED_TOOLS`] the ones of them that best match
     /// the turn's messages and the agent's system prompt, each under its own name, or
-    /// `service__tool` where the name is ambiguous or not a valid function name.
+    /// `service__tool` where the name is ambiguous or not a valid function name (see
+    /// [`function_names`]).
     async fn catalog(&self, agent: &Agent, messages: &[CanonicalMessage]) -> Catalog {
         let allowed = allowed_names(agent);
         let mut tools: Vec<_> = self
@@ -201,22 +198,13 @@ impl AgentRunner {
             tools = self.best_matches(agent, allowed.as_ref(), messages).await;
             tracing::info!(agent = %agent.id, offered = tools.len(), candidates, "more tools than a model call takes: offering those that best match the turn");
         }
-        let mut count: HashMap<&str, usize> = HashMap::new();
-        for found in &tools {
-            *count.entry(found.tool.name.as_str()).or_default() += 1;
-        }
         let mut catalog = Catalog {
             offered: Vec::new(),
             by_function: HashMap::new(),
         };
-        for found in &tools {
-            let name = found.tool.name.as_str();
-            let function = if count[name] == 1 && is_plain_function_name(name) {
-                name.to_owned()
-            } else {
-                let joined = format!("{}__{}", found.service.name, name.replace('.', "_"));
-                joined.chars().take(64).collect()
-            };
+        let names =
+            (tools.iter()).map(|found| (found.service.name.as_str(), found.tool.name.as_str()));
+        for (found, function) in tools.iter().zip(function_names(names)) {
             catalog.offered.push(OfferedTool {
                 name: function.clone(),
                 description: found.tool.description.clone(),
