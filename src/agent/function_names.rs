@@ -39,7 +39,7 @@ pub(super) fn function_names<'a>(
             names.push(tool.to_owned());
             continue;
         }
-        let joined: String = format!("{service}__{}", tool.replace('.', "_"));
+        let joined = format!("{service}__{}", tool.replace('.', "_"));
         let cut = |length: usize| joined.chars().take(length).collect::<String>();
         let mut name = cut(MAX_LENGTH);
         let mut next = 2;

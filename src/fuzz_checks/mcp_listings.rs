@@ -9,13 +9,27 @@ use rmcp::model::ListToolsResult;
 use crate::cli::review_imports::approved_tools_line;
 use crate::envelope::TenantId;
 use crate::mcp::approval::{ApprovedTools, Verdict};
-use crate::mcp::import::{CheckedTools, McpImport, McpSource, keep_within_limit, read_listing};
+use crate::mcp::import::{
+    CheckedTools, ListedTool, McpImport, McpSource, keep_within_limit, read_listing,
+};
 use crate::registry::ServiceName;
 use crate::registry::model::ServiceSpec;
 use crate::registry::validate::{RegistrationLimits, validate_service};
 
 /// Fewer tools than the default allows, so that listings past the limit are tried too.
 const MAX_TOOLS: usize = 8;
+
+/// The import the listings are read for: service `fuzzed` of an HTTP server, no approvals.
+fn fuzzed_import() -> McpImport {
+    McpImport {
+        service: ServiceName::parse("fuzzed").expect("a service name"),
+        source: McpSource::Http("http://127.0.0.1:9/mcp".to_owned()),
+        tenant: TenantId(0),
+        refresh_interval: Duration::from_secs(60),
+        auth: None,
+        approved_tools: None,
+    }
+}
 
 /// An MCP server's `tools/list` answer (`{"tools": [...]}`, JSON), read as an import reads
 /// it. What the import takes registers as one service (a tool of a name listed already, or
@@ -27,15 +41,8 @@ pub fn mcp_listings(data: &[u8]) {
     let Ok(listing) = serde_json::from_slice::<ListToolsResult>(data) else {
         return;
     };
-    let service = ServiceName::parse("fuzzed").expect("a service name");
-    let import = McpImport {
-        service: service.clone(),
-        source: McpSource::Http("http://127.0.0.1:9/mcp".to_owned()),
-        tenant: TenantId(0),
-        refresh_interval: Duration::from_secs(60),
-        auth: None,
-        approved_tools: None,
-    };
+    let import = fuzzed_import();
+    let service = import.service.clone();
     let limits = RegistrationLimits {
         max_tools: MAX_TOOLS,
         ..RegistrationLimits::default()
@@ -62,7 +69,7 @@ pub fn mcp_listings(data: &[u8]) {
         assert_eq!(listed.sha256, tool.definition_sha256, "{}", tool.name);
     }
 
-    let hashes = |listed: &[crate::mcp::import::ListedTool]| -> Vec<(String, String)> {
+    let hashes = |listed: &[ListedTool]| -> Vec<(String, String)> {
         (listed.iter())
             .map(|tool| (tool.spec.name.clone(), tool.sha256.clone()))
             .collect()
@@ -107,14 +114,7 @@ mod tests {
     fn the_seeds_are_listings_as_named() {
         let seeds =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/mcp_listings");
-        let import = McpImport {
-            service: ServiceName::parse("fuzzed").expect("a service name"),
-            source: McpSource::Http("http://127.0.0.1:9/mcp".to_owned()),
-            tenant: TenantId(0),
-            refresh_interval: Duration::from_secs(60),
-            auth: None,
-            approved_tools: None,
-        };
+        let import = fuzzed_import();
         for (seed, listed, taken) in [
             ("github_like.json", 3, 3),
             ("name_listed_twice.json", 4, 2),
