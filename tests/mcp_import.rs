@@ -17,7 +17,7 @@ use serde_json::json;
 use tonic::Code;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::struct_to_json;
-use toolplane::mcp::import::{INHERITED_ENV, McpSource};
+use toolplane::mcp::import::{INHERITED_ENV, MAX_LISTING_PAGES, McpSource};
 use toolplane::pb;
 
 fn import_of(server: &PythonMcpServer, refresh_interval: Duration) -> ServerOptions {
@@ -193,6 +193,33 @@ async fn a_tool_listed_twice_is_imported_once() {
         .expect("added");
     assert_eq!(output(&added), json!({"result": 3}));
     server.stop().await;
+}
+
+/// A server whose tool list names a next page on every page has the pages read until one
+/// names a cursor given before (a cursor loop), or for at most `MAX_LISTING_PAGES` pages:
+/// its tools are imported, and a listing stops there rather than asking for pages without
+/// end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_list_whose_pages_never_end_is_read_no_further() {
+    for (cursors, pages) in [("same", 2), ("new", MAX_LISTING_PAGES as u64)] {
+        let Some(mcp) = PythonMcpServer::start_with(0, &["--endless-pages", cursors]) else {
+            return;
+        };
+        let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
+        let service = wait_for_service(&server, |found| found.is_some())
+            .await
+            .expect("imported");
+        assert!(tool_names(&service).contains(&"pages_listed"));
+        let listed = invoke(&server, "pages_listed", json!({}))
+            .await
+            .expect("called");
+        let asked = output(&listed)["result"].as_u64().expect("a count");
+        assert!(
+            asked.is_multiple_of(pages) && (1..=2).contains(&(asked / pages)),
+            "{cursors} cursors: {pages} pages a listing, not {asked}"
+        );
+        server.stop().await;
+    }
 }
 
 /// A server saying its tool list changed is listed again at once, not at the next refresh.

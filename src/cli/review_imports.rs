@@ -15,9 +15,10 @@ use super::new_table;
 use crate::config::ServerConfig;
 use crate::grpc::provider_tls::ProviderTls;
 use crate::mcp::client::McpCaller;
-use crate::mcp::import::{CheckedTools, ListedTool, McpImport, read_listing};
+use crate::mcp::import::{CheckedTools, ListedTool, McpImport, list_tools, read_listing};
 use crate::mcp::session_keys::SessionKey;
 use crate::outln;
+use crate::registry::RegistrationLimits;
 use crate::registry::model::ToolAnnotations;
 
 /// How long one server may take to open a session and list its tools.
@@ -48,7 +49,7 @@ pub async fn run(file: Option<&Path>, service: Option<&str>, json: bool) -> Exit
     let mut reviewed = Vec::new();
     let mut failed = false;
     for import in imports {
-        match tokio::time::timeout(LISTING_TIMEOUT, list(&caller, import)).await {
+        match tokio::time::timeout(LISTING_TIMEOUT, list(&caller, import, &options.limits)).await {
             Ok(Ok(tools)) => {
                 let approved = import.approved_tools.as_ref();
                 let mut checked = CheckedTools::default();
@@ -89,10 +90,13 @@ fn fail(error: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-async fn list(caller: &McpCaller, import: &McpImport) -> Result<Vec<rmcp::model::Tool>, String> {
+async fn list(
+    caller: &McpCaller,
+    import: &McpImport,
+    limits: &RegistrationLimits,
+) -> Result<Vec<rmcp::model::Tool>, String> {
     let session = caller.session(&SessionKey::of_import(import)).await?;
-    session
-        .list_all_tools()
+    list_tools(&session, import, limits)
         .await
         .map_err(|error| format!("cannot list the tools of {}: {error}", import.source))
 }

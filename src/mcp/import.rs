@@ -33,7 +33,9 @@ pub use super::import_config::{
     DEFAULT_REFRESH_INTERVAL, INHERITED_ENV, McpImport, McpImportConfig, McpImportsSource,
     McpSource, ReadMcpImports, Secret, ServerAuth, StdioServer,
 };
-pub use super::import_listing::{CheckedTools, ListedTool, keep_within_limit, read_listing};
+pub use super::import_listing::{
+    CheckedTools, ListedTool, MAX_LISTING_PAGES, keep_within_limit, list_tools, read_listing,
+};
 use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};
 use super::session_keys::SessionKey;
@@ -94,7 +96,7 @@ pub(super) async fn run(
                     .filter(|version| semver::Version::parse(version).is_ok())
                     .unwrap_or_else(|| UNVERSIONED.to_owned());
                 let listed_at = Instant::now();
-                match session.list_all_tools().await {
+                match list_tools(&session, &import, registry.limits()).await {
                     Ok(tools) => {
                         retry = FIRST_RETRY;
                         let approved = state.approved();

@@ -8,9 +8,10 @@
 //! listed again as it was is neither compiled again nor warned about again (a tool left out
 //! is logged once per definition, as a tool held back for approval is).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
-use rmcp::model::Tool;
+use rmcp::model::{PaginatedRequestParams, Tool};
+use rmcp::service::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
 
 use super::approval::{ApprovedTools, Verdict};
@@ -20,6 +21,49 @@ use crate::registry::RegistrationLimits;
 use crate::registry::annotations::fitted_title;
 use crate::registry::model::{Capability, ServiceSpec, ToolAnnotations, ToolSpec};
 use crate::registry::validate::validate_service;
+
+/// The most pages one listing of a server's tools reads.
+pub const MAX_LISTING_PAGES: usize = 50;
+
+/// How many times `max_tools_per_service` tools one listing reads at most: room for tools
+/// left out or held back for approval beside those registered.
+const LISTED_TOOLS_PER_REGISTERED: usize = 4;
+
+/// The tools of `session`'s server, page by page as MCP's pagination gives them, as rmcp's
+/// `list_all_tools` reads them but bounded: a server whose pages never end (a cursor it gave
+/// before, or pages without end) would otherwise hold the import in one listing forever, its
+/// tools piling up in memory. The listing stops after [`MAX_LISTING_PAGES`] pages, after a
+/// page naming a cursor given before, or once it holds four times `max_tools_per_service`
+/// tools; what was read by then is taken, and why it stopped is logged at WARN.
+pub async fn list_tools(
+    session: &Peer<RoleClient>,
+    import: &McpImport,
+    limits: &RegistrationLimits,
+) -> Result<Vec<Tool>, ServiceError> {
+    let most_tools = limits.max_tools.saturating_mul(LISTED_TOOLS_PER_REGISTERED);
+    let (mut tools, mut cursor, mut cursors) = (Vec::new(), None, HashSet::new());
+    for page in 1.. {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let answer = session.list_tools(Some(params)).await?;
+        tools.extend(answer.tools);
+        let Some(next) = answer.next_cursor else {
+            break;
+        };
+        let stopped = if !cursors.insert(next.clone()) {
+            "its next page is one it has listed already"
+        } else if page == MAX_LISTING_PAGES {
+            "it has more pages than a listing reads"
+        } else if tools.len() >= most_tools {
+            "it lists more tools than a listing reads (4 x max_tools_per_service)"
+        } else {
+            cursor = Some(next);
+            continue;
+        };
+        tracing::warn!(service = %import.service, source = %import.source, pages = page, tools = tools.len(), "the MCP server's tool list is read no further: {stopped}; the tools read are taken");
+        break;
+    }
+    Ok(tools)
+}
 
 /// A listed tool as an import takes it.
 #[derive(Debug, Clone)]

@@ -39,7 +39,9 @@ the key whose public half FILE holds; FILE is read at each token request.
 With --tls-cert and --tls-key, it serves HTTPS with that certificate; with --tls-client-ca
 too, it accepts only clients presenting a certificate that CA signed.
 With --list-twice NAME, its tool list holds tool NAME twice (as pages of a list that changed
-between them can).
+between them can). With --endless-pages same|new, every page of its tool list names a next page: the
+same cursor every time (a cursor loop), or a new one; it counts the pages it was asked for,
+which tool `pages_listed` answers.
 With `stdio`, it speaks MCP over its standard input and output instead.
 """
 
@@ -65,6 +67,7 @@ from starlette.responses import JSONResponse
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
+from mcp import types
 from mcp.types import ToolAnnotations
 
 server = MCPServer("python-tools")
@@ -356,6 +359,25 @@ def list_twice(name):
     manager.list_tools = lambda: listed() + [manager.get_tool(name)]
 
 
+def endless_pages(cursors):
+    """Makes every page of the tool list name a next page (the same one, or a new one each
+    time: `cursors` is `same` or `new`), and adds `pages_listed`."""
+    asked = {"pages": 0}
+
+    def pages_listed() -> int:
+        """How many pages of the tool list were asked for."""
+        return asked["pages"]
+
+    server.add_tool(pages_listed)
+
+    async def list_page(ctx, params):
+        asked["pages"] += 1
+        cursor = "again" if cursors == "same" else f"page-{asked['pages']}"
+        return types.ListToolsResult(tools=await server.list_tools(), next_cursor=cursor)
+
+    server._lowlevel_server.add_request_handler("tools/list", types.PaginatedRequestParams, list_page)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("port")
@@ -373,7 +395,10 @@ if __name__ == "__main__":
     parser.add_argument("--client-public-key")
     parser.add_argument("--exponential-schema", action="store_true")
     parser.add_argument("--list-twice")
+    parser.add_argument("--endless-pages", choices=["same", "new"])
     args = parser.parse_args()
+    if args.endless_pages:
+        endless_pages(args.endless_pages)
     if args.list_twice:
         list_twice(args.list_twice)
     if args.exponential_schema:
