@@ -54,12 +54,12 @@ pub async fn list_tools(
         } else if page == MAX_LISTING_PAGES {
             "it has more pages than a listing reads"
         } else if tools.len() >= most_tools {
-            "it lists more tools than a listing reads (4 x max_tools_per_service)"
+            "it lists more tools than a listing reads"
         } else {
             cursor = Some(next);
             continue;
         };
-        tracing::warn!(service = %import.service, source = %import.source, pages = page, tools = tools.len(), "the MCP server's tool list is read no further: {stopped}; the tools read are taken");
+        tracing::warn!(service = %import.service, source = %import.source, pages = page, tools = tools.len(), most_tools, "the MCP server's tool list is read no further: {stopped}; the tools read are taken");
         break;
     }
     Ok(tools)
