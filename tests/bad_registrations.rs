@@ -241,6 +241,13 @@ async fn bad_version_endpoint_ttl_and_capability_are_all_reported() {
         ]
     );
 
+    // A semantic version, but longer than a registration takes.
+    let mut long = registration("svc", vec![simple_tool("t")]);
+    long.service_version = format!("1.0.0-{}", "a".repeat(251));
+    let error = rejected(long).await;
+    assert_eq!(field_of(&error), "registration.service_version");
+    assert!(error.message().contains("at most 256 bytes"), "{error:?}");
+
     let mut unspecified = simple_tool("t");
     unspecified.capabilities = vec![pb::ServiceCapability::Unspecified as i32];
     let error = rejected(registration("svc", vec![unspecified])).await;

@@ -40,6 +40,7 @@ use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};
 use super::session_keys::SessionKey;
 use crate::registry::model::{ServiceSpec, ToolSpec};
+use crate::registry::validate::is_service_version;
 use crate::registry::{LeaseId, Registry};
 
 /// The first wait before trying an unreachable server again.
@@ -93,7 +94,7 @@ pub(super) async fn run(
                     .peer_info()
                     .and_then(|info| info.server_info.clone())
                     .map(|implementation| implementation.version)
-                    .filter(|version| semver::Version::parse(version).is_ok())
+                    .filter(|version| is_service_version(version))
                     .unwrap_or_else(|| UNVERSIONED.to_owned());
                 let listed_at = Instant::now();
                 match list_tools(&session, &import, registry.limits()).await {

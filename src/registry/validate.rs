@@ -45,6 +45,17 @@ pub const MCP_ENDPOINT_PREFIX: &str = "mcp+";
 pub const MCP_STDIO_ENDPOINT_PREFIX: &str = "mcp+stdio://";
 /// The longest endpoint URI accepted.
 const MAX_ENDPOINT_LEN: usize = 2048;
+
+/// The longest service version a registration takes, in bytes: npm's semver takes none longer
+/// (256). A version is kept with each instance and sent in every discovery answer naming the
+/// service, and no quota counts it.
+pub const MAX_VERSION_LEN: usize = 256;
+
+/// Whether `version` is a service version a registration takes: a semantic version (e.g.
+/// 1.2.3) of at most [`MAX_VERSION_LEN`] bytes.
+pub fn is_service_version(version: &str) -> bool {
+    version.len() <= MAX_VERSION_LEN && semver::Version::parse(version).is_ok()
+}
 /// The most backtracking steps one `pattern` (or `patternProperties`) match may take. Patterns
 /// with look-around or back-references run on a backtracking engine, where a careless pattern
 /// takes exponential time; at the engine's default (1,000,000 steps) one such string cost
@@ -129,7 +140,16 @@ pub fn validate_service(
             ));
         })
         .ok();
-    if let Err(error) = semver::Version::parse(&spec.version) {
+    if spec.version.len() > MAX_VERSION_LEN {
+        violations.push(FieldViolation::new(
+            "registration.service_version",
+            ViolationKind::Field,
+            format!(
+                "service version must be at most {MAX_VERSION_LEN} bytes, got {}",
+                spec.version.len()
+            ),
+        ));
+    } else if let Err(error) = semver::Version::parse(&spec.version) {
         violations.push(FieldViolation::new(
             "registration.service_version",
             ViolationKind::Field,

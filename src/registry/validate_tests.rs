@@ -127,3 +127,13 @@ fn backtracking_patterns_are_bounded() {
     let error = validator.iter_errors(&value).next().expect("no digit");
     assert!(violation_message(&error).contains("does not match"));
 }
+
+/// A service version is a semantic version of at most 256 bytes; an MCP server's version
+/// that is not one is not taken (the import registers `0.0.0`).
+#[test]
+fn service_versions_are_semantic_and_at_most_256_bytes() {
+    let longest = format!("1.0.0-{}", "a".repeat(MAX_VERSION_LEN - 6));
+    assert!(is_service_version("0.0.1") && is_service_version(&longest));
+    assert!(!is_service_version(&format!("{longest}a")));
+    assert!(!is_service_version("v1"));
+}
