@@ -56,6 +56,7 @@ pub const MAX_VERSION_LEN: usize = 256;
 pub fn is_service_version(version: &str) -> bool {
     version.len() <= MAX_VERSION_LEN && semver::Version::parse(version).is_ok()
 }
+
 /// The most backtracking steps one `pattern` (or `patternProperties`) match may take. Patterns
 /// with look-around or back-references run on a backtracking engine, where a careless pattern
 /// takes exponential time; at the engine's default (1,000,000 steps) one such string cost
