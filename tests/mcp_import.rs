@@ -61,6 +61,18 @@ async fn wait_for_service(
     wait_for(server, "python-tools", ready).await
 }
 
+/// The Python MCP server started with `args` (stopped when dropped), a server importing it
+/// (refreshed every minute), and its service once imported; `None` when the Python peers are
+/// not installed (the test is skipped).
+async fn imported_from(args: &[&str]) -> Option<(PythonMcpServer, TestServer, pb::DiscoveryInfo)> {
+    let mcp = PythonMcpServer::start_with(0, args)?;
+    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
+    let service = wait_for_service(&server, |found| found.is_some())
+        .await
+        .expect("imported");
+    Some((mcp, server, service))
+}
+
 /// A server importing, as `service`, the MCP server that `command` starts with the variables
 /// `env` (refreshed every minute), and the service once imported.
 async fn import_started(
@@ -81,13 +93,9 @@ async fn import_started(
 /// read-only or idempotent declare the retry capability.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
-    let Some(mcp) = PythonMcpServer::start(0) else {
+    let Some((mcp, server, service)) = imported_from(&[]).await else {
         return;
     };
-    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
-    let service = wait_for_service(&server, |found| found.is_some())
-        .await
-        .expect("imported");
     assert_eq!(service.endpoint, format!("mcp+{}", mcp.url()));
     assert_eq!(tool_names(&service), PYTHON_TOOLS);
     // Read-only and idempotent tools (MCP annotations) are safe to retry; the others are not.
@@ -157,13 +165,9 @@ async fn an_mcp_servers_tools_are_imported_and_invoked_through_toolplane() {
 /// the server's other tools are imported and called as usual.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_whose_schema_makes_validation_exponential_is_left_out() {
-    let Some(mcp) = PythonMcpServer::start_with(0, &["--exponential-schema"]) else {
+    let Some((_mcp, server, service)) = imported_from(&["--exponential-schema"]).await else {
         return;
     };
-    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
-    let service = wait_for_service(&server, |found| found.is_some())
-        .await
-        .expect("imported");
     assert_eq!(tool_names(&service), PYTHON_TOOLS, "nested_filter left out");
     let refused = invoke(&server, "nested_filter", json!({"where": {}}))
         .await
@@ -180,13 +184,9 @@ async fn a_tool_whose_schema_makes_validation_exponential_is_left_out() {
 /// tools of one name would have the registration refused whole, and nothing imported).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_listed_twice_is_imported_once() {
-    let Some(mcp) = PythonMcpServer::start_with(0, &["--list-twice", "add"]) else {
+    let Some((_mcp, server, service)) = imported_from(&["--list-twice", "add"]).await else {
         return;
     };
-    let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
-    let service = wait_for_service(&server, |found| found.is_some())
-        .await
-        .expect("imported");
     assert_eq!(tool_names(&service), PYTHON_TOOLS);
     let added = invoke(&server, "add", json!({"a": 1, "b": 2}))
         .await
@@ -202,13 +202,10 @@ async fn a_tool_listed_twice_is_imported_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_list_whose_pages_never_end_is_read_no_further() {
     for (cursors, pages) in [("same", 2), ("new", MAX_LISTING_PAGES as u64)] {
-        let Some(mcp) = PythonMcpServer::start_with(0, &["--endless-pages", cursors]) else {
+        let Some((_mcp, server, service)) = imported_from(&["--endless-pages", cursors]).await
+        else {
             return;
         };
-        let server = TestServer::start_with(import_of(&mcp, Duration::from_secs(60))).await;
-        let service = wait_for_service(&server, |found| found.is_some())
-            .await
-            .expect("imported");
         assert!(tool_names(&service).contains(&"pages_listed"));
         let listed = invoke(&server, "pages_listed", json!({}))
             .await
