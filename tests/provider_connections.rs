@@ -88,6 +88,48 @@ async fn a_provider_registers_again_over_a_new_connection_after_the_old_one_died
     .await;
 }
 
+/// A provider whose heartbeat failed (its connection to the control plane went silent, frozen
+/// behind a proxy, so the call waited out its bound) tries it again soon, over a new
+/// connection, and keeps its lease: the service never lapses. Waiting a whole heartbeat
+/// interval (5 s) after the failure, its next heartbeat came after the 12 s lease had lapsed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_tries_a_failed_heartbeat_again_before_its_lease_lapses() {
+    let server = TestServer::start().await;
+    let proxy = FreezingProxy::start(server.addr).await;
+    let probes = Arc::new(Probes::default());
+    let mut config = ProviderConfig::new("testing", "1.0.0", &format!("http://{}", proxy.addr));
+    config.ttl = Duration::from_secs(12);
+    config.heartbeat_interval = Some(Duration::from_secs(5));
+    let _provider = TestProvider::start_with(test_tools(&probes), config).await;
+    wait_registered(&server, "testing").await;
+    let mut discovery = server.discovery().await;
+    let first = get_service(&mut discovery, 0, "testing")
+        .await
+        .expect("registered");
+    let expiry = |service: &toolplane::pb::DiscoveryInfo| {
+        let at = service.expires_at.expect("expires_at set");
+        (at.seconds, at.nanos)
+    };
+
+    proxy.freeze_open_connections();
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match get_service(&mut discovery, 0, "testing").await {
+            Ok(service) if expiry(&service) > expiry(&first) => {
+                assert_eq!(service.registered_at, first.registered_at, "the same lease");
+                break;
+            }
+            Ok(_) => {}
+            Err(status) => panic!("the lease lapsed: {status:?}"),
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "no heartbeat got through"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A provider being stopped drains: it deregisters while it still answers, and stops
 /// answering only after, so calls made through toolplane while it stops
 /// either succeed or find the service gone; none meets a provider that no longer answers

@@ -20,6 +20,7 @@
 //! ```
 
 mod control_plane;
+mod lease;
 mod server;
 pub mod structs;
 mod tools;

@@ -1,7 +1,9 @@
 //! `ProviderServer`: serves ToolProviderService (and grpc.health.v1) for a set of tools, and
 //! keeps the service registered with the control plane: it registers, heartbeats its lease,
 //! registers again by itself when the control plane says the lease is unknown (for example
-//! after a restart), and deregisters on shutdown. With [`ProviderConfig::tls`] it serves over
+//! after a restart), and deregisters on shutdown. A heartbeat that fails is tried again soon
+//! (after 100 ms, doubling up to the heartbeat interval) rather than a whole interval later, so
+//! a control plane that is briefly unreachable does not cost the lease. With [`ProviderConfig::tls`] it serves over
 //! TLS and registers an `https://` endpoint; TLS files renewed on disk are used without a
 //! restart (see `control_plane`). A connection that does not open within 10 s is closed
 //! (`grpc::opening_deadline`).
@@ -23,9 +25,10 @@ use tonic_health::server::HealthReporter;
 use tonic_types::{ErrorDetails, StatusExt};
 
 use super::control_plane::{ControlPlane, reload_tls_files};
+use super::lease::keep_registered;
 use super::tools::{RegisteredTools, ToolContext, ToolError, ToolInvocation};
 use crate::client::{BearerToken, ClientTlsError, ClientTlsFiles};
-use crate::envelope::{RequestMeta, TenantId, request_meta};
+use crate::envelope::{RequestMeta, TenantId};
 use crate::grpc::deadline::caller_timeout;
 use crate::grpc::opening_deadline::opened_in_time;
 use crate::grpc::panics::panic_message;
@@ -46,8 +49,6 @@ pub const PROVIDER_TLS_SETTINGS: TlsSettingNames = TlsSettingNames {
     key: "tls.key_file",
     client_ca: "tls.client_ca_file",
 };
-/// How long to wait before registering again after a failed attempt, at most.
-const MAX_REGISTER_BACKOFF: Duration = Duration::from_secs(5);
 
 /// How a provider registers with the control plane.
 #[derive(Debug, Clone)]
@@ -311,94 +312,6 @@ impl ProviderServer {
         let _ = lease.await;
         result.map_err(ProviderError::from)
     }
-}
-
-fn meta(tenant: TenantId) -> Option<pb::Meta> {
-    Some(request_meta(tenant, &uuid::Uuid::new_v4().to_string()))
-}
-
-/// Registers, heartbeats, registers again on NOT_FOUND, and deregisters once `serving`
-/// turns false.
-async fn keep_registered(
-    control_plane: ControlPlane,
-    registration: pb::ServiceRegistration,
-    tenant: TenantId,
-    interval: Duration,
-    mut serving: watch::Receiver<bool>,
-) {
-    let service = registration.service_name.clone();
-    let mut backoff = Duration::from_millis(100);
-    let mut lease: Option<String> = None;
-    loop {
-        if !*serving.borrow() {
-            break;
-        }
-        let Some(lease_id) = lease.clone() else {
-            let request = pb::RegisterServiceRequest {
-                meta: meta(tenant),
-                registration: Some(registration.clone()),
-            };
-            match control_plane.client().register_service(request).await {
-                Ok(answer) => {
-                    tracing::info!(%service, "registered with the control plane");
-                    lease = Some(answer.into_inner().lease_id);
-                    backoff = Duration::from_millis(100);
-                }
-                Err(status) => {
-                    tracing::warn!(%service, code = ?status.code(), message = status.message(), "registration failed; trying again");
-                    if wait_or_stop(&mut serving, backoff).await {
-                        break;
-                    }
-                    backoff = (backoff * 2).min(MAX_REGISTER_BACKOFF);
-                }
-            }
-            continue;
-        };
-        if wait_or_stop(&mut serving, interval).await {
-            break;
-        }
-        let request = pb::HeartbeatRequest {
-            meta: meta(tenant),
-            service_name: service.clone(),
-            lease_id,
-        };
-        match control_plane.client().heartbeat(request).await {
-            Ok(_) => {}
-            Err(status) if status.code() == tonic::Code::NotFound => {
-                tracing::warn!(%service, "the control plane no longer knows our lease; registering again");
-                lease = None;
-            }
-            Err(status) => {
-                tracing::warn!(%service, code = ?status.code(), message = status.message(), "heartbeat failed; will try again")
-            }
-        }
-    }
-    if let Some(lease_id) = lease {
-        let request = pb::DeregisterServiceRequest {
-            meta: meta(tenant),
-            service_name: service.clone(),
-            lease_id,
-        };
-        match tokio::time::timeout(
-            Duration::from_secs(2),
-            control_plane.client().deregister_service(request),
-        )
-        .await
-        {
-            Ok(Ok(_)) => tracing::info!(%service, "deregistered"),
-            _ => tracing::warn!(%service, "could not deregister; the lease will expire"),
-        }
-    }
-}
-
-/// Waits `duration`; true when `serving` turned false (or its sender is gone: the server
-/// stopped) meanwhile.
-async fn wait_or_stop(serving: &mut watch::Receiver<bool>, duration: Duration) -> bool {
-    let stopped = tokio::select! {
-        () = tokio::time::sleep(duration) => false,
-        _ = serving.wait_for(|serving| !*serving) => true,
-    };
-    stopped || !*serving.borrow()
 }
 
 /// A tool error as a gRPC status with ErrorInfo.
