@@ -8,6 +8,7 @@ use crate::client::{ClientError, ToolplaneClient};
 use crate::json::struct_to_json;
 use crate::mcp::rtfs::{CapabilityTool, capability};
 use crate::pb;
+use crate::registry::{ServiceName, ToolName};
 
 /// What went wrong exporting.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +27,10 @@ pub enum ExportError {
     /// No live service of that name.
     #[error("no live service {0}")]
     NoSuchService(String),
+    /// The control plane answered a name that is no valid service or tool name, so no file is
+    /// named after it (it could lead out of the directory).
+    #[error("the control plane answered an invalid name: {0}")]
+    InvalidName(String),
 }
 
 /// Writes the capability definition of every live tool (of `service`, when given) under
@@ -43,6 +48,7 @@ pub async fn export(
     }
     let mut written = Vec::new();
     for found in &services {
+        check_names(found)?;
         let service_dir = dir.join(&found.service_name);
         std::fs::create_dir_all(&service_dir).map_err(|source| ExportError::Write {
             path: service_dir.clone(),
@@ -62,6 +68,18 @@ pub async fn export(
     Ok(written)
 }
 
+/// Checks that the names files are given after are valid service and tool names: letters,
+/// digits and a few marks, never a path separator. The control plane the CLI asks is not
+/// necessarily toolplane, and it names the files written.
+fn check_names(service: &pb::DiscoveryInfo) -> Result<(), ExportError> {
+    let invalid = ExportError::InvalidName;
+    ServiceName::parse(&service.service_name).map_err(invalid)?;
+    for tool in &service.available_tools {
+        ToolName::parse(&tool.tool_name).map_err(invalid)?;
+    }
+    Ok(())
+}
+
 /// The capability definition of `tool` of `service`.
 fn definition(service: &pb::DiscoveryInfo, tool: &pb::ToolRegistration) -> String {
     let schema = |schema: Option<&prost_types::Struct>| schema.and_then(|s| struct_to_json(s).ok());
@@ -78,4 +96,43 @@ fn definition(service: &pb::DiscoveryInfo, tool: &pb::ToolRegistration) -> Strin
         domains: &tool.domains,
         categories: &tool.categories,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(name: &str, tool: &str) -> pb::DiscoveryInfo {
+        pb::DiscoveryInfo {
+            service_name: name.to_owned(),
+            available_tools: vec![pb::ToolRegistration {
+                tool_name: tool.to_owned(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// A service or tool name that would lead out of the directory is refused; valid names,
+    /// dots included, are taken.
+    #[test]
+    fn names_that_are_no_valid_names_name_no_file() {
+        assert!(check_names(&service("files", "fs.read")).is_ok());
+        assert!(
+            check_names(&service("files", "..")).is_ok(),
+            "a file `...rtfs`"
+        );
+        for (name, tool) in [
+            ("..", "read"),
+            ("a/b", "read"),
+            ("files", "../../x"),
+            ("files", "a/b"),
+        ] {
+            let error = check_names(&service(name, tool)).expect_err("refused");
+            assert!(
+                matches!(error, ExportError::InvalidName(_)),
+                "{name} {tool}"
+            );
+        }
+    }
 }
