@@ -4,6 +4,7 @@
 
 mod bearer;
 mod discovery_cache;
+mod pages;
 mod requirement;
 mod tls;
 
@@ -23,6 +24,7 @@ use crate::pb::discovery_service_client::DiscoveryServiceClient;
 use crate::pb::health_service_client::HealthServiceClient;
 use crate::pb::tool_invoke_service_client::ToolInvokeServiceClient;
 use discovery_cache::DiscoveryCache;
+pub(crate) use pages::every_page;
 
 /// The environment variable that sets the discovery cache TTL in seconds (seed 000).
 pub const DISCOVERY_CACHE_TTL_ENV: &str = "DISCOVERY_CACHE_TTL_SECS";
@@ -74,6 +76,15 @@ pub enum ClientError {
     /// Pre-flight found required tools missing.
     #[error("{0}")]
     MissingTools(MissingTools),
+    /// A paged listing whose next page's token is one already asked for: the server's pages
+    /// go round in a circle, and following them would never end.
+    #[error(
+        "the server answered a page token it had answered before ({token:?}); a listing whose pages go round in a circle is not followed"
+    )]
+    PagesInACircle {
+        /// The token answered again (its first 64 characters).
+        token: String,
+    },
 }
 
 /// An error and the errors beneath it, as one line: tonic's transport error says only
@@ -467,26 +478,5 @@ impl ToolplaneClient {
             .get_service_health(request)
             .await?
             .into_inner())
-    }
-}
-
-/// Every item of a paged listing: `page` is asked for the page of each token in turn (the
-/// first page's is empty), and answers its items and the next page's token (empty after the
-/// last page).
-pub(crate) async fn every_page<T, Page>(
-    mut page: impl FnMut(String) -> Page,
-) -> Result<Vec<T>, ClientError>
-where
-    Page: std::future::Future<Output = Result<(Vec<T>, String), ClientError>>,
-{
-    let mut items = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let (more, next_page_token) = page(page_token).await?;
-        items.extend(more);
-        if next_page_token.is_empty() {
-            return Ok(items);
-        }
-        page_token = next_page_token;
     }
 }
