@@ -384,6 +384,45 @@ async fn preflight_reports_what_is_missing() {
     assert_eq!(violations(&bad_name)[0].0, "requirements[0].service_name");
 }
 
+/// A pre-flight check takes at most 1,000 requirements naming at most 10,000 tools in all;
+/// more is INVALID_ARGUMENT saying so. Without the bound, one 4 MiB request of 330,000
+/// requirements across 2,000 registered services held a serving thread for seconds and was
+/// answered with 330,000 missing tools.
+#[tokio::test(flavor = "multi_thread")]
+async fn preflight_takes_at_most_1000_requirements_and_10000_tools() {
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    register_ok(&mut client, 0, story_generator()).await;
+    let needed = |count: usize, tools: &[&str]| pb::PreflightRequest {
+        meta: meta(0),
+        requirements: (0..count)
+            .map(|_| requirement("story-generator", tools, false))
+            .collect(),
+    };
+
+    let most = client
+        .preflight(needed(1_000, &["generate_structure"; 10]))
+        .await
+        .expect("1,000 requirements naming 10,000 tools")
+        .into_inner();
+    assert!(most.ok);
+    assert_eq!(most.services.len(), 1, "each service found once");
+
+    for (request, said) in [
+        (needed(1_001, &[]), "1001 requirements, more than the 1000"),
+        (
+            needed(1_000, &["generate_structure"; 11]),
+            "11000 tool names across the requirements, more than the 10000",
+        ),
+    ] {
+        let refused = client.preflight(request).await.expect_err("too many");
+        assert_eq!(refused.code(), Code::InvalidArgument);
+        let violations = violations(&refused);
+        assert_eq!(violations[0].0, "requirements");
+        assert!(violations[0].1.contains(said), "{violations:?}");
+    }
+}
+
 /// The typed Rust client turns missing required tools into a typed error listing them.
 #[tokio::test(flavor = "multi_thread")]
 async fn rust_client_preflight_fails_fast() {

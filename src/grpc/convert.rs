@@ -12,7 +12,9 @@ use crate::json::{json_to_struct, struct_to_json};
 use crate::pb;
 use crate::registry::lease::monotonic_now;
 use crate::registry::model::{HealthState, ServiceEntry, ToolAnnotations};
-use crate::registry::preflight::{MissingReason, MissingTool, Requirement};
+use crate::registry::preflight::{
+    MAX_REQUIRED_TOOLS, MAX_REQUIREMENTS, MissingReason, MissingTool, Requirement,
+};
 use crate::registry::store::{ChangeKind, RegistryEvent, ToolChange};
 use crate::registry::validate::MCP_STDIO_ENDPOINT_PREFIX;
 use crate::registry::{
@@ -396,16 +398,28 @@ pub fn event_parts(event: &RegistryEvent) -> (pb::ServiceEvent, pb::ServiceEvent
     (head, tail)
 }
 
-/// Converts pre-flight requirements, rejecting malformed names and an empty list.
+/// Converts pre-flight requirements, rejecting malformed names, an empty list, and more than
+/// [`MAX_REQUIREMENTS`] requirements or [`MAX_REQUIRED_TOOLS`] tool names.
 pub fn requirements(
     requirements: Vec<pb::ServiceRequirement>,
 ) -> Result<Vec<Requirement>, RegistryError> {
+    let refused = |what: String| RegistryError::invalid("requirements", ViolationKind::Field, what);
     if requirements.is_empty() {
-        return Err(RegistryError::invalid(
-            "requirements",
-            ViolationKind::Field,
-            "at least one requirement is needed",
-        ));
+        return Err(refused("at least one requirement is needed".to_owned()));
+    }
+    if requirements.len() > MAX_REQUIREMENTS {
+        return Err(refused(format!(
+            "{} requirements, more than the {MAX_REQUIREMENTS} one pre-flight check takes",
+            requirements.len()
+        )));
+    }
+    let tools: usize = (requirements.iter())
+        .map(|requirement| requirement.tool_names.len())
+        .sum();
+    if tools > MAX_REQUIRED_TOOLS {
+        return Err(refused(format!(
+            "{tools} tool names across the requirements, more than the {MAX_REQUIRED_TOOLS} one pre-flight check takes"
+        )));
     }
     let mut violations = Vec::new();
     let mut converted = Vec::with_capacity(requirements.len());

@@ -1,8 +1,17 @@
 //! The seed 000 pre-flight check: are the tools a caller needs registered?
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::model::{ServiceEntry, ServiceName, ToolName};
+
+/// The most requirements one pre-flight check takes. A caller names the services it needs, a
+/// handful; without a bound, one 4 MiB request of a few bytes per requirement made the check
+/// (and its answer, a missing tool's sentence each) hundreds of thousands of entries long.
+pub const MAX_REQUIREMENTS: usize = 1_000;
+/// The most tool names one pre-flight check takes, across its requirements (as many as an
+/// agent may be allowed).
+pub const MAX_REQUIRED_TOOLS: usize = 10_000;
 
 /// The tools a caller needs from one service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +70,7 @@ pub fn check(
     lookup: impl Fn(&ServiceName) -> Option<Arc<ServiceEntry>>,
 ) -> PreflightReport {
     let mut report = PreflightReport::default();
+    let mut found_already = HashSet::new();
     for requirement in requirements {
         let found = lookup(&requirement.service);
         let mut missing = Vec::new();
@@ -98,7 +108,7 @@ pub fn check(
             ),
         }
         if let Some(entry) = found
-            && !report.services.iter().any(|known| known.name == entry.name)
+            && found_already.insert(entry.name.clone())
         {
             report.services.push(entry);
         }
