@@ -23,6 +23,9 @@ use crate::pb;
 
 /// The most services kept.
 const CAPACITY: u64 = 10_000;
+/// The longest TTL kept to: moka panics on one over 1,000 years, which a caller may well mean
+/// by "forever" (`DISCOVERY_CACHE_TTL_SECS=99999999999`).
+const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Services by name, each kept with the number of the lookup that answered it.
 #[derive(Debug, Clone)]
@@ -46,11 +49,11 @@ struct Counters {
 pub(super) struct Lookup(u64);
 
 impl DiscoveryCache {
-    /// An empty cache keeping each service for `ttl`.
+    /// An empty cache keeping each service for `ttl` (at most [`MAX_TTL`], 100 years).
     pub(super) fn new(ttl: Duration) -> Self {
         Self {
             entries: moka::future::Cache::builder()
-                .time_to_live(ttl)
+                .time_to_live(ttl.min(MAX_TTL))
                 .max_capacity(CAPACITY)
                 .build(),
             counters: Arc::default(),
@@ -167,5 +170,13 @@ mod tests {
             kept.service_version, "",
             "a later lookup's answer replaces it"
         );
+    }
+
+    /// A TTL longer than moka takes (1,000 years) is kept to 100 years instead of panicking.
+    #[tokio::test]
+    async fn a_ttl_of_forever_is_taken() {
+        let cache = DiscoveryCache::new(Duration::MAX);
+        cache.keep(cache.lookup_sent(), "a", service("a")).await;
+        assert!(cache.get("a").await.is_some());
     }
 }

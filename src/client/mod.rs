@@ -220,7 +220,8 @@ impl ToolplaneClient {
         Ok(Self::from_channel(channel, tenant, discovery_cache_ttl()))
     }
 
-    /// A client over an existing channel, with a discovery cache of the given TTL.
+    /// A client over an existing channel, with a discovery cache of the given TTL (at most 100
+    /// years: a longer one is taken as that).
     pub fn from_channel(channel: Channel, tenant: TenantId, cache_ttl: Duration) -> Self {
         Self {
             channel,
