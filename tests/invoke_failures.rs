@@ -142,6 +142,36 @@ async fn retries_follow_the_callers_policy() {
     );
 }
 
+/// A policy's backoff as long as a protobuf Duration goes (about 292 billion years) is a
+/// wait past any deadline: the failure is answered at once, no retry. Adding it to the clock
+/// panicked (the call was cut off, INTERNAL, with no record), certainly with the least jitter
+/// (which draws the longest wait).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backoff_past_any_deadline_answers_the_failure() {
+    let setup = setup().await;
+    let mut client = invoker(&setup.server).await;
+    let forever = Some(prost_types::Duration {
+        seconds: i64::MAX,
+        nanos: 999_999_999,
+    });
+    let mut call = request("flaky", json!({}));
+    call.retry_policy = Some(pb::RetryPolicy {
+        max_attempts: 3,
+        initial_backoff: forever,
+        max_backoff: forever,
+        jitter: f64::MIN_POSITIVE,
+        ..Default::default()
+    });
+    let error = client.invoke_tool(call).await.expect_err("not retried");
+    assert_eq!(error.code(), Code::Unavailable, "{error:?}");
+    assert_eq!(reason(&error), "TOOL_UNAVAILABLE");
+    let written = records(&mut client, "flaky").await;
+    assert_eq!(
+        (written[0].status, written[0].attempts),
+        (pb::InvocationStatus::Unavailable as i32, 1)
+    );
+}
+
 /// A W3C `traceparent` (version 00).
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 

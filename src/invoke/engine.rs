@@ -388,8 +388,15 @@ impl Invoker {
                         .as_ref()
                         .filter(|_| failure.kind.is_retryable() && attempt < max_attempts)
                         .map(|p| p.backoff(attempt));
+                    // A wait past what the clock can count (a policy may name one of billions
+                    // of years) is past the deadline too.
+                    let in_time = |wait| {
+                        Instant::now()
+                            .checked_add(wait)
+                            .is_some_and(|at| at < deadline)
+                    };
                     match wait {
-                        Some(wait) if Instant::now() + wait < deadline => {
+                        Some(wait) if in_time(wait) => {
                             // The RPC's span is at DEBUG (see `grpc::invoke`), so the event
                             // names the call itself.
                             tracing::info!(
