@@ -125,6 +125,21 @@ async fn an_import_gets_access_tokens_with_client_credentials_and_renews_them() 
     server.stop().await;
 }
 
+/// A token whose `expires_in` is more than the clock counts (2^64 - 1 seconds) is used, and
+/// kept (never renewed). Working out when to renew it panicked, so no token was ever had and
+/// the import never registered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_living_longer_than_the_clock_counts_is_used() {
+    let Some(mcp) = oauth_peer(&["--token-lifetime", &u64::MAX.to_string()]) else {
+        return;
+    };
+    let server = start_importing(&mcp).await;
+    adds(&server).await;
+    adds(&server).await;
+    assert_eq!(oauth_counts(&server).await, (1, 0), "one token, kept");
+    server.stop().await;
+}
+
 /// A server whose protected resource metadata is not at its well-known location is found
 /// where its 401 challenge (`WWW-Authenticate: ... resource_metadata=...`) says, as MCP's
 /// authorization asks of clients first.

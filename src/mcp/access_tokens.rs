@@ -74,9 +74,10 @@ struct Token {
     renew_at: Option<Instant>,
 }
 
-/// When a token received at `received` that lives `lifetime` is renewed.
-fn renewal_time(received: Instant, lifetime: Duration) -> Instant {
-    received + lifetime - RENEWAL_MARGIN.min(lifetime / 2)
+/// When a token received at `received` that lives `lifetime` is renewed; `None` (never) past
+/// what the clock counts: the authorization server's `expires_in` is any number of seconds.
+fn renewal_time(received: Instant, lifetime: Duration) -> Option<Instant> {
+    received.checked_add(lifetime - RENEWAL_MARGIN.min(lifetime / 2))
 }
 
 /// `held` with the scopes of an `insufficient_scope` challenge (`challenged`, separated by
@@ -261,7 +262,7 @@ impl AccessTokens {
             secret: secret.clone(),
             renew_at: response
                 .expires_in()
-                .map(|lifetime| renewal_time(received, lifetime)),
+                .and_then(|lifetime| renewal_time(received, lifetime)),
         });
         Ok(secret)
     }
@@ -420,21 +421,23 @@ mod tests {
     use super::*;
 
     /// A token is renewed a minute before it expires, or halfway through a lifetime shorter
-    /// than two minutes.
+    /// than two minutes; one living longer than the clock counts (`expires_in` of 2^64 - 1
+    /// seconds) is never renewed.
     #[test]
     fn a_token_is_renewed_before_it_expires() {
         let received = Instant::now();
         let hour = Duration::from_secs(3600);
         assert_eq!(
             renewal_time(received, hour),
-            received + hour - Duration::from_secs(60)
+            Some(received + hour - Duration::from_secs(60))
         );
         let short = Duration::from_secs(10);
         assert_eq!(
             renewal_time(received, short),
-            received + Duration::from_secs(5)
+            Some(received + Duration::from_secs(5))
         );
-        assert_eq!(renewal_time(received, Duration::ZERO), received);
+        assert_eq!(renewal_time(received, Duration::ZERO), Some(received));
+        assert_eq!(renewal_time(received, Duration::from_secs(u64::MAX)), None);
     }
 
     /// A challenge's scopes are added to those asked for, once each; a challenge naming none
