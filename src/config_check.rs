@@ -1,8 +1,14 @@
 //! The checks a loaded configuration must pass before it is used.
 
+use std::time::Duration;
+
 use super::ServerConfig;
 use crate::access::{ForwardedIdentityHeader, TenantAccess};
 use crate::mcp::import::McpImport;
+
+/// The longest a duration setting may be. Each is added to the clock, which counts about 292
+/// billion years (past that, adding panics), and none means anything longer.
+const MAX_DURATION_SETTING: Duration = Duration::from_secs(100 * 31_557_600); // 365.25-day years
 
 /// The parts of a configuration that are checked into forms of their own.
 pub(super) struct Checked {
@@ -119,6 +125,7 @@ impl ServerConfig {
                 humantime::format_duration(self.max_ttl)
             ));
         }
+        self.check_durations()?;
         if !self.keepalive_interval.is_zero() && self.keepalive_timeout.is_zero() {
             return Err(
                 "keepalive_timeout must be above 0s while keepalive_interval is set (0s turns \
@@ -170,5 +177,40 @@ impl ServerConfig {
         .into_iter()
         .find(|(_, value)| !value.is_empty())
         .map(|(setting, _)| setting)
+    }
+
+    /// Checks the duration settings: each at most [`MAX_DURATION_SETTING`], and the health
+    /// checks' interval above zero (a ticker takes no zero period: the checks' task panicked,
+    /// and providers' health went unchecked).
+    fn check_durations(&self) -> Result<(), String> {
+        if self.provider_health_interval.is_zero() {
+            return Err(
+                "provider_health_interval must be above 0s (each provider's health is checked \
+                 every interval)"
+                    .to_owned(),
+            );
+        }
+        let durations = [
+            ("tls_reload_interval", self.tls_reload_interval),
+            ("default_ttl", self.default_ttl),
+            ("min_ttl", self.min_ttl),
+            ("max_ttl", self.max_ttl),
+            ("drain_grace", self.drain_grace),
+            ("max_invoke_timeout", self.max_invoke_timeout),
+            ("provider_health_interval", self.provider_health_interval),
+            ("keepalive_interval", self.keepalive_interval),
+            ("keepalive_timeout", self.keepalive_timeout),
+            ("model_timeout", self.model_timeout),
+        ];
+        match durations
+            .iter()
+            .find(|(_, value)| *value > MAX_DURATION_SETTING)
+        {
+            Some((name, value)) => Err(format!(
+                "{name} must be at most 100 years, got {}",
+                humantime::format_duration(*value)
+            )),
+            None => Ok(()),
+        }
     }
 }

@@ -128,6 +128,37 @@ fn unknown_file_keys_and_bad_values_are_rejected() {
     assert!(off.server_options().keepalive_interval.is_zero());
 }
 
+/// A provider health interval of zero (the checks' ticker panicked on it) and a duration past
+/// 100 years (adding it to the clock may overflow it) are refused, naming the setting.
+#[test]
+fn durations_are_above_zero_where_they_must_be_and_at_most_100_years() {
+    for (variable, value, said) in [
+        (
+            "TOOLPLANE_PROVIDER_HEALTH_INTERVAL",
+            "0s",
+            "provider_health_interval must be above 0s",
+        ),
+        (
+            "TOOLPLANE_TLS_RELOAD_INTERVAL",
+            "300000000000years",
+            "tls_reload_interval must be at most 100 years",
+        ),
+        (
+            "TOOLPLANE_PROVIDER_HEALTH_INTERVAL",
+            "101years",
+            "provider_health_interval must be at most 100 years",
+        ),
+    ] {
+        let error = ServerConfig::load(None, env(&[(variable, value)])).expect_err("refused");
+        assert!(
+            error.to_string().contains(said),
+            "{variable}={value}: {error}"
+        );
+    }
+    let years = [("TOOLPLANE_MAX_INVOKE_TIMEOUT", "100years")];
+    ServerConfig::load(None, env(&years)).expect("100 years is taken");
+}
+
 /// A setting that does not read is named as where it was set: its line in a file that does not
 /// parse, its path in the file, or the variable that set it.
 #[test]

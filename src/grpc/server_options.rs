@@ -63,7 +63,8 @@ pub struct ServerOptions {
     pub rate_limits: RateLimitConfig,
     /// The longest any tool call may take.
     pub max_invoke_timeout: Duration,
-    /// How often each provider endpoint's health is checked.
+    /// How often each provider endpoint's health is checked (above zero: tokio's ticker takes
+    /// no zero period).
     pub provider_health_interval: Duration,
     /// How long a caller's connection may be silent before the server sends it an HTTP/2
     /// PING; zero sends none.
