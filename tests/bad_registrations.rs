@@ -248,6 +248,13 @@ async fn bad_version_endpoint_ttl_and_capability_are_all_reported() {
     assert_eq!(field_of(&error), "registration.service_version");
     assert!(error.message().contains("at most 256 bytes"), "{error:?}");
 
+    // A limit of 0 ms would time every call of the tool out at once.
+    let mut no_time = simple_tool("t");
+    no_time.timeout_ms = Some(0);
+    let error = rejected(registration("svc", vec![no_time])).await;
+    assert_eq!(field_of(&error), "registration.tools[0].timeout_ms");
+    assert!(error.message().contains("leave it unset"), "{error:?}");
+
     let mut unspecified = simple_tool("t");
     unspecified.capabilities = vec![pb::ServiceCapability::Unspecified as i32];
     let error = rejected(registration("svc", vec![unspecified])).await;

@@ -28,7 +28,7 @@ pub struct ToolDescriptor {
     pub input_schema: Value,
     /// JSON Schema of the output, when the tool declares one.
     pub returns: Option<Value>,
-    /// Per-call time limit in milliseconds, when the tool declares one.
+    /// Per-call time limit in milliseconds (above 0), when the tool declares one.
     pub timeout_ms: Option<u32>,
     /// Advanced features the tool supports (RETRY lets callers' retry policies apply).
     pub capabilities: Vec<Capability>,
@@ -64,7 +64,7 @@ impl ToolDescriptor {
         self
     }
 
-    /// Declares the per-call time limit.
+    /// Declares the per-call time limit (above 0: [`ToolRegistry::register`] refuses 0).
     pub fn timeout_ms(mut self, timeout_ms: u32) -> Self {
         self.timeout_ms = Some(timeout_ms);
         self
@@ -280,6 +280,10 @@ pub enum RegistrationError {
         /// What is wrong.
         problem: String,
     },
+    /// The tool declares a time limit of 0 ms, which the control plane refuses (every call
+    /// would time out at once).
+    #[error("tool {0:?}: timeout_ms must be above 0 (leave it unset for no limit of its own)")]
+    ZeroTimeout(String),
 }
 
 /// One registered tool: descriptor, handler and compiled input validator.
@@ -326,6 +330,9 @@ impl ToolRegistry {
         }
         if self.tools.contains_key(&descriptor.name) {
             return Err(RegistrationError::Duplicate(descriptor.name));
+        }
+        if descriptor.timeout_ms == Some(0) {
+            return Err(RegistrationError::ZeroTimeout(descriptor.name));
         }
         let limits = RegistrationLimits::default();
         let schema_error = |which, problem| RegistrationError::InvalidSchema {
@@ -425,6 +432,14 @@ mod tests {
                 ..
             })
         ));
+        let no_time = ToolRegistry::new().register(
+            ToolDescriptor::new("t", "x", json!({})).timeout_ms(0),
+            echo(),
+        );
+        assert_eq!(
+            no_time.expect_err("0 ms"),
+            RegistrationError::ZeroTimeout("t".into())
+        );
     }
 
     #[test]

@@ -298,6 +298,16 @@ fn validate_tool(
             ),
         ));
     }
+    if tool.timeout_ms == Some(0) {
+        violations.push(FieldViolation::new(
+            field("timeout_ms"),
+            ViolationKind::Field,
+            format!(
+                "{label}: timeout_ms must be above 0 (a limit of 0 ms would time every call out \
+                 at once); leave it unset for a tool without a limit of its own"
+            ),
+        ));
+    }
     if let Err(problem) = super::annotations::check_title(&tool.annotations.title) {
         violations.push(FieldViolation::new(
             field("annotations.title"),
