@@ -183,7 +183,8 @@ async fn main() -> ExitCode {
             error @ (ProviderError::Tls(_)
             | ProviderError::ControlPlaneTls(_)
             | ProviderError::ControlPlaneToken(_)
-            | ProviderError::ControlPlane(_)),
+            | ProviderError::ControlPlane(_)
+            | ProviderError::Lease(_)),
         ) => {
             // Found before anything is served or registered: the flags need fixing.
             eprintln!("error: {error}");

@@ -88,7 +88,8 @@ pub struct ProviderConfig {
     pub tenant: TenantId,
     /// The lease TTL to ask for.
     pub ttl: Duration,
-    /// How often to heartbeat; defaults to a third of the TTL.
+    /// How often to heartbeat; defaults to a third of the TTL. Above zero and shorter than
+    /// the TTL (else [`ProviderServer::serve`] answers [`ProviderError::Lease`]).
     pub heartbeat_interval: Option<Duration>,
 }
 
@@ -136,6 +137,11 @@ pub enum ProviderError {
     /// The bearer token for the control plane cannot be read, or is given twice.
     #[error("control plane token: {0}")]
     ControlPlaneToken(String),
+    /// The TTL and heartbeat interval cannot keep a lease: a heartbeat of zero (a TTL under 3
+    /// ns, or one set so) would be sent without pause, and one not shorter than the TTL would
+    /// let the lease lapse before it.
+    #[error("lease: {0}")]
+    Lease(String),
 }
 
 /// Switches what the provider's grpc.health.v1 reports.
@@ -262,10 +268,7 @@ impl ProviderServer {
         );
         self.health.set_serving(true).await;
         let registration = self.registration(&endpoint);
-        let heartbeat_interval = self
-            .config
-            .heartbeat_interval
-            .unwrap_or(self.config.ttl / 3);
+        let heartbeat_interval = heartbeat_interval(&self.config)?;
         let (deregistered, deregistration) = tokio::sync::oneshot::channel::<()>();
         let tenant = self.config.tenant;
         let lease = tokio::spawn(async move {
@@ -312,6 +315,28 @@ impl ProviderServer {
         let _ = lease.await;
         result.map_err(ProviderError::from)
     }
+}
+
+/// How often `config`'s lease is heartbeated: its `heartbeat_interval`, or a third of its TTL;
+/// above zero and shorter than the TTL.
+fn heartbeat_interval(config: &ProviderConfig) -> Result<Duration, ProviderError> {
+    let interval = config.heartbeat_interval.unwrap_or(config.ttl / 3);
+    let shown = humantime::format_duration;
+    if interval.is_zero() {
+        return Err(ProviderError::Lease(format!(
+            "the heartbeat interval must be above 0 (ttl {})",
+            shown(config.ttl)
+        )));
+    }
+    if interval >= config.ttl {
+        return Err(ProviderError::Lease(format!(
+            "the heartbeat interval ({}) must be shorter than the ttl ({}), or the lease lapses \
+             between heartbeats",
+            shown(interval),
+            shown(config.ttl)
+        )));
+    }
+    Ok(interval)
 }
 
 /// A tool error as a gRPC status with ErrorInfo.
@@ -413,5 +438,35 @@ impl ToolProviderService for ProviderApi {
             output: Some(json_to_value(&output.output)),
             warnings: output.warnings,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The heartbeat interval is a third of the TTL unless set; zero, or not shorter than the
+    /// TTL, is refused before anything is served.
+    #[test]
+    fn a_heartbeat_that_cannot_keep_the_lease_is_refused() {
+        let config = |ttl: u64, heartbeat: Option<u64>| ProviderConfig {
+            ttl: Duration::from_secs(ttl),
+            heartbeat_interval: heartbeat.map(Duration::from_secs),
+            ..ProviderConfig::new("svc", "1.0.0", "http://127.0.0.1:1")
+        };
+        let interval = heartbeat_interval(&config(30, None)).expect("a third");
+        assert_eq!(interval, Duration::from_secs(10));
+        let set = heartbeat_interval(&config(30, Some(29))).expect("shorter");
+        assert_eq!(set, Duration::from_secs(29));
+        for (ttl, heartbeat, said) in [
+            (30, Some(60), "must be shorter than the ttl (30s)"),
+            (30, Some(30), "must be shorter than the ttl (30s)"),
+            (30, Some(0), "must be above 0"),
+            (0, None, "must be above 0"),
+        ] {
+            let error = heartbeat_interval(&config(ttl, heartbeat)).expect_err("refused");
+            assert!(matches!(&error, ProviderError::Lease(_)), "{error}");
+            assert!(error.to_string().contains(said), "{error}");
+        }
     }
 }
