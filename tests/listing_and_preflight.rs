@@ -5,6 +5,7 @@ use crate::common;
 use std::collections::{BTreeSet, HashMap};
 
 use common::*;
+use serde_json::json;
 use tonic::Code;
 use toolplane::pb;
 
@@ -382,6 +383,83 @@ async fn preflight_reports_what_is_missing() {
         .await
         .expect_err("bad name");
     assert_eq!(violations(&bad_name)[0].0, "requirements[0].service_name");
+}
+
+/// A page is cut short to stay within the 4 MiB a gRPC client reads by default, and the next
+/// page goes on from where it stopped: 100 services of 10 tools with 5 KB schemas (5 MB) are
+/// listed over more than one page, each read by clients at their defaults, and every service
+/// and tool is gathered once. Answered whole, the first page of services was 5 MB, which
+/// every default client refused (OUT_OF_RANGE), `toolplane services` with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn pages_stay_within_what_clients_read_by_default() {
+    use toolplane::client::ToolplaneClient;
+    let server = TestServer::start().await;
+    let mut client = server.discovery().await;
+    let filler = "lorem ".repeat(850);
+    for service in 0..100 {
+        let tools = (0..10)
+            .map(|index| {
+                let schema = json!({"type": "object", "description": filler});
+                tool(&format!("t{index}"), schema)
+            })
+            .collect();
+        register_ok(&mut client, 0, registration(&format!("s{service}"), tools)).await;
+    }
+    let first = client
+        .list_services(pb::ListServicesRequest {
+            meta: meta(0),
+            ..Default::default()
+        })
+        .await
+        .expect("a page a default client reads")
+        .into_inner();
+    assert!(first.services.len() < 100, "{}", first.services.len());
+    assert!(!first.next_page_token.is_empty());
+    let tools = list_page(
+        &mut client,
+        pb::ListToolsRequest {
+            meta: meta(0),
+            page_size: 1000,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(tools.tools.len() < 1000, "{}", tools.tools.len());
+    assert!(!tools.next_page_token.is_empty());
+
+    let rust = ToolplaneClient::connect(&server.endpoint(), toolplane::envelope::TenantId(0))
+        .await
+        .expect("connect");
+    let services = rust.all_services().await.expect("every page");
+    let names: BTreeSet<_> = services.iter().map(|s| s.service_name.clone()).collect();
+    assert_eq!((services.len(), names.len()), (100, 100));
+    let tools = rust.all_tools(None).await.expect("every page");
+    let keys: BTreeSet<_> = (tools.iter())
+        .map(|t| (t.service_name.clone(), t.tool_name.clone()))
+        .collect();
+    assert_eq!((tools.len(), keys.len()), (1000, 1000));
+
+    // Search answers the best matches that fit: of 102 tools with 60 KB schemas (6 MB), fewer
+    // than the 100 asked for.
+    let large = "ipsum ".repeat(10_000);
+    for service in 0..3 {
+        let tools = (0..34)
+            .map(|index| {
+                let schema = json!({"type": "object", "description": large});
+                tool(&format!("t{index}"), schema)
+            })
+            .collect();
+        register_ok(&mut client, 1, registration(&format!("l{service}"), tools)).await;
+    }
+    let rust = ToolplaneClient::connect(&server.endpoint(), toolplane::envelope::TenantId(1))
+        .await
+        .expect("connect");
+    let found = rust
+        .search_tools("ipsum", &Default::default(), 100)
+        .await
+        .expect("the matches that fit");
+    assert!(!found.matches.is_empty() && found.matches.len() < 100);
+    assert_eq!(found.total_matches, 102);
 }
 
 /// A pre-flight check takes at most 1,000 requirements naming at most 10,000 tools in all;

@@ -4,6 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
+use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::{Span, instrument};
 
@@ -13,6 +14,7 @@ use super::discovery_wire::{
     DiscoveryWire, GetToolResponseWire, ListToolsResponseWire, SearchToolsResponseWire,
     SharedMessage, ToolMatchWire, WireWatchStream, decoded,
 };
+use super::page_bytes::fitting;
 use super::serving::ServingState;
 use super::watch::Watch;
 use crate::invoke::health::ProviderHealthBook;
@@ -185,16 +187,16 @@ impl DiscoveryService for DiscoveryApi {
         request: Request<pb::ListServicesRequest>,
     ) -> Result<Response<pb::ListServicesResponse>, Status> {
         let (meta, request) = accept(request)?;
-        let page =
+        let mut page =
             self.registry
                 .list_services(meta.tenant, request.page_size, &request.page_token)?;
+        let infos =
+            (page.items.iter()).map(|service| convert::discovery_info(service, &self.health));
+        let services = fitting(infos, Message::encoded_len);
+        page.keep_first(services.len(), |last| Registry::services_token_after(last));
         Ok(Response::new(pb::ListServicesResponse {
             meta: Some(meta.response()),
-            services: page
-                .items
-                .iter()
-                .map(|service| convert::discovery_info(service, &self.health))
-                .collect(),
+            services,
             next_page_token: page.next_page_token.unwrap_or_default(),
         }))
     }
@@ -285,19 +287,21 @@ impl DiscoveryWire for DiscoveryApi {
             request.domain,
             request.category,
         )?;
-        let page = self.registry.list_tools(
+        let mut page = self.registry.list_tools(
             meta.tenant,
             &filter,
             request.page_size,
             &request.page_token,
         )?;
+        let encoded =
+            (page.items.iter()).map(|found| SharedMessage::tool(&found.tool, &found.service));
+        let tools = fitting(encoded, Message::encoded_len);
+        page.keep_first(tools.len(), |last| {
+            Registry::tools_token_after(&filter, last)
+        });
         Ok(ListToolsResponseWire {
             meta: Some(meta.response()),
-            tools: page
-                .items
-                .iter()
-                .map(|found| SharedMessage::tool(&found.tool, &found.service))
-                .collect(),
+            tools,
             next_page_token: page.next_page_token.unwrap_or_default(),
         })
     }
@@ -333,14 +337,14 @@ impl DiscoveryWire for DiscoveryApi {
             .await?;
         Ok(SearchToolsResponseWire {
             meta: Some(meta.response()),
-            matches: found
-                .hits
-                .iter()
-                .map(|hit| ToolMatchWire {
+            // The best matches that fit in one answer (fewer than asked for when they are large).
+            matches: fitting(
+                found.hits.iter().map(|hit| ToolMatchWire {
                     tool: Some(SharedMessage::tool(&hit.tool.tool, &hit.tool.service)),
                     score: hit.score,
-                })
-                .collect(),
+                }),
+                Message::encoded_len,
+            ),
             total_matches: i32::try_from(found.total_matches).unwrap_or(i32::MAX),
         })
     }

@@ -23,6 +23,7 @@ pub mod invoke;
 pub mod invoke_wire;
 pub mod opening_deadline;
 pub mod outgoing_tls;
+pub mod page_bytes;
 pub mod panics;
 pub mod provider_client;
 pub mod provider_tls;

@@ -53,6 +53,19 @@ pub struct Page<T> {
     pub next_page_token: Option<String>,
 }
 
+impl<T> Page<T> {
+    /// Keeps the first `kept` items (at least one); when that leaves some out, the next page
+    /// starts after the last one kept, whose token `token_after` gives. A page may hold fewer
+    /// items than asked for (an answer too large to send whole is cut short).
+    pub fn keep_first(&mut self, kept: usize, token_after: impl FnOnce(&T) -> String) {
+        let kept = kept.max(1);
+        if kept < self.items.len() {
+            self.items.truncate(kept);
+            self.next_page_token = Some(token_after(&self.items[kept - 1]));
+        }
+    }
+}
+
 /// The registry: validation and paging over a store.
 #[derive(Debug, Clone)]
 pub struct Registry {
@@ -131,7 +144,7 @@ impl Registry {
         page_token: &str,
     ) -> Result<Page<ToolRef>, RegistryError> {
         let size = paging::page_size(page_size)?;
-        let query = format!("tools|{}", filter.fingerprint());
+        let query = tools_query(filter);
         let after = paging::decode_token(page_token, &query, 2)?
             .map(|key| (key[0].clone(), key[1].clone()));
         let mut items = self
@@ -139,16 +152,20 @@ impl Registry {
             .tools_after(tenant, filter, after.as_ref(), size + 1);
         let next_page_token = (items.len() > size).then(|| {
             items.truncate(size);
-            let last = &items[size - 1];
-            paging::encode_token(
-                vec![last.tool.name.to_string(), last.service.name.to_string()],
-                &query,
-            )
+            Self::tools_token_after(filter, &items[size - 1])
         });
         Ok(Page {
             items,
             next_page_token,
         })
+    }
+
+    /// The token of the page of tools passing `filter` that follows `last`.
+    pub fn tools_token_after(filter: &ToolFilter, last: &ToolRef) -> String {
+        paging::encode_token(
+            vec![last.tool.name.to_string(), last.service.name.to_string()],
+            &tools_query(filter),
+        )
     }
 
     /// The live tools passing `filter` that best match `query`, best first, at most
@@ -227,12 +244,17 @@ impl Registry {
                 .services_after(tenant, after.as_ref().map(|key| key[0].as_str()), size + 1);
         let next_page_token = (items.len() > size).then(|| {
             items.truncate(size);
-            paging::encode_token(vec![items[size - 1].name.to_string()], "services")
+            Self::services_token_after(&items[size - 1])
         });
         Ok(Page {
             items,
             next_page_token,
         })
+    }
+
+    /// The token of the page of services that follows `last`.
+    pub fn services_token_after(last: &ServiceEntry) -> String {
+        paging::encode_token(vec![last.name.to_string()], "services")
     }
 
     /// One live service.
@@ -277,4 +299,9 @@ impl Registry {
     pub fn tool_count(&self, tenant: TenantId) -> usize {
         self.store.tool_count(tenant)
     }
+}
+
+/// What a tools page token is bound to: the listing of tools passing `filter`.
+fn tools_query(filter: &ToolFilter) -> String {
+    format!("tools|{}", filter.fingerprint())
 }

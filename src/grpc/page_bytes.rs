@@ -1,0 +1,44 @@
+//! Answers that list many items (pages of services or tools, search results) kept within what
+//! gRPC clients read by default: 4 MiB a message (tonic, grpc-go, grpcio, grpc-js and grpcurl
+//! all refuse a larger one, OUT_OF_RANGE or RESOURCE_EXHAUSTED, unless set otherwise). A page
+//! of 100 services of 10 tools with 5 KB schemas is 5 MB: answered whole, no default client
+//! could read it, and `toolplane services` failed. Such a page is cut short instead, at least
+//! one item in it, and the next page goes on from where it stopped.
+
+/// The most bytes of items one answer carries, leaving room for the rest of the answer (its
+/// envelope and page token).
+pub const MAX_ANSWER_ITEM_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
+
+/// The first of `items` that fit in one answer ([`MAX_ANSWER_ITEM_BYTES`] of their encoded
+/// sizes, as `size` gives them, each repeated field's key and length counted too), taken in
+/// order and made no further than needed: at least one (an item larger than that goes alone).
+pub fn fitting<T>(items: impl IntoIterator<Item = T>, size: impl Fn(&T) -> usize) -> Vec<T> {
+    let mut kept = Vec::new();
+    let mut total = 0usize;
+    for item in items {
+        // A field key (1 byte for these fields) and a length of at most 5 bytes.
+        total = total.saturating_add(size(&item) + 6);
+        if !kept.is_empty() && total > MAX_ANSWER_ITEM_BYTES {
+            break;
+        }
+        kept.push(item);
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Items are taken while they fit; the first is always taken.
+    #[test]
+    fn items_are_taken_while_they_fit_and_the_first_always() {
+        let mib = 1024 * 1024;
+        let fit = |sizes: &[usize]| fitting(sizes.iter().copied(), |size| *size).len();
+        assert_eq!(fit(&[]), 0);
+        assert_eq!(fit(&[10; 100]), 100);
+        assert_eq!(fit(&[mib; 5]), 3, "three MiB fit, four do not");
+        assert_eq!(fit(&[5 * mib, 1]), 1, "a large first item goes alone");
+        assert_eq!(fit(&[MAX_ANSWER_ITEM_BYTES - 6, 0]), 1);
+    }
+}
