@@ -390,6 +390,55 @@ async fn oversized_agent_requests_are_refused_without_being_repeated() {
     assert_eq!(get(&mut client, &longest).await.name, longest);
 }
 
+/// A page of agents is cut short to stay within the 4 MiB a gRPC client reads by default, the
+/// next page going on from there: four agents at the limits (a 256 KiB prompt and 10,000
+/// allowed tools of 128 characters, 1.5 MB each) are listed over more than one page. Answered
+/// whole, the page was 6 MB, which a default client refused (OUT_OF_RANGE).
+#[tokio::test(flavor = "multi_thread")]
+async fn pages_of_agents_stay_within_what_clients_read_by_default() {
+    use toolplane::grpc::agent::{MAX_ALLOWED_TOOLS, MAX_SYSTEM_PROMPT_BYTES};
+
+    let server = TestServer::start().await;
+    let mut client = agents(&server).await;
+    let tools: Vec<String> = (0..MAX_ALLOWED_TOOLS)
+        .map(|index| format!("{index:0>128}"))
+        .collect();
+    for index in 0..4 {
+        client
+            .create_agent(pb::CreateAgentRequest {
+                meta: meta(0),
+                name: format!("large-{index}"),
+                system_prompt: "p".repeat(MAX_SYSTEM_PROMPT_BYTES),
+                allowed_tools: tools.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("an agent at the limits");
+    }
+    let mut names = Vec::new();
+    let mut page_token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = client
+            .list_agents(pb::ListAgentsRequest {
+                meta: meta(0),
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .expect("a page a default client reads")
+            .into_inner();
+        pages += 1;
+        names.extend(page.agents.into_iter().map(|agent| agent.name));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(names, ["large-0", "large-1", "large-2", "large-3"]);
+    assert!(pages > 1, "{pages} page");
+}
+
 /// A tenant at its `max_agents_per_tenant` is refused RESOURCE_EXHAUSTED with QuotaFailure,
 /// keeps the agents it has, and gets room back by deleting one; other tenants are not held
 /// to its count.

@@ -4,6 +4,7 @@
 use std::pin::Pin;
 
 use futures_util::Stream;
+use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -17,6 +18,7 @@ use super::agent_convert::{
     agent_id, config_from_pb, event_to_pb, invalid, message_to_pb, outcome_to_pb, request_from_pb,
     response_to_pb, state_from_pb,
 };
+use super::page_bytes::fitting;
 use super::trace_headers::call_trace;
 use crate::agent::runner::AgentRunner;
 use crate::pb;
@@ -81,16 +83,20 @@ impl AgentService for AgentApi {
         let (meta, request) = accept(request)?;
         let size = paging::page_size(request.page_size)?;
         let after = paging::decode_sequence_token(&request.page_token, "agents")?;
-        let mut agents = self.runner.store().list(meta.tenant, after, size + 1);
-        let next_page_token = if agents.len() > size {
-            agents.truncate(size);
-            paging::encode_sequence_token(agents[size - 1].order, "agents")
-        } else {
-            String::new()
+        let listed = self.runner.store().list(meta.tenant, after, size + 1);
+        // At most `size`, and no more than fit in an answer clients read by default (an
+        // agent's system prompt and allowed tools may take over a megabyte).
+        let pairs = (listed.iter().take(size)).map(|agent| (agent.order, agent_to_pb(agent)));
+        let kept = fitting(pairs, |(_, agent)| agent.encoded_len());
+        let next_page_token = match kept.last() {
+            Some((order, _)) if kept.len() < listed.len() => {
+                paging::encode_sequence_token(*order, "agents")
+            }
+            _ => String::new(),
         };
         Ok(Response::new(pb::ListAgentsResponse {
             meta: Some(meta.response()),
-            agents: agents.iter().map(|a| agent_to_pb(a)).collect(),
+            agents: kept.into_iter().map(|(_, agent)| agent).collect(),
             next_page_token,
         }))
     }

@@ -1,4 +1,4 @@
-//! Answers that list many items (pages of services or tools, search results) kept within what
+//! Answers that list many items (pages of services, tools or agents, search results) kept within what
 //! gRPC clients read by default: 4 MiB a message (tonic, grpc-go, grpcio, grpc-js and grpcurl
 //! all refuse a larger one, OUT_OF_RANGE or RESOURCE_EXHAUSTED, unless set otherwise). A page
 //! of 100 services of 10 tools with 5 KB schemas is 5 MB: answered whole, no default client
