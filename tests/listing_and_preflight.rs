@@ -386,7 +386,7 @@ async fn preflight_reports_what_is_missing() {
 }
 
 /// A page is cut short to stay within the 4 MiB a gRPC client reads by default, and the next
-/// page goes on from where it stopped: 100 services of 10 tools with 5 KB schemas (5 MB) are
+/// page goes on from where it stopped (a pre-flight check's services are cut short too): 100 services of 10 tools with 5 KB schemas (5 MB) are
 /// listed over more than one page, each read by clients at their defaults, and every service
 /// and tool is gathered once. Answered whole, the first page of services was 5 MB, which
 /// every default client refused (OUT_OF_RANGE), `toolplane services` with it.
@@ -426,6 +426,18 @@ async fn pages_stay_within_what_clients_read_by_default() {
     .await;
     assert!(tools.tools.len() < 1000, "{}", tools.tools.len());
     assert!(!tools.next_page_token.is_empty());
+    let checked = client
+        .preflight(pb::PreflightRequest {
+            meta: meta(0),
+            requirements: (0..100)
+                .map(|service| requirement(&format!("s{service}"), &[], false))
+                .collect(),
+        })
+        .await
+        .expect("an answer a default client reads")
+        .into_inner();
+    assert!(checked.ok);
+    assert!(!checked.services.is_empty() && checked.services.len() < 100);
 
     let rust = ToolplaneClient::connect(&server.endpoint(), toolplane::envelope::TenantId(0))
         .await

@@ -260,11 +260,12 @@ impl DiscoveryService for DiscoveryApi {
                 .iter()
                 .map(convert::missing_to_pb)
                 .collect(),
-            services: report
-                .services
-                .iter()
-                .map(|service| convert::discovery_info(service, &self.health))
-                .collect(),
+            // The services found, as many as fit in an answer clients read by default.
+            services: fitting(
+                (report.services.iter())
+                    .map(|service| convert::discovery_info(service, &self.health)),
+                Message::encoded_len,
+            ),
         }))
     }
 }

@@ -1,5 +1,6 @@
-//! Answers that list many items (pages of services, tools or agents, search results) kept within what
-//! gRPC clients read by default: 4 MiB a message (tonic, grpc-go, grpcio, grpc-js and grpcurl
+//! Answers that list many items (pages of services, tools or agents, search results, the
+//! services a pre-flight check found) kept within what gRPC clients read by default: 4 MiB a
+//! message (tonic, grpc-go, grpcio, grpc-js and grpcurl
 //! all refuse a larger one, OUT_OF_RANGE or RESOURCE_EXHAUSTED, unless set otherwise). A page
 //! of 100 services of 10 tools with 5 KB schemas is 5 MB: answered whole, no default client
 //! could read it, and `toolplane services` failed. Such a page is cut short instead, at least
