@@ -1,18 +1,19 @@
 //! Answers that list many items (pages of services, tools or agents, search results, the
 //! services a pre-flight check found) kept within what gRPC clients read by default: 4 MiB a
-//! message (tonic, grpc-go, grpcio, grpc-js and grpcurl
-//! all refuse a larger one, OUT_OF_RANGE or RESOURCE_EXHAUSTED, unless set otherwise). A page
-//! of 100 services of 10 tools with 5 KB schemas is 5 MB: answered whole, no default client
-//! could read it, and `toolplane services` failed. Such a page is cut short instead, at least
-//! one item in it, and the next page goes on from where it stopped.
+//! message (tonic, grpc-go, grpcio, grpc-js and grpcurl all refuse a larger one, OUT_OF_RANGE
+//! or RESOURCE_EXHAUSTED, unless set otherwise). A page of 100 services of 10 tools with 5 KB
+//! schemas is 5 MB: answered whole, no default client could read it, and `toolplane services`
+//! failed. Such a page is cut short instead, at least one item in it, and the next page goes
+//! on from where it stopped.
 
 /// The most bytes of items one answer carries, leaving room for the rest of the answer (its
 /// envelope and page token).
 pub const MAX_ANSWER_ITEM_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
 
 /// The first of `items` that fit in one answer ([`MAX_ANSWER_ITEM_BYTES`] of their encoded
-/// sizes, as `size` gives them, each repeated field's key and length counted too), taken in
-/// order and made no further than needed: at least one (an item larger than that goes alone).
+/// sizes, as `size` gives them, each repeated field's key and length counted too), in order:
+/// at least one (an item larger than that goes alone). Items past the last that fits are never
+/// made (`items` is read no further).
 pub fn fitting<T>(items: impl IntoIterator<Item = T>, size: impl Fn(&T) -> usize) -> Vec<T> {
     let mut kept = Vec::new();
     let mut total = 0usize;
