@@ -12,8 +12,8 @@ pub const MAX_ANSWER_ITEM_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
 
 /// The first of `items` that fit in one answer ([`MAX_ANSWER_ITEM_BYTES`] of their encoded
 /// sizes, as `size` gives them, each repeated field's key and length counted too), in order:
-/// at least one (an item larger than that goes alone). Items past the last that fits are never
-/// made (`items` is read no further).
+/// at least one (an item larger than that goes alone). Items past the first that does not fit
+/// are never made (`items` is read no further).
 pub fn fitting<T>(items: impl IntoIterator<Item = T>, size: impl Fn(&T) -> usize) -> Vec<T> {
     let mut kept = Vec::new();
     let mut total = 0usize;
