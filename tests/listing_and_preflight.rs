@@ -385,6 +385,27 @@ async fn preflight_reports_what_is_missing() {
     assert_eq!(violations(&bad_name)[0].0, "requirements[0].service_name");
 }
 
+/// Registers `count.0` services named `prefix` and a number in `tenant`, each of `count.1`
+/// tools whose schemas describe themselves with `filler`.
+async fn register_filled(
+    client: &mut pb::discovery_service_client::DiscoveryServiceClient<tonic::transport::Channel>,
+    tenant: u64,
+    prefix: &str,
+    count: (usize, usize),
+    filler: &str,
+) {
+    for service in 0..count.0 {
+        let tools = (0..count.1)
+            .map(|index| {
+                let schema = json!({"type": "object", "description": filler});
+                tool(&format!("t{index}"), schema)
+            })
+            .collect();
+        let named = registration(&format!("{prefix}{service}"), tools);
+        register_ok(client, tenant, named).await;
+    }
+}
+
 /// A page is cut short to stay within the 4 MiB a gRPC client reads by default, and the next
 /// page goes on from where it stopped (a pre-flight check's services are cut short too): 100 services of 10 tools with 5 KB schemas (5 MB) are
 /// listed over more than one page, each read by clients at their defaults, and every service
@@ -395,16 +416,7 @@ async fn pages_stay_within_what_clients_read_by_default() {
     use toolplane::client::ToolplaneClient;
     let server = TestServer::start().await;
     let mut client = server.discovery().await;
-    let filler = "lorem ".repeat(850);
-    for service in 0..100 {
-        let tools = (0..10)
-            .map(|index| {
-                let schema = json!({"type": "object", "description": filler});
-                tool(&format!("t{index}"), schema)
-            })
-            .collect();
-        register_ok(&mut client, 0, registration(&format!("s{service}"), tools)).await;
-    }
+    register_filled(&mut client, 0, "s", (100, 10), &"lorem ".repeat(850)).await;
     let first = client
         .list_services(pb::ListServicesRequest {
             meta: meta(0),
@@ -453,16 +465,7 @@ async fn pages_stay_within_what_clients_read_by_default() {
 
     // Search answers the best matches that fit: of 102 tools with 60 KB schemas (6 MB), fewer
     // than the 100 asked for.
-    let large = "ipsum ".repeat(10_000);
-    for service in 0..3 {
-        let tools = (0..34)
-            .map(|index| {
-                let schema = json!({"type": "object", "description": large});
-                tool(&format!("t{index}"), schema)
-            })
-            .collect();
-        register_ok(&mut client, 1, registration(&format!("l{service}"), tools)).await;
-    }
+    register_filled(&mut client, 1, "l", (3, 34), &"ipsum ".repeat(10_000)).await;
     let rust = ToolplaneClient::connect(&server.endpoint(), toolplane::envelope::TenantId(1))
         .await
         .expect("connect");
