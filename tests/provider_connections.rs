@@ -57,19 +57,31 @@ async fn a_dead_provider_connection_is_closed_and_dialled_again() {
     assert!(probes.echo_calls.load(Ordering::SeqCst) >= 2);
 }
 
+/// A server, a proxy to it, and a provider `testing` registered with the server through the
+/// proxy, its configuration as `configure` leaves it.
+async fn registered_through_proxy(
+    configure: impl FnOnce(&mut ProviderConfig),
+) -> (TestServer, FreezingProxy, TestProvider) {
+    let server = TestServer::start().await;
+    let proxy = FreezingProxy::start(server.addr).await;
+    let probes = Arc::new(Probes::default());
+    let mut config = ProviderConfig::new("testing", "1.0.0", &format!("http://{}", proxy.addr));
+    configure(&mut config);
+    let provider = TestProvider::start_with(test_tools(&probes), config).await;
+    wait_registered(&server, "testing").await;
+    (server, proxy, provider)
+}
+
 /// A provider whose connection to the control plane went silent without closing (frozen
 /// behind a proxy) finds it dead, dials again and registers again once its lease has lapsed,
 /// within seconds. Without the PING and the bound on each call, its heartbeat waits on the
 /// dead connection until TCP gives up, and the service stays gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_provider_registers_again_over_a_new_connection_after_the_old_one_died() {
-    let server = TestServer::start().await;
-    let proxy = FreezingProxy::start(server.addr).await;
-    let probes = Arc::new(Probes::default());
-    let mut config = ProviderConfig::new("testing", "1.0.0", &format!("http://{}", proxy.addr));
-    config.ttl = Duration::from_millis(600);
-    let _provider = TestProvider::start_with(test_tools(&probes), config).await;
-    wait_registered(&server, "testing").await;
+    let (server, proxy, _provider) = registered_through_proxy(|config| {
+        config.ttl = Duration::from_millis(600);
+    })
+    .await;
 
     proxy.freeze_open_connections();
     let discovery = server.discovery().await;
@@ -94,14 +106,11 @@ async fn a_provider_registers_again_over_a_new_connection_after_the_old_one_died
 /// interval (5 s) after the failure, its next heartbeat came after the 12 s lease had lapsed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_provider_tries_a_failed_heartbeat_again_before_its_lease_lapses() {
-    let server = TestServer::start().await;
-    let proxy = FreezingProxy::start(server.addr).await;
-    let probes = Arc::new(Probes::default());
-    let mut config = ProviderConfig::new("testing", "1.0.0", &format!("http://{}", proxy.addr));
-    config.ttl = Duration::from_secs(12);
-    config.heartbeat_interval = Some(Duration::from_secs(5));
-    let _provider = TestProvider::start_with(test_tools(&probes), config).await;
-    wait_registered(&server, "testing").await;
+    let (server, proxy, _provider) = registered_through_proxy(|config| {
+        config.ttl = Duration::from_secs(12);
+        config.heartbeat_interval = Some(Duration::from_secs(5));
+    })
+    .await;
     let mut discovery = server.discovery().await;
     let first = get_service(&mut discovery, 0, "testing")
         .await
