@@ -1,6 +1,7 @@
 //! Connections to providers that die without closing: found by an HTTP/2 PING when a health
-//! check goes unanswered, closed, and dialled again. And a provider that stops on purpose,
-//! which deregisters before it stops answering.
+//! check goes unanswered, closed, and dialled again. A provider that stops on purpose, which
+//! deregisters before it stops answering; and one whose registration is refused, which stops
+//! saying why.
 
 use crate::common;
 
@@ -14,7 +15,9 @@ use common::proxy::FreezingProxy;
 use common::*;
 use serde_json::json;
 use toolplane::grpc::ServerOptions;
-use toolplane::provider::ProviderConfig;
+use toolplane::pb;
+use toolplane::provider::structs::structs_tools;
+use toolplane::provider::{ProviderConfig, ProviderError, ProviderServer};
 
 /// A provider connection whose far end went silent without closing it (frozen behind a
 /// proxy) is closed once a health check goes unanswered and a PING too; the next check dials
@@ -115,7 +118,7 @@ async fn a_provider_tries_a_failed_heartbeat_again_before_its_lease_lapses() {
     let first = get_service(&mut discovery, 0, "testing")
         .await
         .expect("registered");
-    let expiry = |service: &toolplane::pb::DiscoveryInfo| {
+    let expiry = |service: &pb::DiscoveryInfo| {
         let at = service.expires_at.expect("expires_at set");
         (at.seconds, at.nanos)
     };
@@ -225,4 +228,49 @@ async fn a_provider_closes_connections_that_never_open() {
         .await
         .expect("called after");
     assert_eq!(probes.echo_calls.load(Ordering::SeqCst), 2);
+}
+
+/// A provider whose registration the control plane refuses as not valid (here, more tools
+/// than it takes in one registration: a limit the provider cannot know) stops and answers
+/// why, rather than sending the same registration every few seconds for ever while serving
+/// tools no one can reach. Without the stop `serve` never returns.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_whose_registration_is_refused_stops_and_says_why() {
+    let mut options = test_options();
+    options.limits.max_tools = 1;
+    let server = TestServer::start_with(options).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let provider = ProviderServer::new(
+        structs_tools().expect("the example tools are valid"),
+        ProviderConfig::new("structs", "1.0.0", &server.endpoint()),
+    );
+    let served = tokio::time::timeout(
+        Duration::from_secs(60),
+        provider.serve(listener, std::future::pending()),
+    )
+    .await
+    .expect("the provider stops by itself");
+    match served {
+        Err(ProviderError::RegistrationRefused(message)) => assert!(
+            message.contains("at most 1 tools per registration"),
+            "{message}"
+        ),
+        other => panic!("expected the refusal, got {other:?}"),
+    }
+    assert!(
+        server
+            .discovery()
+            .await
+            .list_services(pb::ListServicesRequest {
+                meta: meta(0),
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner()
+            .services
+            .is_empty()
+    );
 }

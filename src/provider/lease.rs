@@ -20,8 +20,18 @@ fn meta(tenant: TenantId) -> Option<pb::Meta> {
     Some(request_meta(tenant, &uuid::Uuid::new_v4().to_string()))
 }
 
+/// A registration the control plane refused as not valid (INVALID_ARGUMENT): sending it again
+/// cannot succeed, so the provider stops rather than trying again for ever.
+#[derive(Debug)]
+pub(super) struct Refused {
+    /// What the control plane answered.
+    pub(super) message: String,
+}
+
 /// Registers, heartbeats, registers again on NOT_FOUND, and deregisters once `serving`
-/// turns false. A heartbeat that failed otherwise is tried again after
+/// turns false; ends early, answering [`Refused`], when a registration is refused as not
+/// valid (other failures, such as an unreachable control plane or a quota, may pass and are
+/// tried again). A heartbeat that failed otherwise is tried again after
 /// [`heartbeat_retry`]'s wait instead of `interval`: waiting a whole interval after each
 /// failure, two failures in a row (a call that waited out its timeout, then one more) let the
 /// lease lapse at the default TTL, a third of which the interval is.
@@ -31,7 +41,7 @@ pub(super) async fn keep_registered(
     tenant: TenantId,
     interval: Duration,
     mut serving: watch::Receiver<bool>,
-) {
+) -> Result<(), Refused> {
     let service = registration.service_name.clone();
     let mut backoff = Duration::from_millis(100);
     let mut lease: Option<String> = None;
@@ -53,6 +63,12 @@ pub(super) async fn keep_registered(
                     lease = Some(answer.into_inner().lease_id);
                     backoff = Duration::from_millis(100);
                     heartbeat_backoff = None;
+                }
+                Err(status) if status.code() == tonic::Code::InvalidArgument => {
+                    tracing::error!(%service, message = status.message(), "the control plane refused the registration as not valid; stopping");
+                    return Err(Refused {
+                        message: status.message().to_owned(),
+                    });
                 }
                 Err(status) => {
                     tracing::warn!(%service, code = ?status.code(), message = status.message(), "registration failed; trying again");
@@ -101,6 +117,7 @@ pub(super) async fn keep_registered(
             _ => tracing::warn!(%service, "could not deregister; the lease will expire"),
         }
     }
+    Ok(())
 }
 
 /// How long to wait before trying again a heartbeat that failed, `backoff` being the wait

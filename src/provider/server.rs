@@ -142,6 +142,11 @@ pub enum ProviderError {
     /// let the lease lapse before it.
     #[error("lease: {0}")]
     Lease(String),
+    /// The control plane refused the registration as not valid (INVALID_ARGUMENT; a limit of
+    /// the control plane's the registration is past, for instance): it would be refused again
+    /// however often it were sent, so the provider stopped.
+    #[error("the control plane refused the registration: {0}")]
+    RegistrationRefused(String),
 }
 
 /// Switches what the provider's grpc.health.v1 reports.
@@ -235,6 +240,8 @@ impl ProviderServer {
     /// sending it calls before it stops taking them, and then stops once the calls under way
     /// have been answered. (It goes on reporting SERVING meanwhile: a control plane that saw
     /// NOT_SERVING would fail the calls it still sends instead of letting them be answered.)
+    /// A registration the control plane refuses as not valid stops it at once, answering
+    /// [`ProviderError::RegistrationRefused`]; other failures to register are tried again.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -269,10 +276,10 @@ impl ProviderServer {
         self.health.set_serving(true).await;
         let registration = self.registration(&endpoint);
         let heartbeat_interval = heartbeat_interval(&self.config)?;
-        let (deregistered, deregistration) = tokio::sync::oneshot::channel::<()>();
+        let (deregistered, mut deregistration) = tokio::sync::oneshot::channel::<()>();
         let tenant = self.config.tenant;
         let lease = tokio::spawn(async move {
-            keep_registered(
+            let kept = keep_registered(
                 control_plane,
                 registration,
                 tenant,
@@ -281,6 +288,7 @@ impl ProviderServer {
             )
             .await;
             let _ = deregistered.send(());
+            kept
         });
         tracing::info!(service = %self.config.service_name, %endpoint, tools = self.tools.iter().count(), "provider serving");
         let router = Server::builder()
@@ -293,11 +301,18 @@ impl ProviderServer {
                 ),
             ));
         let shutdown = async move {
-            shutdown.await;
-            let _ = serving.send(false);
-            // Answering stops only once the control plane no longer lists this provider (or
-            // deregistering failed): until then it may still be sent calls.
-            let _ = deregistration.await;
+            tokio::select! {
+                () = shutdown => {
+                    let _ = serving.send(false);
+                    // Answering stops only once the control plane no longer lists this
+                    // provider (or deregistering failed): until then it may still be sent
+                    // calls.
+                    let _ = deregistration.await;
+                }
+                // The lease ended before any shutdown: the registration was refused, and the
+                // control plane never lists this provider.
+                _ = &mut deregistration => {}
+            }
         };
         let result = if let Some(tls) = served_tls {
             let incoming = opened_in_time(crate::grpc::server_tls::incoming(listener, tls));
@@ -312,7 +327,9 @@ impl ProviderServer {
                 )
                 .await
         };
-        let _ = lease.await;
+        if let Ok(Err(refused)) = lease.await {
+            return Err(ProviderError::RegistrationRefused(refused.message));
+        }
         result.map_err(ProviderError::from)
     }
 }
