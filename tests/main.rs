@@ -43,6 +43,7 @@ mod rate_limit_reload;
 mod records_and_restart;
 mod registry_lifecycle;
 mod seed_types;
+mod service_size;
 mod serving_tls;
 mod span_export;
 mod spans;

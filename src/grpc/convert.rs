@@ -235,7 +235,7 @@ pub fn annotations_to_pb(annotations: &ToolAnnotations) -> Option<pb::ToolAnnota
 /// 20 KB of memory, so it is not kept; decoding costs about what cloning a kept one would.
 pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegistration {
     pb::ToolRegistration::decode(encoded_tool(tool, service))
-        .unwrap_or_else(|_| tool_registration(tool, service))
+        .unwrap_or_else(|_| tool_registration(tool, service.name.as_str(), service.version()))
 }
 
 /// A registered tool of `service` as its encoded `ToolRegistration`. Built once per registered
@@ -244,23 +244,30 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
 pub fn encoded_tool(tool: &RegisteredTool, service: &ServiceEntry) -> Bytes {
     let cached = tool.wire.get_or_init(|| {
         Arc::new(EncodedTool(Bytes::from(
-            tool_registration(tool, service).encode_to_vec(),
+            tool_registration(tool, service.name.as_str(), service.version()).encode_to_vec(),
         )))
     });
     match cached.downcast_ref::<EncodedTool>() {
         Some(encoded) => encoded.0.clone(),
-        None => Bytes::from(tool_registration(tool, service).encode_to_vec()),
+        None => Bytes::from(
+            tool_registration(tool, service.name.as_str(), service.version()).encode_to_vec(),
+        ),
     }
 }
 
-fn tool_registration(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegistration {
+/// The wire form of `tool`, registered by service `service_name` at `service_version`.
+pub fn tool_registration(
+    tool: &RegisteredTool,
+    service_name: &str,
+    service_version: &str,
+) -> pb::ToolRegistration {
     pb::ToolRegistration {
         tool_name: tool.name.to_string(),
         description: tool.description.clone(),
         tool_schema: json_to_struct(&tool.input_schema_json()),
         output_schema: tool.output_schema_json().as_ref().and_then(json_to_struct),
-        service_name: service.name.to_string(),
-        service_version: service.version().to_owned(),
+        service_name: service_name.to_owned(),
+        service_version: service_version.to_owned(),
         capabilities: tool
             .capabilities
             .iter()
@@ -350,7 +357,8 @@ pub fn discovery_info_parts(
     (head, tail)
 }
 
-fn tool_change_to_pb(change: &ToolChange) -> pb::ToolChange {
+/// The wire form of a changed tool of a watch event.
+pub fn tool_change_to_pb(change: &ToolChange) -> pb::ToolChange {
     pb::ToolChange {
         tool_name: change.tool.to_string(),
         old_definition_sha256: change.old_sha256.clone().unwrap_or_default(),

@@ -239,3 +239,43 @@ fn a_watch_response_decodes_as_the_generated_one() {
         .expect("decodes as the twin");
     assert_eq!(again, wire);
 }
+
+/// The answer bound measures a service as it is encoded: its tools' bytes and the rest make
+/// its `DiscoveryInfo`, byte for byte, and each tool change its field of the event.
+#[tokio::test]
+async fn the_answer_bound_measures_a_service_as_it_is_encoded() {
+    use crate::grpc::convert::{discovery_info, tool_change_to_pb};
+    use crate::grpc::page_bytes::ANSWER_BOUND;
+    use crate::registry::store::ToolChange;
+    use crate::registry::validate::validate_service;
+    let registry = Registry::new(
+        MemoryStore::start(16, 16),
+        RegistrationLimits::default(),
+        16,
+    );
+    let health = ProviderHealthBook::default();
+    let schema = json!({"type": "object", "properties": {"n": {"type": "number", "maximum": 7}}});
+    let registered = spec(vec![tool("search", schema.clone()), tool("get", schema)]);
+    let entry = registry
+        .register(TenantId(0), &registered)
+        .expect("registered");
+    let validated = validate_service(&registered, registry.limits()).expect("valid");
+    let tools = (ANSWER_BOUND.tools)(&validated);
+    let measured = |changes: &[ToolChange]| tools + (ANSWER_BOUND.rest)(&entry, changes);
+    // The uptime may turn a second between the measure and the message.
+    let same = (0..3).any(|_| measured(&[]) == discovery_info(&entry, &health).encoded_len());
+    assert!(same, "{} measured", measured(&[]));
+    let change = ToolChange {
+        tool: entry.tools()[0].name.clone(),
+        old_sha256: Some("a".repeat(64)),
+        new_sha256: None,
+    };
+    let event = pb::ServiceEvent {
+        tool_changes: vec![tool_change_to_pb(&change)],
+        ..Default::default()
+    };
+    assert_eq!(
+        measured(std::slice::from_ref(&change)) - measured(&[]),
+        event.encoded_len()
+    );
+}

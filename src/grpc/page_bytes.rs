@@ -4,11 +4,58 @@
 //! or RESOURCE_EXHAUSTED, unless set otherwise). A page of 100 services of 10 tools with 5 KB
 //! schemas is 5 MB: answered whole, no default client could read it, and `toolplane services`
 //! failed. Such a page is cut short instead, at least one item in it, and the next page goes
-//! on from where it stopped.
+//! on from where it stopped. A single service larger than that is refused when it registers
+//! ([`ANSWER_BOUND`]).
+
+use std::sync::LazyLock;
+
+use prost::Message;
+
+use super::convert;
+use crate::invoke::health::ProviderHealthBook;
+use crate::registry::answer_bound::AnswerBound;
+use crate::registry::model::{ServiceEntry, ValidatedService};
+use crate::registry::store::ToolChange;
 
 /// The most bytes of items one answer carries, leaving room for the rest of the answer (its
 /// envelope and page token).
 pub const MAX_ANSWER_ITEM_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
+
+/// The bound on one service's description (see [`crate::registry::answer_bound`]): a
+/// registration leaving its service larger than one item of an answer may be is refused. The
+/// largest message describing a service is the watch event announcing its change: the service
+/// whole (`DiscoveryInfo`) and the tools changed.
+pub const ANSWER_BOUND: AnswerBound = AnswerBound {
+    max_bytes: MAX_ANSWER_ITEM_BYTES,
+    tools: tools_bytes,
+    rest: rest_bytes,
+};
+
+/// The bytes `service`'s tools take in its `DiscoveryInfo` (field 4, each with its key and
+/// length).
+fn tools_bytes(service: &ValidatedService) -> usize {
+    let (name, version) = (service.name.as_str(), service.version.as_str());
+    service
+        .tools
+        .iter()
+        .map(|tool| {
+            let tool = convert::tool_registration(tool, name, version);
+            prost::encoding::message::encoded_len(4, &tool)
+        })
+        .sum()
+}
+
+/// The bytes of `entry`'s `DiscoveryInfo` but its tools (its instances counted healthy, as
+/// large as unhealthy), and of `changes` in the watch event announcing it.
+fn rest_bytes(entry: &ServiceEntry, changes: &[ToolChange]) -> usize {
+    static NONE_FAILING: LazyLock<ProviderHealthBook> = LazyLock::new(ProviderHealthBook::default);
+    let (head, tail) = convert::discovery_info_parts(entry, &NONE_FAILING);
+    let changes: usize = changes
+        .iter()
+        .map(|change| prost::encoding::message::encoded_len(5, &convert::tool_change_to_pb(change)))
+        .sum();
+    head.encoded_len() + tail.encoded_len() + changes
+}
 
 /// The first of `items` that fit in one answer ([`MAX_ANSWER_ITEM_BYTES`] of their encoded
 /// sizes, as `size` gives them, each repeated field's key and length counted too), in order:

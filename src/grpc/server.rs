@@ -193,7 +193,8 @@ pub async fn serve_with(
         Arc::clone(&store),
         options.limits.clone(),
         options.validator_cache_size,
-    );
+    )
+    .with_answer_bound(super::page_bytes::ANSWER_BOUND);
     let serving = ServingState::new();
     let health = Arc::new(ProviderHealthBook::default());
     let heavy_work = HeavyWork::new(heavy::default_permits());

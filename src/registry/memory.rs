@@ -232,6 +232,13 @@ impl RegistryStore for MemoryStore {
                 service: entry.name.clone(),
                 breach,
             })?;
+        // What a watcher is told changed, when the old service is live (else it is added).
+        let changes = old
+            .filter(|old| old.is_live())
+            .map(|old| tool_changes(old, &entry));
+        if let Some(answer) = &quota.answer {
+            answer.check(&entry, changes.as_deref().unwrap_or_default())?;
+        }
         let entry = Arc::new(entry);
         let mut next = (*current).clone();
         let mut previous = remove_service(&mut next, tenant, &entry.name);
@@ -243,9 +250,10 @@ impl RegistryStore for MemoryStore {
         }
         next.gone.forget(tenant, &entry.name);
         insert_service(&mut next, &entry);
-        let kind = match previous {
-            Some(old) => ChangeKind::Updated(tool_changes(&old, &entry)),
-            None => ChangeKind::Added,
+        let kind = match (previous, changes) {
+            (Some(_), Some(changes)) => ChangeKind::Updated(changes),
+            (Some(old), None) => ChangeKind::Updated(tool_changes(&old, &entry)),
+            (None, _) => ChangeKind::Added,
         };
         self.publish(
             next,

@@ -168,7 +168,7 @@ async fn the_quota_counts_what_a_registration_adds_and_what_it_replaces() {
         services: 0,
         tools: 4,
         tool_bytes: 0,
-        instances_per_service: 0,
+        ..TenantQuota::UNLIMITED
     };
     let register = |service| store.register(TenantId(1), service, &quota);
     // Another service of the tenant, so that its index outlives a's removal.
@@ -217,7 +217,7 @@ async fn the_quota_of_tool_bytes_counts_definitions() {
         services: 0,
         tools: 0,
         tool_bytes: two.tools.iter().map(|t| t.definition_bytes()).sum(),
-        instances_per_service: 0,
+        ..TenantQuota::UNLIMITED
     };
     store
         .register(TenantId(1), two, &quota)
@@ -232,4 +232,48 @@ async fn the_quota_of_tool_bytes_counts_definitions() {
     store
         .register(TenantId(1), service_with_tools("a", &["t0"]), &quota)
         .expect("shrinking fits");
+}
+
+/// A registration leaving its service described past the answer bound (measured here as 100
+/// bytes an instance, of at most 250) is refused, and the service keeps the instances it had.
+#[tokio::test]
+async fn a_registration_past_the_answer_bound_is_refused_and_changes_nothing() {
+    use crate::registry::answer_bound::AnswerBound;
+    use crate::registry::store::ToolChange;
+    fn no_tools(_: &ValidatedService) -> usize {
+        0
+    }
+    fn per_instance(entry: &ServiceEntry, _: &[ToolChange]) -> usize {
+        entry.instances.len() * 100
+    }
+    let bound = AnswerBound {
+        max_bytes: 250,
+        tools: no_tools,
+        rest: per_instance,
+    };
+    let instance = |id: &str| ValidatedService {
+        instance: crate::registry::InstanceId::parse(id).expect("an instance id"),
+        ..service("replicated")
+    };
+    let quota = TenantQuota {
+        answer: Some(bound.room(&instance("a")).expect("room")),
+        ..TenantQuota::UNLIMITED
+    };
+    let store = MemoryStore::start(16, 16);
+    for id in ["a", "b"] {
+        store
+            .register(TenantId(0), instance(id), &quota)
+            .expect("within the bound");
+    }
+    let refused = store
+        .register(TenantId(0), instance("c"), &quota)
+        .expect_err("past the bound");
+    assert!(
+        matches!(&refused, RegistryError::InvalidArgument(violations) if violations[0].description.contains("3 instances")),
+        "{refused:?}"
+    );
+    let kept = store
+        .service(TenantId(0), &name("replicated"))
+        .expect("kept");
+    assert_eq!(kept.instances.len(), 2);
 }

@@ -5,6 +5,7 @@
 //! [`store::RegistryStore`] trait, whose embedded implementation is [`memory::MemoryStore`].
 
 pub mod annotations;
+pub mod answer_bound;
 pub mod error;
 mod expiry;
 pub mod gone;
@@ -42,6 +43,9 @@ pub use store::{RegistryStore, ToolFilter};
 pub use validate::RegistrationLimits;
 pub use validators::ValidatorCache;
 
+use answer_bound::AnswerBound;
+use quota::TenantQuota;
+
 use crate::envelope::TenantId;
 
 /// One page of a listing.
@@ -72,6 +76,7 @@ pub struct Registry {
     store: Arc<dyn RegistryStore>,
     limits: RegistrationLimits,
     validators: ValidatorCache,
+    answer_bound: Option<AnswerBound>,
 }
 
 impl Registry {
@@ -86,7 +91,15 @@ impl Registry {
             validators: ValidatorCache::new(validator_cache_size, limits.clone()),
             store,
             limits,
+            answer_bound: None,
         }
+    }
+
+    /// The same registry refusing registrations whose service would be described in more
+    /// than `bound` allows (see [`answer_bound`]).
+    pub fn with_answer_bound(mut self, bound: AnswerBound) -> Self {
+        self.answer_bound = Some(bound);
+        self
     }
 
     /// The compiled validators of the tools being called.
@@ -105,14 +118,22 @@ impl Registry {
     }
 
     /// Validates and stores a registration under a new lease, within the tenant's quota of
-    /// services, tools and tool bytes; nothing is stored when it fails.
+    /// services, tools and tool bytes, and the answer bound if one is set; nothing is stored
+    /// when it fails.
     pub fn register(
         &self,
         tenant: TenantId,
         spec: &ServiceSpec,
     ) -> Result<Arc<ServiceEntry>, RegistryError> {
         let validated = validate::validate_service(spec, &self.limits)?;
-        self.store.register(tenant, validated, &self.limits.quota())
+        let quota = TenantQuota {
+            answer: self
+                .answer_bound
+                .map(|bound| bound.room(&validated))
+                .transpose()?,
+            ..self.limits.quota()
+        };
+        self.store.register(tenant, validated, &quota)
     }
 
     /// Renews a lease.

@@ -6,6 +6,7 @@
 //! each tool carry `max_schema_bytes` of schema. Together they bound what one tenant's
 //! registrations can hold.
 
+use super::answer_bound::AnswerRoom;
 use crate::envelope::TenantId;
 
 /// Default most tools one tenant may have registered at once, across its services.
@@ -83,7 +84,7 @@ impl QuotaResource {
 }
 
 /// One tenant's bounds; `0` in a field sets no limit on that resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct TenantQuota {
     /// Most services registered at once.
     pub services: u64,
@@ -93,6 +94,9 @@ pub struct TenantQuota {
     pub tool_bytes: u64,
     /// Most live instances of any one service.
     pub instances_per_service: u64,
+    /// How large the service's description may grow, its registration's tools measured
+    /// (see [`super::answer_bound`]); `None` sets no bound.
+    pub answer: Option<AnswerRoom>,
 }
 
 impl TenantQuota {
@@ -102,6 +106,7 @@ impl TenantQuota {
         tools: 0,
         tool_bytes: 0,
         instances_per_service: 0,
+        answer: None,
     };
 
     /// Checks that a registration leaving its service with `after` live instances (it had
@@ -208,6 +213,7 @@ mod tests {
         tools: 10,
         tool_bytes: 1000,
         instances_per_service: 3,
+        answer: None,
     };
 
     #[test]

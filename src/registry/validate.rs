@@ -104,6 +104,7 @@ impl RegistrationLimits {
             tools: self.max_tools_per_tenant,
             tool_bytes: self.max_tool_bytes_per_tenant,
             instances_per_service: self.max_instances_per_service,
+            answer: None,
         }
     }
 }
