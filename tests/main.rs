@@ -38,6 +38,7 @@ mod openai;
 mod polyglot;
 mod polyglot_providers;
 mod provider_connections;
+mod provider_error_reasons;
 mod provider_tls;
 mod rate_limit_reload;
 mod records_and_restart;

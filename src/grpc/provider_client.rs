@@ -75,6 +75,24 @@ impl GrpcProviderCaller {
     }
 }
 
+/// Whether a provider's ErrorInfo `reason` is one toolplane passes on (to the caller's
+/// ErrorInfo, the call's record and the log): as google.rpc's ErrorInfo defines it, at most 63
+/// characters of UPPER_SNAKE_CASE (`[A-Z][A-Z0-9_]+[A-Z0-9]`). Another reason is replaced by
+/// the one for its status code: a provider's reason is written into every record of a failed
+/// call, and one of 200 KB made each record that large, and the caller's trailers too large to
+/// read (RESOURCE_EXHAUSTED "h2 protocol error" instead of the failure).
+fn is_error_reason(reason: &str) -> bool {
+    let bytes = reason.as_bytes();
+    (3..=63).contains(&bytes.len())
+        && bytes[0].is_ascii_uppercase()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
+        && bytes[bytes.len() - 1] != b'_'
+}
+
+/// The failure a provider's error status reports; its ErrorInfo reason if it has a valid one
+/// (see [`is_error_reason`]), else the reason for its code.
 fn failure(status: &tonic::Status) -> ProviderFailure {
     let kind = match status.code() {
         tonic::Code::Unavailable => FailureKind::Unavailable,
@@ -89,6 +107,7 @@ fn failure(status: &tonic::Status) -> ProviderFailure {
         .get_error_details()
         .error_info()
         .map(|info| info.reason.clone())
+        .filter(|reason| is_error_reason(reason))
         .unwrap_or_else(|| {
             match kind {
                 FailureKind::Unavailable => "TOOL_UNAVAILABLE",

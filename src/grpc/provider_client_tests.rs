@@ -1,4 +1,5 @@
-//! Unit tests of when the periodic provider health checks run.
+//! Unit tests of when the periodic provider health checks run, and of which reasons of a
+//! provider are passed on.
 
 use std::time::Duration;
 
@@ -78,4 +79,26 @@ async fn a_refusing_endpoint_is_found_at_the_first_check() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     serving.send_replace(false);
+}
+
+/// A provider's reason is passed on only when it is one as ErrorInfo defines it.
+#[test]
+fn only_upper_snake_case_reasons_of_at_most_63_characters_are_passed_on() {
+    for good in ["TOOL_QUOTA_SPENT", "A_1", &"R".repeat(63)] {
+        assert!(is_error_reason(good), "{good}");
+    }
+    for bad in [
+        "",
+        "A",
+        "A1",
+        "tool_failed",
+        "TOOL FAILED",
+        "_TOOL",
+        "TOOL_",
+        "1TOOL",
+        "TOOL\u{e9}",
+        &"R".repeat(64),
+    ] {
+        assert!(!is_error_reason(bad), "{bad:?}");
+    }
 }
