@@ -1,7 +1,8 @@
 //! Large InvokeTool inputs and outputs through the real server on loopback: they are read,
 //! digested and checked against the tool's schemas off the threads that serve calls, so the
 //! caller's other calls on the same connection go on meanwhile, and a check that outlasts the
-//! caller's deadline is answered at the deadline and recorded.
+//! caller's deadline is answered at the deadline and recorded. An output is passed on only
+//! when the caller's client can read the answer around it.
 
 use crate::common;
 
@@ -237,4 +238,89 @@ async fn a_check_that_outlasts_the_deadline_is_answered_at_the_deadline() {
     assert_eq!(recorded.len(), 1, "{recorded:?}");
     assert_eq!(recorded[0].status, pb::InvocationStatus::TimedOut as i32);
     assert_eq!(recorded[0].error_reason, "VALIDATION_TIMEOUT");
+}
+
+/// A provider of `sized`, answering `{"s": "x" * n}` and `keys` more keys of `key_bytes`
+/// bytes, whose values (strings) the output schema refuses (it takes numbers).
+async fn start_sized(server: &TestServer) -> TestProvider {
+    let tool = ToolDescriptor::new(
+        "sized",
+        "Answers at the size asked for",
+        json!({"type": "object"}),
+    )
+    .returns(json!({
+        "type": "object",
+        "properties": {"s": {"type": "string"}},
+        "additionalProperties": {"type": "number"},
+    }));
+    let tools = ToolRegistry::new()
+        .register(
+            tool,
+            handler(|call: ToolInvocation| async move {
+                let size = |key: &str| call.input[key].as_u64().unwrap_or_default() as usize;
+                let mut output = serde_json::Map::new();
+                output.insert("s".into(), Value::String("x".repeat(size("n"))));
+                for key in 0..size("keys") {
+                    let name = format!("{key:0>width$}", width = size("key_bytes"));
+                    output.insert(name, Value::String("not a number".into()));
+                }
+                Ok(ToolOutput::new(Value::Object(output)))
+            }),
+        )
+        .expect("a valid tool")
+        .freeze();
+    let provider =
+        TestProvider::start(tools, &server.endpoint(), "sized", Duration::from_secs(30)).await;
+    wait_registered(server, "sized").await;
+    provider
+}
+
+/// An answer of 4 MiB less 400 bytes from the provider was passed on, recorded SUCCEEDED, and
+/// refused by the caller's client (OUT_OF_RANGE, past the 4 MiB it reads): the call's outcome
+/// was lost to the caller. A provider's answer is now read up to 4 MiB less 64 KiB, the room
+/// toolplane's answer needs around it; past that the call fails OUT_OF_RANGE, recorded FAILED.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_answer_past_what_the_caller_reads_is_a_failure() {
+    let server = TestServer::start().await;
+    let provider = start_sized(&server).await;
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    let error = client
+        .invoke_tool(request("sized", json!({"n": 4 * 1024 * 1024 - 400})))
+        .await
+        .expect_err("too large to pass on");
+    assert_eq!(error.code(), Code::OutOfRange, "{error:?}");
+    assert!(
+        error
+            .message()
+            .contains("the provider's answer is larger than"),
+        "{error:?}"
+    );
+    let written = records(&mut client, "sized").await;
+    assert_eq!(written[0].status, pb::InvocationStatus::Failed as i32);
+    provider.stop().await;
+}
+
+/// An output of 3.9 MB breaking its output schema at 20 keys of 40 KB: answered whole, each
+/// warning naming its key cut to about 1 KB. Warnings naming the keys whole took 800 KB more,
+/// and the answer past what the caller's client reads.
+#[tokio::test(flavor = "multi_thread")]
+async fn warnings_about_an_output_stay_small_beside_it() {
+    let server = TestServer::start().await;
+    let provider = start_sized(&server).await;
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    let input = json!({"n": 3 * 1024 * 1024, "keys": 20, "key_bytes": 40_000});
+    let answer = client
+        .invoke_tool(request("sized", input))
+        .await
+        .expect("answered whole")
+        .into_inner();
+    assert_eq!(answer.warnings.len(), 20, "{:?}", answer.warnings.len());
+    for warning in &answer.warnings {
+        assert!(warning.len() < 2048, "{} bytes", warning.len());
+    }
+    assert_eq!(
+        answer.record.expect("record").status,
+        pb::InvocationStatus::Succeeded as i32
+    );
+    provider.stop().await;
 }

@@ -22,8 +22,12 @@ use tonic::{Code, Status};
 use super::stream_errors::transport;
 use super::unary_calls::{Calls, FinishedStream};
 
-/// The largest answer accepted (tonic's default decoding limit).
-const MAX_MESSAGE: usize = 4 * 1024 * 1024;
+/// The largest answer accepted from a provider: 4 MiB (tonic's default decoding limit, and
+/// every gRPC client's) less the room toolplane's own answer needs around the output (its
+/// envelope, the call's record, output-schema warnings). A provider's answer of 4 MiB passed on
+/// was past what the caller's client reads: refused there (OUT_OF_RANGE) after the call was
+/// recorded SUCCEEDED.
+const MAX_MESSAGE: usize = super::page_bytes::MAX_ANSWER_ITEM_BYTES;
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
 
@@ -137,7 +141,8 @@ pub(super) async fn read_answer<Resp: Message + Default>(
         if message.len() + chunk.len() > MAX_MESSAGE + 5 {
             // OUT_OF_RANGE, as tonic answers for a message over its decoding limit.
             return Err(Status::out_of_range(format!(
-                "the provider's answer is larger than {MAX_MESSAGE} bytes"
+                "the provider's answer is larger than {MAX_MESSAGE} bytes (4 MiB, what gRPC \
+                 clients read, less room for toolplane's answer around it)"
             )));
         }
         message.push(chunk);

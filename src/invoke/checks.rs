@@ -4,8 +4,9 @@ use serde_json::Value;
 
 use super::error::InvokeError;
 use crate::json::canonical_sha256;
-use crate::registry::validate::violation_message;
+use crate::registry::validate::{MAX_VIOLATION_BYTES, violation_message};
 use crate::registry::{FieldViolation, ToolRef, ValidatorCache, ViolationKind};
+use crate::shown::clipped;
 
 /// The most schema violations reported for one input.
 const MAX_REPORTED_VIOLATIONS: usize = 20;
@@ -120,13 +121,16 @@ fn output_warnings(
         .iter_errors(output)
         .take(MAX_REPORTED_VIOLATIONS)
         .map(|error| {
+            // The path names the output's keys, which may be of any length: cut, as the
+            // message is, so the warnings stay small beside the output in the answer.
+            let path = error.instance_path().to_string();
+            let path = if path.is_empty() {
+                "/".into()
+            } else {
+                clipped(&path, MAX_VIOLATION_BYTES)
+            };
             format!(
-                "output does not match the output_schema at {}: {}",
-                if error.instance_path().to_string().is_empty() {
-                    "/".to_owned()
-                } else {
-                    error.instance_path().to_string()
-                },
+                "output does not match the output_schema at {path}: {}",
                 violation_message(&error)
             )
         })
