@@ -180,6 +180,29 @@ async fn a_tool_whose_schema_makes_validation_exponential_is_left_out() {
     server.stop().await;
 }
 
+/// An MCP server's answer larger, as the protobuf Value InvokeTool answers with, than a gRPC
+/// client reads (450,000 zeros: 0.9 MB of JSON, 4.95 MB as a Value) fails the call
+/// OUT_OF_RANGE. It was recorded SUCCEEDED, and the caller's client refused the answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_answer_too_large_for_the_caller_is_a_failure() {
+    let Some((_mcp, server, _service)) = imported_from(&["--large-answers"]).await else {
+        return;
+    };
+    let failed = invoke(&server, "zeros", json!({"count": 450_000}))
+        .await
+        .expect_err("too large to answer");
+    assert_eq!(failed.code(), Code::OutOfRange, "{failed:?}");
+    assert!(failed.message().contains("larger than"), "{failed:?}");
+    let answered = invoke(&server, "zeros", json!({"count": 1000}))
+        .await
+        .expect("answered");
+    assert_eq!(
+        output(&answered)["result"].as_array().map(Vec::len),
+        Some(1000)
+    );
+    server.stop().await;
+}
+
 /// A server whose tool list holds a name twice has its tools imported, that one once (two
 /// tools of one name would have the registration refused whole, and nothing imported).
 #[tokio::test(flavor = "multi_thread")]

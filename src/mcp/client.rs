@@ -58,6 +58,7 @@ pub(super) mod code {
     pub(in crate::mcp) const INVALID_ARGUMENT: i32 = 3;
     pub(in crate::mcp) const NOT_FOUND: i32 = 5;
     pub(in crate::mcp) const PERMISSION_DENIED: i32 = 7;
+    pub(in crate::mcp) const OUT_OF_RANGE: i32 = 11;
     pub(in crate::mcp) const INTERNAL: i32 = 13;
 }
 

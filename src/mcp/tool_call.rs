@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use prost::Message;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientRequest, ContentBlock, ProgressNotificationParam, RequestId, ServerResult,
@@ -19,9 +20,11 @@ use rmcp::service::{PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::Value;
 
 use super::client::{McpSession, code};
+use crate::grpc::page_bytes::MAX_ANSWER_ITEM_BYTES;
 use crate::invoke::caller::{
     FailureKind, Progress, ProgressSink, ProviderFailure, ProviderReply, WireForm,
 };
+use crate::json::json_to_value;
 
 /// `tools/call` over `session`, as rmcp's `call_tool` makes it (cancelled at the server when
 /// dropped unanswered), handing each of the server's `notifications/progress` for the call to
@@ -96,7 +99,11 @@ impl Drop for CancelUnanswered {
     }
 }
 
-/// A `tools/call` result as the tool's output or failure (see the module docs).
+/// A `tools/call` result as the tool's output or failure (see the module docs). An output
+/// larger, as the protobuf `Value` InvokeTool answers with, than a gRPC provider's answer may
+/// be ([`MAX_ANSWER_ITEM_BYTES`]) fails OUT_OF_RANGE: rmcp reads answers of up to 16 MiB, and
+/// one passed on was recorded SUCCEEDED and refused by the gRPC caller's client (which reads
+/// 4 MiB).
 pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure> {
     if result.is_error == Some(true) {
         return Err(ProviderFailure {
@@ -112,10 +119,24 @@ pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure
         (None, [ContentBlock::Text(text)]) => Value::String(text.text.clone()),
         (None, blocks) => serde_json::to_value(blocks).unwrap_or(Value::Null),
     };
+    let output_bytes = json_to_value(&output).encoded_len();
+    if output_bytes > MAX_ANSWER_ITEM_BYTES {
+        return Err(ProviderFailure {
+            kind: FailureKind::Other(code::OUT_OF_RANGE),
+            reason: "TOOL_FAILED".to_owned(),
+            message: format!(
+                "the MCP server's answer is {output_bytes} bytes as InvokeTool answers it, \
+                 larger than {MAX_ANSWER_ITEM_BYTES} (4 MiB, what gRPC clients read, less room \
+                 for toolplane's answer around it)"
+            ),
+            unsent: false,
+            detail: None,
+        });
+    }
     Ok(ProviderReply {
         output,
         output_wire: ServerContent::wire(result.content),
-        output_bytes: 0,
+        output_bytes,
         warnings: Vec::new(),
     })
 }
@@ -155,6 +176,23 @@ fn texts(content: &[ContentBlock]) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// An output past what a gRPC caller could read is the tool's failure, OUT_OF_RANGE,
+    /// measured as the protobuf `Value` it would be: 600,000 zeros are 1.2 MB of JSON and
+    /// 6.6 MB as a `Value`.
+    #[test]
+    fn an_output_too_large_to_answer_is_a_failure() {
+        let zeros = CallToolResult::structured(json!({"zeros": vec![0; 600_000]}));
+        let failure = reply_of(zeros).expect_err("too large");
+        assert_eq!(failure.kind, FailureKind::Other(code::OUT_OF_RANGE));
+        assert!(
+            failure.message.contains("larger than"),
+            "{}",
+            failure.message
+        );
+        let fewer = CallToolResult::structured(json!({"zeros": vec![0; 300_000]}));
+        assert_eq!(reply_of(fewer).expect("answered").output_bytes, 3_300_027);
+    }
 
     #[test]
     fn a_result_becomes_structured_content_else_its_text_else_its_blocks() {

@@ -14,6 +14,9 @@ Run by the tests of MCP imports (tests/mcp_import*.rs, mcp_gateway.rs, json_log.
         [--withheld-scope S]... [--refused-scope S]... [--client-public-key FILE]
     python python_mcp_server.py stdio
 
+With --large-answers (with any of the above), it also offers `zeros`, answering a list of COUNT
+zeros (0.9 MB of JSON for 450,000, 4.95 MB as the protobuf Value InvokeTool answers with).
+
 With --exponential-schema (with any of the above), it also offers `nested_filter`, whose input
 schema refers twice to itself under a property, so that validating an input n levels deep
 evaluates 2^n subschemas: a tool toolplane leaves out of the import.
@@ -352,6 +355,16 @@ def add_exponential_tool():
     }
 
 
+def add_zeros_tool():
+    """Adds `zeros`, answering as many zeros as asked for."""
+
+    def zeros(count: int) -> list[int]:
+        """COUNT zeros."""
+        return [0] * count
+
+    server.add_tool(zeros)
+
+
 def list_twice(name):
     """Makes the tool list hold tool `name` a second time, at its end."""
     manager = server._tool_manager
@@ -394,6 +407,7 @@ if __name__ == "__main__":
     parser.add_argument("--refused-scope", action="append", default=[])
     parser.add_argument("--client-public-key")
     parser.add_argument("--exponential-schema", action="store_true")
+    parser.add_argument("--large-answers", action="store_true")
     parser.add_argument("--list-twice")
     parser.add_argument("--endless-pages", choices=["same", "new"])
     args = parser.parse_args()
@@ -403,6 +417,8 @@ if __name__ == "__main__":
         list_twice(args.list_twice)
     if args.exponential_schema:
         add_exponential_tool()
+    if args.large_answers:
+        add_zeros_tool()
     if args.port == "stdio":
         print("python-tools: serving MCP over stdio", file=sys.stderr, flush=True)
         server.run("stdio")
