@@ -200,7 +200,10 @@ pub struct ToolError {
 }
 
 impl ToolError {
-    /// An error with any code.
+    /// An error with any code. toolplane passes the code on (as the ErrorInfo reason its
+    /// caller gets and its record keeps) only when it is 3 to 63 characters of
+    /// UPPER_SNAKE_CASE, as ErrorInfo defines a reason; another is replaced by the reason for
+    /// its gRPC code (`TOOL_FAILED` for most).
     pub fn new(code: &str, message: impl Into<String>) -> Self {
         Self {
             code: code.to_owned(),

@@ -250,10 +250,10 @@ impl RegistryStore for MemoryStore {
         }
         next.gone.forget(tenant, &entry.name);
         insert_service(&mut next, &entry);
-        let kind = match (previous, changes) {
-            (Some(_), Some(changes)) => ChangeKind::Updated(changes),
-            (Some(old), None) => ChangeKind::Updated(tool_changes(&old, &entry)),
-            (None, _) => ChangeKind::Added,
+        let kind = match previous {
+            // Live, so `changes` were worked out above (a lapsed lease never comes back).
+            Some(old) => ChangeKind::Updated(changes.unwrap_or_else(|| tool_changes(&old, &entry))),
+            None => ChangeKind::Added,
         };
         self.publish(
             next,
