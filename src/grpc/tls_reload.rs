@@ -134,7 +134,13 @@ pub async fn watch_changing<P, F>(
                 .unwrap_or_default()
         }
     };
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    // An interval past what the clock counts never comes: the files are read only at the
+    // start. (Adding it to the clock panicked the task, leaving a provider whose
+    // `--tls-reload-interval` was 500000000000y serving without saying so.)
+    let Some(first) = tokio::time::Instant::now().checked_add(interval) else {
+        return;
+    };
+    let mut ticker = tokio::time::interval_at(first, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -265,6 +271,23 @@ pub(super) fn spawn_counted<P, F>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reload interval past what the clock counts reads the files only at the start: the
+    /// watch ends at once, where it panicked adding the interval to the clock.
+    #[tokio::test]
+    async fn an_interval_past_the_clock_reads_the_files_only_at_the_start() {
+        let (_serving, serving_changes) = tokio::sync::watch::channel(true);
+        let watching = watch(
+            "test",
+            Vec::new(),
+            Duration::MAX,
+            || Ok(()),
+            serving_changes,
+        );
+        tokio::time::timeout(Duration::from_secs(10), watching)
+            .await
+            .expect("the watch ends");
+    }
 
     /// A file rewritten in place, a piece at a time, is read as one of its whole versions,
     /// never as the empty or half-written file between them, unless the writer itself stalled
