@@ -287,3 +287,67 @@ async fn an_agents_tool_calls_carry_the_callers_trace_context() {
         [Some((traceparent.to_owned(), None))]
     );
 }
+
+/// A turn whose messages grow past what a conversation keeps (here 2,000 bytes) is undone and
+/// answered RESOURCE_EXHAUSTED (reason AGENT_TURN_TOO_LARGE), the conversation as it was and
+/// the agent idle: a tool's result of 5,000 bytes, before it is sent to the model; a model's
+/// answer that, with the request, takes the turn past it. Kept, such a turn pushed every
+/// other turn out of the conversation and then itself; and a turn's tool results were sent to
+/// the model whatever their size (128 of 4 MiB made a 512 MB request).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_past_what_a_conversation_keeps_is_undone() {
+    use std::time::Duration;
+    use toolplane::provider::{ToolDescriptor, ToolInvocation, ToolOutput, ToolRegistry, handler};
+    let mut options = test_options();
+    options.max_conversation_bytes = 2000;
+    let server = TestServer::start_with(options).await;
+    let tools = ToolRegistry::new()
+        .register(
+            ToolDescriptor::new(
+                "padded",
+                "Answers N bytes",
+                serde_json::json!({"type": "object"}),
+            ),
+            handler(|call: ToolInvocation| async move {
+                let size = call.input["n"].as_u64().unwrap_or_default() as usize;
+                Ok(ToolOutput::new(serde_json::json!({"s": "x".repeat(size)})))
+            }),
+        )
+        .expect("a valid tool")
+        .freeze();
+    let _provider = common::provider::TestProvider::start(
+        tools,
+        &server.endpoint(),
+        "padder",
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_registered(&server, "padder").await;
+    let mut client = agents(&server).await;
+    create(&mut client, "talker", &[]).await;
+    client
+        .complete(complete_request("talker", "hello", "small"))
+        .await
+        .expect("a small turn");
+    let kept = messages(&mut client, "talker").await;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+
+    let too_large = [
+        (r#"call padded {"n": 5000}"#.to_owned(), "a tool's result"),
+        ("y".repeat(1200), "the model's answer"),
+    ];
+    for (text, what) in too_large {
+        let error = client
+            .complete(complete_request("talker", &text, "large"))
+            .await
+            .expect_err("past what a conversation keeps");
+        assert_eq!(error.code(), tonic::Code::ResourceExhausted, "{error:?}");
+        assert_eq!(reason(&error), "AGENT_TURN_TOO_LARGE");
+        assert!(error.message().contains(what), "{}", error.message());
+        assert_eq!(messages(&mut client, "talker").await, kept, "nothing kept");
+        assert_eq!(
+            state_of(&get(&mut client, "talker").await),
+            State::Idle as i32
+        );
+    }
+}

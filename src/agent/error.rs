@@ -77,6 +77,22 @@ pub enum AgentError {
         /// What failed.
         problem: String,
     },
+    /// A turn's messages (the request's, the model's tool calls, their results, its answer)
+    /// grew past what a conversation keeps. Kept, the turn would have pushed out every other
+    /// turn and then itself; it is undone instead, before more is asked of the model.
+    #[error(
+        "this turn's messages grew to {bytes} bytes with {what}, more than a conversation keeps \
+         ({max}, max_conversation_bytes); the turn is undone: ask for less in one turn, or ask \
+         the operator to raise the limit"
+    )]
+    TurnTooLarge {
+        /// The turn's bytes with the message that took it over.
+        bytes: usize,
+        /// The bound.
+        max: usize,
+        /// What took it over.
+        what: &'static str,
+    },
     /// The model provider failed.
     #[error("model provider failed: {0}")]
     Model(String),

@@ -135,6 +135,29 @@ where
     allowed.is_none_or(|allowed| allowed.contains(found.tool.name.as_str()))
 }
 
+/// The bytes of a turn's messages so far, against what a conversation keeps (`max`; 0 sets
+/// no bound). Counted as the turn goes, so a turn whose tool results pass the bound is undone
+/// before they are sent to the model (128 results of 4 MiB would have made a 512 MB request).
+struct TurnBytes {
+    used: usize,
+    max: usize,
+}
+
+impl TurnBytes {
+    /// Counts `message`, `what` the turn gained; refused past the bound.
+    fn add(&mut self, message: &CanonicalMessage, what: &'static str) -> Result<(), AgentError> {
+        self.used = self.used.saturating_add(message_bytes(message));
+        if self.max != 0 && self.used > self.max {
+            return Err(AgentError::TurnTooLarge {
+                bytes: self.used,
+                max: self.max,
+                what,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl AgentRunner {
     /// A runner over these parts.
     pub fn new(
@@ -333,8 +356,12 @@ impl AgentRunner {
             data.status.messages_processed += request.messages.len() as u64;
             guard
         };
+        let mut turn = TurnBytes {
+            used: bytes,
+            max: max_bytes,
+        };
         let answered = self
-            .converse(&agent, &request, correlation_id, trace, events)
+            .converse(&agent, &request, correlation_id, trace, events, &mut turn)
             .await;
         let Answered {
             final_content,
@@ -354,6 +381,10 @@ impl AgentRunner {
             final_content
         };
         let message = CanonicalMessage::new(Role::Assistant, content);
+        if let Err(error) = turn.add(&message, "the model's answer") {
+            guard.give_up().await;
+            return Err(error);
+        }
         // The answer joins the conversation and the agent goes back to Idle, saved, then the
         // turn is final, even if the caller goes away meanwhile; a turn that cannot be saved is
         // undone (the guard) and fails. Kept in memory only, the agent is Idle and free again
@@ -402,6 +433,7 @@ impl AgentRunner {
         correlation_id: &str,
         trace: Option<&TraceContext>,
         events: Option<&UnboundedSender<TurnEvent>>,
+        turn: &mut TurnBytes,
     ) -> Result<Answered, AgentError> {
         Self::step(agent, AgentState::Thinking, "", events)?;
         let catalog = self.catalog(agent, &request.messages).await;
@@ -424,9 +456,9 @@ impl AgentRunner {
             )?;
             (first.content, first.model)
         } else {
-            agent
-                .data()
-                .push(tool_call_message(&first.content, &first.tool_calls));
+            let asking = tool_call_message(&first.content, &first.tool_calls);
+            turn.add(&asking, "the model's tool calls")?;
+            agent.data().push(asking);
             Self::step(agent, AgentState::ToolCall, "", events)?;
             // The calls of one answer run at once (a model asks for several in one answer when
             // they do not depend on each other); their results join the conversation, and are
@@ -447,7 +479,9 @@ impl AgentRunner {
                 .buffered(self.concurrent_tool_calls);
             while let Some((call, called)) = calls.next().await {
                 let (result, summary) = called?;
-                agent.data().push(tool_result_message(call, &result));
+                let result = tool_result_message(call, &result);
+                turn.add(&result, "a tool's result")?;
+                agent.data().push(result);
                 Self::emit(events, TurnEvent::ToolCall(summary.clone()));
                 tool_calls.push(summary);
             }

@@ -385,6 +385,11 @@ impl From<AgentError> for Status {
                     .into_iter()
                     .collect(),
             ),
+            AgentError::TurnTooLarge { max, .. } => (
+                Code::ResourceExhausted,
+                "AGENT_TURN_TOO_LARGE",
+                vec![("max_conversation_bytes", max.to_string())],
+            ),
             AgentError::Model(_) => (Code::Unavailable, "MODEL_UNAVAILABLE", Vec::new()),
             AgentError::Invoke(inner) => return invoke_status(inner, None),
         };
