@@ -32,6 +32,7 @@ use crate::invoke::records::InvocationStatus;
 use crate::registry::search::SearchQuery;
 use crate::registry::{Registry, ServiceName, ToolFilter, ToolName, ToolRef};
 use function_names::function_names;
+use turn_bytes::TurnBytes;
 use turn_guard::TurnGuard;
 
 /// The most tools offered to a model in one call: OpenAI's Chat Completions API takes at most
@@ -45,6 +46,8 @@ mod function_names;
 mod model_requests;
 #[path = "runner_tools.rs"]
 mod tool_calls;
+#[path = "runner_turn_bytes.rs"]
+mod turn_bytes;
 #[path = "runner_guard.rs"]
 mod turn_guard;
 pub use model_requests::MAX_TOOL_CALLS_PER_TURN;
@@ -133,29 +136,6 @@ where
     S: std::borrow::Borrow<str> + std::hash::Hash + Eq,
 {
     allowed.is_none_or(|allowed| allowed.contains(found.tool.name.as_str()))
-}
-
-/// The bytes of a turn's messages so far, against what a conversation keeps (`max`; 0 sets
-/// no bound). Counted as the turn goes, so a turn whose tool results pass the bound is undone
-/// before they are sent to the model (128 results of 4 MiB would have made a 512 MB request).
-struct TurnBytes {
-    used: usize,
-    max: usize,
-}
-
-impl TurnBytes {
-    /// Counts `message`, `what` the turn gained; refused past the bound.
-    fn add(&mut self, message: &CanonicalMessage, what: &'static str) -> Result<(), AgentError> {
-        self.used = self.used.saturating_add(message_bytes(message));
-        if self.max != 0 && self.used > self.max {
-            return Err(AgentError::TurnTooLarge {
-                bytes: self.used,
-                max: self.max,
-                what,
-            });
-        }
-        Ok(())
-    }
 }
 
 impl AgentRunner {
