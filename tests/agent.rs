@@ -296,33 +296,20 @@ async fn an_agents_tool_calls_carry_the_callers_trace_context() {
 /// the model whatever their size (128 of 4 MiB made a 512 MB request).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turn_past_what_a_conversation_keeps_is_undone() {
-    use std::time::Duration;
-    use toolplane::provider::{ToolDescriptor, ToolInvocation, ToolOutput, ToolRegistry, handler};
+    use toolplane::provider::{ToolDescriptor, ToolInvocation, ToolOutput, handler};
     let mut options = test_options();
     options.max_conversation_bytes = 2000;
     let server = TestServer::start_with(options).await;
-    let tools = ToolRegistry::new()
-        .register(
-            ToolDescriptor::new(
-                "padded",
-                "Answers N bytes",
-                serde_json::json!({"type": "object"}),
-            ),
-            handler(|call: ToolInvocation| async move {
-                let size = call.input["n"].as_u64().unwrap_or_default() as usize;
-                Ok(ToolOutput::new(serde_json::json!({"s": "x".repeat(size)})))
-            }),
-        )
-        .expect("a valid tool")
-        .freeze();
-    let _provider = common::provider::TestProvider::start(
-        tools,
-        &server.endpoint(),
-        "padder",
-        Duration::from_secs(30),
-    )
-    .await;
-    wait_registered(&server, "padder").await;
+    let tool = ToolDescriptor::new(
+        "padded",
+        "Answers N bytes",
+        serde_json::json!({"type": "object"}),
+    );
+    let pad = handler(|call: ToolInvocation| async move {
+        let size = call.input["n"].as_u64().unwrap_or_default() as usize;
+        Ok(ToolOutput::new(serde_json::json!({"s": "x".repeat(size)})))
+    });
+    let _provider = common::provider::start_one_tool_provider(&server, "padder", tool, pad).await;
     let mut client = agents(&server).await;
     create(&mut client, "talker", &[]).await;
     client

@@ -253,26 +253,17 @@ async fn start_sized(server: &TestServer) -> TestProvider {
         "properties": {"s": {"type": "string"}},
         "additionalProperties": {"type": "number"},
     }));
-    let tools = ToolRegistry::new()
-        .register(
-            tool,
-            handler(|call: ToolInvocation| async move {
-                let size = |key: &str| call.input[key].as_u64().unwrap_or_default() as usize;
-                let mut output = serde_json::Map::new();
-                output.insert("s".into(), Value::String("x".repeat(size("n"))));
-                for key in 0..size("keys") {
-                    let name = format!("{key:0>width$}", width = size("key_bytes"));
-                    output.insert(name, Value::String("not a number".into()));
-                }
-                Ok(ToolOutput::new(Value::Object(output)))
-            }),
-        )
-        .expect("a valid tool")
-        .freeze();
-    let provider =
-        TestProvider::start(tools, &server.endpoint(), "sized", Duration::from_secs(30)).await;
-    wait_registered(server, "sized").await;
-    provider
+    let answer = handler(|call: ToolInvocation| async move {
+        let size = |key: &str| call.input[key].as_u64().unwrap_or_default() as usize;
+        let mut output = serde_json::Map::new();
+        output.insert("s".into(), Value::String("x".repeat(size("n"))));
+        for key in 0..size("keys") {
+            let name = format!("{key:0>width$}", width = size("key_bytes"));
+            output.insert(name, Value::String("not a number".into()));
+        }
+        Ok(ToolOutput::new(Value::Object(output)))
+    });
+    common::provider::start_one_tool_provider(server, "sized", tool, answer).await
 }
 
 /// An answer of 4 MiB less 400 bytes from the provider was passed on, recorded SUCCEEDED, and

@@ -5,39 +5,24 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use common::invoke_fixture::*;
 use common::*;
 use serde_json::json;
 use tonic::Code;
-use toolplane::provider::{ToolDescriptor, ToolError, ToolInvocation, ToolRegistry, handler};
+use toolplane::provider::{ToolDescriptor, ToolError, ToolInvocation, handler};
 
 /// A tool failing with the reason its input names.
 async fn start_failing_provider(server: &TestServer) -> common::provider::TestProvider {
-    let tools = ToolRegistry::new()
-        .register(
-            ToolDescriptor::new(
-                "failing",
-                "Fails with the reason asked for",
-                json!({"type": "object"}),
-            ),
-            handler(|call: ToolInvocation| async move {
-                let reason = call.input["reason"].as_str().unwrap_or_default().to_owned();
-                Err(ToolError::new(&reason, "failed as asked"))
-            }),
-        )
-        .expect("a valid tool")
-        .freeze();
-    let provider = common::provider::TestProvider::start(
-        tools,
-        &server.endpoint(),
-        "failing-service",
-        Duration::from_secs(5),
-    )
-    .await;
-    wait_registered(server, "failing-service").await;
-    provider
+    let tool = ToolDescriptor::new(
+        "failing",
+        "Fails with the reason asked for",
+        json!({"type": "object"}),
+    );
+    let fail = handler(|call: ToolInvocation| async move {
+        let reason = call.input["reason"].as_str().unwrap_or_default().to_owned();
+        Err(ToolError::new(&reason, "failed as asked"))
+    });
+    common::provider::start_one_tool_provider(server, "failing-service", tool, fail).await
 }
 
 /// A reason of 200 KB made each record of the call that large, and the caller's trailers too

@@ -6,7 +6,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use toolplane::provider::structs::structs_tools;
-use toolplane::provider::{ProviderConfig, ProviderHealth, ProviderServer, RegisteredTools};
+use toolplane::provider::{
+    ProviderConfig, ProviderHealth, ProviderServer, RegisteredTools, ToolDescriptor, ToolHandler,
+    ToolRegistry,
+};
 
 use super::{TestServer, wait_registered};
 
@@ -82,6 +85,24 @@ impl Drop for TestProvider {
             let _ = stop.send(());
         }
     }
+}
+
+/// Starts a provider of one tool, `tool` answered by `handle`, registering as `service` with
+/// `server` (30 s TTL), and waits until it is registered.
+pub async fn start_one_tool_provider(
+    server: &TestServer,
+    service: &str,
+    tool: ToolDescriptor,
+    handle: ToolHandler,
+) -> TestProvider {
+    let tools = ToolRegistry::new()
+        .register(tool, handle)
+        .expect("a valid tool")
+        .freeze();
+    let provider =
+        TestProvider::start(tools, &server.endpoint(), service, Duration::from_secs(30)).await;
+    wait_registered(server, service).await;
+    provider
 }
 
 /// Starts the example Structs provider against `server` and waits until it is registered.
