@@ -335,10 +335,18 @@ impl ProviderServer {
 }
 
 /// How often `config`'s lease is heartbeated: its `heartbeat_interval`, or a third of its TTL;
-/// above zero and shorter than the TTL.
+/// above zero and shorter than the TTL, a TTL a registration can carry.
 fn heartbeat_interval(config: &ProviderConfig) -> Result<Duration, ProviderError> {
     let interval = config.heartbeat_interval.unwrap_or(config.ttl / 3);
     let shown = humantime::format_duration;
+    if prost_types::Duration::try_from(config.ttl).is_err() {
+        // Sent as no TTL at all, it was granted the control plane's default (30 s) while the
+        // heartbeats waited a third of it: the lease lapsed, never renewed.
+        return Err(ProviderError::Lease(format!(
+            "the ttl ({}) is longer than a registration can carry",
+            shown(config.ttl)
+        )));
+    }
     if interval.is_zero() {
         return Err(ProviderError::Lease(format!(
             "the heartbeat interval must be above 0 (ttl {})",
@@ -480,6 +488,7 @@ mod tests {
             (30, Some(30), "must be shorter than the ttl (30s)"),
             (30, Some(0), "must be above 0"),
             (0, None, "must be above 0"),
+            (u64::MAX, Some(1), "longer than a registration can carry"),
         ] {
             let error = heartbeat_interval(&config(ttl, heartbeat)).expect_err("refused");
             assert!(matches!(&error, ProviderError::Lease(_)), "{error}");
