@@ -27,6 +27,14 @@ fn tools(prefix: &str, filler: usize) -> Vec<pb::ToolRegistration> {
         .collect()
 }
 
+/// Asserts `status` is INVALID_ARGUMENT whose first violation is on `field` and says `said`.
+fn assert_refused_on(status: &tonic::Status, field: &str, said: &str) {
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let violations = violations(status);
+    assert_eq!(violations[0].0, field, "{violations:?}");
+    assert!(violations[0].1.contains(said), "{violations:?}");
+}
+
 /// Tools of 4,000-byte schemas take 4.27 MB described (4.07 MB sent): refused, naming the
 /// field and the sizes, and nothing is stored. Without the bound the registration was taken,
 /// and its own answer, `GetService` and the watchers' event all failed OUT_OF_RANGE in a
@@ -38,12 +46,10 @@ async fn a_registration_too_large_to_be_described_is_refused() {
     let refused = register(&mut client, 0, registration(SERVICE, tools("t", 4000)))
         .await
         .expect_err("refused");
-    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
-    let violations = violations(&refused);
-    assert_eq!(violations[0].0, "registration.tools", "{violations:?}");
-    assert!(
-        violations[0].1.contains("bytes in a discovery answer"),
-        "{violations:?}"
+    assert_refused_on(
+        &refused,
+        "registration.tools",
+        "bytes in a discovery answer",
     );
     let gone = get_service(&mut client, 0, SERVICE)
         .await
@@ -73,13 +79,7 @@ async fn a_service_within_the_bound_is_read_whole_and_a_change_past_it_is_refuse
     )
     .await
     .expect_err("refused");
-    assert_eq!(renamed.code(), Code::InvalidArgument, "{renamed:?}");
-    let violations = violations(&renamed);
-    assert_eq!(violations[0].0, "registration", "{violations:?}");
-    assert!(
-        violations[0].1.contains("changes announced"),
-        "{violations:?}"
-    );
+    assert_refused_on(&renamed, "registration", "changes announced");
     let kept = get_service(&mut client, 0, SERVICE).await.expect("kept");
     assert_eq!(kept.available_tools[0].tool_name, "t0");
     assert_eq!(kept.available_tools.len(), 1000);
