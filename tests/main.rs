@@ -24,6 +24,7 @@ mod invoke_wire;
 mod json_log;
 mod large_inputs;
 mod listing_and_preflight;
+mod long_answers;
 mod mcp;
 mod mcp_conformance;
 mod mcp_gateway;

@@ -93,6 +93,21 @@ pub enum AgentError {
         /// What took it over.
         what: &'static str,
     },
+    /// A message the turn would add (a tool's result, the model's tool calls or its answer)
+    /// is larger than one answer may carry: kept, it could never be read back. The turn is
+    /// undone.
+    #[error(
+        "{what} takes {bytes} bytes, more than one message may ({max}: gRPC clients read at \
+         most 4 MiB in one message by default); the turn is undone: ask for less in one turn"
+    )]
+    MessageTooLarge {
+        /// The message's bytes.
+        bytes: usize,
+        /// The bound.
+        max: usize,
+        /// Which message.
+        what: &'static str,
+    },
     /// The model provider failed.
     #[error("model provider failed: {0}")]
     Model(String),

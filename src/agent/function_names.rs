@@ -1,8 +1,26 @@
 //! The names tools are offered to a model under. A chat-completions function name is 1-64 of
 //! `[A-Za-z0-9_-]` and names one function of the request: the model's call names it, and the
-//! turn calls the tool it stands for, so two tools must never share one.
+//! turn calls the tool it stands for, so two tools must never share one. Also which tools an
+//! agent is allowed.
 
 use std::collections::{HashMap, HashSet};
+
+use crate::agent::store::Agent;
+use crate::registry::ToolRef;
+
+/// The names of the tools `agent` is allowed, when it is not allowed every tool.
+pub(super) fn allowed_names(agent: &Agent) -> Option<HashSet<&str>> {
+    let allowed = agent.config.allowed_tools.as_ref()?;
+    Some(allowed.iter().map(String::as_str).collect())
+}
+
+/// Whether `found` is among the `allowed` names (`None`: every tool is).
+pub(super) fn is_allowed<S>(allowed: Option<&HashSet<S>>, found: &ToolRef) -> bool
+where
+    S: std::borrow::Borrow<str> + std::hash::Hash + Eq,
+{
+    allowed.is_none_or(|allowed| allowed.contains(found.tool.name.as_str()))
+}
 
 /// The most characters of a function name.
 const MAX_LENGTH: usize = 64;

@@ -140,10 +140,22 @@ pub(crate) fn reply_of(body: &[u8], model: &str, attempts: u32) -> Result<ModelR
     Ok(ModelReply {
         content: message.content,
         tool_calls: tool_call_requests(message.tool_calls),
-        model: answer.model.unwrap_or_else(|| model.to_owned()),
+        model: answering_model(answer.model, model),
         usage,
         attempts,
     })
+}
+
+/// The most bytes of the model name an answer gives that are kept (model names are short: a
+/// long one is cut, so that it cannot swell every answer and span naming it).
+const MAX_MODEL_NAME_BYTES: usize = 256;
+
+/// The model an answer names (cut at [`MAX_MODEL_NAME_BYTES`]), or `asked` when it names none.
+pub(crate) fn answering_model(named: Option<String>, asked: &str) -> String {
+    match named {
+        Some(name) => crate::shown::clipped(&name, MAX_MODEL_NAME_BYTES).into_owned(),
+        None => asked.to_owned(),
+    }
 }
 
 /// Arguments arrive as JSON text; text that does not parse is kept as a string, and none is an

@@ -184,7 +184,7 @@ impl Gathered {
         ModelReply {
             content: self.content,
             tool_calls,
-            model: self.model.unwrap_or(model),
+            model: super::openai_answer::answering_model(self.model, &model),
             usage: self.usage,
             attempts,
         }

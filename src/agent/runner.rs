@@ -31,7 +31,8 @@ use crate::invoke::Invoker;
 use crate::invoke::records::InvocationStatus;
 use crate::registry::search::SearchQuery;
 use crate::registry::{Registry, ServiceName, ToolFilter, ToolName, ToolRef};
-use function_names::function_names;
+use function_names::{allowed_names, function_names, is_allowed};
+pub use turn_bytes::MessageBound;
 use turn_bytes::TurnBytes;
 use turn_guard::TurnGuard;
 
@@ -116,26 +117,14 @@ pub struct AgentRunner {
     model_calls: Arc<ModelCalls>,
     /// The most tool calls of one answer that run at once (at least 1).
     concurrent_tool_calls: usize,
+    /// The bound on one message of a conversation, if any.
+    message_bound: Option<MessageBound>,
 }
 
 /// The tools an agent may use, under the function names the model sees.
 struct Catalog {
     offered: Vec<OfferedTool>,
     by_function: HashMap<String, (ServiceName, ToolName)>,
-}
-
-/// The names of the tools `agent` is allowed, when it is not allowed every tool.
-fn allowed_names(agent: &Agent) -> Option<HashSet<&str>> {
-    let allowed = agent.config.allowed_tools.as_ref()?;
-    Some(allowed.iter().map(String::as_str).collect())
-}
-
-/// Whether `found` is among the `allowed` names (`None`: every tool is).
-fn is_allowed<S>(allowed: Option<&HashSet<S>>, found: &ToolRef) -> bool
-where
-    S: std::borrow::Borrow<str> + std::hash::Hash + Eq,
-{
-    allowed.is_none_or(|allowed| allowed.contains(found.tool.name.as_str()))
 }
 
 impl AgentRunner {
@@ -154,6 +143,7 @@ impl AgentRunner {
             spans: Spans::off(),
             model_calls: Arc::default(),
             concurrent_tool_calls: DEFAULT_CONCURRENT_TOOL_CALLS,
+            message_bound: None,
         }
     }
 
@@ -339,6 +329,7 @@ impl AgentRunner {
         let mut turn = TurnBytes {
             used: bytes,
             max: max_bytes,
+            message: self.message_bound,
         };
         let answered = self
             .converse(&agent, &request, correlation_id, trace, events, &mut turn)

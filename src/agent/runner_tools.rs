@@ -10,6 +10,7 @@ use crate::agent::model::ToolCallRequest;
 use crate::agent::store::Agent;
 use crate::invoke::records::InvocationStatus;
 use crate::invoke::{Invocation, InvokeError, reason_of};
+use crate::registry::model::MAX_TOOL_NAME_LEN;
 use crate::trace_context::TraceContext;
 
 impl AgentRunner {
@@ -25,8 +26,9 @@ impl AgentRunner {
         call: &ToolCallRequest,
     ) -> Result<(Value, ToolCallSummary), AgentError> {
         let refused = |reason: &str, message: String| {
+            // The name is the model's: a tool it may not use may be named at any length.
             let summary = ToolCallSummary {
-                tool_name: call.name.clone(),
+                tool_name: crate::shown::clipped(&call.name, MAX_TOOL_NAME_LEN).into_owned(),
                 service_name: String::new(),
                 invocation_id: String::new(),
                 status: InvocationStatus::Rejected,
@@ -40,7 +42,10 @@ impl AgentRunner {
         let Some((service, tool)) = catalog.by_function.get(&call.name) else {
             return refused(
                 "TOOL_NOT_ALLOWED",
-                format!("tool {} is not available to this agent", call.name),
+                format!(
+                    "tool {} is not available to this agent",
+                    crate::shown::shown(&call.name)
+                ),
             );
         };
         if !call.arguments.is_object() {

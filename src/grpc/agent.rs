@@ -15,7 +15,7 @@ pub use super::agent_convert::{
     MAX_AGENT_NAME_LEN, MAX_ALLOWED_TOOLS, MAX_SYSTEM_PROMPT_BYTES, agent_to_pb,
 };
 use super::agent_convert::{
-    agent_id, config_from_pb, event_to_pb, invalid, message_to_pb, outcome_to_pb, request_from_pb,
+    agent_id, config_from_pb, events_to_pb, invalid, message_to_pb, outcome_to_pb, request_from_pb,
     response_to_pb, state_from_pb,
 };
 use super::page_bytes::fitting;
@@ -200,15 +200,19 @@ impl AgentService for AgentApi {
                 tokio::select! {
                     outcome = &mut turn => break outcome,
                     Some(event) = turn_events.recv() => {
-                        if sender.send(envelope(event_to_pb(event))).await.is_err() {
-                            return;
+                        for event in events_to_pb(event) {
+                            if sender.send(envelope(event)).await.is_err() {
+                                return;
+                            }
                         }
                     }
                     () = sender.closed() => return,
                 }
             };
             while let Ok(event) = turn_events.try_recv() {
-                let _ = sender.send(envelope(event_to_pb(event))).await;
+                for event in events_to_pb(event) {
+                    let _ = sender.send(envelope(event)).await;
+                }
             }
             let last = match outcome {
                 Ok(outcome) => envelope(pb::stream_complete_response::Event::Completion(
@@ -235,22 +239,27 @@ impl AgentService for AgentApi {
         let query = format!("messages|{}", agent.id);
         let after = paging::decode_sequence_token(&request.page_token, &query)?;
         let data = agent.data();
-        let mut page: Vec<_> = data
+        let later: Vec<_> = data
             .conversation
             .iter()
             .filter(|stored| after.is_none_or(|after| stored.sequence > after))
             .take(size + 1)
             .collect();
-        let next_page_token = if page.len() > size {
-            page.truncate(size);
-            paging::encode_sequence_token(page[size - 1].sequence, &query)
-        } else {
-            String::new()
+        // A page holds fewer than asked when more would not fit in one answer.
+        let page = fitting(
+            later
+                .iter()
+                .take(size)
+                .map(|stored| (stored.sequence, message_to_pb(&stored.message))),
+            |(_, message)| message.encoded_len(),
+        );
+        let next_page_token = match page.last() {
+            Some((sequence, _)) if page.len() < later.len() => {
+                paging::encode_sequence_token(*sequence, &query)
+            }
+            _ => String::new(),
         };
-        let messages = page
-            .iter()
-            .map(|stored| message_to_pb(&stored.message))
-            .collect();
+        let messages = page.into_iter().map(|(_, message)| message).collect();
         Ok(Response::new(pb::ListMessagesResponse {
             meta: Some(meta.response()),
             messages,

@@ -12,6 +12,8 @@ use std::sync::LazyLock;
 use prost::Message;
 
 use super::convert;
+use crate::agent::runner::MessageBound;
+use crate::agent::types::CanonicalMessage;
 use crate::invoke::health::ProviderHealthBook;
 use crate::registry::answer_bound::AnswerBound;
 use crate::registry::model::{ServiceEntry, ValidatedService};
@@ -30,6 +32,18 @@ pub const ANSWER_BOUND: AnswerBound = AnswerBound {
     tools: tools_bytes,
     rest: rest_bytes,
 };
+
+/// The bound on one message of an agent's conversation (see
+/// [`crate::agent::runner::MessageBound`]): a turn that would add a larger one is undone.
+pub const MESSAGE_BOUND: MessageBound = MessageBound {
+    max_bytes: MAX_ANSWER_ITEM_BYTES,
+    size: message_bytes,
+};
+
+/// The bytes `message` takes as it is encoded in an answer.
+fn message_bytes(message: &CanonicalMessage) -> usize {
+    super::agent_convert::message_to_pb(message).encoded_len()
+}
 
 /// The bytes `service`'s tools take in its `DiscoveryInfo` (field 4, each with its key and
 /// length).

@@ -288,7 +288,8 @@ pub async fn serve_with(
     )
     .with_spans(spans.clone())
     .counting_model_calls_in(Arc::clone(&model_calls))
-    .with_concurrent_tool_calls(options.max_concurrent_tool_calls);
+    .with_concurrent_tool_calls(options.max_concurrent_tool_calls)
+    .with_message_bound(super::page_bytes::MESSAGE_BOUND);
     let mcp_sessions = side.mcp.is_some().then(McpSessions::default);
     let mcp_refusals = side.mcp.is_some().then(Arc::<McpRefusals>::default);
     // Calls are counted per RPC only when there is an endpoint to report them, or spans to

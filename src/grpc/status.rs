@@ -390,6 +390,11 @@ impl From<AgentError> for Status {
                 "AGENT_TURN_TOO_LARGE",
                 vec![("max_conversation_bytes", max.to_string())],
             ),
+            AgentError::MessageTooLarge { max, .. } => (
+                Code::ResourceExhausted,
+                "AGENT_TURN_TOO_LARGE",
+                vec![("max_message_bytes", max.to_string())],
+            ),
             AgentError::Model(_) => (Code::Unavailable, "MODEL_UNAVAILABLE", Vec::new()),
             AgentError::Invoke(inner) => return invoke_status(inner, None),
         };

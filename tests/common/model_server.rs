@@ -58,6 +58,9 @@ pub enum Misbehaviour {
         /// How many requests fail.
         times: usize,
     },
+    /// Answers in one piece (one chunk, streaming) as many bytes as the last message's
+    /// content says, naming a model of [`LONG_MODEL_NAME_BYTES`] bytes.
+    AnswersAsLongAsAsked,
     /// Ends the answer before it is finished: JSON cut off, or an event stream that stops
     /// after some words, with no finish_reason and no `[DONE]`.
     EndsEarly,
@@ -65,6 +68,9 @@ pub enum Misbehaviour {
 
 /// The error the model reports when it is told to.
 pub const REPORTED_ERROR: &str = "the request exceeds the available context size";
+
+/// The length of the model name an answer of [`Misbehaviour::AnswersAsLongAsAsked`] gives.
+pub const LONG_MODEL_NAME_BYTES: usize = 100_000;
 
 /// The first words of an answer that then fails.
 const FIRST_WORDS: &str = r#"{"model": "mock-model", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial "}}]}"#;
@@ -141,6 +147,25 @@ async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Val
                 sse(&[json!({"choices": [{"index": 0, "delta": message}]})])
             } else {
                 Json(json!({"choices": [{"index": 0, "message": message}]})).into_response()
+            };
+        }
+        Misbehaviour::AnswersAsLongAsAsked => {
+            let asked = body["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .and_then(|m| m["content"].as_str()?.parse().ok())
+                .expect("a length asked for");
+            let content = "x".repeat(asked);
+            let model = "m".repeat(LONG_MODEL_NAME_BYTES);
+            return if stream {
+                let delta = json!({"role": "assistant", "content": content});
+                sse(&[
+                    json!({"model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": "stop"}]}),
+                ])
+            } else {
+                let message = json!({"role": "assistant", "content": content});
+                Json(json!({"model": model, "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}))
+                    .into_response()
             };
         }
         Misbehaviour::CallsTooManyTools => {
@@ -263,6 +288,8 @@ pub async fn start_mock(mock: Mock) -> String {
     let addr = listener.local_addr().expect("addr");
     let app = axum::Router::new()
         .route("/v1/chat/completions", axum::routing::post(chat))
+        // Conversations of long answers are sent back whole (axum reads 2 MB by default).
+        .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
         .with_state(mock);
     tokio::spawn(async move {
         axum::serve(listener, app).await.expect("mock serves");
