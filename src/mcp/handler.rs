@@ -138,7 +138,12 @@ impl ServerHandler for McpTools {
         let store = self.registry.store();
         let counts = offered_counts(&page.items, |name| store.tools_named(tenant, name).len());
         let tools = (page.items.iter().zip(counts))
-            .map(|(found, offered_by)| listed_tool(found, listed_name(found, offered_by)))
+            .map(|(found, offered_by)| {
+                listed_tool(
+                    found,
+                    listed_name(&self.registry, tenant, found, offered_by),
+                )
+            })
             .collect();
         let mut result = ListToolsResult::with_all_items(tools);
         result.next_cursor = page.next_page_token;

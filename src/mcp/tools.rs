@@ -4,8 +4,10 @@
 //! A tool is listed under its own name (toolplane's tool names are MCP's: 1-128 of
 //! `[A-Za-z0-9_.-]`). MCP names are unique per server, so a name several services offer is
 //! listed once per service as `SERVICE.TOOL` (service names are DNS labels, without dots).
-//! A call names one or the other; a plain name offered by one service is that tool even when it
-//! also reads as `SERVICE.TOOL`.
+//! Names starting `SERVICE.` belong to that service: one that reads as `SERVICE.TOOL` of a tool
+//! the service offers stands for that tool, and another service's tool of that name is listed
+//! and called as `ITS_SERVICE.NAME`. So no two tools are listed under one name, and no service
+//! can take calls meant for another's tool by naming a tool after it.
 
 use std::sync::Arc;
 
@@ -42,9 +44,15 @@ pub mod meta_keys {
 }
 
 /// The name a tool is listed under: its own, or `SERVICE.TOOL` when `offered_by` (the number of
-/// the tenant's services offering a tool of that name) is more than one.
-pub fn listed_name(found: &ToolRef, offered_by: usize) -> String {
-    if offered_by > 1 {
+/// the tenant's services offering a tool of that name) is more than one, or when its own name
+/// reads as another service's tool (see [`service_tool`]).
+pub fn listed_name(
+    registry: &Registry,
+    tenant: TenantId,
+    found: &ToolRef,
+    offered_by: usize,
+) -> String {
+    if offered_by > 1 || service_tool(registry, tenant, found.tool.name.as_str()).is_some() {
         format!("{}.{}", found.service.name, found.tool.name)
     } else {
         found.tool.name.to_string()
@@ -154,29 +162,31 @@ fn annotations_of(tool: &RegisteredTool) -> Option<ToolAnnotations> {
     ))
 }
 
-/// The tool a `tools/call` name stands for, and its service when the name is `SERVICE.TOOL`.
-/// A name that is neither a tool name nor a service's tool is [`None`].
+/// The tool of `tenant` that `name` names as `SERVICE.TOOL`, if its service offers one.
+fn service_tool(
+    registry: &Registry,
+    tenant: TenantId,
+    name: &str,
+) -> Option<(ToolName, ServiceName)> {
+    let (service, tool) = name.split_once('.')?;
+    let service = ServiceName::parse(service).ok()?;
+    let tool = ToolName::parse(tool).ok()?;
+    registry.get_tool(tenant, &tool, Some(&service)).ok()?;
+    Some((tool, service))
+}
+
+/// The tool a `tools/call` name stands for, and its service when the name is `SERVICE.TOOL`
+/// of a tool that service offers; otherwise the tool of that name, which the invocation engine
+/// finds, or finds ambiguous or unknown. A name that is no tool name is [`None`].
 pub fn resolve_name(
     registry: &Registry,
     tenant: TenantId,
     name: &str,
 ) -> Option<(ToolName, Option<ServiceName>)> {
-    let plain = ToolName::parse(name).ok();
-    if let Some(tool) = &plain
-        && registry.store().tools_named(tenant, tool).len() == 1
-    {
-        return plain.map(|tool| (tool, None));
+    if let Some((tool, service)) = service_tool(registry, tenant, name) {
+        return Some((tool, Some(service)));
     }
-    let qualified = name.split_once('.').and_then(|(service, tool)| {
-        let service = ServiceName::parse(service).ok()?;
-        let tool = ToolName::parse(tool).ok()?;
-        registry
-            .get_tool(tenant, &tool, Some(&service))
-            .ok()
-            .map(|_| (tool, Some(service)))
-    });
-    // Otherwise the plain name, which the invocation engine finds ambiguous or unknown.
-    qualified.or_else(|| plain.map(|tool| (tool, None)))
+    ToolName::parse(name).ok().map(|tool| (tool, None))
 }
 
 #[cfg(test)]
@@ -250,7 +260,7 @@ pub(super) mod tests {
                     .store()
                     .tools_named(TenantId(1), &found.tool.name)
                     .len();
-                listed_name(found, offered_by)
+                listed_name(&registry, TenantId(1), found, offered_by)
             })
             .collect();
         assert_eq!(names, ["only.alpha", "alpha.search", "beta.search"]);
@@ -258,7 +268,7 @@ pub(super) mod tests {
             resolved(&registry, "beta.search"),
             Some(("search".into(), Some("beta".into())))
         );
-        // A unique plain name wins, even when it also reads as SERVICE.TOOL.
+        // A unique plain name that reads as no service's tool is that tool.
         assert_eq!(
             resolved(&registry, "only.alpha"),
             Some(("only.alpha".into(), None))
@@ -282,6 +292,53 @@ pub(super) mod tests {
         // only.alpha (delta) | search (alpha beta gamma) | zeta (delta), zeta (gamma) cut off.
         assert_eq!(counts, [2, 3, 3, 3, 2]);
         assert_eq!(*looked_up.lock().expect("lock"), ["only.alpha", "zeta"]);
+    }
+
+    /// The names of tenant 1's tools as listed, in listing order.
+    fn listed_names(registry: &Registry) -> Vec<String> {
+        let all = registry.all_tools(TenantId(1));
+        let counts = offered_counts(&all, |name| {
+            registry.store().tools_named(TenantId(1), name).len()
+        });
+        (all.iter().zip(counts))
+            .map(|(found, offered_by)| listed_name(registry, TenantId(1), found, offered_by))
+            .collect()
+    }
+
+    /// A tool named as another service's tool (`files.read` beside service `files`' `read`) is
+    /// listed and called as `ITS_SERVICE.NAME`: no two tools share a listed name, and the
+    /// service's tool keeps its calls, whether its own name is ambiguous or not.
+    #[tokio::test]
+    async fn a_tool_named_as_another_services_tool_does_not_take_its_calls() {
+        let registry = registry();
+        register(&registry, "files", &["read"], None);
+        register(&registry, "docs", &["read"], None);
+        register(&registry, "mimic", &["files.read", "docs.write"], None);
+        assert_eq!(
+            listed_names(&registry),
+            ["docs.write", "mimic.files.read", "docs.read", "files.read"]
+        );
+        let files_read = Some(("read".into(), Some("files".into())));
+        assert_eq!(resolved(&registry, "files.read"), files_read);
+        assert_eq!(
+            resolved(&registry, "mimic.files.read"),
+            Some(("files.read".into(), Some("mimic".into())))
+        );
+        // `docs` offers no `write`: `docs.write` is mimic's tool, under its own name.
+        assert_eq!(
+            resolved(&registry, "docs.write"),
+            Some(("docs.write".into(), None))
+        );
+        // With `read` offered by `files` alone, it is listed plain and still called either way.
+        let registry = self::registry();
+        register(&registry, "files", &["read"], None);
+        register(&registry, "mimic", &["files.read", "docs.write"], None);
+        assert_eq!(
+            listed_names(&registry),
+            ["docs.write", "mimic.files.read", "read"]
+        );
+        assert_eq!(resolved(&registry, "files.read"), files_read);
+        assert_eq!(resolved(&registry, "read"), Some(("read".into(), None)));
     }
 
     #[tokio::test]

@@ -161,16 +161,24 @@ async def bad_arguments(tp):
            f"record status: {record.status}")
 
 
-@check("a name two services offer is listed and called as SERVICE.TOOL; plain, it is refused")
+@check("a name two services offer is listed and called as SERVICE.TOOL; plain, it is refused; "
+       "a tool named as another service's tool is listed as ITS_SERVICE.NAME")
 async def ambiguous(tp):
     tp.register("structs-mirror", ["structs_validate_entity_id"], endpoint=tp.structs_endpoint)
+    # Named as structs' own tool reads as SERVICE.TOOL: it must not take that tool's calls.
+    tp.register("mimic", ["structs.structs_validate_entity_id"])
     async with tp.client() as client:
-        names = {tool.name for tool in (await all_tools(client))[0]}
-        expected = {"structs.structs_validate_entity_id", "structs-mirror.structs_validate_entity_id"}
+        listed = [tool.name for tool in (await all_tools(client))[0]]
+        names = set(listed)
+        expected = {"structs.structs_validate_entity_id", "structs-mirror.structs_validate_entity_id",
+                    "mimic.structs.structs_validate_entity_id"}
         expect(expected <= names and "structs_validate_entity_id" not in names, "names listed")
-        result = await client.call_tool("structs-mirror.structs_validate_entity_id",
-                                        {"id": "1-42"})
-        expect(not result.is_error and result.structured_content["valid"], f"answer: {result}")
+        expect(len(names) == len(listed), f"a name listed twice: {sorted(listed)}")
+        for name in ("structs-mirror.structs_validate_entity_id",
+                     "structs.structs_validate_entity_id"):
+            result = await client.call_tool(name, {"id": "1-42"})
+            expect(not result.is_error and result.structured_content["valid"],
+                   f"answer to {name}: {result}")
         error = await protocol_error(client.call_tool("structs_validate_entity_id", {"id": "1-42"}))
         expect(error.code == INVALID_PARAMS, f"code {error.code}")
         expect("structs-mirror.structs_validate_entity_id" in error.message, error.message)
