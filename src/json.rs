@@ -103,6 +103,39 @@ pub fn json_to_value(value: &Value) -> prost_types::Value {
     prost_types::Value { kind: Some(kind) }
 }
 
+/// The bytes `value` takes encoded as the `google.protobuf.Value` [`json_to_value`] makes,
+/// worked out without making it: an MCP tool's output is measured so before it is answered,
+/// and the answer converts it once. (prost measures only messages it has.)
+pub fn value_encoded_len(value: &Value) -> usize {
+    // A length-delimited field of a one-byte key (every field here is numbered below 16).
+    fn field(len: usize) -> usize {
+        1 + prost::encoding::encoded_len_varint(len as u64) + len
+    }
+    match value {
+        // An enum or a bool: a key and a one-byte varint.
+        Value::Null | Value::Bool(_) => 2,
+        // A double: a key and 8 bytes.
+        Value::Number(_) => 9,
+        Value::String(text) => field(text.len()),
+        Value::Array(items) => field(
+            items
+                .iter()
+                .map(|item| field(value_encoded_len(item)))
+                .sum(),
+        ),
+        // Each entry of the map: its key (left out when empty, as proto3 leaves out defaults)
+        // and its value (never the default, which has no kind).
+        Value::Object(map) => field(
+            map.iter()
+                .map(|(key, value)| {
+                    let key = if key.is_empty() { 0 } else { field(key.len()) };
+                    field(key + field(value_encoded_len(value)))
+                })
+                .sum(),
+        ),
+    }
+}
+
 /// Converts a JSON object into a `Struct`.
 pub fn json_object_to_struct(map: &Map<String, Value>) -> prost_types::Struct {
     prost_types::Struct {
@@ -265,6 +298,40 @@ pub fn nesting_depth(value: &Value) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Worked out, the size is what prost encodes: every kind, empty keys and strings, and
+    /// lengths on either side of a varint's byte boundaries.
+    #[test]
+    fn value_encoded_len_is_what_prost_encodes() {
+        use prost::Message;
+        let mut values = vec![
+            json!(null),
+            json!(true),
+            json!(false),
+            json!(0),
+            json!(-1.5e300),
+            json!(""),
+            json!([]),
+            json!({}),
+            json!({"": ""}),
+            json!({"": null, "a": [null, 1, "x", {"b": []}]}),
+            json!([[[[{"deep": {"er": [true]}}]]]]),
+        ];
+        for len in [127, 128, 16_383, 16_384, 2_097_152] {
+            values.push(json!("x".repeat(len)));
+            values.push(json!({"k".repeat(len): "v"}));
+            values.push(json!([{"s": "y".repeat(len - 3)}]));
+        }
+        values.push(json!(vec![0; 100_000]));
+        for value in values {
+            assert_eq!(
+                value_encoded_len(&value),
+                json_to_value(&value).encoded_len(),
+                "{}",
+                crate::shown::shown_json(&value)
+            );
+        }
+    }
 
     #[test]
     fn compact_len_is_the_length_of_the_compact_text() {

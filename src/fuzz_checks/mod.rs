@@ -55,11 +55,16 @@ pub fn schema_registration(data: &[u8]) {
 
 /// Canonical JSON, which every record's and definition's hash is taken over: for any JSON
 /// value, its canonical text reads back as the same value, is its own canonical text, and is
-/// what `canonical_sha256` hashes.
+/// what `canonical_sha256` hashes. Also the size worked out for its protobuf `Value` (which
+/// bounds MCP outputs) is what prost encodes.
 pub fn canonical_json_round_trip(data: &[u8]) {
     let Ok(value) = serde_json::from_slice::<Value>(data) else {
         return;
     };
+    assert_eq!(
+        crate::json::value_encoded_len(&value),
+        prost::Message::encoded_len(&crate::json::json_to_value(&value))
+    );
     let canonical = canonical_json(&value);
     let again: Value = serde_json::from_str(&canonical)
         .unwrap_or_else(|error| panic!("{canonical:?} does not read back: {error}"));

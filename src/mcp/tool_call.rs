@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 
-use prost::Message;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientRequest, ContentBlock, ProgressNotificationParam, RequestId, ServerResult,
@@ -24,7 +23,7 @@ use crate::grpc::page_bytes::MAX_ANSWER_ITEM_BYTES;
 use crate::invoke::caller::{
     FailureKind, Progress, ProgressSink, ProviderFailure, ProviderReply, WireForm,
 };
-use crate::json::json_to_value;
+use crate::json::value_encoded_len;
 
 /// `tools/call` over `session`, as rmcp's `call_tool` makes it (cancelled at the server when
 /// dropped unanswered), handing each of the server's `notifications/progress` for the call to
@@ -119,7 +118,7 @@ pub fn reply_of(result: CallToolResult) -> Result<ProviderReply, ProviderFailure
         (None, [ContentBlock::Text(text)]) => Value::String(text.text.clone()),
         (None, blocks) => serde_json::to_value(blocks).unwrap_or(Value::Null),
     };
-    let output_bytes = json_to_value(&output).encoded_len();
+    let output_bytes = value_encoded_len(&output);
     if output_bytes > MAX_ANSWER_ITEM_BYTES {
         return Err(ProviderFailure {
             kind: FailureKind::Other(code::OUT_OF_RANGE),
