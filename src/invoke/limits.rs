@@ -1,6 +1,7 @@
-//! Call limits: a token bucket per (tenant, service), and optionally per (tenant, tool) for
-//! tools named in the configuration, built on governor's GCRA limiters; and a bound on the
-//! calls in flight per (tenant, service) (`invoke::in_flight`).
+//! Call limits: a token bucket per (tenant, service), built on governor's GCRA limiters, and
+//! optionally per (tenant, tool) for tools named in the configuration (`invoke::tool_bucket`:
+//! a call takes a token of both buckets or of neither); and a bound on the calls in flight per
+//! (tenant, service) (`invoke::in_flight`).
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -12,6 +13,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use super::in_flight::{InFlightCall, InFlightCalls};
+use super::tool_bucket::{Refused, ToolBucket};
 use crate::envelope::TenantId;
 
 /// A token bucket: a steady rate and a burst.
@@ -55,7 +57,7 @@ pub struct OverLimit {
 #[derive(Debug, Default)]
 struct Limiters {
     per_service: Option<Arc<KeyedBucket<(TenantId, String)>>>,
-    per_tool: HashMap<String, Arc<KeyedBucket<TenantId>>>,
+    per_tool: HashMap<String, Arc<ToolBucket>>,
 }
 
 /// One bucket's limiter (a token bucket per key), and the bucket it was made for.
@@ -89,8 +91,12 @@ impl Limiters {
                 .and_then(|bucket| KeyedBucket::of(bucket, before.per_service.as_ref())),
             per_tool: (config.per_tool.iter())
                 .filter_map(|(key, bucket)| {
-                    KeyedBucket::of(*bucket, before.per_tool.get(key))
-                        .map(|limiter| (key.clone(), limiter))
+                    let kept = before.per_tool.get(key);
+                    let limiter = match kept.filter(|kept| kept.bucket == *bucket) {
+                        Some(kept) => Arc::clone(kept),
+                        None => Arc::new(ToolBucket::new(*bucket)?),
+                    };
+                    Some((key.clone(), limiter))
                 })
                 .collect(),
         }
@@ -142,28 +148,37 @@ impl RateLimits {
         self.in_flight.begin(tenant, service)
     }
 
-    /// Takes one token from the tool's and the service's bucket, or says when to come back.
+    /// Takes one token from the tool's and the service's bucket, or from neither and says
+    /// when to come back.
     pub fn check(&self, tenant: TenantId, service: &str, tool: &str) -> Result<(), OverLimit> {
         let limiters = self.limiters.load();
-        // Most deployments set no per-tool limits: skip building the key for them.
-        if !limiters.per_tool.is_empty() {
-            let tool_key = format!("{service}/{tool}");
-            if let Some(tool_bucket) = limiters.per_tool.get(&tool_key) {
-                (tool_bucket.limiter.check_key(&tenant)).map_err(|not_until| OverLimit {
-                    scope: format!("tool {tool_key}"),
-                    retry_after: not_until.wait_time_from(self.clock.now()),
-                })?;
-            }
-        }
-        if let Some(service_bucket) = &limiters.per_service {
+        let service_check = || {
+            let Some(service_bucket) = &limiters.per_service else {
+                return Ok(());
+            };
             (service_bucket.limiter)
                 .check_key(&(tenant, service.to_owned()))
                 .map_err(|not_until| OverLimit {
                     scope: format!("service {service}"),
                     retry_after: not_until.wait_time_from(self.clock.now()),
-                })?;
+                })
+        };
+        // Most deployments set no per-tool limits: skip building the key for them.
+        if !limiters.per_tool.is_empty() {
+            let tool_key = format!("{service}/{tool}");
+            if let Some(tool_bucket) = limiters.per_tool.get(&tool_key) {
+                return (tool_bucket.take_with(tenant, tool_bucket.now(), service_check)).map_err(
+                    |refused| match refused {
+                        Refused::Empty(wait) => OverLimit {
+                            scope: format!("tool {tool_key}"),
+                            retry_after: wait,
+                        },
+                        Refused::Elsewhere(over) => over,
+                    },
+                );
+            }
         }
-        Ok(())
+        service_check()
     }
 
     /// Forgets buckets that are full again, so idle keys take no memory.
@@ -173,7 +188,7 @@ impl RateLimits {
             service_bucket.limiter.retain_recent();
         }
         for tool_bucket in limiters.per_tool.values() {
-            tool_bucket.limiter.retain_recent();
+            tool_bucket.shrink();
         }
     }
 }
@@ -261,12 +276,14 @@ mod tests {
                 .scope,
             "service svc"
         );
-        // The service bucket changed: it starts full; the tool bucket was spent above.
+        // The service bucket changed: it starts full; the tool bucket, not spent by the call
+        // the service refused, has its token for one call.
         let ten = Bucket {
             per_second: 10,
             burst: 10,
         };
         assert!(limits.reconfigure(&config(Some(ten), Some(one))));
+        assert!(limits.check(TenantId(0), "svc", "t").is_ok());
         assert_eq!(
             limits
                 .check(TenantId(0), "svc", "t")

@@ -22,6 +22,7 @@ mod record_status;
 mod record_sync;
 pub mod records;
 mod route;
+mod tool_bucket;
 
 pub use checks::check_input;
 pub use engine::{
