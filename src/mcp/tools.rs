@@ -45,7 +45,7 @@ pub mod meta_keys {
 
 /// The name a tool is listed under: its own, or `SERVICE.TOOL` when `offered_by` (the number of
 /// the tenant's services offering a tool of that name) is more than one, or when its own name
-/// reads as another service's tool (see [`service_tool`]).
+/// reads as another service's tool (`SERVICE.TOOL` of a tool that service offers).
 pub fn listed_name(
     registry: &Registry,
     tenant: TenantId,
