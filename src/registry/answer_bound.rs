@@ -57,11 +57,18 @@ impl AnswerBound {
 }
 
 impl AnswerRoom {
+    /// The bytes the registration's tools take.
+    pub fn tools(&self) -> usize {
+        self.tools
+    }
+
     /// Checks `entry` (the service as the registration leaves it, announced with `changes`)
-    /// against the bound. Its tools are counted as the registration's: when replicas of other
-    /// versions lead the service, their own registrations measured theirs.
+    /// against the bound. Its tools are its leading contract's: measured when that registered
+    /// (replicas of a newer version may lead: the service is described with their tools beside
+    /// every instance), else counted as the registration's.
     pub fn check(&self, entry: &ServiceEntry, changes: &[ToolChange]) -> Result<(), RegistryError> {
-        let total = self.tools + (self.bound.rest)(entry, changes);
+        let tools = entry.contract.answer_bytes().unwrap_or(self.tools);
+        let total = tools + (self.bound.rest)(entry, changes);
         if total > self.bound.max_bytes {
             return Err(RegistryError::invalid(
                 "registration",
@@ -72,7 +79,7 @@ impl AnswerRoom {
                      gRPC client reads in one message by default: register fewer or smaller \
                      tools, or fewer instances",
                     entry.name,
-                    self.tools,
+                    tools,
                     entry.instances.len(),
                     self.bound.max_bytes
                 ),

@@ -75,6 +75,9 @@ pub struct Contract {
     pub tools: Vec<Arc<RegisteredTool>>,
     /// The tools' search index, built on the first search that reads them.
     search_index: std::sync::OnceLock<ServiceSearchIndex>,
+    /// The bytes the tools take in a discovery answer, when measured as they registered (see
+    /// `registry::answer_bound`).
+    answer_bytes: Option<usize>,
 }
 
 impl Contract {
@@ -86,7 +89,21 @@ impl Contract {
             semver,
             tools,
             search_index: Default::default(),
+            answer_bytes: None,
         }
+    }
+
+    /// The same contract, its tools measured as taking `answer_bytes` in a discovery answer.
+    pub fn measured(self, answer_bytes: Option<usize>) -> Self {
+        Self {
+            answer_bytes,
+            ..self
+        }
+    }
+
+    /// The bytes the tools take in a discovery answer, when they were measured.
+    pub fn answer_bytes(&self) -> Option<usize> {
+        self.answer_bytes
     }
 
     /// The search index of the tools, as offered by `service` (a contract belongs to one

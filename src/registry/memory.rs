@@ -150,15 +150,6 @@ impl MemoryStore {
     }
 }
 
-/// Every tenant's live instances at the monotonic time `now`.
-fn live_instances(snapshot: &Snapshot, now: u64) -> impl Iterator<Item = &Arc<Instance>> {
-    snapshot
-        .tenants
-        .values()
-        .flat_map(|index| index.services.values())
-        .flat_map(move |entry| entry.live_instances_at(now))
-}
-
 /// The service without the instance holding `lease` nor any lapsed one; `None` when no live
 /// instance is left.
 fn remaining_instances(entry: &ServiceEntry, lease: LeaseId) -> Option<ServiceEntry> {
@@ -186,7 +177,11 @@ impl RegistryStore for MemoryStore {
             ttl,
             instance: id,
         } = service;
-        let contract = Contract::new(version, tools);
+        let measured = quota
+            .answer
+            .as_ref()
+            .map(super::answer_bound::AnswerRoom::tools);
+        let contract = Contract::new(version, tools).measured(measured);
         let _guard = self.lock();
         let current = self.snapshot.load_full();
         let now = monotonic_now();
@@ -456,7 +451,8 @@ impl RegistryStore for MemoryStore {
 
     fn endpoints(&self) -> std::collections::HashSet<String> {
         let snapshot = self.snapshot.load();
-        live_instances(&snapshot, monotonic_now())
+        snapshot
+            .live_instances(monotonic_now())
             .filter(|instance| !instance.endpoint.is_empty())
             .map(|instance| instance.endpoint.clone())
             .collect()
@@ -480,7 +476,7 @@ impl RegistryStore for MemoryStore {
 
     fn instance_count(&self) -> u64 {
         let snapshot = self.snapshot.load();
-        live_instances(&snapshot, monotonic_now()).count() as u64
+        snapshot.live_instances(monotonic_now()).count() as u64
     }
 
     fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>> {

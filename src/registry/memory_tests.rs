@@ -277,3 +277,47 @@ async fn a_registration_past_the_answer_bound_is_refused_and_changes_nothing() {
         .expect("kept");
     assert_eq!(kept.instances.len(), 2);
 }
+
+/// The bound counts the tools the service is described with, its leading contract's: replicas
+/// of an older version with one tool are measured beside the newer version's nine.
+#[tokio::test]
+async fn replicas_of_another_version_are_measured_beside_the_leading_tools() {
+    use crate::registry::answer_bound::AnswerBound;
+    use crate::registry::store::ToolChange;
+    fn per_tool(service: &ValidatedService) -> usize {
+        service.tools.len() * 100
+    }
+    fn per_instance(entry: &ServiceEntry, _: &[ToolChange]) -> usize {
+        entry.instances.len() * 10
+    }
+    let bound = AnswerBound {
+        max_bytes: 1000,
+        tools: per_tool,
+        rest: per_instance,
+    };
+    let store = MemoryStore::start(16, 16);
+    let register = |version: &str, tools: &[&str], id: &str| {
+        let service = ValidatedService {
+            version: version.to_owned(),
+            instance: crate::registry::InstanceId::parse(id).expect("an instance id"),
+            ..service_with_tools("mixed", tools)
+        };
+        let quota = TenantQuota {
+            answer: Some(bound.room(&service).expect("room")),
+            ..TenantQuota::UNLIMITED
+        };
+        store.register(TenantId(0), service, &quota)
+    };
+    let nine = ["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8"];
+    register("2.0.0", &nine, "new").expect("900 + 10");
+    for replica in 1..=9 {
+        register("1.0.0", &["t0"], &format!("old{replica}")).expect("900 + 10 an instance");
+    }
+    let refused = register("1.0.0", &["t0"], "old10").expect_err("900 + 110");
+    assert!(
+        matches!(&refused, RegistryError::InvalidArgument(violations) if violations[0].description.contains("its tools 900")),
+        "{refused:?}"
+    );
+    let kept = store.service(TenantId(0), &name("mixed")).expect("kept");
+    assert_eq!((kept.instances.len(), kept.version()), (10, "2.0.0"));
+}

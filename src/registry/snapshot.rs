@@ -5,6 +5,7 @@ use std::sync::Arc;
 use imbl::OrdMap;
 
 use super::gone::GoneNames;
+use super::instance::Instance;
 use super::model::{ServiceEntry, ServiceName, ToolRef};
 use super::quota::Usage;
 use super::store::{ToolChange, ToolKey};
@@ -42,6 +43,14 @@ pub(super) struct Snapshot {
 }
 
 impl Snapshot {
+    /// Every tenant's live instances at the monotonic time `now`.
+    pub(super) fn live_instances(&self, now: u64) -> impl Iterator<Item = &Arc<Instance>> {
+        self.tenants
+            .values()
+            .flat_map(|index| index.services.values())
+            .flat_map(move |entry| entry.live_instances_at(now))
+    }
+
     pub(super) fn tenant(&self, tenant: TenantId) -> Option<&TenantIndex> {
         self.tenants.get(&tenant)
     }
