@@ -1,5 +1,5 @@
-//! A model's long answer stays readable: streamed words larger than a gRPC message go in
-//! pieces, an answer no answer could carry undoes its turn, a conversation is paged within
+//! A model's long answer stays readable: a streamed answer is read only as far as the turn
+//! has room, an answer no answer could carry undoes its turn, a conversation is paged within
 //! what a client reads, and a long model name is cut.
 
 use crate::common;
@@ -10,9 +10,6 @@ use common::*;
 use toolplane::grpc::ServerOptions;
 use toolplane::pb;
 use toolplane::pb::stream_complete_response::Event;
-
-/// Bytes gRPC clients read in one message by default.
-const CLIENT_READS: usize = 4 * 1024 * 1024;
 
 /// A server whose agents' model answers as long as asked, keeping conversations of
 /// `max_conversation_bytes` (0: no bound).
@@ -30,10 +27,10 @@ async fn server_of_long_answers(max_conversation_bytes: usize) -> TestServer {
     .await
 }
 
-/// A model streaming a 5 MB answer in one chunk: the caller reads its words in pieces, then
-/// the turn's refusal (the answer is larger than a conversation keeps), not a transport error.
+/// A model streaming a 5 MB answer in one chunk: the turn's refusal (the answer is larger
+/// than a conversation keeps) reaches the caller, and no word too large for its client.
 #[tokio::test(flavor = "multi_thread")]
-async fn words_streamed_in_one_large_chunk_reach_the_caller_in_pieces() {
+async fn words_streamed_in_one_large_chunk_are_refused_not_sent() {
     let server =
         server_of_long_answers(toolplane::agent::store::DEFAULT_MAX_CONVERSATION_BYTES).await;
     let mut client = agent_fixture::agents(&server).await;
@@ -44,7 +41,6 @@ async fn words_streamed_in_one_large_chunk_reach_the_caller_in_pieces() {
         match events.message().await {
             Ok(Some(event)) => {
                 if let Some(Event::ContentDelta(piece)) = event.event {
-                    assert!(piece.len() < CLIENT_READS, "{}", piece.len());
                     words += piece.len();
                 }
             }
@@ -52,9 +48,9 @@ async fn words_streamed_in_one_large_chunk_reach_the_caller_in_pieces() {
             Err(status) => break status,
         }
     };
-    assert_eq!(words, 5_000_000, "every word streamed");
     assert_eq!(ended.code(), tonic::Code::ResourceExhausted, "{ended:?}");
     assert_eq!(reason(&ended), "AGENT_TURN_TOO_LARGE");
+    assert_eq!(words, 0, "the chunk past the turn's room is not sent");
     assert!(
         agent_fixture::messages(&mut client, "talker")
             .await
@@ -158,5 +154,47 @@ async fn a_long_name_of_a_tool_not_offered_is_cut() {
         })
         .expect("the tool's result");
     assert!(result.content.len() < 1000, "{}", result.content.len());
+    server.stop().await;
+}
+
+/// A model streaming words for ever is read only until its answer passes what the turn may
+/// add: the turn is refused as too large, not after 32 MiB or at the model's time limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_streaming_for_ever_is_read_only_as_far_as_the_turn_has_room() {
+    let base_url = start_mock(Mock {
+        misbehaving: Misbehaviour::StreamsForever,
+        ..Mock::default()
+    })
+    .await;
+    let server = TestServer::start_with(ServerOptions {
+        model: Some(config(base_url)),
+        ..test_options()
+    })
+    .await;
+    let mut client = agent_fixture::agents(&server).await;
+    agent_fixture::create(&mut client, "looping", &[]).await;
+    let mut events = stream_turn(&mut client, "looping", "say it again").await;
+    let mut words = 0;
+    let ended = loop {
+        match events.message().await {
+            Ok(Some(event)) => {
+                if let Some(Event::ContentDelta(piece)) = event.event {
+                    words += piece.len();
+                }
+            }
+            Ok(None) => panic!("the turn ended without its refusal"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(ended.code(), tonic::Code::ResourceExhausted, "{ended:?}");
+    assert_eq!(reason(&ended), "AGENT_TURN_TOO_LARGE");
+    assert!(ended.message().contains("the model's answer"), "{ended:?}");
+    let room = toolplane::agent::store::DEFAULT_MAX_CONVERSATION_BYTES;
+    assert!(words <= room, "{words} bytes streamed");
+    assert!(
+        agent_fixture::messages(&mut client, "looping")
+            .await
+            .is_empty()
+    );
     server.stop().await;
 }

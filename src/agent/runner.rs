@@ -413,6 +413,7 @@ impl AgentRunner {
                 Self::model_request(agent, request, catalog.offered.clone()),
                 trace,
                 events,
+                turn,
             )
             .await?;
         let mut usage = first.usage;
@@ -463,6 +464,7 @@ impl AgentRunner {
                     Self::model_request(agent, request, Vec::new()),
                     trace,
                     events,
+                    turn,
                 )
                 .await?;
             usage = match (usage, second.usage) {

@@ -4,6 +4,7 @@
 use futures_util::StreamExt;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::turn_bytes::TurnBytes;
 use super::{AgentRunner, TurnEvent};
 use crate::agent::error::AgentError;
 use crate::agent::model::{ModelError, ModelReply, ModelRequest, OfferedTool, StreamEvent};
@@ -25,6 +26,14 @@ pub(crate) fn too_many_tool_calls(asked: &str) -> String {
     )
 }
 
+/// Why a model call gave no answer to use.
+enum Unanswered {
+    /// The model failed, or its answer cannot be used.
+    Failed(ModelError),
+    /// Its streamed words passed this many bytes, more than the turn may add.
+    PastRoom(usize),
+}
+
 impl AgentRunner {
     /// Asks the model, under a span of its own when spans are exported; an answer asking for
     /// more than [`MAX_TOOL_CALLS_PER_TURN`] tool calls is its failure.
@@ -33,6 +42,7 @@ impl AgentRunner {
         request: ModelRequest,
         trace: Option<&TraceContext>,
         events: Option<&UnboundedSender<TurnEvent>>,
+        turn: &TurnBytes,
     ) -> Result<ModelReply, AgentError> {
         let span = self.spans.model_call(trace, request.model.as_deref());
         // The model server is sent the model call's span as parent, or the turn's context.
@@ -41,9 +51,19 @@ impl AgentRunner {
             .as_ref()
             .map(|span| span.trace_context())
             .or_else(|| trace.cloned());
+        let mut past_room = None;
         let reply = self
-            .ask_model_unspanned(request, events)
+            .ask_model_unspanned(request, events, turn.answer_room())
             .await
+            .map_err(|unanswered| match unanswered {
+                Unanswered::Failed(error) => error,
+                Unanswered::PastRoom(bytes) => {
+                    let refusal = turn.answer_refusal(bytes);
+                    let error = ModelError::new(refusal.to_string());
+                    past_room = Some(refusal);
+                    error
+                }
+            })
             .and_then(|reply| {
                 if reply.tool_calls.len() > MAX_TOOL_CALLS_PER_TURN {
                     let asked = reply.tool_calls.len().to_string();
@@ -67,27 +87,46 @@ impl AgentRunner {
                 Err(error) => Err((&error.message, error.attempts)),
             });
         }
-        reply.map_err(|error| AgentError::Model(error.message))
+        reply.map_err(|error| past_room.unwrap_or(AgentError::Model(error.message)))
     }
 
+    /// The model's answer to `request`; streamed (with `events`), read no further once its
+    /// words pass `room` bytes, more than the turn may add (a model repeating itself would
+    /// otherwise be read up to 32 MiB, or until it times out, for a turn undone anyway).
     async fn ask_model_unspanned(
         &self,
         request: ModelRequest,
         events: Option<&UnboundedSender<TurnEvent>>,
-    ) -> Result<ModelReply, ModelError> {
+        room: usize,
+    ) -> Result<ModelReply, Unanswered> {
         let Some(events) = events else {
-            return self.model.complete(request).await;
+            return self
+                .model
+                .complete(request)
+                .await
+                .map_err(Unanswered::Failed);
         };
-        let mut stream = self.model.stream(request).await?;
+        let mut stream = self
+            .model
+            .stream(request)
+            .await
+            .map_err(Unanswered::Failed)?;
+        let mut streamed = 0usize;
         while let Some(event) = stream.next().await {
-            match event? {
-                StreamEvent::Delta(text) => Self::emit(Some(events), TurnEvent::Delta(text)),
+            match event.map_err(Unanswered::Failed)? {
+                StreamEvent::Delta(text) => {
+                    streamed = streamed.saturating_add(text.len());
+                    if streamed > room {
+                        return Err(Unanswered::PastRoom(streamed));
+                    }
+                    Self::emit(Some(events), TurnEvent::Delta(text));
+                }
                 StreamEvent::Done(reply) => return Ok(reply),
             }
         }
-        Err(ModelError::new(
+        Err(Unanswered::Failed(ModelError::new(
             "the model's stream ended without a final answer",
-        ))
+        )))
     }
 
     pub(super) fn model_request(

@@ -60,6 +60,33 @@ impl TurnBytes {
         }
         Ok(())
     }
+
+    /// The most bytes the model's answer may still take: past them, [`Self::add`] would
+    /// refuse it whatever else it holds.
+    pub(super) fn answer_room(&self) -> usize {
+        let left = match self.max {
+            0 => usize::MAX,
+            max => max.saturating_sub(self.used),
+        };
+        self.message.map_or(left, |bound| left.min(bound.max_bytes))
+    }
+
+    /// The refusal of an answer of at least `bytes`, past [`Self::answer_room`].
+    pub(super) fn answer_refusal(&self, bytes: usize) -> AgentError {
+        let what = "the model's answer";
+        match self.message {
+            Some(bound) if bytes > bound.max_bytes => AgentError::MessageTooLarge {
+                bytes,
+                max: bound.max_bytes,
+                what,
+            },
+            _ => AgentError::TurnTooLarge {
+                bytes: self.used.saturating_add(bytes),
+                max: self.max,
+                what,
+            },
+        }
+    }
 }
 
 impl AgentRunner {

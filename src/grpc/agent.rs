@@ -15,7 +15,7 @@ pub use super::agent_convert::{
     MAX_AGENT_NAME_LEN, MAX_ALLOWED_TOOLS, MAX_SYSTEM_PROMPT_BYTES, agent_to_pb,
 };
 use super::agent_convert::{
-    agent_id, config_from_pb, events_to_pb, invalid, message_to_pb, outcome_to_pb, request_from_pb,
+    agent_id, config_from_pb, event_to_pb, invalid, message_to_pb, outcome_to_pb, request_from_pb,
     response_to_pb, state_from_pb,
 };
 use super::page_bytes::fitting;
@@ -200,19 +200,15 @@ impl AgentService for AgentApi {
                 tokio::select! {
                     outcome = &mut turn => break outcome,
                     Some(event) = turn_events.recv() => {
-                        for event in events_to_pb(event) {
-                            if sender.send(envelope(event)).await.is_err() {
-                                return;
-                            }
+                        if sender.send(envelope(event_to_pb(event))).await.is_err() {
+                            return;
                         }
                     }
                     () = sender.closed() => return,
                 }
             };
             while let Ok(event) = turn_events.try_recv() {
-                for event in events_to_pb(event) {
-                    let _ = sender.send(envelope(event)).await;
-                }
+                let _ = sender.send(envelope(event_to_pb(event))).await;
             }
             let last = match outcome {
                 Ok(outcome) => envelope(pb::stream_complete_response::Event::Completion(

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 
 use super::invoke::status_to_pb;
-use super::page_bytes::MAX_ANSWER_ITEM_BYTES;
 use crate::agent::AgentError;
 use crate::agent::runner::{ToolCallSummary, TurnEvent, TurnOutcome};
 use crate::agent::store::{Agent, AgentConfig, Transition};
@@ -278,37 +277,16 @@ pub(super) fn agent_id(agent_id: &str) -> Result<&str, AgentError> {
     Ok(agent_id)
 }
 
-/// The events of a streamed turn that report `event`: one, but a model's words larger than
-/// one message may carry (a model server may send its whole answer in one chunk) go in pieces.
-pub(super) fn events_to_pb(event: TurnEvent) -> Vec<pb::stream_complete_response::Event> {
-    use pb::stream_complete_response::Event;
+pub(super) fn event_to_pb(event: TurnEvent) -> pb::stream_complete_response::Event {
     match event {
-        TurnEvent::Delta(text) => pieces(text, MAX_ANSWER_ITEM_BYTES)
-            .into_iter()
-            .map(Event::ContentDelta)
-            .collect(),
-        TurnEvent::Transition(transition) => vec![Event::Transition(transition_to_pb(&transition))],
-        TurnEvent::ToolCall(call) => vec![Event::ToolCall(tool_call_to_pb(&call))],
-    }
-}
-
-/// `text` in pieces of at most `max` bytes (at least 4), each cut on a character's boundary.
-fn pieces(text: String, max: usize) -> Vec<String> {
-    if text.len() <= max {
-        return vec![text];
-    }
-    let mut pieces = Vec::new();
-    let mut rest = text.as_str();
-    while !rest.is_empty() {
-        let mut cut = max.min(rest.len());
-        while !rest.is_char_boundary(cut) {
-            cut -= 1;
+        TurnEvent::Delta(text) => pb::stream_complete_response::Event::ContentDelta(text),
+        TurnEvent::Transition(transition) => {
+            pb::stream_complete_response::Event::Transition(transition_to_pb(&transition))
         }
-        let (piece, after) = rest.split_at(cut);
-        pieces.push(piece.to_owned());
-        rest = after;
+        TurnEvent::ToolCall(call) => {
+            pb::stream_complete_response::Event::ToolCall(tool_call_to_pb(&call))
+        }
     }
-    pieces
 }
 
 pub(super) fn outcome_to_pb(meta: pb::Meta, outcome: &TurnOutcome) -> pb::CompleteResponse {
@@ -316,21 +294,5 @@ pub(super) fn outcome_to_pb(meta: pb::Meta, outcome: &TurnOutcome) -> pb::Comple
         meta: Some(meta),
         response: Some(response_to_pb(&outcome.response)),
         tool_calls: outcome.tool_calls.iter().map(tool_call_to_pb).collect(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::pieces;
-
-    /// Words go whole when they fit, else in pieces cut on characters' boundaries.
-    #[test]
-    fn long_words_go_in_pieces_cut_on_characters() {
-        assert_eq!(pieces("short".to_owned(), 8), ["short"]);
-        assert_eq!(pieces("abcdefghij".to_owned(), 4), ["abcd", "efgh", "ij"]);
-        let text = "é".repeat(5);
-        let cut = pieces(text.clone(), 5);
-        assert_eq!(cut, ["éé", "éé", "é"]);
-        assert_eq!(cut.concat(), text);
     }
 }

@@ -61,6 +61,9 @@ pub enum Misbehaviour {
     /// Answers in one piece (one chunk, streaming) as many bytes as the last message's
     /// content says, naming a model of [`LONG_MODEL_NAME_BYTES`] bytes.
     AnswersAsLongAsAsked,
+    /// Streams words for ever (a model repeating itself); answers JSON as
+    /// [`Misbehaviour::None`] does.
+    StreamsForever,
     /// Ends the answer before it is finished: JSON cut off, or an event stream that stops
     /// after some words, with no finish_reason and no `[DONE]`.
     EndsEarly,
@@ -149,6 +152,20 @@ async fn chat(State(mock): State<Mock>, headers: HeaderMap, Json(body): Json<Val
                 Json(json!({"choices": [{"index": 0, "message": message}]})).into_response()
             };
         }
+        Misbehaviour::StreamsForever if stream => {
+            let chunk =
+                json!({"choices": [{"index": 0, "delta": {"content": "again ".repeat(200)}}]});
+            let event = axum::body::Bytes::from(format!("data: {chunk}\n\n"));
+            let events = futures_util::stream::repeat_with(move || {
+                Ok::<_, std::convert::Infallible>(event.clone())
+            });
+            return (
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                axum::body::Body::from_stream(events),
+            )
+                .into_response();
+        }
+        Misbehaviour::StreamsForever => {}
         Misbehaviour::AnswersAsLongAsAsked => {
             let asked = body["messages"]
                 .as_array()
