@@ -27,6 +27,24 @@ async fn server_of_long_answers(max_conversation_bytes: usize) -> TestServer {
     .await
 }
 
+/// The bytes of the model's words a streamed turn sent before its refusal, and the refusal.
+async fn words_until_refused(
+    events: &mut tonic::Streaming<pb::StreamCompleteResponse>,
+) -> (usize, tonic::Status) {
+    let mut words = 0;
+    loop {
+        match events.message().await {
+            Ok(Some(event)) => {
+                if let Some(Event::ContentDelta(piece)) = event.event {
+                    words += piece.len();
+                }
+            }
+            Ok(None) => panic!("the turn ended without its refusal"),
+            Err(status) => return (words, status),
+        }
+    }
+}
+
 /// A model streaming a 5 MB answer in one chunk: the turn's refusal (the answer is larger
 /// than a conversation keeps) reaches the caller, and no word too large for its client.
 #[tokio::test(flavor = "multi_thread")]
@@ -36,18 +54,7 @@ async fn words_streamed_in_one_large_chunk_are_refused_not_sent() {
     let mut client = agent_fixture::agents(&server).await;
     agent_fixture::create(&mut client, "talker", &[]).await;
     let mut events = stream_turn(&mut client, "talker", "5000000").await;
-    let mut words = 0;
-    let ended = loop {
-        match events.message().await {
-            Ok(Some(event)) => {
-                if let Some(Event::ContentDelta(piece)) = event.event {
-                    words += piece.len();
-                }
-            }
-            Ok(None) => panic!("the turn ended without its refusal"),
-            Err(status) => break status,
-        }
-    };
+    let (words, ended) = words_until_refused(&mut events).await;
     assert_eq!(ended.code(), tonic::Code::ResourceExhausted, "{ended:?}");
     assert_eq!(reason(&ended), "AGENT_TURN_TOO_LARGE");
     assert_eq!(words, 0, "the chunk past the turn's room is not sent");
@@ -174,18 +181,7 @@ async fn a_model_streaming_for_ever_is_read_only_as_far_as_the_turn_has_room() {
     let mut client = agent_fixture::agents(&server).await;
     agent_fixture::create(&mut client, "looping", &[]).await;
     let mut events = stream_turn(&mut client, "looping", "say it again").await;
-    let mut words = 0;
-    let ended = loop {
-        match events.message().await {
-            Ok(Some(event)) => {
-                if let Some(Event::ContentDelta(piece)) = event.event {
-                    words += piece.len();
-                }
-            }
-            Ok(None) => panic!("the turn ended without its refusal"),
-            Err(status) => break status,
-        }
-    };
+    let (words, ended) = words_until_refused(&mut events).await;
     assert_eq!(ended.code(), tonic::Code::ResourceExhausted, "{ended:?}");
     assert_eq!(reason(&ended), "AGENT_TURN_TOO_LARGE");
     assert!(ended.message().contains("the model's answer"), "{ended:?}");
