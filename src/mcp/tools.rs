@@ -252,18 +252,10 @@ pub(super) mod tests {
         let registry = registry();
         register(&registry, "alpha", &["search", "only.alpha"], None);
         register(&registry, "beta", &["search"], None);
-        let names: Vec<String> = registry
-            .all_tools(TenantId(1))
-            .iter()
-            .map(|found| {
-                let offered_by = registry
-                    .store()
-                    .tools_named(TenantId(1), &found.tool.name)
-                    .len();
-                listed_name(&registry, TenantId(1), found, offered_by)
-            })
-            .collect();
-        assert_eq!(names, ["only.alpha", "alpha.search", "beta.search"]);
+        assert_eq!(
+            listed_names(&registry),
+            ["only.alpha", "alpha.search", "beta.search"]
+        );
         assert_eq!(
             resolved(&registry, "beta.search"),
             Some(("search".into(), Some("beta".into())))
