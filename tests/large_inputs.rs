@@ -33,6 +33,12 @@ async fn register_slow_tool(server: &TestServer) {
     // No provider listens there: the calls below never get as far as calling it.
     let mut registration = registration("checker", vec![tool("check", schema)]);
     registration.endpoint = "http://127.0.0.1:9".into();
+    // Nothing heartbeats: a lease outlasting the slow checks of a busy machine (a check of
+    // 12 s alone took past the usual 30 s in a full run).
+    registration.ttl = Some(prost_types::Duration {
+        seconds: 600,
+        nanos: 0,
+    });
     register_ok(&mut discovery, 0, registration).await;
 }
 
