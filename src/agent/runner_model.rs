@@ -30,8 +30,8 @@ pub(crate) fn too_many_tool_calls(asked: &str) -> String {
 enum Unanswered {
     /// The model failed, or its answer cannot be used.
     Failed(ModelError),
-    /// Its streamed words passed this many bytes, more than the turn may add.
-    PastRoom(usize),
+    /// Its streamed words passed what the turn may add: the turn's refusal.
+    PastRoom(AgentError),
 }
 
 impl AgentRunner {
@@ -53,12 +53,11 @@ impl AgentRunner {
             .or_else(|| trace.cloned());
         let mut past_room = None;
         let reply = self
-            .ask_model_unspanned(request, events, turn.answer_room())
+            .ask_model_unspanned(request, events, turn)
             .await
             .map_err(|unanswered| match unanswered {
                 Unanswered::Failed(error) => error,
-                Unanswered::PastRoom(bytes) => {
-                    let refusal = turn.answer_refusal(bytes);
+                Unanswered::PastRoom(refusal) => {
                     let error = ModelError::new(refusal.to_string());
                     past_room = Some(refusal);
                     error
@@ -91,13 +90,13 @@ impl AgentRunner {
     }
 
     /// The model's answer to `request`; streamed (with `events`), read no further once its
-    /// words pass `room` bytes, more than the turn may add (a model repeating itself would
-    /// otherwise be read up to 32 MiB, or until it times out, for a turn undone anyway).
+    /// words pass what `turn` may add (a model repeating itself would otherwise be read up to
+    /// 32 MiB, or until it times out, for a turn undone anyway).
     async fn ask_model_unspanned(
         &self,
         request: ModelRequest,
         events: Option<&UnboundedSender<TurnEvent>>,
-        room: usize,
+        turn: &TurnBytes,
     ) -> Result<ModelReply, Unanswered> {
         let Some(events) = events else {
             return self
@@ -116,8 +115,8 @@ impl AgentRunner {
             match event.map_err(Unanswered::Failed)? {
                 StreamEvent::Delta(text) => {
                     streamed = streamed.saturating_add(text.len());
-                    if streamed > room {
-                        return Err(Unanswered::PastRoom(streamed));
+                    if let Some(refusal) = turn.answer_refusal(streamed) {
+                        return Err(Unanswered::PastRoom(refusal));
                     }
                     Self::emit(Some(events), TurnEvent::Delta(text));
                 }

@@ -40,52 +40,40 @@ impl TurnBytes {
         message: &CanonicalMessage,
         what: &'static str,
     ) -> Result<(), AgentError> {
-        if let Some(bound) = self.message {
-            let bytes = (bound.size)(message);
-            if bytes > bound.max_bytes {
-                return Err(AgentError::MessageTooLarge {
-                    bytes,
-                    max: bound.max_bytes,
-                    what,
-                });
-            }
+        let size = self.message.map_or(0, |bound| (bound.size)(message));
+        let used = self.used.saturating_add(message_bytes(message));
+        if let Some(refusal) = self.refusal(size, used, what) {
+            return Err(refusal);
         }
-        self.used = self.used.saturating_add(message_bytes(message));
-        if self.max != 0 && self.used > self.max {
-            return Err(AgentError::TurnTooLarge {
-                bytes: self.used,
-                max: self.max,
-                what,
-            });
-        }
+        self.used = used;
         Ok(())
     }
 
-    /// The most bytes the model's answer may still take: past them, [`Self::add`] would
-    /// refuse it whatever else it holds.
-    pub(super) fn answer_room(&self) -> usize {
-        let left = match self.max {
-            0 => usize::MAX,
-            max => max.saturating_sub(self.used),
-        };
-        self.message.map_or(left, |bound| left.min(bound.max_bytes))
+    /// The refusal of a model's answer of `bytes` so far, when [`Self::add`] would refuse it
+    /// whatever else it comes to hold; `None` while it may still be kept.
+    pub(super) fn answer_refusal(&self, bytes: usize) -> Option<AgentError> {
+        // Its content alone, measured both ways: the message holding it only takes more.
+        let used = self.used.saturating_add(bytes);
+        self.refusal(bytes, used, "the model's answer")
     }
 
-    /// The refusal of an answer of at least `bytes`, past [`Self::answer_room`].
-    pub(super) fn answer_refusal(&self, bytes: usize) -> AgentError {
-        let what = "the model's answer";
-        match self.message {
-            Some(bound) if bytes > bound.max_bytes => AgentError::MessageTooLarge {
-                bytes,
+    /// The refusal of a message taking `size` bytes in an answer and leaving the turn at
+    /// `used` bytes, `what` the turn gained; `None` within both bounds.
+    fn refusal(&self, size: usize, used: usize, what: &'static str) -> Option<AgentError> {
+        if let Some(bound) = self.message
+            && size > bound.max_bytes
+        {
+            return Some(AgentError::MessageTooLarge {
+                bytes: size,
                 max: bound.max_bytes,
                 what,
-            },
-            _ => AgentError::TurnTooLarge {
-                bytes: self.used.saturating_add(bytes),
-                max: self.max,
-                what,
-            },
+            });
         }
+        (self.max != 0 && used > self.max).then(|| AgentError::TurnTooLarge {
+            bytes: used,
+            max: self.max,
+            what,
+        })
     }
 }
 
