@@ -14,6 +14,7 @@ mod bench_harness;
 mod cli;
 mod compression;
 mod deploy;
+mod descriptor_limit;
 mod forwarded_certificates;
 mod grpcurl;
 mod instances;

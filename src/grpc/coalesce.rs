@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tonic::transport::server::{Connected, TcpIncoming};
+use tonic::transport::server::Connected;
 
 /// Above this many buffered bytes, writes go to the socket before more are buffered; a write
 /// at least this large goes out on its own. One full HTTP/2 DATA frame (16 KB, h2's default):
@@ -277,13 +277,12 @@ impl<T: Connected> Connected for CoalescingIo<T> {
     }
 }
 
-/// The connections a server accepts on `listener`, with Nagle off and writes coalesced.
+/// The connections a server accepts on `listener`, with Nagle off and writes coalesced;
+/// accepting waits a moment after failing ([`super::accepting`]).
 pub fn incoming(
     listener: TcpListener,
 ) -> impl Stream<Item = io::Result<CoalescingIo<TcpStream>>> + Send + 'static {
-    TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .map(|accepted| accepted.map(CoalescingIo::new))
+    super::accepting::accepted(listener).map(|accepted| accepted.map(CoalescingIo::new))
 }
 
 #[cfg(test)]

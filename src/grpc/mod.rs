@@ -2,6 +2,7 @@
 //! domain errors to `tonic::Status`, and server assembly.
 
 mod accept;
+pub mod accepting;
 mod access_reload;
 pub mod agent;
 mod agent_convert;

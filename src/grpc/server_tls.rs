@@ -21,7 +21,6 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, ServerConfig};
 use tokio_rustls::server::TlsStream;
-use tonic::transport::server::TcpIncoming;
 
 use super::coalesce::CoalescingIo;
 use super::tls_files::{TlsFileError, ca_certificates, certificates, content, private_key};
@@ -240,12 +239,13 @@ pub fn incoming(
 
 /// The connections a server accepts on `listener` over TLS, with Nagle off; a connection
 /// whose handshake fails or outlasts [`HANDSHAKE_TIMEOUT`] is closed (and logged at DEBUG)
-/// without ending the stream.
+/// without ending the stream, and accepting waits a moment after failing
+/// ([`super::accepting`]).
 pub fn handshaken(
     listener: TcpListener,
     tls: ServedTls,
 ) -> impl Stream<Item = io::Result<TlsStream<TcpStream>>> + Send + 'static {
-    let accepting = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let accepting = super::accepting::accepted(listener);
     let state = (Box::pin(accepting), FuturesUnordered::new(), tls);
     futures_util::stream::unfold(state, |(mut accepting, mut handshakes, tls)| async move {
         loop {

@@ -28,7 +28,6 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
-use tonic::transport::server::TcpIncoming;
 use tower::Service;
 
 use super::handler::McpTools;
@@ -203,7 +202,7 @@ pub async fn serve(
             serve_incoming(incoming, service, access).await;
         }
         None => {
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = crate::grpc::accepting::accepted(listener);
             serve_incoming(incoming, service, access).await;
         }
     }
@@ -349,11 +348,8 @@ async fn serve_incoming<IO>(
                         ConnectionAccess::new(&access, io.peer_certificate(), io.peer_address());
                     connections.spawn(serve_connection(io, service.clone(), access));
                 }
-                Some(Err(error)) => {
-                    // As when out of file descriptors: wait rather than spin.
-                    tracing::warn!(%error, "cannot accept an MCP connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                // Accepting already waited after failing (`grpc::accepting`).
+                Some(Err(error)) => tracing::debug!(%error, "cannot accept an MCP connection"),
                 None => return,
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

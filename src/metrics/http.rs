@@ -6,6 +6,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -20,18 +21,17 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Answers scrapes on `listener` until dropped (dropping it closes its connections too).
 pub async fn serve(listener: TcpListener, sources: MetricsSources) {
     let mut connections = JoinSet::new();
+    // Accepting waits a moment after failing, as when out of file descriptors.
+    let mut incoming = std::pin::pin!(crate::grpc::accepting::accepted(listener));
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+            accepted = incoming.next() => match accepted {
+                Some(Ok(stream)) => {
                     let sources = sources.clone();
                     connections.spawn(serve_connection(stream, sources));
                 }
-                Err(error) => {
-                    // As when out of file descriptors: wait rather than spin.
-                    tracing::warn!(%error, "cannot accept a metrics connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                Some(Err(error)) => tracing::debug!(%error, "cannot accept a metrics connection"),
+                None => return,
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }

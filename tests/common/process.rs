@@ -18,10 +18,24 @@ impl ServerProcess {
     /// Starts `toolplane serve` on a free loopback port and waits until it listens.
     pub fn start(extra_env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolplane"));
-        command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        command.args(["serve", "--listen", "127.0.0.1:0"]);
+        Self::spawn(command, extra_env)
+    }
+
+    /// Starts `toolplane serve` as [`Self::start`] does, allowed at most `descriptors` open
+    /// file descriptors (the shell's `ulimit -n`, whose process `exec`s the server).
+    pub fn start_with_descriptor_limit(descriptors: u32, extra_env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new("sh");
+        command.args([
+            "-c",
+            &format!("ulimit -n {descriptors} && exec \"$0\" serve --listen 127.0.0.1:0"),
+            env!("CARGO_BIN_EXE_toolplane"),
+        ]);
+        Self::spawn(command, extra_env)
+    }
+
+    fn spawn(mut command: Command, extra_env: &[(&str, &str)]) -> Self {
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
         for (key, value) in extra_env {
             command.env(key, value);
         }

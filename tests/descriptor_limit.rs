@@ -1,0 +1,104 @@
+//! A server out of file descriptors: while more callers connect than it may open descriptors
+//! for, accepting fails at once for as long as they wait, and the server waits between tries
+//! rather than spinning a core; once descriptors free, it accepts again.
+
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::process::ServerProcess;
+
+/// The CPU time (user and system) process `pid` has used, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read its stat");
+    // The fields after the command name (in parentheses, which may hold spaces): utime and
+    // stime are the 12th and 13th of them, in clock ticks (100 a second on Linux).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("a command name")
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    ticks as f64 / 100.0
+}
+
+/// Waits up to 10 s for `check`.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}: not within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// At 64 descriptors, 100 connections to the gRPC port and a few to the metrics and MCP
+/// ports leave every listener failing to accept: the server says so once per listener and
+/// uses almost no CPU meanwhile (the gRPC port took a whole core before, retrying at once).
+/// When the callers close their connections, it accepts again: `toolplane health` answers.
+#[test]
+fn a_server_out_of_file_descriptors_waits_to_accept_again_rather_than_spinning() {
+    let server = ServerProcess::start_with_descriptor_limit(
+        64,
+        &[
+            ("TOOLPLANE_METRICS_LISTEN", "127.0.0.1:0"),
+            ("TOOLPLANE_MCP_LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    let logged_address = |message: &str| -> String {
+        let lines = server.log_lines_with(message);
+        lines
+            .first()
+            .and_then(|line| line.split("address=").nth(1))
+            .map(|address| address.trim().to_owned())
+            .unwrap_or_else(|| panic!("{message}: the address is logged: {lines:?}"))
+    };
+    let side_ports = [
+        logged_address("metrics served at /metrics"),
+        logged_address("MCP served at /mcp"),
+    ];
+    let mut held: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(&server.addr).expect("connect to the gRPC port"))
+        .collect();
+    // Once the gRPC port has used the descriptors up, the other ports cannot accept either.
+    let pid = server.child.id();
+    eventually("the server uses its descriptors up", || {
+        let open = std::fs::read_dir(format!("/proc/{pid}/fd")).map(Iterator::count);
+        open.is_ok_and(|open| open >= 64)
+    });
+    for address in &side_ports {
+        held.extend((0..3).map(|_| TcpStream::connect(address).expect("connect to a side port")));
+    }
+
+    let before = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_seconds(pid) - before;
+    assert!(
+        spent < 0.5,
+        "the server used {spent} s of CPU in 2 s while it could not accept"
+    );
+    eventually("the server says it cannot accept", || {
+        server.log_lines_with("cannot accept connections").len() >= 3
+    });
+    assert_eq!(
+        server.log_lines_with("cannot accept connections").len(),
+        3,
+        "one warning per listener, not one per try"
+    );
+
+    drop(held);
+    eventually("the server accepts again", || {
+        Command::new(env!("CARGO_BIN_EXE_toolplane"))
+            .args(["health", "--endpoint", &server.endpoint()])
+            .output()
+            .expect("run toolplane health")
+            .status
+            .success()
+    });
+    assert!(
+        !server
+            .log_lines_with("accepting connections again")
+            .is_empty()
+    );
+}
