@@ -31,7 +31,7 @@ use crate::invoke::records::{DEFAULT_RING_CAPACITY, DEFAULT_ROTATE_BYTES};
 use crate::mcp::import::{McpImport, McpImportConfig};
 use crate::otlp::OtlpProtocol;
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
-use crate::registry::memory::DEFAULT_EVENT_BUFFER;
+use crate::registry::memory::{DEFAULT_EVENT_BUFFER, DEFAULT_EVENT_BUFFER_BYTES};
 use crate::registry::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT};
 use crate::registry::validate;
 
@@ -179,6 +179,8 @@ pub struct ServerConfig {
     pub validator_cache_size: u64,
     /// How many change events a watcher may fall behind before it is ended.
     pub watch_event_buffer: usize,
+    /// How many bytes of changed services a tenant's watchers may fall behind by; 0: no bound.
+    pub watch_event_buffer_bytes: u64,
     /// How many names of deregistered or expired services are remembered, across tenants, so
     /// that grpc.health.v1 `Check` answers SERVICE_UNKNOWN for them rather than NOT_FOUND; the
     /// name that went longest ago is forgotten first; 0 remembers none.
@@ -314,6 +316,7 @@ impl Default for ServerConfig {
             worker_threads: 0,
             validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             watch_event_buffer: DEFAULT_EVENT_BUFFER,
+            watch_event_buffer_bytes: DEFAULT_EVENT_BUFFER_BYTES,
             gone_services_remembered: DEFAULT_GONE_SERVICES_REMEMBERED,
             drain_grace: DEFAULT_DRAIN_GRACE,
             log_format: LogFormat::Text,

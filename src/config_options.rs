@@ -84,6 +84,7 @@ impl ServerConfig {
                 max_instances_per_service: self.max_instances_per_service,
             },
             event_buffer: self.watch_event_buffer,
+            event_buffer_bytes: self.watch_event_buffer_bytes,
             gone_services_remembered: self.gone_services_remembered,
             validator_cache_size: self.validator_cache_size,
             drain_grace: self.drain_grace,

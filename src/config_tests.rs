@@ -42,7 +42,7 @@ fn environment_overrides_file_overrides_defaults() {
 #[test]
 fn the_bounds_of_tenants_default_and_can_be_set() {
     type Read = fn(&ServerOptions) -> u64;
-    let bounds: [(&str, u64, Read); 9] = [
+    let bounds: [(&str, u64, Read); 10] = [
         (
             "TOOLPLANE_MAX_IN_FLIGHT_PER_SERVICE",
             DEFAULT_MAX_IN_FLIGHT_PER_SERVICE as u64,
@@ -82,6 +82,11 @@ fn the_bounds_of_tenants_default_and_can_be_set() {
             "TOOLPLANE_MAX_AGENTS_PER_TENANT",
             DEFAULT_MAX_AGENTS_PER_TENANT as u64,
             |options| options.max_agents_per_tenant as u64,
+        ),
+        (
+            "TOOLPLANE_WATCH_EVENT_BUFFER_BYTES",
+            crate::registry::memory::DEFAULT_EVENT_BUFFER_BYTES,
+            |options| options.event_buffer_bytes,
         ),
         (
             "TOOLPLANE_GONE_SERVICES_REMEMBERED",

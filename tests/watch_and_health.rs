@@ -16,6 +16,8 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 #[path = "watch_and_health/health.rs"]
 mod health;
+#[path = "watch_and_health/lagged_bytes.rs"]
+mod lagged_bytes;
 
 /// A watch first lists the live services, then SYNCED, then ADDED/UPDATED/REMOVED in order.
 #[tokio::test(flavor = "multi_thread")]
@@ -354,18 +356,10 @@ async fn a_watch_ends_unavailable_when_the_server_stops() {
         .expect("server stops within its grace period");
 }
 
-/// A watcher that stops reading falls behind; once the tenant's changes overrun the event
-/// buffer, it reads the changes already sent to it, in order, and then the stream ends with
-/// ABORTED, reason RESOURCE_WATCH_LAGGED, naming how many it missed (so it can watch again).
-#[tokio::test(flavor = "multi_thread")]
-async fn a_watcher_too_far_behind_is_ended_with_the_count_it_missed() {
-    let server = TestServer::start_with(toolplane::grpc::ServerOptions {
-        event_buffer: 4,
-        ..test_options()
-    })
-    .await;
-    // The watcher's own connection, with small flow-control windows: while it does not read,
-    // the server can send it only about 64 KB, and its watch stops taking changes.
+/// A watch of tenant 0 on a connection of its own with small flow-control windows, past its
+/// SYNCED: while it is not read, the server can send it only about 64 KB, and the watch stops
+/// taking changes.
+async fn slow_watch(server: &TestServer) -> tonic::Streaming<pb::WatchServicesResponse> {
     let slow = tonic::transport::Endpoint::from_shared(server.endpoint())
         .expect("valid uri")
         .initial_stream_window_size(65_535)
@@ -376,6 +370,20 @@ async fn a_watcher_too_far_behind_is_ended_with_the_count_it_missed() {
     let mut watcher = pb::discovery_service_client::DiscoveryServiceClient::new(slow);
     let mut stream = watch(&mut watcher, 0, "").await;
     assert_eq!(next_event(&mut stream).await.r#type, Kind::Synced as i32);
+    stream
+}
+
+/// A watcher that stops reading falls behind; once the tenant's changes overrun the event
+/// buffer, it reads the changes already sent to it, in order, and then the stream ends with
+/// ABORTED, reason RESOURCE_WATCH_LAGGED, naming how many it missed (so it can watch again).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watcher_too_far_behind_is_ended_with_the_count_it_missed() {
+    let server = TestServer::start_with(toolplane::grpc::ServerOptions {
+        event_buffer: 4,
+        ..test_options()
+    })
+    .await;
+    let mut stream = slow_watch(&server).await;
 
     // Each change carries its service's tool, about 2 KB: 80 of them are more than the window
     // and the buffer hold.

@@ -83,6 +83,7 @@ async fn encoded_events_are_the_generated_messages_bytes() {
     entry.expect("no tools");
     for _ in 0..3 {
         let event = events.recv().await.expect("an event");
+        let event = event.event().expect("kept");
         assert_same_bytes(
             || convert::event_to_pb(&event, &health),
             || {

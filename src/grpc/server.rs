@@ -187,8 +187,11 @@ pub async fn serve_with(
         )?,
         None => RecordLog::in_memory(options.records_in_memory),
     });
-    let store: Arc<dyn RegistryStore> =
-        MemoryStore::start(options.event_buffer, options.gone_services_remembered);
+    let store: Arc<dyn RegistryStore> = MemoryStore::start_bounded(
+        options.event_buffer,
+        options.event_buffer_bytes,
+        options.gone_services_remembered,
+    );
     let registry = Registry::new(
         Arc::clone(&store),
         options.limits.clone(),

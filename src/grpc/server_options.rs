@@ -23,7 +23,7 @@ use crate::mcp::import::{McpImport, McpImportsSource};
 use crate::otlp::OtlpExport;
 use crate::registry::RegistrationLimits;
 use crate::registry::gone::DEFAULT_GONE_SERVICES_REMEMBERED;
-use crate::registry::memory::DEFAULT_EVENT_BUFFER;
+use crate::registry::memory::{DEFAULT_EVENT_BUFFER, DEFAULT_EVENT_BUFFER_BYTES};
 
 /// The default time in-flight calls get to finish after shutdown begins.
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -45,6 +45,9 @@ pub struct ServerOptions {
     pub limits: RegistrationLimits,
     /// How many events a watcher may fall behind before it is ended.
     pub event_buffer: usize,
+    /// How many bytes of changed services a tenant's watchers may fall behind by before the
+    /// oldest changes are let go (a watcher still to read one is ended); 0 sets no bound.
+    pub event_buffer_bytes: u64,
     /// How many gone services' names are remembered, across tenants, so that grpc.health.v1
     /// answers SERVICE_UNKNOWN for them rather than NOT_FOUND (see `registry::gone`).
     pub gone_services_remembered: usize,
@@ -145,6 +148,7 @@ impl Default for ServerOptions {
         Self {
             limits: RegistrationLimits::default(),
             event_buffer: DEFAULT_EVENT_BUFFER,
+            event_buffer_bytes: DEFAULT_EVENT_BUFFER_BYTES,
             gone_services_remembered: DEFAULT_GONE_SERVICES_REMEMBERED,
             validator_cache_size: crate::registry::validators::DEFAULT_VALIDATOR_CACHE_SIZE,
             drain_grace: DEFAULT_DRAIN_GRACE,

@@ -206,6 +206,12 @@ impl From<RegistryError> for Status {
                 "RESOURCE_WATCH_LAGGED",
                 vec![("missed_events", missed.to_string())],
             ),
+            RegistryError::WatchLaggedBytes { max_bytes } => status(
+                Code::Aborted,
+                message,
+                "RESOURCE_WATCH_LAGGED",
+                vec![("max_buffered_bytes", max_bytes.to_string())],
+            ),
         };
         answer(code, message, details)
     }

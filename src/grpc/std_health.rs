@@ -26,7 +26,7 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use super::serving::ServingState;
 use crate::envelope::TenantId;
 use crate::invoke::health::ProviderHealthBook;
-use crate::registry::store::RegistryEvent;
+use crate::registry::store::BufferedEvent;
 use crate::registry::{Registry, ServiceName};
 
 use super::accept::check_tenant;
@@ -162,7 +162,7 @@ struct Watch {
     this: StandardHealth,
     tenant: TenantId,
     service: String,
-    events: broadcast::Receiver<Arc<RegistryEvent>>,
+    events: broadcast::Receiver<Arc<BufferedEvent>>,
     serving: tokio::sync::watch::Receiver<bool>,
     /// Endpoints whose provider health flipped.
     provider_health: broadcast::Receiver<String>,

@@ -16,7 +16,7 @@ use super::serving::{ServingState, shutting_down};
 use crate::envelope::RequestMeta;
 use crate::invoke::health::ProviderHealthBook;
 use crate::pb;
-use crate::registry::store::{AfterSnapshot, RegistryEvent, WatchStart};
+use crate::registry::store::{AfterSnapshot, BufferedEvent, RegistryEvent, WatchStart};
 use crate::registry::{RegistryError, ServiceEntry, ServiceName};
 
 /// One WatchServices stream: the snapshot, SYNCED, then live changes. The response stream
@@ -33,7 +33,10 @@ pub(super) struct Watch {
     snapshot: std::vec::IntoIter<Arc<ServiceEntry>>,
     /// Whether SYNCED has been sent.
     synced: bool,
-    events: BroadcastStream<Arc<RegistryEvent>>,
+    events: BroadcastStream<Arc<BufferedEvent>>,
+    /// What the tenant's channel holds for a watcher behind, in bytes (for the error of one
+    /// further behind).
+    max_buffered_bytes: u64,
     /// Completes when the server starts shutting down.
     stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
     health: Arc<ProviderHealthBook>,
@@ -54,6 +57,7 @@ impl Watch {
         let WatchStart {
             mut services,
             events,
+            max_buffered_bytes,
             ..
         } = start;
         services.retain(|s| only.as_ref().is_none_or(|only| *only == s.name));
@@ -64,6 +68,7 @@ impl Watch {
             snapshot: services.into_iter(),
             synced: false,
             events: BroadcastStream::new(events),
+            max_buffered_bytes,
             stopping: {
                 let mut serving = serving.subscribe();
                 Box::pin(async move { shutting_down(&mut serving).await })
@@ -73,9 +78,22 @@ impl Watch {
         }
     }
 
-    fn wants(&mut self, event: &RegistryEvent) -> bool {
+    /// The buffered event, if it is news of a service the watcher follows; an error when the
+    /// tenant's channel let it go, the watcher being too far behind.
+    fn wanted(&mut self, buffered: &BufferedEvent) -> Result<Option<Arc<RegistryEvent>>, Status> {
         // The receiver carries only the tenant's events (`RegistryStore::watch`).
-        self.after.is_news(event) && self.only.as_ref().is_none_or(|only| *only == event.service)
+        if buffered.revision <= self.after.revision()
+            || self
+                .only
+                .as_ref()
+                .is_some_and(|only| *only != buffered.service)
+        {
+            return Ok(None);
+        }
+        let event = buffered.event().ok_or(RegistryError::WatchLaggedBytes {
+            max_bytes: self.max_buffered_bytes,
+        })?;
+        Ok(self.after.is_news(&event).then_some(event))
     }
 
     fn message(&self, event: SharedMessage) -> WatchItem {
@@ -147,10 +165,14 @@ impl Stream for Watch {
         // up first (the tenant's channel bounds how far behind it can be).
         while let Poll::Ready(received) = this.events.poll_next_unpin(cx) {
             match received {
-                Some(Ok(event)) if this.wants(&event) => {
-                    return Poll::Ready(Some(this.change(&event)));
-                }
-                Some(Ok(_)) => {}
+                Some(Ok(buffered)) => match this.wanted(&buffered) {
+                    Ok(Some(event)) => return Poll::Ready(Some(this.change(&event))),
+                    Ok(None) => {}
+                    Err(lagged) => {
+                        this.done = true;
+                        return Poll::Ready(Some(Err(lagged)));
+                    }
+                },
                 Some(Err(BroadcastStreamRecvError::Lagged(missed))) => {
                     this.done = true;
                     return Poll::Ready(Some(Err(RegistryError::WatchLagged { missed }.into())));

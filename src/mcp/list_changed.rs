@@ -75,7 +75,8 @@ async fn tell_changes<Notify, Sent>(
         let changed = std::mem::take(&mut missed)
             || tokio::select! {
                 received = events.recv() => match received {
-                    Ok(event) => changes_tools(&event),
+                    // An event let go (far behind): it may have changed the list.
+                    Ok(buffered) => buffered.event().is_none_or(|event| changes_tools(&event)),
                     // Changes were missed: the list may have changed.
                     Err(RecvError::Lagged(_)) => true,
                     Err(RecvError::Closed) => return,

@@ -97,6 +97,16 @@ pub enum RegistryError {
         /// How many events it missed.
         missed: u64,
     },
+    /// A watcher fell further behind than the bytes of changed services its tenant's channel
+    /// holds (`watch_event_buffer_bytes`), and was ended.
+    #[error(
+        "watch fell behind by more than {max_bytes} bytes of changed services \
+         (watch_event_buffer_bytes); start a new watch"
+    )]
+    WatchLaggedBytes {
+        /// The bound it passed.
+        max_bytes: u64,
+    },
 }
 
 fn summarize(violations: &[FieldViolation]) -> String {

@@ -30,12 +30,17 @@ use super::snapshot::{
     Snapshot, TenantIndex, insert_service, remove_gone_service, remove_service, replace_service,
     tool_changes,
 };
-use super::store::{ChangeKind, RegistryEvent, RegistryStore, ToolFilter, ToolKey, WatchStart};
+use super::store::{
+    BufferedEvent, ChangeKind, RegistryEvent, RegistryStore, ToolFilter, ToolKey, WatchStart,
+};
 use super::tenant_events::TenantEvents;
 use crate::envelope::TenantId;
 
 /// How many events a watcher may fall behind before it is ended.
 pub const DEFAULT_EVENT_BUFFER: usize = 4096;
+/// How many bytes of changed services a tenant's watchers may fall behind by before the
+/// oldest changes are let go, and a watcher still to read them is ended (256 MiB).
+pub const DEFAULT_EVENT_BUFFER_BYTES: u64 = 256 << 20;
 
 /// The embedded in-memory registry store.
 #[derive(Debug)]
@@ -58,9 +63,24 @@ pub(crate) enum ExpiryOutcome {
 
 impl MemoryStore {
     /// Creates the store and starts its expiry task on the current tokio runtime. Watchers may
-    /// fall `event_buffer` events behind; the names of the last `gone_services_remembered`
-    /// services to go are remembered (see `registry::gone`).
+    /// fall `event_buffer` events behind (and [`DEFAULT_EVENT_BUFFER_BYTES`]); the names of
+    /// the last `gone_services_remembered` services to go are remembered (see
+    /// `registry::gone`).
     pub fn start(event_buffer: usize, gone_services_remembered: usize) -> Arc<Self> {
+        Self::start_bounded(
+            event_buffer,
+            DEFAULT_EVENT_BUFFER_BYTES,
+            gone_services_remembered,
+        )
+    }
+
+    /// [`Self::start`], with watchers falling at most `event_buffer_bytes` of changed services
+    /// behind (see `registry::tenant_events`; 0 sets no bound).
+    pub fn start_bounded(
+        event_buffer: usize,
+        event_buffer_bytes: u64,
+        gone_services_remembered: usize,
+    ) -> Arc<Self> {
         let (expiry, tickets) = mpsc::unbounded_channel();
         let store = Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot {
@@ -68,7 +88,7 @@ impl MemoryStore {
                 ..Snapshot::default()
             }),
             writer: Mutex::new(()),
-            events: TenantEvents::new(event_buffer),
+            events: TenantEvents::new(event_buffer, event_buffer_bytes),
             expiry,
             lateness: Mutex::default(),
         });
@@ -441,6 +461,7 @@ impl RegistryStore for MemoryStore {
             revision: snapshot.revision,
             services,
             events,
+            max_buffered_bytes: self.events.max_bytes(),
             lapsed,
         }
     }
@@ -479,7 +500,7 @@ impl RegistryStore for MemoryStore {
         snapshot.live_instances(monotonic_now()).count() as u64
     }
 
-    fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>> {
+    fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<BufferedEvent>> {
         self.events.subscribe(tenant)
     }
 

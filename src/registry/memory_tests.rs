@@ -92,7 +92,9 @@ async fn a_tenant_watches_only_its_own_changes_and_is_not_lagged_by_another() {
     let event = watch
         .events
         .try_recv()
-        .expect("the tenant's own change, not lagged");
+        .expect("the tenant's own change, not lagged")
+        .event()
+        .expect("kept");
     assert_eq!(
         (event.tenant, event.service.as_str()),
         (TenantId(1), "mine")
@@ -105,20 +107,20 @@ async fn a_tenant_nobody_watches_any_more_keeps_no_channel() {
     let store = MemoryStore::start(16, 16);
     let watch = store.watch(TenantId(1));
     let health = store.subscribe(TenantId(2));
-    assert_eq!(store.events.channels(), 2);
+    assert_eq!(store.events.channels_open(), 2);
     drop(watch);
     store
         .register(TenantId(1), service("change"), &TenantQuota::UNLIMITED)
         .expect("registers");
     assert_eq!(
-        store.events.channels(),
+        store.events.channels_open(),
         1,
         "dropped at the tenant's next change"
     );
     drop(health);
     drop(store.subscribe(TenantId(3)));
     assert_eq!(
-        store.events.channels(),
+        store.events.channels_open(),
         1,
         "dropped at the next subscription (only tenant 3's, just made, is left)"
     );

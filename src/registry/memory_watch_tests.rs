@@ -97,6 +97,7 @@ fn view_of(mut watch: WatchStart) -> BTreeMap<String, Seen> {
     let mut after = watch.after_snapshot();
     let mut last = watch.revision;
     while let Ok(event) = watch.events.try_recv() {
+        let event = event.event().expect("kept");
         if !after.is_news(&event) {
             continue;
         }
@@ -206,6 +207,7 @@ async fn the_going_of_a_service_lapsed_at_the_snapshot_is_not_news() {
     tokio::time::sleep(SHORT_TTL * 10).await; // the expiry task runs
     let mut news = Vec::new();
     while let Ok(event) = watch.events.try_recv() {
+        let event = event.event().expect("kept");
         if after.is_news(&event) {
             news.push((event.service.to_string(), event.kind.clone()));
         }

@@ -62,6 +62,41 @@ pub struct RegistryEvent {
     pub wire: super::model::WireSlot,
 }
 
+/// A change as its tenant's channel holds it for the receivers that have not read it yet:
+/// its revision and service, and the event itself until the channel lets it go to bound the
+/// memory held for receivers far behind (`watch_event_buffer_bytes`,
+/// `registry::tenant_events`). A receiver finding it gone has fallen too far behind.
+#[derive(Debug)]
+pub struct BufferedEvent {
+    /// The revision the change produced.
+    pub revision: u64,
+    /// The service concerned.
+    pub service: ServiceName,
+    event: arc_swap::ArcSwapOption<RegistryEvent>,
+}
+
+impl BufferedEvent {
+    /// `event`, buffered.
+    pub fn new(event: RegistryEvent) -> Self {
+        Self {
+            revision: event.revision,
+            service: event.service.clone(),
+            event: arc_swap::ArcSwapOption::from_pointee(event),
+        }
+    }
+
+    /// The event, or `None` when its channel let it go: the receiver is too far behind (by
+    /// the bytes of the changes it has not read) and should be ended as lagged.
+    pub fn event(&self) -> Option<Arc<RegistryEvent>> {
+        self.event.load_full()
+    }
+
+    /// Lets the event go (the receivers still to read it will find it gone).
+    pub(super) fn let_go(&self) {
+        self.event.store(None);
+    }
+}
+
 /// Filters of a tool listing; they combine with AND.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolFilter {
@@ -137,7 +172,10 @@ pub struct WatchStart {
     /// The tenant's live services at that revision, sorted by name.
     pub services: Vec<Arc<ServiceEntry>>,
     /// Every event from the snapshot on (events at or below `revision` are already in it).
-    pub events: broadcast::Receiver<Arc<RegistryEvent>>,
+    pub events: broadcast::Receiver<Arc<BufferedEvent>>,
+    /// The bytes of changed services the tenant's channel holds for its receivers (0: no
+    /// bound): a receiver finding an event let go is that far behind.
+    pub max_buffered_bytes: u64,
     /// The services left out of `services` because every lease of theirs had run out, whose
     /// removal (and its event) was still to come: almost always none. See [`AfterSnapshot`].
     pub lapsed: Vec<ServiceName>,
@@ -244,7 +282,7 @@ pub trait RegistryStore: Send + Sync + Debug {
     /// Every distinct non-empty endpoint of a live service, in any tenant.
     fn endpoints(&self) -> std::collections::HashSet<String>;
     /// Subscribes to every event of the tenant, from now on.
-    fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<RegistryEvent>>;
+    fn subscribe(&self, tenant: TenantId) -> broadcast::Receiver<Arc<BufferedEvent>>;
     /// What every tenant's registrations hold together, and how many tenants have any.
     fn totals(&self) -> (u64, Usage);
     /// How many live instances the services of every tenant have together.
