@@ -30,7 +30,8 @@ pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 pub fn accepted(
     listener: TcpListener,
 ) -> impl Stream<Item = io::Result<TcpStream>> + Send + 'static {
-    let address = listener.local_addr().ok();
+    // Named in the log lines: which of the server's ports cannot accept.
+    let address = (listener.local_addr()).unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     futures_util::stream::unfold(
         (incoming, 0u64),
@@ -39,12 +40,12 @@ pub fn accepted(
                 match incoming.next().await? {
                     Ok(stream) => {
                         if failed > 0 {
-                            tracing::info!(address = ?address, failed, "accepting connections again");
+                            tracing::info!(address = %address, failed, "accepting connections again");
                         }
                         return Some((Ok(stream), (incoming, 0)));
                     }
                     Err(error) if is_one_connections(&error) => {
-                        tracing::debug!(address = ?address, %error, "a connection was lost before it was accepted");
+                        tracing::debug!(address = %address, %error, "a connection was lost before it was accepted");
                     }
                     Err(error) => {
                         failed += 1;
@@ -67,15 +68,15 @@ fn is_one_connections(error: &io::Error) -> bool {
     )
 }
 
-fn log_failure(address: Option<SocketAddr>, error: &io::Error, failed: u64) {
+fn log_failure(address: SocketAddr, error: &io::Error, failed: u64) {
     if failed == 1 {
         tracing::warn!(
-            address = ?address,
+            %address,
             %error,
             "cannot accept connections (at the file descriptor limit?); trying again every {ACCEPT_PAUSE:?}"
         );
     } else {
-        tracing::debug!(address = ?address, %error, failed, "still cannot accept connections");
+        tracing::debug!(%address, %error, failed, "still cannot accept connections");
     }
 }
 
