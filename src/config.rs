@@ -226,6 +226,8 @@ pub struct ServerConfig {
     /// The most streams (calls and watches) one caller connection may have open at once; 0
     /// sets no limit.
     pub max_concurrent_streams: u32,
+    /// The most caller connections served at once on the gRPC port; 0 sets no limit.
+    pub max_connections: usize,
     /// Where a connection's calls run: `per-connection` (on the task serving the connection:
     /// less CPU per call, and a connection's calls share one thread) or `per-call` (each on a
     /// task of its own, which any thread may run).
@@ -331,6 +333,7 @@ impl Default for ServerConfig {
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            max_connections: 0,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             call_scheduling: CallScheduling::default(),
             model_base_url: String::new(),

@@ -97,6 +97,7 @@ impl ServerConfig {
             provider_health_interval: self.provider_health_interval,
             keepalive_interval: self.keepalive_interval,
             max_concurrent_streams: self.max_concurrent_streams,
+            max_connections: self.max_connections,
             keepalive_timeout: self.keepalive_timeout,
             call_scheduling: self.call_scheduling,
             model: (!self.model_base_url.is_empty()).then(|| OpenAiConfig {

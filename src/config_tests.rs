@@ -42,7 +42,7 @@ fn environment_overrides_file_overrides_defaults() {
 #[test]
 fn the_bounds_of_tenants_default_and_can_be_set() {
     type Read = fn(&ServerOptions) -> u64;
-    let bounds: [(&str, u64, Read); 10] = [
+    let bounds: [(&str, u64, Read); 11] = [
         (
             "TOOLPLANE_MAX_IN_FLIGHT_PER_SERVICE",
             DEFAULT_MAX_IN_FLIGHT_PER_SERVICE as u64,
@@ -88,6 +88,9 @@ fn the_bounds_of_tenants_default_and_can_be_set() {
             crate::registry::memory::DEFAULT_EVENT_BUFFER_BYTES,
             |options| options.event_buffer_bytes,
         ),
+        ("TOOLPLANE_MAX_CONNECTIONS", 0, |options| {
+            options.max_connections as u64
+        }),
         (
             "TOOLPLANE_GONE_SERVICES_REMEMBERED",
             DEFAULT_GONE_SERVICES_REMEMBERED as u64,

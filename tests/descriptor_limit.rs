@@ -1,12 +1,15 @@
 //! A server out of file descriptors: while more callers connect than it may open descriptors
 //! for, accepting fails at once for as long as they wait, and the server waits between tries
-//! rather than spinning a core; once descriptors free, it accepts again.
+//! rather than spinning a core; once descriptors free, it accepts again. And `max_connections`,
+//! which keeps a server from getting there: past it, callers wait to be accepted.
 
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::process::ServerProcess;
+use crate::common::{TestServer, meta, test_options};
+use toolplane::pb;
 
 /// The CPU time (user and system) process `pid` has used, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
@@ -101,4 +104,50 @@ fn a_server_out_of_file_descriptors_waits_to_accept_again_rather_than_spinning()
             .log_lines_with("accepting connections again")
             .is_empty()
     );
+}
+
+/// Whether a call over `channel` is answered within a second.
+async fn answers(channel: &tonic::transport::Channel) -> bool {
+    let mut client = pb::discovery_service_client::DiscoveryServiceClient::new(channel.clone());
+    let asked = client.list_services(pb::ListServicesRequest {
+        meta: meta(0),
+        ..Default::default()
+    });
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), asked).await,
+        Ok(Ok(_))
+    )
+}
+
+/// With `max_connections` 2, two callers' connections are served; a third caller's is not
+/// accepted (its call goes unanswered) until one of the two closes, and is served then.
+#[tokio::test(flavor = "multi_thread")]
+async fn past_max_connections_a_caller_waits_until_a_connection_closes() {
+    let server = TestServer::start_with(toolplane::grpc::ServerOptions {
+        max_connections: 2,
+        ..test_options()
+    })
+    .await;
+    let connect = || async {
+        tonic::transport::Endpoint::from_shared(server.endpoint())
+            .expect("valid uri")
+            .connect()
+            .await
+            .expect("connected (the listen backlog takes it)")
+    };
+    let first = connect().await;
+    let second = connect().await;
+    assert!(answers(&first).await && answers(&second).await);
+    let third = connect().await;
+    assert!(!answers(&third).await, "a third connection was served");
+
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !answers(&third).await {
+        assert!(
+            Instant::now() < deadline,
+            "not served once a connection closed"
+        );
+    }
+    assert!(answers(&second).await);
 }

@@ -54,6 +54,9 @@ pub struct ConnectionSettings {
     /// The most streams (calls and watches) one connection may have open at once, announced
     /// to the peer in HTTP/2 SETTINGS; `None` sets no limit.
     pub max_concurrent_streams: Option<u32>,
+    /// The most connections served at once; at it, accepting waits for one to close (new
+    /// callers wait in the listen backlog); `None` sets no limit.
+    pub max_connections: Option<usize>,
 }
 
 /// What [`serve_connections`] serves: tonic's routes, layered or not.
@@ -118,10 +121,18 @@ pub async fn serve_connections<S, B, I, IO>(
     IO: AsyncRead + AsyncWrite + ConnectionPeer + Unpin + Send + 'static,
 {
     let (stopping, stop_seen) = tokio::sync::watch::channel(());
+    let mut slots = settings.max_connections.map(ConnectionSlots::new);
     {
         let mut incoming = pin!(incoming);
         let mut stop = pin!(stop);
         loop {
+            let slot = match &mut slots {
+                Some(slots) => tokio::select! {
+                    () = &mut stop => break,
+                    slot = slots.take() => Some(slot),
+                },
+                None => None,
+            };
             tokio::select! {
                 () = &mut stop => break,
                 accepted = incoming.next() => match accepted {
@@ -139,7 +150,12 @@ pub async fn serve_connections<S, B, I, IO>(
                                 .as_ref()
                                 .and_then(|ruled| ruled.counted_in.clone()),
                         };
-                        tokio::spawn(serve_connection(io, calls, settings, stop_seen.clone()));
+                        let serving = serve_connection(io, calls, settings, stop_seen.clone());
+                        tokio::spawn(async move {
+                            serving.await;
+                            // The connection closed: another may be accepted.
+                            drop(slot);
+                        });
                     }
                     Some(Err(error)) => tracing::debug!(%error, "accepting a connection failed"),
                     None => break,
@@ -150,6 +166,46 @@ pub async fn serve_connections<S, B, I, IO>(
     let _ = stopping.send(());
     drop(stop_seen);
     stopping.closed().await;
+}
+
+/// The connections that may be served at once (`max_connections`): one slot each, given
+/// back when it closes.
+struct ConnectionSlots {
+    free: Arc<tokio::sync::Semaphore>,
+    max: usize,
+    /// When waiting for a slot was last logged.
+    warned_at: Option<std::time::Instant>,
+}
+
+/// How often waiting for a connection slot is logged at most.
+const SLOTS_WARNING_INTERVAL: Duration = Duration::from_secs(60);
+
+impl ConnectionSlots {
+    fn new(max: usize) -> Self {
+        Self {
+            free: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+            warned_at: None,
+        }
+    }
+
+    /// A slot for the next connection, once one is free; saying so (WARN, at most once a
+    /// minute) when it has to wait.
+    async fn take(&mut self) -> tokio::sync::OwnedSemaphorePermit {
+        if let Ok(slot) = Arc::clone(&self.free).try_acquire_owned() {
+            return slot;
+        }
+        if (self.warned_at).is_none_or(|at| at.elapsed() >= SLOTS_WARNING_INTERVAL) {
+            self.warned_at = Some(std::time::Instant::now());
+            tracing::warn!(
+                max_connections = self.max,
+                "serving max_connections connections: new ones wait to be accepted until one \
+                 closes"
+            );
+        }
+        let slot = Arc::clone(&self.free).acquire_owned().await;
+        slot.expect("the semaphore is never closed")
+    }
 }
 
 async fn serve_connection<S, B, IO>(

@@ -101,6 +101,7 @@ async fn serve_probe_at(scheduling: CallScheduling) -> std::net::SocketAddr {
         keepalive_interval: None,
         keepalive_timeout: Duration::from_secs(20),
         max_concurrent_streams: None,
+        max_connections: None,
     };
     tokio::spawn(serve_connections(
         super::super::coalesce::incoming(listener),

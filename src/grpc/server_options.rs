@@ -78,6 +78,10 @@ pub struct ServerOptions {
     /// The most streams (calls and watches) one caller connection may have open at once; a
     /// gRPC client queues its further calls until one ends; 0 sets no limit.
     pub max_concurrent_streams: u32,
+    /// The most caller connections served at once; at it, new ones wait to be accepted until
+    /// one closes (keeping file descriptors for providers, records and agents); 0 sets no
+    /// limit.
+    pub max_connections: usize,
     /// Where a connection's calls run (see `grpc::call_scheduling`).
     pub call_scheduling: CallScheduling,
     /// The chat model agents use; `None` uses the deterministic built-in model.
@@ -139,6 +143,7 @@ impl ServerOptions {
             keepalive_interval: Some(self.keepalive_interval).filter(|i| !i.is_zero()),
             keepalive_timeout: self.keepalive_timeout,
             max_concurrent_streams: Some(self.max_concurrent_streams).filter(|max| *max != 0),
+            max_connections: Some(self.max_connections).filter(|max| *max != 0),
         }
     }
 }
@@ -160,6 +165,7 @@ impl Default for ServerOptions {
             provider_health_interval: DEFAULT_PROVIDER_HEALTH_INTERVAL,
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            max_connections: 0,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             call_scheduling: CallScheduling::default(),
             model: None,
