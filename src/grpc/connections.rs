@@ -182,6 +182,8 @@ const SLOTS_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 
 impl ConnectionSlots {
     fn new(max: usize) -> Self {
+        // A semaphore panics past MAX_PERMITS (2^61 on 64 bits): no bound in practice.
+        let max = max.min(tokio::sync::Semaphore::MAX_PERMITS);
         Self {
             free: Arc::new(tokio::sync::Semaphore::new(max)),
             max,

@@ -240,3 +240,16 @@ async fn a_call_that_panics_while_answering_ends_alone() {
         );
     }
 }
+
+/// Any `max_connections` is taken: one past what a semaphore holds (2^61) is no bound in
+/// practice, not a panic at the start.
+#[tokio::test]
+async fn any_max_connections_is_taken() {
+    let mut slots = ConnectionSlots::new(usize::MAX);
+    let _slot = slots.take().await;
+    let mut one = ConnectionSlots::new(1);
+    let taken = one.take().await;
+    assert!(one.free.try_acquire().is_err(), "the one slot is taken");
+    drop(taken);
+    assert!(one.free.try_acquire().is_ok(), "and given back");
+}
