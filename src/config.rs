@@ -226,7 +226,8 @@ pub struct ServerConfig {
     /// The most streams (calls and watches) one caller connection may have open at once; 0
     /// sets no limit.
     pub max_concurrent_streams: u32,
-    /// The most caller connections served at once on the gRPC port; 0 sets no limit.
+    /// The most caller connections each of the gRPC and MCP ports serves at once; 0 sets no
+    /// limit.
     pub max_connections: usize,
     /// Where a connection's calls run: `per-connection` (on the task serving the connection:
     /// less CPU per call, and a connection's calls share one thread) or `per-call` (each on a

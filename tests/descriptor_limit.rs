@@ -7,6 +7,8 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use tokio::io::AsyncReadExt;
+
 use crate::common::process::ServerProcess;
 use crate::common::{TestServer, meta, test_options};
 use toolplane::pb;
@@ -150,4 +152,48 @@ async fn past_max_connections_a_caller_waits_until_a_connection_closes() {
         );
     }
     assert!(answers(&second).await);
+}
+
+/// Whether a `GET /mcp` sent over `stream` (a connection to the MCP port) begins to be
+/// answered within a second; the connection stays open.
+async fn mcp_answers(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncWriteExt;
+    let request = b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    stream.write_all(request).await.expect("sent");
+    let mut first = [0u8; 12];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), stream.read_exact(&mut first)).await,
+        Ok(Ok(_))
+    ) && first.starts_with(b"HTTP/1.1")
+}
+
+/// `max_connections` holds on the MCP port too: with 2 connections held there, a third
+/// caller's request is answered only once one of them closes.
+#[tokio::test(flavor = "multi_thread")]
+async fn past_max_connections_an_mcp_caller_waits_until_a_connection_closes() {
+    let (_server, mcp) = TestServer::start_with_mcp(toolplane::grpc::ServerOptions {
+        max_connections: 2,
+        ..test_options()
+    })
+    .await;
+    let connect = || async {
+        tokio::net::TcpStream::connect(mcp)
+            .await
+            .expect("connected")
+    };
+    let mut first = connect().await;
+    let mut second = connect().await;
+    assert!(mcp_answers(&mut first).await && mcp_answers(&mut second).await);
+    let mut third = connect().await;
+    assert!(
+        !mcp_answers(&mut third).await,
+        "a third connection was served"
+    );
+    drop(first);
+    let mut answered = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(10), third.read_exact(&mut answered))
+        .await
+        .expect("served once a connection closed")
+        .expect("an answer");
+    assert!(answered.starts_with(b"HTTP/1.1"), "{answered:?}");
 }

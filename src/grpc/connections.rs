@@ -168,9 +168,9 @@ pub async fn serve_connections<S, B, I, IO>(
     stopping.closed().await;
 }
 
-/// The connections that may be served at once (`max_connections`): one slot each, given
-/// back when it closes.
-struct ConnectionSlots {
+/// The connections a port may serve at once (`max_connections`): one slot each, given back
+/// when it closes.
+pub(crate) struct ConnectionSlots {
     free: Arc<tokio::sync::Semaphore>,
     max: usize,
     /// When waiting for a slot was last logged.
@@ -181,7 +181,8 @@ struct ConnectionSlots {
 const SLOTS_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 
 impl ConnectionSlots {
-    fn new(max: usize) -> Self {
+    /// `max` slots.
+    pub(crate) fn new(max: usize) -> Self {
         // A semaphore panics past MAX_PERMITS (2^61 on 64 bits): no bound in practice.
         let max = max.min(tokio::sync::Semaphore::MAX_PERMITS);
         Self {
@@ -193,7 +194,7 @@ impl ConnectionSlots {
 
     /// A slot for the next connection, once one is free; saying so (WARN, at most once a
     /// minute) when it has to wait.
-    async fn take(&mut self) -> tokio::sync::OwnedSemaphorePermit {
+    pub(crate) async fn take(&mut self) -> tokio::sync::OwnedSemaphorePermit {
         if let Ok(slot) = Arc::clone(&self.free).try_acquire_owned() {
             return slot;
         }

@@ -334,6 +334,7 @@ pub async fn serve_with(
                 tls: served_tls.clone(),
                 keepalive_interval: settings.keepalive_interval,
                 keepalive_timeout: settings.keepalive_timeout,
+                max_connections: settings.max_connections,
             };
             let served = crate::mcp::http::serve(
                 listener,

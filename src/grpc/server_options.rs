@@ -78,8 +78,8 @@ pub struct ServerOptions {
     /// The most streams (calls and watches) one caller connection may have open at once; a
     /// gRPC client queues its further calls until one ends; 0 sets no limit.
     pub max_concurrent_streams: u32,
-    /// The most caller connections served at once; at it, new ones wait to be accepted until
-    /// one closes (keeping file descriptors for providers, records and agents); 0 sets no
+    /// The most caller connections each of the gRPC and MCP ports serves at once; at it, new
+    /// ones wait to be accepted until one closes (keeping file descriptors for providers, records and agents); 0 sets no
     /// limit.
     pub max_connections: usize,
     /// Where a connection's calls run (see `grpc::call_scheduling`).

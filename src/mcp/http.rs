@@ -35,6 +35,7 @@ use super::list_changed::RevisionAtArrival;
 use super::request_bodies::{self, McpResponse};
 use crate::access::{AccessError, ConnectionAccess, LiveTenantAccess};
 use crate::envelope::{TENANT_HEADER, TenantId};
+use crate::grpc::connections::ConnectionSlots;
 use crate::grpc::opening_deadline::{OPENING_TIMEOUT, OpeningDeadline};
 use crate::grpc::server_tls::{ConnectionPeer, ServedTls};
 use crate::registry::Registry;
@@ -149,6 +150,8 @@ pub struct McpTransport {
     pub keepalive_interval: Option<Duration>,
     /// How long a ping may go unanswered before the connection is closed.
     pub keepalive_timeout: Duration,
+    /// The most connections served at once (`max_connections`); `None` sets no limit.
+    pub max_connections: Option<usize>,
 }
 
 impl std::fmt::Debug for McpTransport {
@@ -157,6 +160,7 @@ impl std::fmt::Debug for McpTransport {
             .field("tls", &self.tls.is_some())
             .field("keepalive_interval", &self.keepalive_interval)
             .field("keepalive_timeout", &self.keepalive_timeout)
+            .field("max_connections", &self.max_connections)
             .finish()
     }
 }
@@ -196,14 +200,15 @@ pub async fn serve(
         keepalive_interval: transport.keepalive_interval,
         keepalive_timeout: transport.keepalive_timeout,
     };
+    let slots = transport.max_connections.map(ConnectionSlots::new);
     match transport.tls {
         Some(tls) => {
             let incoming = crate::grpc::server_tls::handshaken(listener, tls.for_http1_and_h2());
-            serve_incoming(incoming, service, access).await;
+            serve_incoming(incoming, service, access, slots).await;
         }
         None => {
             let incoming = crate::grpc::accepting::accepted(listener);
-            serve_incoming(incoming, service, access).await;
+            serve_incoming(incoming, service, access, slots).await;
         }
     }
 }
@@ -335,18 +340,32 @@ async fn serve_incoming<IO>(
     incoming: impl Stream<Item = std::io::Result<IO>> + Send + 'static,
     service: Endpoint,
     access: Arc<LiveTenantAccess>,
+    mut slots: Option<ConnectionSlots>,
 ) where
     IO: AsyncRead + AsyncWrite + ConnectionPeer + Unpin + Send + 'static,
 {
     let mut incoming = std::pin::pin!(incoming);
     let mut connections = JoinSet::new();
     loop {
+        // At `max_connections`, accepting waits for a connection to close.
+        let slot = match &mut slots {
+            Some(slots) => tokio::select! {
+                slot = slots.take() => Some(slot),
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            },
+            None => None,
+        };
         tokio::select! {
             accepted = incoming.next() => match accepted {
                 Some(Ok(io)) => {
                     let access =
                         ConnectionAccess::new(&access, io.peer_certificate(), io.peer_address());
-                    connections.spawn(serve_connection(io, service.clone(), access));
+                    let serving = serve_connection(io, service.clone(), access);
+                    connections.spawn(async move {
+                        serving.await;
+                        // The connection closed: another may be accepted.
+                        drop(slot);
+                    });
                 }
                 // Accepting already waited after failing (`grpc::accepting`).
                 Some(Err(error)) => tracing::debug!(%error, "cannot accept an MCP connection"),
