@@ -79,8 +79,8 @@ pub struct ServerOptions {
     /// gRPC client queues its further calls until one ends; 0 sets no limit.
     pub max_concurrent_streams: u32,
     /// The most caller connections each of the gRPC and MCP ports serves at once; at it, new
-    /// ones wait to be accepted until one closes (keeping file descriptors for providers, records and agents); 0 sets no
-    /// limit.
+    /// ones wait to be accepted until one closes (keeping file descriptors for providers,
+    /// records and agents); 0 sets no limit.
     pub max_connections: usize,
     /// Where a connection's calls run (see `grpc::call_scheduling`).
     pub call_scheduling: CallScheduling,
