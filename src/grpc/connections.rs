@@ -121,17 +121,14 @@ pub async fn serve_connections<S, B, I, IO>(
     IO: AsyncRead + AsyncWrite + ConnectionPeer + Unpin + Send + 'static,
 {
     let (stopping, stop_seen) = tokio::sync::watch::channel(());
-    let mut slots = settings.max_connections.map(ConnectionSlots::new);
+    let mut slots = ConnectionSlots::new(settings.max_connections);
     {
         let mut incoming = pin!(incoming);
         let mut stop = pin!(stop);
         loop {
-            let slot = match &mut slots {
-                Some(slots) => tokio::select! {
-                    () = &mut stop => break,
-                    slot = slots.take() => Some(slot),
-                },
-                None => None,
+            let slot = tokio::select! {
+                () = &mut stop => break,
+                slot = slots.take() => slot,
             };
             tokio::select! {
                 () = &mut stop => break,
@@ -151,11 +148,7 @@ pub async fn serve_connections<S, B, I, IO>(
                                 .and_then(|ruled| ruled.counted_in.clone()),
                         };
                         let serving = serve_connection(io, calls, settings, stop_seen.clone());
-                        tokio::spawn(async move {
-                            serving.await;
-                            // The connection closed: another may be accepted.
-                            drop(slot);
-                        });
+                        tokio::spawn(slot.held_while(serving));
                     }
                     Some(Err(error)) => tracing::debug!(%error, "accepting a connection failed"),
                     None => break,
@@ -171,32 +164,53 @@ pub async fn serve_connections<S, B, I, IO>(
 /// The connections a port may serve at once (`max_connections`): one slot each, given back
 /// when it closes.
 pub(crate) struct ConnectionSlots {
-    free: Arc<tokio::sync::Semaphore>,
+    /// The slots free; `None` sets no limit.
+    free: Option<Arc<tokio::sync::Semaphore>>,
     max: usize,
     /// When waiting for a slot was last logged.
     warned_at: Option<std::time::Instant>,
+}
+
+/// One connection's slot (none when connections are not limited), given back when dropped.
+pub(crate) struct ConnectionSlot {
+    /// Held for its drop, which gives the slot back.
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl ConnectionSlot {
+    /// `serving` (a connection served), holding the slot until it ends.
+    pub(crate) async fn held_while(self, serving: impl Future<Output = ()>) {
+        serving.await;
+        // The connection closed: another may be accepted.
+        drop(self);
+    }
 }
 
 /// How often waiting for a connection slot is logged at most.
 const SLOTS_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 
 impl ConnectionSlots {
-    /// `max` slots.
-    pub(crate) fn new(max: usize) -> Self {
+    /// `max` slots; `None`, no limit.
+    pub(crate) fn new(max: Option<usize>) -> Self {
         // A semaphore panics past MAX_PERMITS (2^61 on 64 bits): no bound in practice.
-        let max = max.min(tokio::sync::Semaphore::MAX_PERMITS);
+        let max = max.map(|max| max.min(tokio::sync::Semaphore::MAX_PERMITS));
         Self {
-            free: Arc::new(tokio::sync::Semaphore::new(max)),
-            max,
+            free: max.map(|max| Arc::new(tokio::sync::Semaphore::new(max))),
+            max: max.unwrap_or(0),
             warned_at: None,
         }
     }
 
-    /// A slot for the next connection, once one is free; saying so (WARN, at most once a
-    /// minute) when it has to wait.
-    pub(crate) async fn take(&mut self) -> tokio::sync::OwnedSemaphorePermit {
-        if let Ok(slot) = Arc::clone(&self.free).try_acquire_owned() {
-            return slot;
+    /// A slot for the next connection, once one is free (at once with no limit); saying so
+    /// (WARN, at most once a minute) when it has to wait.
+    pub(crate) async fn take(&mut self) -> ConnectionSlot {
+        let Some(free) = &self.free else {
+            return ConnectionSlot { _permit: None };
+        };
+        if let Ok(slot) = Arc::clone(free).try_acquire_owned() {
+            return ConnectionSlot {
+                _permit: Some(slot),
+            };
         }
         if (self.warned_at).is_none_or(|at| at.elapsed() >= SLOTS_WARNING_INTERVAL) {
             self.warned_at = Some(std::time::Instant::now());
@@ -206,8 +220,10 @@ impl ConnectionSlots {
                  closes"
             );
         }
-        let slot = Arc::clone(&self.free).acquire_owned().await;
-        slot.expect("the semaphore is never closed")
+        let slot = Arc::clone(free).acquire_owned().await;
+        ConnectionSlot {
+            _permit: Some(slot.expect("the semaphore is never closed")),
+        }
     }
 }
 

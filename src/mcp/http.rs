@@ -200,7 +200,7 @@ pub async fn serve(
         keepalive_interval: transport.keepalive_interval,
         keepalive_timeout: transport.keepalive_timeout,
     };
-    let slots = transport.max_connections.map(ConnectionSlots::new);
+    let slots = ConnectionSlots::new(transport.max_connections);
     match transport.tls {
         Some(tls) => {
             let incoming = crate::grpc::server_tls::handshaken(listener, tls.for_http1_and_h2());
@@ -340,7 +340,7 @@ async fn serve_incoming<IO>(
     incoming: impl Stream<Item = std::io::Result<IO>> + Send + 'static,
     service: Endpoint,
     access: Arc<LiveTenantAccess>,
-    mut slots: Option<ConnectionSlots>,
+    mut slots: ConnectionSlots,
 ) where
     IO: AsyncRead + AsyncWrite + ConnectionPeer + Unpin + Send + 'static,
 {
@@ -348,12 +348,9 @@ async fn serve_incoming<IO>(
     let mut connections = JoinSet::new();
     loop {
         // At `max_connections`, accepting waits for a connection to close.
-        let slot = match &mut slots {
-            Some(slots) => tokio::select! {
-                slot = slots.take() => Some(slot),
-                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            },
-            None => None,
+        let slot = tokio::select! {
+            slot = slots.take() => slot,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         tokio::select! {
             accepted = incoming.next() => match accepted {
@@ -361,11 +358,7 @@ async fn serve_incoming<IO>(
                     let access =
                         ConnectionAccess::new(&access, io.peer_certificate(), io.peer_address());
                     let serving = serve_connection(io, service.clone(), access);
-                    connections.spawn(async move {
-                        serving.await;
-                        // The connection closed: another may be accepted.
-                        drop(slot);
-                    });
+                    connections.spawn(slot.held_while(serving));
                 }
                 // Accepting already waited after failing (`grpc::accepting`).
                 Some(Err(error)) => tracing::debug!(%error, "cannot accept an MCP connection"),
