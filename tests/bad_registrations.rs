@@ -148,6 +148,39 @@ async fn schema_whose_validation_is_exponential() {
     assert_eq!(reason(&error), "VALIDATION_SCHEMA");
 }
 
+/// A pattern that would take seconds to read is refused, saying where and how to write it:
+/// compiling one of 10,000 `\cA` escapes read it again for each (2.3 s of a core per compile,
+/// release build, before the bound), and checking thousands of named groups compares each
+/// name with every other.
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_patterns_that_take_long_to_read() {
+    let escapes = tool(
+        "escapes",
+        json!({"type": "object", "properties": {"x": {"type": "string", "pattern": r"\cA".repeat(10_000)}}}),
+    );
+    let names: String = (0..3_000).map(|i| format!("(?<n{i}>)")).collect();
+    let mut named = simple_tool("named");
+    named.output_schema = schema(json!({"type": "object", "patternProperties": {names: {}}}));
+    let error = rejected(registration("svc", vec![escapes, named])).await;
+    let found = violations(&error);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].0, "registration.tools[0].tool_schema");
+    assert!(
+        found[0]
+            .1
+            .contains("at /properties/x/pattern: the pattern has 10000 \\cX control escapes"),
+        "{found:?}"
+    );
+    assert!(found[0].1.contains("\\x01 for \\cA"), "{found:?}");
+    assert_eq!(found[1].0, "registration.tools[1].output_schema");
+    assert!(
+        found[1].1.contains("at /patternProperties/(?<n0>)"),
+        "{found:?}"
+    );
+    assert!(found[1].1.contains("3000 named groups"), "{found:?}");
+    assert_eq!(reason(&error), "VALIDATION_SCHEMA");
+}
+
 /// Output schemas are compiled under the same rules.
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_output_schema() {

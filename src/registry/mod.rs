@@ -17,6 +17,7 @@ pub mod model;
 pub mod paging;
 pub mod preflight;
 pub mod quota;
+pub mod regex_cost;
 pub mod schema_cost;
 mod schema_graph;
 pub mod search;
@@ -28,6 +29,7 @@ pub mod taxonomy;
 mod tenant_events;
 pub mod validate;
 pub mod validators;
+mod violations;
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -14,10 +14,12 @@ use super::model::{
     RegisteredTool, ServiceName, ServiceSpec, ToolAnnotations, ToolName, ToolSpec, ValidatedService,
 };
 use super::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT, TenantQuota};
+use super::regex_cost::{check_schema_patterns, is_bounded_ecma_regex};
 use super::schema_cost::check_evaluation_cost;
 use super::taxonomy;
+pub use super::violations::{MAX_VIOLATION_BYTES, violation_message};
 use crate::json::{canonical_sha256, nesting_depth};
-use crate::shown::{clipped, shown_json};
+use crate::shown::clipped;
 
 /// The default lease TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -426,7 +428,8 @@ pub fn definition_sha256(
 
 /// Compiles a JSON Schema: Draft 7 unless it names another draft in `$schema`, no external
 /// references, within the size and depth limits, patterns bounded by
-/// [`PATTERN_BACKTRACK_LIMIT`], and no value's validation evaluating more than
+/// [`PATTERN_BACKTRACK_LIMIT`] and read within [`super::regex_cost`]'s bounds (as are values of
+/// the `regex` format), and no value's validation evaluating more than
 /// [`super::schema_cost::MAX_EVALUATIONS_PER_VALUE`] subschemas. The error names the JSON
 /// pointer at fault, or the place in the input whose validation costs too much.
 pub fn compile_schema(
@@ -472,9 +475,13 @@ fn compile_within_limits(
     if !schema.is_object() {
         return Err("schema must be a JSON object".to_owned());
     }
-    let mut options = jsonschema::options().offline().with_pattern_options(
-        jsonschema::PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT),
-    );
+    check_schema_patterns(schema)?;
+    let mut options = jsonschema::options()
+        .offline()
+        .with_pattern_options(
+            jsonschema::PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT),
+        )
+        .with_format("regex", is_bounded_ecma_regex);
     let draft = if schema.get("$schema").is_none() {
         options = options.with_draft(jsonschema::Draft::Draft7);
         jsonschema::Draft::Draft7
@@ -492,33 +499,6 @@ fn compile_within_limits(
         }
     })?;
     Ok((validator, draft))
-}
-
-/// The most bytes of a violation's message: a value or a schema's keyword it repeats (an
-/// `enum`'s values, a `pattern`) is cut short past them.
-pub const MAX_VIOLATION_BYTES: usize = 512;
-
-/// What a validation error says about a value: the validator's own words, the value repeated
-/// only as far as [`shown_json`] shows it (a value of megabytes is not written out again), and
-/// cut at [`MAX_VIOLATION_BYTES`]; except for a pattern stopped at [`PATTERN_BACKTRACK_LIMIT`],
-/// which the validator reports only as an engine error.
-pub fn violation_message(error: &jsonschema::ValidationError<'_>) -> String {
-    match error.kind() {
-        jsonschema::error::ValidationErrorKind::BacktrackLimitExceeded { .. } => format!(
-            "the schema's pattern needed more than {PATTERN_BACKTRACK_LIMIT} backtracking steps \
-             on this value, so it is refused (a pattern with look-around or back-references that \
-             backtracks this much should be rewritten)"
-        ),
-        _ => {
-            let value = shown_json(error.instance());
-            let message = if value.ends_with("...") {
-                error.masked_with(value).to_string()
-            } else {
-                error.to_string()
-            };
-            clipped(&message, MAX_VIOLATION_BYTES).into_owned()
-        }
-    }
 }
 
 #[cfg(test)]

@@ -128,6 +128,40 @@ fn backtracking_patterns_are_bounded() {
     assert!(violation_message(&error).contains("does not match"));
 }
 
+/// A `regex` format value whose group names would take long to check is refused unread, saying
+/// so; ordinary values are checked as regular expressions. A schema pattern that would take long
+/// to read is refused at compile, naming where it is.
+#[test]
+fn regex_reading_is_bounded() {
+    let schema =
+        json!({"type": "object", "properties": {"p": {"type": "string", "format": "regex"}}});
+    let validator = compile_schema(&schema, &limits()).expect("compiles");
+    assert!(validator.is_valid(&json!({"p": r"^(?<word>\w+) \k<word>$"})));
+    let value = json!({"p": "(".to_owned() + "x"});
+    let error = validator.iter_errors(&value).next().expect("not a regex");
+    assert!(
+        violation_message(&error).contains(r#"is not a "regex""#),
+        "{}",
+        violation_message(&error)
+    );
+    let names: String = (0..40_000).map(|i| format!("(?<a{i}>)")).collect();
+    let value = json!({ "p": names });
+    assert!(!validator.is_valid(&value));
+    let error = validator.iter_errors(&value).next().expect("refused");
+    let message = violation_message(&error);
+    assert!(
+        message.starts_with("the value is refused unread as a regex: with 40000 named groups"),
+        "{message}"
+    );
+
+    let schema = json!({"type": "string", "pattern": r"\cA".repeat(10_000)});
+    let error = compile_schema(&schema, &limits()).expect_err("refused");
+    assert!(
+        error.starts_with("at /pattern: the pattern has 10000 \\cX control escapes"),
+        "{error}"
+    );
+}
+
 /// A service version is a semantic version of at most 256 bytes; an MCP server's version
 /// that is not one is not taken (the import registers `0.0.0`).
 #[test]

@@ -1,0 +1,40 @@
+//! What a failed validation of a value says: the validator's words, kept short enough for a
+//! status's trailer, and plain words where the validator's would mislead.
+
+use super::regex_cost::unbounded_regex_reason;
+use super::validate::PATTERN_BACKTRACK_LIMIT;
+use crate::shown::{clipped, shown_json};
+
+/// The most bytes of a violation's message: a value or a schema's keyword it repeats (an
+/// `enum`'s values, a `pattern`) is cut short past them.
+pub const MAX_VIOLATION_BYTES: usize = 512;
+
+/// What a validation error says about a value: the validator's own words, the value repeated
+/// only as far as [`shown_json`] shows it (a value of megabytes is not written out again), and
+/// cut at [`MAX_VIOLATION_BYTES`]; except for a pattern stopped at [`PATTERN_BACKTRACK_LIMIT`],
+/// which the validator reports only as an engine error, and a `regex` format value refused
+/// unread for its cost ([`super::regex_cost`]).
+pub fn violation_message(error: &jsonschema::ValidationError<'_>) -> String {
+    if let jsonschema::error::ValidationErrorKind::Format { format } = error.kind()
+        && format == "regex"
+        && let Some(reason) = error.instance().as_str().and_then(unbounded_regex_reason)
+    {
+        return reason;
+    }
+    match error.kind() {
+        jsonschema::error::ValidationErrorKind::BacktrackLimitExceeded { .. } => format!(
+            "the schema's pattern needed more than {PATTERN_BACKTRACK_LIMIT} backtracking steps \
+             on this value, so it is refused (a pattern with look-around or back-references that \
+             backtracks this much should be rewritten)"
+        ),
+        _ => {
+            let value = shown_json(error.instance());
+            let message = if value.ends_with("...") {
+                error.masked_with(value).to_string()
+            } else {
+                error.to_string()
+            };
+            clipped(&message, MAX_VIOLATION_BYTES).into_owned()
+        }
+    }
+}
