@@ -7,6 +7,7 @@ mod common;
 
 mod agent;
 mod agent_control;
+mod agent_stream_backlog;
 mod agents_kept;
 mod bad_registrations;
 mod bearer_tokens;

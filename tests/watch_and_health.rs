@@ -360,13 +360,7 @@ async fn a_watch_ends_unavailable_when_the_server_stops() {
 /// SYNCED: while it is not read, the server can send it only about 64 KB, and the watch stops
 /// taking changes.
 async fn slow_watch(server: &TestServer) -> tonic::Streaming<pb::WatchServicesResponse> {
-    let slow = tonic::transport::Endpoint::from_shared(server.endpoint())
-        .expect("valid uri")
-        .initial_stream_window_size(65_535)
-        .initial_connection_window_size(65_535)
-        .connect()
-        .await
-        .expect("connect to test server");
+    let slow = server.slow_channel().await;
     let mut watcher = pb::discovery_service_client::DiscoveryServiceClient::new(slow);
     let mut stream = watch(&mut watcher, 0, "").await;
     assert_eq!(next_event(&mut stream).await.r#type, Kind::Synced as i32);

@@ -11,6 +11,7 @@ pub(crate) mod openai_answer;
 pub(crate) mod openai_stream;
 pub mod runner;
 pub mod store;
+pub mod turn_events;
 pub mod types;
 
 pub use error::{AgentError, SentinelError};

@@ -16,8 +16,8 @@ use crate::trace_context::TraceContext;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::agent::turn_events::TurnEventSender;
 use futures_util::StreamExt;
-use tokio::sync::mpsc::UnboundedSender;
 
 use super::error::AgentError;
 use super::model::{LlmProvider, OfferedTool, tool_call_message, tool_result_message};
@@ -258,9 +258,9 @@ impl AgentRunner {
             })
     }
 
-    fn emit(events: Option<&UnboundedSender<TurnEvent>>, event: TurnEvent) {
+    fn emit(events: Option<&TurnEventSender>, event: TurnEvent) {
         if let Some(events) = events {
-            let _ = events.send(event);
+            events.send(event);
         }
     }
 
@@ -268,7 +268,7 @@ impl AgentRunner {
         agent: &Agent,
         to: AgentState,
         note: &str,
-        events: Option<&UnboundedSender<TurnEvent>>,
+        events: Option<&TurnEventSender>,
     ) -> Result<(), AgentError> {
         let mut data = agent.data();
         data.transition(to, note)?;
@@ -288,7 +288,7 @@ impl AgentRunner {
         trace: Option<&TraceContext>,
         agent: &str,
         request: ChatCompletionRequest,
-        events: Option<UnboundedSender<TurnEvent>>,
+        events: Option<TurnEventSender>,
     ) -> Result<TurnOutcome, AgentError> {
         request.validate()?;
         let max_bytes = self.store.max_conversation_bytes();
@@ -403,7 +403,7 @@ impl AgentRunner {
         request: &ChatCompletionRequest,
         correlation_id: &str,
         trace: Option<&TraceContext>,
-        events: Option<&UnboundedSender<TurnEvent>>,
+        events: Option<&TurnEventSender>,
         turn: &mut TurnBytes,
     ) -> Result<Answered, AgentError> {
         Self::step(agent, AgentState::Thinking, "", events)?;

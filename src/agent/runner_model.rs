@@ -1,8 +1,8 @@
 //! The turn's model calls: the request built from the agent's conversation, and the call
 //! itself, streamed or not, under a span of its own when spans are exported.
 
+use crate::agent::turn_events::TurnEventSender;
 use futures_util::StreamExt;
-use tokio::sync::mpsc::UnboundedSender;
 
 use super::turn_bytes::TurnBytes;
 use super::{AgentRunner, TurnEvent};
@@ -41,7 +41,7 @@ impl AgentRunner {
         &self,
         request: ModelRequest,
         trace: Option<&TraceContext>,
-        events: Option<&UnboundedSender<TurnEvent>>,
+        events: Option<&TurnEventSender>,
         turn: &TurnBytes,
     ) -> Result<ModelReply, AgentError> {
         let span = self.spans.model_call(trace, request.model.as_deref());
@@ -95,7 +95,7 @@ impl AgentRunner {
     async fn ask_model_unspanned(
         &self,
         request: ModelRequest,
-        events: Option<&UnboundedSender<TurnEvent>>,
+        events: Option<&TurnEventSender>,
         turn: &TurnBytes,
     ) -> Result<ModelReply, Unanswered> {
         let Some(events) = events else {

@@ -21,6 +21,7 @@ use super::agent_convert::{
 use super::page_bytes::fitting;
 use super::trace_headers::call_trace;
 use crate::agent::runner::AgentRunner;
+use crate::agent::turn_events::turn_events;
 use crate::pb;
 use crate::pb::agent_service_server::AgentService;
 use crate::registry::paging;
@@ -177,7 +178,7 @@ impl AgentService for AgentApi {
         let chat = request_from_pb(request.request)?;
         agent_id(&request.agent_id)?;
         let (sender, receiver) = mpsc::channel::<Result<pb::StreamCompleteResponse, Status>>(64);
-        let (events, mut turn_events) = mpsc::unbounded_channel();
+        let (events, mut turn_events) = turn_events();
         let runner = self.runner.clone();
         tokio::spawn(async move {
             let envelope = |event| {
@@ -195,20 +196,25 @@ impl AgentService for AgentApi {
                 Some(events),
             );
             tokio::pin!(turn);
-            // The turn runs until it ends or the client goes away (dropping it undoes the turn).
-            let outcome = loop {
-                tokio::select! {
-                    outcome = &mut turn => break outcome,
-                    Some(event) = turn_events.recv() => {
-                        if sender.send(envelope(event_to_pb(event))).await.is_err() {
-                            return;
-                        }
-                    }
-                    () = sender.closed() => return,
+            // The turn runs until it ends or the client goes away (dropping it undoes the turn),
+            // never waiting for the client to read: its events wait in `turn_events` meanwhile.
+            let forward = async {
+                loop {
+                    let Ok(room) = sender.reserve().await else {
+                        return;
+                    };
+                    room.send(envelope(event_to_pb(turn_events.recv().await)));
                 }
             };
-            while let Ok(event) = turn_events.try_recv() {
-                let _ = sender.send(envelope(event_to_pb(event))).await;
+            let outcome = tokio::select! {
+                outcome = &mut turn => outcome,
+                () = forward => return,
+                () = sender.closed() => return,
+            };
+            while let Some(event) = turn_events.try_recv() {
+                if sender.send(envelope(event_to_pb(event))).await.is_err() {
+                    return;
+                }
             }
             let last = match outcome {
                 Ok(outcome) => envelope(pb::stream_complete_response::Event::Completion(

@@ -154,6 +154,18 @@ impl TestServer {
             .expect("connect to test server")
     }
 
+    /// A connection of its own with small flow-control windows (64 KB): a stream on it that
+    /// is not read takes no more than that before the server must wait to send more.
+    pub async fn slow_channel(&self) -> Channel {
+        Channel::from_shared(self.endpoint())
+            .expect("valid uri")
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .connect()
+            .await
+            .expect("connect to test server")
+    }
+
     pub async fn discovery(&self) -> DiscoveryServiceClient<Channel> {
         DiscoveryServiceClient::new(self.channel().await)
     }
