@@ -269,7 +269,7 @@ pub fn escape_pointer_token(token: &str) -> String {
 }
 
 /// The length of a value's compact JSON text, counted as it is written, without keeping it.
-pub fn compact_len(value: &Value) -> usize {
+pub fn compact_len(value: &(impl serde::Serialize + ?Sized)) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

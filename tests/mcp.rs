@@ -1,7 +1,7 @@
 //! toolplane's MCP endpoint (`mcp_listen`): the registered tools served to MCP clients over
 //! MCP's Streamable HTTP transport at `/mcp`. The official MCP Python SDK lists and calls them
 //! in both protocol eras (`tests/peers/python_mcp_client.py`); plain HTTP requests check what
-//! the endpoint refuses; and a client with and without a certificate checks it over mutual TLS.
+//! the endpoint refuses and how large tools are paged; and a client with and without a certificate checks it over mutual TLS.
 //! The MCP conformance suite's runs are in `tests/mcp_conformance.rs`.
 
 use crate::common;
@@ -314,5 +314,66 @@ async fn a_silent_http2_connection_is_pinged_and_closed() {
     let closed =
         tokio::time::timeout(Duration::from_secs(8), silent.read_to_end(&mut received)).await;
     assert!(closed.is_ok(), "the silent connection is still open");
+    server.stop().await;
+}
+
+/// A `tools/list` page ends where its tools' JSON would pass 4 MiB, and `nextCursor` goes on
+/// from there: 200 tools of 30 KB schemas come in two pages, each tool once (one page of 1000
+/// such tools of 60 KB was a 60 MB answer, built whole in the server's memory).
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_list_pages_end_before_4_mib() {
+    let (server, mcp) = TestServer::start_with_mcp(common::test_options()).await;
+    let mut client = server.discovery().await;
+    for service in 0..4 {
+        let schema = json!({"type": "object", "description": "x".repeat(30_000)});
+        let tools = (0..50)
+            .map(|tool| common::tool(&format!("t{service}_{tool:02}"), schema.clone()))
+            .collect();
+        let registration = common::registration(&format!("svc{service}"), tools);
+        common::register_ok(&mut client, 0, registration).await;
+    }
+    let http = common::http_client();
+    let url = format!("http://{mcp}/mcp");
+    let (mut names, mut pages, mut cursor) = (Vec::new(), Vec::new(), None::<String>);
+    loop {
+        let mut params = json!({"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}});
+        if let Some(cursor) = &cursor {
+            params["cursor"] = json!(cursor);
+        }
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
+        let answer = common::tools_list(&http, &url, "0")
+            .body(request.to_string())
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(answer.status(), 200);
+        let body = answer.bytes().await.expect("a body");
+        // One server-sent event: `data: {JSON}`.
+        let event = std::str::from_utf8(&body).expect("UTF-8");
+        let data = event.trim().strip_prefix("data: ").expect("one event");
+        let page: serde_json::Value = serde_json::from_str(data).expect("JSON");
+        let tools = page["result"]["tools"].as_array().expect("tools");
+        pages.push((tools.len(), body.len()));
+        names.extend(
+            tools
+                .iter()
+                .map(|tool| tool["name"].as_str().expect("a name").to_owned()),
+        );
+        match page["result"]["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    assert!(
+        pages.iter().all(|(_, bytes)| *bytes <= 4 << 20),
+        "{pages:?}"
+    );
+    let mut distinct = names.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!((names.len(), distinct.len()), (200, 200));
     server.stop().await;
 }

@@ -23,12 +23,16 @@ use super::answer;
 use super::list_changed;
 use super::tools::{listed_name, listed_tool, offered_counts, resolve_name};
 use crate::envelope::{MAX_CORRELATION_ID_LEN, RequestMeta, TENANT_HEADER, TenantId};
+use crate::grpc::page_bytes::fitting;
 use crate::invoke::caller::{Progress, ProgressSink};
 use crate::invoke::{Invocation, Invoker};
+use crate::json::compact_len;
 use crate::registry::{Registry, ToolFilter};
 use crate::trace_context::TraceContext;
 
-/// The most tools one `tools/list` page holds; a client follows `nextCursor` for the rest.
+/// The most tools one `tools/list` page holds; a client follows `nextCursor` for the rest. A
+/// page holds fewer when their JSON would pass
+/// [`MAX_ANSWER_ITEM_BYTES`](crate::grpc::page_bytes::MAX_ANSWER_ITEM_BYTES) (always one).
 pub const LIST_PAGE_SIZE: i32 = 1000;
 
 /// The session header of MCP's Streamable HTTP transport.
@@ -137,16 +141,22 @@ impl ServerHandler for McpTools {
             .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
         let store = self.registry.store();
         let counts = offered_counts(&page.items, |name| store.tools_named(tenant, name).len());
-        let tools = (page.items.iter().zip(counts))
-            .map(|(found, offered_by)| {
-                listed_tool(
-                    found,
-                    listed_name(&self.registry, tenant, found, offered_by),
-                )
-            })
-            .collect();
+        let listed = (page.items.iter().zip(counts)).map(|(found, offered_by)| {
+            let name = listed_name(&self.registry, tenant, found, offered_by);
+            (found, listed_tool(found, name))
+        });
+        // A page of large tools could be a JSON answer of 100 MB or more, built whole in
+        // memory; it ends where its tools pass what one gRPC answer may carry instead.
+        let fitted = fitting(listed, |(_, tool)| compact_len(tool));
+        let next_cursor = match fitted.last() {
+            Some((last, _)) if fitted.len() < page.items.len() => {
+                Some(Registry::tools_token_after(&ToolFilter::default(), last))
+            }
+            _ => page.next_page_token,
+        };
+        let tools = fitted.into_iter().map(|(_, tool)| tool).collect();
         let mut result = ListToolsResult::with_all_items(tools);
-        result.next_cursor = page.next_page_token;
+        result.next_cursor = next_cursor;
         Ok(result)
     }
 
