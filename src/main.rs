@@ -221,7 +221,7 @@ fn main() -> ExitCode {
             command => (
                 0,
                 Box::pin(async move {
-                    cli::serve::init_tracing(LogFormat::Text);
+                    let _log = cli::serve::init_tracing(LogFormat::Text);
                     match run_client(command).await {
                         Ok(code) => code,
                         Err(error) => {

@@ -466,12 +466,7 @@ fn each_binary_says_what_it_is() {
 fn serve_answers_metrics_scrapes_where_configured() {
     use std::io::{Read, Write};
     let server = ServerProcess::start(&[("TOOLPLANE_METRICS_LISTEN", "127.0.0.1:0")]);
-    let lines = server.log_lines_with("metrics served at /metrics");
-    let address = lines
-        .first()
-        .and_then(|line| line.split("address=").nth(1))
-        .map(|address| address.trim().to_owned())
-        .unwrap_or_else(|| panic!("the metrics address is logged: {lines:?}"));
+    let address = server.logged_address("metrics served at /metrics");
     let mut stream = std::net::TcpStream::connect(&address).expect("connect to the metrics port");
     stream
         .write_all(b"GET /metrics HTTP/1.0\r\nHost: toolplane\r\n\r\n")

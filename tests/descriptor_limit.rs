@@ -51,17 +51,9 @@ fn a_server_out_of_file_descriptors_waits_to_accept_again_rather_than_spinning()
             ("TOOLPLANE_MCP_LISTEN", "127.0.0.1:0"),
         ],
     );
-    let logged_address = |message: &str| -> String {
-        let lines = server.log_lines_with(message);
-        lines
-            .first()
-            .and_then(|line| line.split("address=").nth(1))
-            .map(|address| address.trim().to_owned())
-            .unwrap_or_else(|| panic!("{message}: the address is logged: {lines:?}"))
-    };
     let side_ports = [
-        logged_address("metrics served at /metrics"),
-        logged_address("MCP served at /mcp"),
+        server.logged_address("metrics served at /metrics"),
+        server.logged_address("MCP served at /mcp"),
     ];
     let mut held: Vec<TcpStream> = (0..100)
         .map(|_| TcpStream::connect(&server.addr).expect("connect to the gRPC port"))

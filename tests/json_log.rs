@@ -156,7 +156,7 @@ const PANICKING_CHILD: &str = "TOOLPLANE_TEST_PANICKING_CHILD";
 #[test]
 fn a_panic_is_logged_as_one_json_event() {
     if std::env::var_os(PANICKING_CHILD).is_some() {
-        toolplane::cli::serve::init_tracing(toolplane::config::LogFormat::Json);
+        let _log = toolplane::cli::serve::init_tracing(toolplane::config::LogFormat::Json);
         let panicked = std::thread::spawn(|| panic!("a panic on purpose")).join();
         assert!(panicked.is_err());
         return;

@@ -57,4 +57,5 @@ mod tenant_isolation;
 mod tool_annotations;
 mod tool_search;
 mod tool_taxonomy;
+mod unread_log;
 mod watch_and_health;

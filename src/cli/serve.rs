@@ -13,22 +13,39 @@ use crate::config::{LogFormat, ServerConfig};
 /// WARN and ERROR (`RUST_LOG=info,rmcp=debug` shows them).
 pub const DEFAULT_LOG_FILTER: &str = "info,rmcp=off";
 
+/// The most log lines waiting to be written to stderr; past them, new lines are dropped
+/// (`toolplane_log_lines_dropped_total` counts them) until the reader takes some.
+pub const LOG_LINES_WAITING: usize = 128_000;
+
 /// Logs to stderr in `format`, at the level `RUST_LOG` sets (default [`DEFAULT_LOG_FILTER`]).
 /// A panic is logged too, as an ERROR event (target `tracing_panic`, with its message,
 /// location and, when `RUST_BACKTRACE` asks for one, backtrace), not written to stderr beside
 /// the log as Rust's own hook writes it, so a JSON log stays one object per line.
-pub fn init_tracing(format: LogFormat) {
+///
+/// Lines are written by a thread of their own, at most [`LOG_LINES_WAITING`] waiting: a
+/// server thread logging never waits on stderr, whose reader (a log shipper, a terminal) may
+/// stall; with stderr written directly, a full pipe held every thread that logged, one of them
+/// holding the registry's lock. Keep the answered guard until the end: dropping it writes the
+/// lines still waiting.
+pub fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    let (stderr, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(LOG_LINES_WAITING)
+        .thread_name("toolplane-log")
+        .finish(std::io::stderr());
+    crate::metrics::log_lines::watch(stderr.error_counter());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
     std::panic::set_hook(Box::new(tracing_panic::panic_hook));
+    guard
 }
 
 /// The addresses given on the command line, over the configuration's.
@@ -65,7 +82,7 @@ pub async fn serve(
     config: ServerConfig,
     log_format: Option<LogFormat>,
 ) -> ExitCode {
-    init_tracing(log_format.unwrap_or(config.log_format));
+    let _log = init_tracing(log_format.unwrap_or(config.log_format));
     // The configuration's address was checked when it was loaded.
     let metrics_address = addresses
         .metrics_listen

@@ -12,6 +12,7 @@
 
 mod agents;
 pub mod http;
+pub mod log_lines;
 mod process;
 mod rpc;
 
@@ -304,6 +305,7 @@ impl Collector for MetricsSources {
         encode_reloads(&mut encoder, &self.reloads)?;
         agents::encode(&mut encoder, &self.agents, &self.model_calls.counts())?;
         rpc::encode(&mut encoder, &self.rpcs)?;
+        log_lines::encode(&mut encoder)?;
         process::encode(&mut encoder)
     }
 }

@@ -12,6 +12,8 @@ pub struct ServerProcess {
     pub addr: String,
     /// Every line the server has written to stderr so far.
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// With [`Self::start_with_unread_log`], dropped to read the server's stderr again.
+    _read_log: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl ServerProcess {
@@ -34,7 +36,29 @@ impl ServerProcess {
         Self::spawn(command, extra_env)
     }
 
-    fn spawn(mut command: Command, extra_env: &[(&str, &str)]) -> Self {
+    /// Starts `toolplane serve` as [`Self::start`] does, its stderr read no further than the
+    /// line announcing its address (until the handle is dropped), as a log shipper that stalled
+    /// would leave it: once the pipe's buffer is full, a write to it waits.
+    pub fn start_with_unread_log(extra_env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolplane"));
+        command.args(["serve", "--listen", "127.0.0.1:0"]);
+        let (read_log, stalled) = std::sync::mpsc::channel::<()>();
+        let mut server = Self::spawn_reading(command, extra_env, Some(stalled));
+        server._read_log = Some(read_log);
+        server
+    }
+
+    fn spawn(command: Command, extra_env: &[(&str, &str)]) -> Self {
+        Self::spawn_reading(command, extra_env, None)
+    }
+
+    /// Spawns `command`; its stderr is read by a thread of its own, which, with `stalled`,
+    /// stops after the address until `stalled`'s sender is dropped.
+    fn spawn_reading(
+        mut command: Command,
+        extra_env: &[(&str, &str)],
+        stalled: Option<std::sync::mpsc::Receiver<()>>,
+    ) -> Self {
         command.stdout(Stdio::null()).stderr(Stdio::piped());
         for (key, value) in extra_env {
             command.env(key, value);
@@ -51,13 +75,21 @@ impl ServerProcess {
                 if !sent && let Some(addr) = serving_address(&line) {
                     let _ = found.send(addr);
                     sent = true;
+                    if let Some(stalled) = &stalled {
+                        let _ = stalled.recv();
+                    }
                 }
             }
         });
         let addr = address
             .recv_timeout(Duration::from_secs(20))
             .expect("server reports its address");
-        Self { child, addr, log }
+        Self {
+            child,
+            addr,
+            log,
+            _read_log: None,
+        }
     }
 
     /// Starts `toolplane serve` with the config file `config` (`{dir}` in it is the
@@ -88,6 +120,17 @@ impl ServerProcess {
             .filter(|line| line.contains(needle))
             .cloned()
             .collect()
+    }
+
+    /// The address the first line logged with `message` names (`address=...`): where a side
+    /// port (metrics, MCP) listens.
+    pub fn logged_address(&self, message: &str) -> String {
+        let lines = self.log_lines_with(message);
+        lines
+            .first()
+            .and_then(|line| line.split("address=").nth(1))
+            .map(|address| address.trim().to_owned())
+            .unwrap_or_else(|| panic!("{message}: the address is logged: {lines:?}"))
     }
 
     pub fn endpoint(&self) -> String {
