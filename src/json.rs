@@ -269,6 +269,8 @@ pub fn escape_pointer_token(token: &str) -> String {
 }
 
 /// The length of a value's compact JSON text, counted as it is written, without keeping it.
+/// Panics for a value serde_json cannot write (a map whose keys are not strings), which a
+/// `Value` and toolplane's wire types never are.
 pub fn compact_len(value: &(impl serde::Serialize + ?Sized)) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {

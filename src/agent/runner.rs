@@ -16,7 +16,6 @@ use crate::trace_context::TraceContext;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::agent::turn_events::TurnEventSender;
 use futures_util::StreamExt;
 
 use super::error::AgentError;
@@ -26,6 +25,7 @@ use super::store::{Agent, AgentStore, Transition, message_bytes};
 use super::types::{
     AgentState, CanonicalMessage, ChatCompletionRequest, ChatCompletionResponse, Role, TokenUsage,
 };
+use crate::agent::turn_events::TurnEventSender;
 use crate::envelope::TenantId;
 use crate::invoke::Invoker;
 use crate::invoke::records::InvocationStatus;

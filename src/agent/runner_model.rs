@@ -1,7 +1,6 @@
 //! The turn's model calls: the request built from the agent's conversation, and the call
 //! itself, streamed or not, under a span of its own when spans are exported.
 
-use crate::agent::turn_events::TurnEventSender;
 use futures_util::StreamExt;
 
 use super::turn_bytes::TurnBytes;
@@ -9,6 +8,7 @@ use super::{AgentRunner, TurnEvent};
 use crate::agent::error::AgentError;
 use crate::agent::model::{ModelError, ModelReply, ModelRequest, OfferedTool, StreamEvent};
 use crate::agent::store::Agent;
+use crate::agent::turn_events::TurnEventSender;
 use crate::agent::types::{CanonicalMessage, ChatCompletionRequest, Role};
 use crate::spans::ModelAnswer;
 use crate::trace_context::TraceContext;
