@@ -34,6 +34,12 @@ async fn words_waiting_for_a_caller_that_stopped_reading_are_joined() {
         .await
         .expect("the turn starts")
         .into_inner();
+    // The turn has begun once its first event comes (the answer's headers come before it).
+    let first = stalled.message().await.expect("healthy").expect("an event");
+    assert!(
+        matches!(first.event, Some(Event::Transition(_))),
+        "{first:?}"
+    );
 
     // The turn ends without the caller reading, and the agent takes another turn.
     let answered = tokio::time::timeout(Duration::from_secs(20), async {

@@ -15,6 +15,7 @@ pub mod lease;
 pub mod memory;
 pub mod model;
 pub mod paging;
+pub mod pattern_memory;
 pub mod preflight;
 pub mod quota;
 pub mod regex_cost;

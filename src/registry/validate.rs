@@ -13,6 +13,7 @@ use super::instance::InstanceId;
 use super::model::{
     RegisteredTool, ServiceName, ServiceSpec, ToolAnnotations, ToolName, ToolSpec, ValidatedService,
 };
+use super::pattern_memory::check_pattern_memory;
 use super::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT, TenantQuota};
 use super::regex_cost::{check_schema_patterns, is_bounded_ecma_regex};
 use super::schema_cost::check_evaluation_cost;
@@ -436,26 +437,27 @@ pub fn compile_schema(
     schema: &Value,
     limits: &RegistrationLimits,
 ) -> Result<jsonschema::Validator, String> {
-    let (validator, draft) = compile_within_limits(schema, limits)?;
+    let (validator, draft, _) = compile_within_limits(schema, limits)?;
     check_evaluation_cost(schema, draft)?;
     Ok(validator)
 }
 
 /// Compiles the schema of a registered tool again (for [`super::ValidatorCache`]): as
 /// [`compile_schema`] does, less the check of its cost, which the same text passed at
-/// registration.
+/// registration; with the estimated memory of its compiled patterns.
 pub(super) fn recompile_registered_schema(
     schema: &Value,
     limits: &RegistrationLimits,
-) -> Result<jsonschema::Validator, String> {
-    compile_within_limits(schema, limits).map(|(validator, _)| validator)
+) -> Result<(jsonschema::Validator, u64), String> {
+    compile_within_limits(schema, limits).map(|(validator, _, memory)| (validator, memory))
 }
 
-/// Compiles `schema` within `limits`, with the draft it is compiled in.
+/// Compiles `schema` within `limits`, with the draft it is compiled in and the estimated
+/// memory of its compiled patterns.
 fn compile_within_limits(
     schema: &Value,
     limits: &RegistrationLimits,
-) -> Result<(jsonschema::Validator, jsonschema::Draft), String> {
+) -> Result<(jsonschema::Validator, jsonschema::Draft, u64), String> {
     let size = serde_json::to_vec(schema)
         .map(|bytes| bytes.len())
         .unwrap_or(usize::MAX);
@@ -476,6 +478,7 @@ fn compile_within_limits(
         return Err("schema must be a JSON object".to_owned());
     }
     check_schema_patterns(schema)?;
+    let memory = check_pattern_memory(schema)?;
     let mut options = jsonschema::options()
         .offline()
         .with_pattern_options(
@@ -498,7 +501,7 @@ fn compile_within_limits(
             format!("at {at}: {message}")
         }
     })?;
-    Ok((validator, draft))
+    Ok((validator, draft, memory))
 }
 
 #[cfg(test)]

@@ -4,8 +4,11 @@
 //! form is not kept with the tool, though: a `jsonschema` validator takes about 20 times the
 //! memory of its schema text (about 22 KB for a 1 KB schema), which would make every registered
 //! tool cost tens of kilobytes whether it is ever called or not. Instead the validators of the
-//! tools being called live here, at most `capacity` of them (least recently and least
-//! frequently used go first, moka's TinyLFU policy); a tool called after its validator was
+//! tools being called live here, with room for `capacity` of them (least recently and least
+//! frequently used go first, moka's TinyLFU policy). A validator takes one room, and one more
+//! for each [`BYTES_PER_ROOM`] its schema's compiled patterns are estimated to take
+//! ([`super::pattern_memory`]): a Unicode class repeated compiles to megabytes, and a cache
+//! counting validators alone could hold thousands of those. A tool called after its validator was
 //! evicted, or for the first time, compiles it again from the schema text (the same text that
 //! compiled at registration, under the same limits, so it compiles again; the check of its
 //! validation cost, which the same text passed then, is not run again).
@@ -21,7 +24,18 @@ use super::validate::{RegistrationLimits, recompile_registered_schema};
 /// The default number of compiled validators kept.
 pub const DEFAULT_VALIDATOR_CACHE_SIZE: u64 = 4096;
 
-type Cache = moka::sync::Cache<String, SchemaValidator>;
+/// The room a validator takes in the cache for each this many bytes its compiled patterns are
+/// estimated to take (see [`super::pattern_memory`]), beyond the one every validator takes.
+pub const BYTES_PER_ROOM: u64 = 64 * 1024;
+
+/// A compiled validator and the room it takes.
+#[derive(Debug, Clone)]
+struct Cached {
+    validator: SchemaValidator,
+    room: u32,
+}
+
+type Cache = moka::sync::Cache<String, Cached>;
 
 /// Bounded caches of compiled input and output validators, shared by every reader.
 #[derive(Debug, Clone)]
@@ -35,7 +49,12 @@ impl ValidatorCache {
     /// Caches keeping at most `capacity` compiled input validators and as many output
     /// validators, of schemas that registered under `limits`.
     pub fn new(capacity: u64, limits: RegistrationLimits) -> Self {
-        let cache = || moka::sync::Cache::builder().max_capacity(capacity).build();
+        let cache = || {
+            moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .weigher(|_, cached: &Cached| cached.room)
+                .build()
+        };
         Self {
             inputs: cache(),
             outputs: cache(),
@@ -73,14 +92,20 @@ impl ValidatorCache {
         tool: &RegisteredTool,
         schema: &str,
     ) -> Result<SchemaValidator, String> {
-        if let Some(validator) = cache.get(tool.definition_sha256.as_str()) {
-            return Ok(validator);
+        if let Some(cached) = cache.get(tool.definition_sha256.as_str()) {
+            return Ok(cached.validator);
         }
         cache
             .try_get_with(tool.definition_sha256.clone(), || {
                 let schema = serde_json::from_str(schema).map_err(|error| error.to_string())?;
-                recompile_registered_schema(&schema, &self.limits).map(Arc::new)
+                let (validator, memory) = recompile_registered_schema(&schema, &self.limits)?;
+                let extra = memory / BYTES_PER_ROOM;
+                Ok::<_, String>(Cached {
+                    validator: Arc::new(validator),
+                    room: u32::try_from(extra.saturating_add(1)).unwrap_or(u32::MAX),
+                })
             })
+            .map(|cached| cached.validator)
             .map_err(|error| {
                 format!(
                     "the registered schema of tool {} no longer compiles: {error}",
@@ -146,6 +171,20 @@ mod tests {
             }
         }
         assert!(cache.len() <= 1, "only input validators were asked for");
+    }
+
+    /// A validator whose patterns are estimated large takes the room of several: past the
+    /// cache's room it is compiled for each call but not kept, and an ordinary one is.
+    #[test]
+    fn validators_take_room_by_their_patterns() {
+        let letters = json!({"type": "string", "pattern": "^\\p{L}{1,10}$"});
+        let tools = tools(&[letters, json!({"type": "object"})]);
+        let cache = ValidatorCache::new(4, RegistrationLimits::default());
+        let validator = cache.input(&tools[0]).expect("compiles");
+        assert!(validator.is_valid(&json!("Straße")));
+        assert_eq!(cache.len(), 0, "needs more room than the cache has");
+        cache.input(&tools[1]).expect("compiles");
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]
