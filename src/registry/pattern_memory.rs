@@ -58,12 +58,17 @@ pub fn schema_pattern_memory(schema: &Value) -> u64 {
 pub fn check_pattern_memory(schema: &Value) -> Result<u64, String> {
     let memory = schema_pattern_memory(schema);
     if memory > MAX_PATTERN_MEMORY {
+        // Saturated: repetitions multiplying past any size, or groups nested too deep to
+        // follow.
+        let about = match memory {
+            u64::MAX => "far more".to_owned(),
+            _ => format!("about {} MiB", memory.div_ceil(1 << 20)),
+        };
         return Err(format!(
-            "the schema's patterns would take about {} MiB compiled, more than {} MiB: a \
-             Unicode class such as \\p{{L}} compiles to about 50 KB, and a repetition holds as \
-             many copies as it repeats (\\p{{L}}{{100}} about 5 MB); repeat less, or bound the \
+            "the schema's patterns would take {about} compiled, more than {} MiB: a Unicode \
+             class such as \\p{{L}} compiles to about 50 KB, and a repetition holds as many \
+             copies as it repeats (\\p{{L}}{{100}} about 5 MB); repeat less, or bound the \
              length with maxLength instead",
-            memory.div_ceil(1 << 20),
             MAX_PATTERN_MEMORY >> 20
         ));
     }

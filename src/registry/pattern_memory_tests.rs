@@ -49,3 +49,25 @@ fn a_schemas_patterns_are_summed() {
     assert_eq!(schema_pattern_memory(&schema), 3 * one);
     assert_eq!(schema_pattern_memory(&json!({"type": "string"})), 0);
 }
+
+/// Past the bound a schema is refused, saying about how much; repetitions past any size are
+/// "far more".
+#[test]
+fn schemas_past_the_bound_are_refused() {
+    let letters = json!({"pattern": "\\p{L}{100}"});
+    assert!(check_pattern_memory(&letters).is_ok());
+    let many: Vec<_> = (0..10).map(|_| letters.clone()).collect();
+    let error = check_pattern_memory(&json!({"anyOf": many})).expect_err("refused");
+    assert!(
+        error.starts_with(
+            "the schema's patterns would take about 51 MiB compiled, more than 16 MiB"
+        ),
+        "{error}"
+    );
+    let nested = json!({"pattern": format!("{}a{}", "(".repeat(7), "{1000})".repeat(7))});
+    let error = check_pattern_memory(&nested).expect_err("refused");
+    assert!(
+        error.starts_with("the schema's patterns would take far more compiled"),
+        "{error}"
+    );
+}
