@@ -23,6 +23,8 @@ use regex_syntax::hir::{Class, HirKind};
 use regex_syntax::utf8::Utf8Sequences;
 use serde_json::Value;
 
+use super::regex_cost::each_schema_pattern;
+
 /// The bytes the estimate counts for each unit it finds (a literal byte, a UTF-8 sequence of a
 /// class, a group or an assertion), over [`BYTES_PER_PATTERN`]: measured, the regex crate's
 /// automaton and the engines built over it took less (`\p{L}{100}`: 4.9 MB for 82,700 units,
@@ -46,9 +48,11 @@ const MAX_DEPTH: usize = 250;
 /// A pattern that does not parse counts nothing: compiling it fails anyway.
 pub fn schema_pattern_memory(schema: &Value) -> u64 {
     let mut total = 0u64;
-    each_pattern(schema, &mut |pattern| {
+    let summed = each_schema_pattern(schema, &mut |_, pattern| {
         total = total.saturating_add(pattern_memory(pattern));
+        Ok::<(), std::convert::Infallible>(())
     });
+    let Ok(()) = summed;
     total
 }
 
@@ -85,27 +89,6 @@ pub fn pattern_memory(pattern: &str) -> u64 {
             .saturating_mul(BYTES_PER_UNIT)
             .saturating_add(BYTES_PER_PATTERN),
         Err(_) => 0,
-    }
-}
-
-/// Calls `each` with every pattern of `schema`: `pattern` strings and `patternProperties`
-/// keys, wherever they are (a `pattern` inside a `const` too, which only counts more).
-fn each_pattern(schema: &Value, each: &mut impl FnMut(&str)) {
-    match schema {
-        Value::Object(map) => {
-            for (key, value) in map {
-                match (key.as_str(), value) {
-                    ("pattern", Value::String(pattern)) => each(pattern),
-                    ("patternProperties", Value::Object(patterns)) => {
-                        patterns.keys().for_each(|pattern| each(pattern));
-                    }
-                    _ => {}
-                }
-                each_pattern(value, each);
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|item| each_pattern(item, each)),
-        _ => {}
     }
 }
 

@@ -136,11 +136,27 @@ pub fn unbounded_regex_reason(value: &str) -> Option<String> {
 /// JSON pointer at fault. Every object of the schema is looked at (a `pattern` inside a
 /// `const`, too), which can only refuse more.
 pub fn check_schema_patterns(schema: &Value) -> Result<(), String> {
-    let mut pointer = String::new();
-    check_value(schema, &mut pointer)
+    each_schema_pattern(schema, &mut |pointer, pattern| {
+        check_pattern(pattern, pointer)
+    })
 }
 
-fn check_value(value: &Value, pointer: &mut String) -> Result<(), String> {
+/// Calls `each` with the JSON pointer and the text of every pattern of `schema`: `pattern`
+/// strings and `patternProperties` keys (a pointer's last token, the pattern itself, cut to
+/// [`MAX_SHOWN_CHARS`]), wherever they are, until it fails.
+pub(super) fn each_schema_pattern<E>(
+    schema: &Value,
+    each: &mut impl FnMut(&str, &str) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut pointer = String::new();
+    walk(schema, &mut pointer, each)
+}
+
+fn walk<E>(
+    value: &Value,
+    pointer: &mut String,
+    each: &mut impl FnMut(&str, &str) -> Result<(), E>,
+) -> Result<(), E> {
     let under = pointer.len();
     match value {
         Value::Object(map) => {
@@ -148,18 +164,18 @@ fn check_value(value: &Value, pointer: &mut String) -> Result<(), String> {
                 pointer.push('/');
                 pointer.push_str(&escape_pointer_token(key));
                 match (key.as_str(), item) {
-                    ("pattern", Value::String(pattern)) => check_pattern(pattern, pointer)?,
+                    ("pattern", Value::String(pattern)) => each(pointer, pattern)?,
                     ("patternProperties", Value::Object(patterns)) => {
                         for pattern in patterns.keys() {
                             // The key is the pattern, which may be kilobytes long.
                             let key = escape_pointer_token(pattern);
                             let at = format!("{pointer}/{}", clipped(&key, MAX_SHOWN_CHARS));
-                            check_pattern(pattern, &at)?;
+                            each(&at, pattern)?;
                         }
                     }
                     _ => {}
                 }
-                check_value(item, pointer)?;
+                walk(item, pointer, each)?;
                 pointer.truncate(under);
             }
         }
@@ -167,7 +183,7 @@ fn check_value(value: &Value, pointer: &mut String) -> Result<(), String> {
             for (index, item) in items.iter().enumerate() {
                 pointer.push('/');
                 pointer.push_str(&index.to_string());
-                check_value(item, pointer)?;
+                walk(item, pointer, each)?;
                 pointer.truncate(under);
             }
         }
