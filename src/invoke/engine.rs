@@ -439,7 +439,7 @@ impl Invoker {
                     let (validators, tool) = (validators.clone(), found.clone());
                     let work = move || inspect_output(&validators, &tool, reply.output);
                     // Bounded by the call's deadline too: past it, the caller is answered at
-                    // the deadline (and the check runs to its end in the pool, unread).
+                    // the deadline (and the check is given up: `registry::stop_check`).
                     match self.options.heavy_work.run(Some(deadline), work).await {
                         Some(inspected) => inspected,
                         None => {

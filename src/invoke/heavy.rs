@@ -12,10 +12,11 @@
 //!
 //! So an input of [`OFF_THREAD_INPUT_BYTES`] or more is worked on in a pool of `permits`
 //! threads of its own ([`HeavyWork`]; the rest wait their turn), while the serving threads go on.
-//! The call waits at most until its deadline: the work cannot be stopped midway, so when the
-//! deadline passes first it runs on, holding its thread, and its result is dropped; the call
-//! is answered at its deadline. Smaller inputs are worked on in place, where a hand-off would
-//! cost more than the work.
+//! The call waits at most until its deadline; when the deadline passes first (or the caller
+//! goes), the call is answered at once and its work given up: a validation stops at the next
+//! subschema it applies (`registry::stop_check`), other work (reading JSON, a digest, a
+//! search) runs to its end, which its size bounds, and its result is dropped. Smaller inputs
+//! are worked on in place, where a hand-off would cost more than the work.
 //!
 //! Tool searches (`SearchTools`, and an agent choosing the tools to offer its model) share the
 //! same threads: a search scores every tool holding a query word, hundreds of microseconds
@@ -25,7 +26,10 @@
 //! answered at p99 0.7-1 s (BENCHMARKS.md, item 33).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
+
+use crate::registry::stop_check;
 
 /// Inputs of at least this many bytes (of their encoded form) are worked on off the serving
 /// threads.
@@ -96,19 +100,32 @@ impl HeavyWork {
     }
 
     /// Runs `work` on the pool when a thread is free, and returns its result: for a caller
-    /// whose deadline is kept elsewhere. Dropping the returned future gives up the result;
-    /// work not started by then is never started. A panic in `work` is resumed here, as if it
-    /// had run in place.
+    /// whose deadline is kept elsewhere. Dropping the returned future gives up the work: work
+    /// not started by then is never started, and validations in work under way stop
+    /// ([`stop_check::watching`]). A panic in `work` is resumed here, as if it had run in
+    /// place.
     pub async fn run_to_end<T, F>(&self, work: F) -> T
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
+        /// Gives the work up when the caller stops waiting for it (its result, or the
+        /// future dropped at the deadline or by a caller gone): set after the work ended,
+        /// the flag is read by nobody.
+        struct GiveUpOnDrop(Arc<AtomicBool>);
+        impl Drop for GiveUpOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let given_up = GiveUpOnDrop(Arc::new(AtomicBool::new(false)));
+        let flag = Arc::clone(&given_up.0);
         let (answer, answered) = tokio::sync::oneshot::channel();
         self.pool.spawn(move || {
             if answer.is_closed() {
                 return;
             }
+            let work = || stop_check::watching(&flag, work);
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
             // The caller may have gone meanwhile: then the result is dropped.
             let _ = answer.send(result);
@@ -190,6 +207,42 @@ mod tests {
         release.send(()).expect("the first work still waits");
         assert!(holder.await.expect("no panic"));
         assert_eq!(waiting.await.expect("no panic"), 2);
+    }
+
+    /// Work whose caller stops waiting, at the deadline or by going, is told so
+    /// (`stop_check::is_given_up`, which validations read); work waited for is not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn work_no_longer_waited_for_is_given_up() {
+        let pool = HeavyWork::new(1);
+        assert_eq!(pool.run(None, stop_check::is_given_up).await, Some(false));
+
+        let until_given_up = |started: mpsc::Sender<()>, seen: mpsc::Sender<()>| {
+            move || {
+                started.send(()).expect("the test waits");
+                while !stop_check::is_given_up() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                seen.send(()).expect("the test waits");
+            }
+        };
+        let (started, starts) = mpsc::channel();
+        let (seen, sees) = mpsc::channel();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let work = until_given_up(started.clone(), seen.clone());
+        assert_eq!(pool.run(Some(deadline), work).await, None);
+        starts.recv().expect("the work started");
+        sees.recv_timeout(Duration::from_secs(10))
+            .expect("given up at the deadline");
+
+        let waiting = tokio::spawn({
+            let (pool, work) = (pool.clone(), until_given_up(started, seen));
+            async move { pool.run_to_end(work).await }
+        });
+        starts.recv().expect("the work started");
+        waiting.abort();
+        sees.recv_timeout(Duration::from_secs(10))
+            .expect("given up when its caller went");
+        assert_eq!(pool.run(None, stop_check::is_given_up).await, Some(false));
     }
 
     #[tokio::test]

@@ -423,7 +423,9 @@ impl ToolProviderService for ProviderApi {
             })?,
             None => serde_json::Value::Object(serde_json::Map::new()),
         };
-        if let Some(error) = tool.validator.iter_errors(&input).next() {
+        // `validate` stops at the first error; `iter_errors` finds every one before yielding
+        // any (`registry::validate::reported_errors`).
+        if let Err(error) = tool.validator.validate(&input) {
             let message = format!(
                 "input does not match the schema at {}: {}",
                 error.instance_path(),

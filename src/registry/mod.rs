@@ -25,6 +25,7 @@ pub mod search;
 pub mod search_index;
 pub mod search_terms;
 mod snapshot;
+pub mod stop_check;
 pub mod store;
 pub mod taxonomy;
 mod tenant_events;

@@ -17,8 +17,11 @@ use super::pattern_memory::check_pattern_memory;
 use super::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT, TenantQuota};
 use super::regex_cost::{check_schema_patterns, is_bounded_ecma_regex};
 use super::schema_cost::check_evaluation_cost;
+use super::stop_check::{self, with_stop_checks};
 use super::taxonomy;
-pub use super::violations::{MAX_VIOLATION_BYTES, violation_message};
+pub use super::violations::{
+    ALL_ERRORS_BELOW_BYTES, MAX_VIOLATION_BYTES, reported_errors, violation_message,
+};
 use crate::json::{canonical_sha256, nesting_depth};
 use crate::shown::clipped;
 
@@ -431,7 +434,8 @@ pub fn definition_sha256(
 /// references, within the size and depth limits, patterns bounded by
 /// [`PATTERN_BACKTRACK_LIMIT`] and read within [`super::regex_cost`]'s bounds (as are values of
 /// the `regex` format), and no value's validation evaluating more than
-/// [`super::schema_cost::MAX_EVALUATIONS_PER_VALUE`] subschemas. The error names the JSON
+/// [`super::schema_cost::MAX_EVALUATIONS_PER_VALUE`] subschemas. Its validations stop when
+/// the work they are part of is given up ([`super::stop_check`]). The error names the JSON
 /// pointer at fault, or the place in the input whose validation costs too much.
 pub fn compile_schema(
     schema: &Value,
@@ -484,14 +488,15 @@ fn compile_within_limits(
         .with_pattern_options(
             jsonschema::PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT),
         )
-        .with_format("regex", is_bounded_ecma_regex);
+        .with_format("regex", is_bounded_ecma_regex)
+        .with_keyword(stop_check::KEYWORD, stop_check::stop_check);
     let draft = if schema.get("$schema").is_none() {
         options = options.with_draft(jsonschema::Draft::Draft7);
         jsonschema::Draft::Draft7
     } else {
         jsonschema::Draft::default().detect(schema)
     };
-    let validator = options.build(schema).map_err(|error| {
+    let validator = options.build(&with_stop_checks(schema)).map_err(|error| {
         let pointer = error.instance_path().to_string();
         let at = if pointer.is_empty() { "/".to_owned() } else { pointer };
         let message = clipped(&error.to_string(), MAX_VIOLATION_BYTES).into_owned();
