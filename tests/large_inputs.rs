@@ -296,6 +296,32 @@ async fn a_check_given_up_at_the_deadline_frees_its_thread() {
     assert_eq!(reason(&error), "VALIDATION_INPUT", "{error:?}");
 }
 
+/// `ValidateToolInput` without a deadline of the caller's is answered within
+/// `max_invoke_timeout`, as `InvokeTool` is. Before, it waited for the whole check (a minute
+/// or more here, in a debug build), holding a thread of the heavy work's pool.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_without_a_callers_deadline_ends_at_the_servers() {
+    let server = TestServer::start_with(toolplane::grpc::ServerOptions {
+        max_invoke_timeout: Duration::from_secs(1),
+        ..test_options()
+    })
+    .await;
+    register_slow_tool(&server).await;
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    let long_input = json!({"items": vec!["aaaaaaaaaaa"; 60_000]});
+    let error = client
+        .validate_tool_input(pb::ValidateToolInputRequest {
+            meta: meta(0),
+            tool_name: "check".into(),
+            input: toolplane::json::json_to_struct(&long_input),
+            ..Default::default()
+        })
+        .await
+        .expect_err("not checked in time");
+    assert!(answered_by_the_server(&error), "{error:?}");
+    assert!(error.message().contains("within"), "{error:?}");
+}
+
 /// A provider of `sized`, answering `{"s": "x" * n}` and `keys` more keys of `key_bytes`
 /// bytes, whose values (strings) the output schema refuses (it takes numbers).
 async fn start_sized(server: &TestServer) -> TestProvider {

@@ -40,7 +40,9 @@ impl InvokeApi {
 
     /// Runs `work`, which takes time in proportion to the input: in place for a small input,
     /// off the serving threads for a large one (`invoke::heavy`), answering DEADLINE_EXCEEDED
-    /// (VALIDATION_TIMEOUT) when the caller's deadline passes first.
+    /// (VALIDATION_TIMEOUT) when the caller's deadline passes first, or `max_invoke_timeout`
+    /// for a caller without one (which would otherwise hold a thread of the pool as long as
+    /// the work took).
     async fn work_on_input<T: Send + 'static>(
         &self,
         tool: &ToolName,
@@ -51,16 +53,17 @@ impl InvokeApi {
         if !heavy::is_large(input_bytes) {
             return Ok(work());
         }
-        let deadline = caller_timeout.map(|timeout| Instant::now() + answer_within(timeout));
+        let most = self.invoker.max_timeout();
+        let budget = caller_timeout.map_or(most, |timeout| answer_within(timeout).min(most));
         self.invoker
             .heavy_work()
-            .run(deadline, work)
+            .run(Some(Instant::now() + budget), work)
             .await
             .ok_or_else(|| {
                 let error = InvokeError::CheckTimeout {
                     tool: tool.to_string(),
                     bytes: input_bytes,
-                    after: caller_timeout.unwrap_or_default(),
+                    after: budget,
                 };
                 super::status::invoke_status(error, None)
             })

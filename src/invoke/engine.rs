@@ -136,6 +136,11 @@ impl Invoker {
         }
     }
 
+    /// The longest a call may take (`max_invoke_timeout`), whatever its caller allows.
+    pub fn max_timeout(&self) -> Duration {
+        self.options.max_timeout
+    }
+
     /// The pool that works on large inputs off the serving threads.
     pub fn heavy_work(&self) -> &HeavyWork {
         &self.options.heavy_work
