@@ -27,13 +27,17 @@ use crate::registry::search_terms::plain_words;
 use crate::registry::taxonomy::{
     MAX_LABELS, check_label, infer_categories, infer_domains, primary_domain,
 };
-use crate::registry::validate::{RegistrationLimits, compile_schema, violation_message};
+use crate::registry::validate::{
+    RegistrationLimits, compile_schema, validator_options, violation_message,
+};
 
 /// A tool's JSON Schema as a registration brings it, and an input checked against it: the
 /// bytes are `SCHEMA\0INPUT`, each JSON (the input `{}` without a NUL). Registering
 /// (`compile_schema`: the limits, the compile, the evaluation-cost check) and validating
 /// (every violation's message) must not panic, whatever the schema; a fuzzer's timeout
-/// catches one that takes too long.
+/// catches one that takes too long. And the compiled schema, which carries stop checks
+/// (`registry::stop_check`), answers as the schema compiled without them: valid or not, and
+/// the same violations.
 pub fn schema_registration(data: &[u8]) {
     let (schema, input) = match data.iter().position(|&byte| byte == 0) {
         Some(at) => (&data[..at], &data[at + 1..]),
@@ -48,9 +52,18 @@ pub fn schema_registration(data: &[u8]) {
     let Ok(input) = serde_json::from_slice::<Value>(input) else {
         return;
     };
-    for error in validator.iter_errors(&input) {
-        let _ = violation_message(&error);
-    }
+    let (options, _) = validator_options(&schema);
+    let plain = options
+        .build(&schema)
+        .expect("it compiled with stop checks");
+    assert_eq!(validator.is_valid(&input), plain.is_valid(&input));
+    let violations = |validator: &jsonschema::Validator| -> Vec<(String, String)> {
+        validator
+            .iter_errors(&input)
+            .map(|error| (error.instance_path().to_string(), violation_message(&error)))
+            .collect()
+    };
+    assert_eq!(violations(&validator), violations(&plain));
 }
 
 /// Canonical JSON, which every record's and definition's hash is taken over: for any JSON

@@ -6,6 +6,7 @@
 
 pub mod annotations;
 pub mod answer_bound;
+pub mod compile;
 pub mod error;
 mod expiry;
 pub mod gone;

@@ -149,30 +149,48 @@ fn is_cheap_leaf(subschema: &Map<String, Value>) -> bool {
 /// into it (where none does, an object with one more key is an annotation like any other).
 pub(super) fn with_stop_checks(schema: &Value) -> Value {
     let mut copy = schema.clone();
-    add_checks(&mut copy);
+    each_subschema(&mut copy, &mut |subschema| {
+        if !is_cheap_leaf(subschema) {
+            subschema.insert(KEYWORD.to_owned(), Value::Bool(true));
+        }
+    });
     copy
 }
 
-fn add_checks(subschema: &mut Value) {
+/// A copy of `schema` (a subschema of a compiled schema, as a validation error quotes it)
+/// without the [`KEYWORD`]s [`with_stop_checks`] added: what its author wrote.
+pub(super) fn without_stop_checks(schema: &Value) -> Value {
+    let mut copy = schema.clone();
+    each_subschema(&mut copy, &mut |subschema| {
+        subschema.remove(KEYWORD);
+    });
+    copy
+}
+
+/// Calls `visit` on `subschema`, when it is written as an object, and then on each subschema
+/// under its keywords, as [`with_stop_checks`] tells them.
+fn each_subschema(subschema: &mut Value, visit: &mut impl FnMut(&mut Map<String, Value>)) {
     match subschema {
         Value::Object(map) => {
+            visit(map);
             for (keyword, value) in map.iter_mut() {
                 if DATA.contains(&keyword.as_str()) {
                     continue;
                 }
                 match value {
                     Value::Object(named) if NAMED_VALUES.contains(&keyword.as_str()) => {
-                        named.values_mut().for_each(add_checks);
+                        named
+                            .values_mut()
+                            .for_each(|value| each_subschema(value, visit));
                     }
-                    value => add_checks(value),
+                    value => each_subschema(value, visit),
                 }
-            }
-            if !is_cheap_leaf(map) {
-                map.insert(KEYWORD.to_owned(), Value::Bool(true));
             }
         }
         // `allOf`, `anyOf`, `oneOf`, `prefixItems`, `items` as an array.
-        Value::Array(items) => items.iter_mut().for_each(add_checks),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| each_subschema(item, visit)),
         _ => {}
     }
 }

@@ -2,6 +2,7 @@
 //! status's trailer, and plain words where the validator's would mislead.
 
 use super::regex_cost::unbounded_regex_reason;
+use super::stop_check::without_stop_checks;
 use super::validate::PATTERN_BACKTRACK_LIMIT;
 use crate::shown::{clipped, shown_json};
 
@@ -50,6 +51,16 @@ pub fn violation_message(error: &jsonschema::ValidationError<'_>) -> String {
         return reason;
     }
     match error.kind() {
+        // The one message that quotes a subschema: as its author wrote it, without the
+        // compiled copy's stop checks (the validator's own words otherwise).
+        jsonschema::error::ValidationErrorKind::Not { schema } => {
+            let message = format!(
+                "{} is not allowed for {}",
+                without_stop_checks(schema),
+                shown_json(error.instance())
+            );
+            clipped(&message, MAX_VIOLATION_BYTES).into_owned()
+        }
         jsonschema::error::ValidationErrorKind::BacktrackLimitExceeded { .. } => format!(
             "the schema's pattern needed more than {PATTERN_BACKTRACK_LIMIT} backtracking steps \
              on this value, so it is refused (a pattern with look-around or back-references that \
