@@ -363,23 +363,26 @@ async fn the_callers_trace_context_reaches_the_provider() {
     );
 }
 
-/// An input of 16 KiB or more is refused with its first violation alone; a smaller one with
-/// each, up to 20. Finding every error of an input before reporting any (the validator's
-/// `iter_errors`) took 680 MB for 2 million wrong items in 4 MB, to report 20 of them.
+/// An input is refused with its first violation alone, however many it has: finding every
+/// error of an input before reporting any (the validator's `iter_errors`) took 680 MB for 2
+/// million wrong items in 4 MB, and 1.9 GB for 1,000 strings in 4 KB against an `anyOf` of
+/// 4,500 constants.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_large_input_is_refused_with_its_first_violation() {
+async fn an_input_is_refused_with_its_first_violation() {
     let server = TestServer::start().await;
     let mut client =
         unreachable_tool(&server, "strings", json!({"items": {"type": "string"}})).await;
-    for (items, reported) in [(10, 10), (100, 20), (20_000, 1)] {
+    for items in [1, 100, 20_000] {
+        let mut x = vec![json!(1); items];
+        x.insert(0, json!("a"));
         let error = client
-            .invoke_tool(request("strings", json!({ "x": vec![1; items] })))
+            .invoke_tool(request("strings", json!({ "x": x })))
             .await
             .expect_err("refused");
         assert_eq!(error.code(), Code::InvalidArgument);
         assert_eq!(reason(&error), "VALIDATION_INPUT");
         let found = violations(&error);
-        assert_eq!(found.len(), reported, "{items} items: {found:?}");
-        assert_eq!(found[0].0, "input/x/0");
+        assert_eq!(found.len(), 1, "{items} items: {found:?}");
+        assert_eq!(found[0].0, "input/x/1");
     }
 }

@@ -374,9 +374,8 @@ async fn a_provider_answer_past_what_the_caller_reads_is_a_failure() {
 }
 
 /// An output of 3.9 MB breaking its output schema at 20 keys of 40 KB: answered whole, with
-/// its first mismatch (an output of 16 KiB or more is reported by its first alone), the warning
-/// naming its key cut to about 1 KB. Twenty warnings naming the keys whole took 800 KB more,
-/// and the answer past what the caller's client reads.
+/// its first mismatch, the warning naming its key cut to about 1 KB. Twenty warnings naming
+/// the keys whole took 800 KB more, and the answer past what the caller's client reads.
 #[tokio::test(flavor = "multi_thread")]
 async fn warnings_about_an_output_stay_small_beside_it() {
     let server = TestServer::start().await;

@@ -4,13 +4,9 @@ use serde_json::Value;
 
 use super::error::InvokeError;
 use crate::json::canonical_sha256;
-use crate::registry::validate::{MAX_VIOLATION_BYTES, reported_errors, violation_message};
+use crate::registry::validate::{MAX_VIOLATION_BYTES, first_error, violation_message};
 use crate::registry::{FieldViolation, ToolRef, ValidatorCache, ViolationKind};
 use crate::shown::clipped;
-
-/// The most schema violations reported for one input (for an input of
-/// [`crate::registry::validate::ALL_ERRORS_BELOW_BYTES`] or more, the first alone).
-const MAX_REPORTED_VIOLATIONS: usize = 20;
 
 /// What is learnt from an input before the tool is called.
 #[derive(Debug)]
@@ -52,24 +48,17 @@ pub fn check_input(
     if validator.is_valid(input) {
         return Ok(());
     }
-    let violations: Vec<FieldViolation> =
-        reported_errors(&validator, input, MAX_REPORTED_VIOLATIONS)
-            .into_iter()
-            .map(|error| {
-                FieldViolation::new(
-                    format!("input{}", error.instance_path()),
-                    ViolationKind::Field,
-                    violation_message(&error),
-                )
-            })
-            .collect();
-    if violations.is_empty() {
-        Ok(())
-    } else {
-        Err(InvokeError::InvalidInput {
+    // The first error only (`first_error` says why).
+    match first_error(&validator, input) {
+        None => Ok(()),
+        Some(error) => Err(InvokeError::InvalidInput {
             tool: found.tool.name.to_string(),
-            violations,
-        })
+            violations: vec![FieldViolation::new(
+                format!("input{}", error.instance_path()),
+                ViolationKind::Field,
+                violation_message(&error),
+            )],
+        }),
     }
 }
 
@@ -118,7 +107,8 @@ fn output_warnings(
     if validator.is_valid(output) {
         return (Vec::new(), true);
     }
-    let mismatches = reported_errors(&validator, output, MAX_REPORTED_VIOLATIONS)
+    // The first mismatch only (`first_error` says why).
+    let mismatches = first_error(&validator, output)
         .into_iter()
         .map(|error| {
             // The path names the output's keys, which may be of any length: cut, as the

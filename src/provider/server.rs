@@ -424,7 +424,7 @@ impl ToolProviderService for ProviderApi {
             None => serde_json::Value::Object(serde_json::Map::new()),
         };
         // `validate` stops at the first error; `iter_errors` finds every one before yielding
-        // any (`registry::validate::reported_errors`).
+        // any (`registry::validate::first_error`).
         if let Err(error) = tool.validator.validate(&input) {
             let message = format!(
                 "input does not match the schema at {}: {}",

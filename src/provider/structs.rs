@@ -4,8 +4,7 @@
 //! - `structs_validate_entity_id`: `{type}-{index}` ids, type codes 0-9 (guild, player,
 //!   planet, reactor, substation, struct, allocation, infusion, address, fleet), index from 1.
 //! - `structs_validate_schema`: data against a JSON Schema given inline (Draft 7 by default),
-//!   answering at most [`MAX_REPORTED_ERRORS`] errors (the first alone for data of 16 KiB or
-//!   more: `registry::validate::reported_errors`).
+//!   answering its first error (`registry::validate::first_error` says why only the first).
 //! - `structs_calculate_power`: alpha matter to kW at the generator's rate (reactor 1,
 //!   fieldGenerator 2, continentalPowerPlant 5, worldEngine 10 kW per gram).
 //! - `structs_calculate_damage`: `weapon_power * weapon_multiplier - armor * defense / 50`,
@@ -26,7 +25,7 @@ use crate::json::sha256_hex;
 use crate::registry::Capability;
 use crate::registry::model::ToolAnnotations;
 use crate::registry::validate::{
-    RegistrationLimits, compile_schema, reported_errors, violation_message,
+    RegistrationLimits, compile_schema, first_error, violation_message,
 };
 
 /// Entity type codes and names (seed 004, `ai/schemas/formats.json`).
@@ -58,8 +57,6 @@ pub const WEAPON_MULTIPLIERS: &[(&str, f64)] = &[
 ];
 /// The proof-of-work iteration limit when the input sets none.
 pub const DEFAULT_MAX_ITERATIONS: u64 = 1_000_000;
-/// The most errors `structs_validate_schema` answers.
-pub const MAX_REPORTED_ERRORS: usize = 100;
 /// How many nonces are tried between checks for cancellation.
 const CANCEL_CHECK_EVERY: u64 = 1024;
 
@@ -199,7 +196,7 @@ fn validate_entity_id(input: &Value) -> Result<ToolOutput, ToolError> {
 fn validate_schema(input: &Value) -> Result<ToolOutput, ToolError> {
     let validator = compile_schema(&input["schema"], &RegistrationLimits::default())
         .map_err(|problem| ToolError::invalid_input(format!("schema: {problem}")))?;
-    let errors: Vec<Value> = reported_errors(&validator, &input["data"], MAX_REPORTED_ERRORS)
+    let errors: Vec<Value> = first_error(&validator, &input["data"])
         .into_iter()
         .map(|error| json!({"instance_path": error.instance_path().to_string(), "schema_path": error.schema_path().to_string(), "message": violation_message(&error)}))
         .collect();

@@ -17,9 +17,7 @@ use super::model::{
 };
 use super::quota::{DEFAULT_MAX_TOOL_BYTES_PER_TENANT, DEFAULT_MAX_TOOLS_PER_TENANT, TenantQuota};
 use super::taxonomy;
-pub use super::violations::{
-    ALL_ERRORS_BELOW_BYTES, MAX_VIOLATION_BYTES, reported_errors, violation_message,
-};
+pub use super::violations::{MAX_VIOLATION_BYTES, first_error, violation_message};
 use crate::json::canonical_sha256;
 
 /// The default lease TTL.

@@ -287,7 +287,8 @@ def large_refusals(tp):
     expect(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code {error.code()}: {error.details()}")
     info, violations = rich_error(error)
     expect(info.reason == "VALIDATION_INPUT", f"reason {info.reason}")
-    expect(sorted(field for field, _ in violations) == ["input/alpha_matter", "input/generator_type"],
+    # The first violation alone (toolplane reports an input's first schema error).
+    expect([field for field, _ in violations] in (["input/alpha_matter"], ["input/generator_type"]),
            f"{[field for field, _ in violations]}")
     expect(len(error.details()) < 2048, f"message of {len(error.details())} bytes")
     # A registration with a thousand bad tools: each is named among the violations as far as
