@@ -108,14 +108,15 @@ const DATA: &[&str] = &["enum", "const", "default", "examples", "discriminator"]
 /// Keywords whose work on a value is bounded by the value's size, whatever the schema: a
 /// subschema of these alone ([`is_cheap_leaf`]) goes without the check, which would cost it
 /// more than its own work (applied to each item of a large array, such subschemas take about as
-/// long as reading the array did, checked or not).
+/// long as reading the array did, checked or not). Not `multipleOf`: a divisor such as
+/// `3.0000000000001` takes about 8 µs on a number near 1e308 (release build), a thousand
+/// times a comparison, so 4 MB of such numbers take seconds.
 const CHEAP: &[&str] = &[
     "type",
     "minimum",
     "maximum",
     "exclusiveMinimum",
     "exclusiveMaximum",
-    "multipleOf",
     "minLength",
     "maxLength",
     "minItems",

@@ -36,7 +36,8 @@ fn the_check_goes_in_every_subschema_but_cheap_ones_and_nowhere_else() {
         "type": "object",
         "properties": {
             "enum": {"items": [{"type": "string"}], "additionalItems": false},
-            "tags": {"type": "array", "items": {"enum": [{"a": 1}], "default": {"b": 2}}}
+            "tags": {"type": "array", "items": {"enum": [{"a": 1}], "default": {"b": 2}}},
+            "step": {"type": "number", "multipleOf": 0.1}
         },
         "patternProperties": {"^x": {"const": {"c": 3}, "format": "email"}},
         "additionalProperties": {"anyOf": [{"type": "null"}, {"not": {"type": "object"}}]},
@@ -56,6 +57,7 @@ fn the_check_goes_in_every_subschema_but_cheap_ones_and_nowhere_else() {
         "/properties/enum",
         "/properties/tags",
         "/properties/tags/items",
+        "/properties/step",
         "/patternProperties/^x",
         "/additionalProperties",
         "/additionalProperties/anyOf/1",
