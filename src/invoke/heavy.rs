@@ -111,7 +111,9 @@ impl HeavyWork {
     {
         /// Gives the work up when the caller stops waiting for it (its result, or the
         /// future dropped at the deadline or by a caller gone): set after the work ended,
-        /// the flag is read by nobody.
+        /// the flag is read by nobody. A bare atomic flag, not tokio-util's
+        /// `CancellationToken` (whose drop guard would do the same): its `is_cancelled` takes
+        /// a mutex, and validation reads the flag at every subschema it applies.
         struct GiveUpOnDrop(Arc<AtomicBool>);
         impl Drop for GiveUpOnDrop {
             fn drop(&mut self) {
