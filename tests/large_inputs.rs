@@ -22,6 +22,11 @@ use toolplane::provider::{ToolDescriptor, ToolInvocation, ToolOutput, ToolRegist
 /// before the second matches it (within the engine's limit of 10,000), as careless provider
 /// schemas can.
 async fn register_slow_tool(server: &TestServer) {
+    register_slow_tool_of(server, 0).await;
+}
+
+/// [`register_slow_tool`] for `tenant`.
+async fn register_slow_tool_of(server: &TestServer, tenant: u64) {
     let schema = json!({
         "type": "object",
         "properties": {"items": {"type": "array", "items": {
@@ -39,7 +44,7 @@ async fn register_slow_tool(server: &TestServer) {
         seconds: 600,
         nanos: 0,
     });
-    register_ok(&mut discovery, 0, registration).await;
+    register_ok(&mut discovery, tenant, registration).await;
 }
 
 /// Large enough to be checked off the serving threads (about 45 KB encoded), and slow to
@@ -294,6 +299,63 @@ async fn a_check_given_up_at_the_deadline_frees_its_thread() {
         .expect_err("refused for its input");
     assert_eq!(error.code(), Code::InvalidArgument, "{error:?}");
     assert_eq!(reason(&error), "VALIDATION_INPUT", "{error:?}");
+}
+
+/// `input` of `check` checked for `tenant`, waited for up to two minutes.
+fn check_request(tenant: u64, input: &Value) -> tonic::Request<pb::ValidateToolInputRequest> {
+    let request = pb::ValidateToolInputRequest {
+        meta: meta(tenant),
+        tool_name: "check".into(),
+        input: toolplane::json::json_to_struct(input),
+        ..Default::default()
+    };
+    with_timeout(request, Duration::from_secs(120))
+}
+
+/// The heavy work's pool takes the tenants' large inputs in turns: with a burst of one
+/// tenant's slow checks waiting for it, another tenant's large input is checked after about
+/// one of them per thread, not after the whole burst. Before, the pool took them in the order
+/// they came, so the other tenant's input (or tool search) waited for every one of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_tenants_burst_of_large_inputs_does_not_hold_up_anothers() {
+    const BUSY: u64 = 1;
+    const OTHER: u64 = 2;
+    let server = TestServer::start().await;
+    register_slow_tool_of(&server, BUSY).await;
+    register_slow_tool_of(&server, OTHER).await;
+    // Eight checks per thread of the pool (half the CPUs), each about a second in a debug build.
+    let threads = std::thread::available_parallelism().map_or(1, |cpus| (cpus.get() / 2).max(1));
+    let burst = 8 * threads;
+    let slow_input = json!({"items": vec!["aaaaaaaaaaa"; 1_500]});
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut calls = tokio::task::JoinSet::new();
+    let busy_channel = server.channel().await;
+    for _ in 0..burst {
+        let mut client = ToolInvokeServiceClient::new(busy_channel.clone());
+        let (request, answered) = (check_request(BUSY, &slow_input), answered.clone());
+        calls.spawn(async move {
+            let answer = client.validate_tool_input(request).await;
+            answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            answer
+        });
+    }
+    // The burst reaches the server (and the pool) before the other tenant's input does.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let mut other = ToolInvokeServiceClient::new(server.channel().await);
+    let other_input = json!({"items": vec!["x"; 20_000]});
+    let error = other
+        .validate_tool_input(check_request(OTHER, &other_input))
+        .await
+        .expect_err("refused for its input");
+    let answered_before = answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(error.code(), Code::InvalidArgument, "{error:?}");
+    assert!(
+        answered_before < burst / 2,
+        "{answered_before} of the busy tenant's {burst} checks were answered before the other's"
+    );
+    // The rest of the burst is given up (its callers gone), and the checks stop.
+    calls.abort_all();
 }
 
 /// `ValidateToolInput` without a deadline of the caller's is answered within

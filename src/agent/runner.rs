@@ -250,7 +250,7 @@ impl AgentRunner {
         let search = move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(search));
         self.invoker
             .heavy_work()
-            .run_to_end(search)
+            .run_to_end(agent.tenant, search)
             .await
             .unwrap_or_else(|_| {
                 tracing::warn!(agent = %agent.id, "the search for the turn's tools failed: offering none");

@@ -332,7 +332,7 @@ impl DiscoveryWire for DiscoveryApi {
         let registry = self.registry.clone();
         let found = self
             .heavy_work
-            .run_to_end(move || {
+            .run_to_end(meta.tenant, move || {
                 registry.search_tools(meta.tenant, &filter, &request.query, request.max_results)
             })
             .await?;

@@ -45,6 +45,7 @@ impl InvokeApi {
     /// the work took).
     async fn work_on_input<T: Send + 'static>(
         &self,
+        tenant: TenantId,
         tool: &ToolName,
         input_bytes: usize,
         caller_timeout: Option<Duration>,
@@ -57,7 +58,7 @@ impl InvokeApi {
         let budget = caller_timeout.map_or(most, |timeout| answer_within(timeout).min(most));
         self.invoker
             .heavy_work()
-            .run(Some(Instant::now() + budget), work)
+            .run(tenant, Some(Instant::now() + budget), work)
             .await
             .ok_or_else(|| {
                 let error = InvokeError::CheckTimeout {
@@ -159,7 +160,7 @@ impl InvokeWire for InvokeApi {
         let raw_input = request.input.map(Arc::new);
         let raw = raw_input.clone();
         let input = self
-            .work_on_input(&tool, input_bytes, caller_timeout, move || {
+            .work_on_input(meta.tenant, &tool, input_bytes, caller_timeout, move || {
                 raw_input_json(raw.as_deref())
             })
             .await??;
@@ -271,7 +272,7 @@ impl ToolInvokeService for InvokeApi {
         let tenant = meta.tenant;
         let (invoker, for_work) = (self.invoker.clone(), tool.clone());
         let found = self
-            .work_on_input(&tool, input_bytes, caller_timeout, move || {
+            .work_on_input(tenant, &tool, input_bytes, caller_timeout, move || {
                 validate_input(&invoker, tenant, &for_work, service.as_ref(), request.input)
             })
             .await??;

@@ -224,7 +224,10 @@ impl ProviderCaller for GrpcProviderCaller {
             };
             let output = match heavy.filter(|_| is_large(output_bytes)) {
                 // Bounded by the engine's timer around the whole call.
-                Some(heavy) => heavy.run(None, read).await.expect("no deadline"),
+                Some(heavy) => heavy
+                    .run(call.tenant, None, read)
+                    .await
+                    .expect("no deadline"),
                 None => read(),
             }?;
             Ok(ProviderReply {

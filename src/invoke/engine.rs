@@ -227,7 +227,11 @@ impl Invoker {
             let found = resolved.as_ref().ok().cloned();
             let input = Arc::clone(&input);
             let work = move || inspect_input(&validators, found.as_ref(), &input);
-            match self.options.heavy_work.run(Some(deadline), work).await {
+            let heavy_work = &self.options.heavy_work;
+            match heavy_work
+                .run(invocation.tenant, Some(deadline), work)
+                .await
+            {
                 Some(inspected) => inspected,
                 None => {
                     let error = InvokeError::CheckTimeout {
@@ -445,7 +449,11 @@ impl Invoker {
                     let work = move || inspect_output(&validators, &tool, reply.output);
                     // Bounded by the call's deadline too: past it, the caller is answered at
                     // the deadline (and the check is given up: `registry::stop_check`).
-                    match self.options.heavy_work.run(Some(deadline), work).await {
+                    let heavy_work = &self.options.heavy_work;
+                    match heavy_work
+                        .run(invocation.tenant, Some(deadline), work)
+                        .await
+                    {
                         Some(inspected) => inspected,
                         None => {
                             let error = InvokeError::OutputCheckTimeout {

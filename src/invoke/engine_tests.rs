@@ -171,7 +171,7 @@ async fn a_large_input_not_checked_by_the_deadline_is_recorded_timed_out() {
         started.send(()).expect("the test waits");
         released.recv()
     };
-    let held = tokio::spawn(async move { holder.run(None, hold).await });
+    let held = tokio::spawn(async move { holder.run(TenantId(1), None, hold).await });
     holding.await.expect("the holder has the only permit");
 
     let failed = engine

@@ -24,11 +24,18 @@
 //! their own each, a burst of 64 searches ran 64 threads on two cores; each new thread's
 //! first allocations faulted in fresh memory, and the first such burst in the benchmark
 //! answered at p99 0.7-1 s (BENCHMARKS.md, item 33).
+//!
+//! The pool is shared by every tenant, so its threads take the work waiting in turns, one
+//! piece of each tenant's at a time ([`HeavyWork`]): a tenant's burst of large inputs, each of
+//! which may hold a thread up to its deadline, delays another tenant's next large input or
+//! search by one piece of work per thread, not by the whole burst.
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::envelope::TenantId;
 use crate::registry::stop_check;
 
 /// Inputs of at least this many bytes (of their encoded form) are worked on off the serving
@@ -49,6 +56,11 @@ pub fn is_large(bytes: usize) -> bool {
 /// The pool: `permits` threads of its own, each taking the next piece of work as soon as it
 /// is done with the last (a rayon pool; the caller awaits the result on a oneshot channel).
 ///
+/// The next piece is chosen by tenant, in turns: each tenant with work waiting has its turn,
+/// and takes its oldest piece, before any tenant takes a second (round robin over the tenants
+/// waiting; a tenant's own pieces keep their order). rayon's own queue is first come, first
+/// served, so every piece put in it only takes the next turn of the tenants'.
+///
 /// The threads live as long as the pool, so the memory their allocator keeps stays warm. A
 /// semaphore in front of tokio's blocking pool did the same bounding, but each piece of work
 /// then waited for a permit, a wake-up of its task and a wake-up of a blocking thread before
@@ -57,6 +69,59 @@ pub fn is_large(bytes: usize) -> bool {
 #[derive(Clone)]
 pub struct HeavyWork {
     pool: Arc<rayon::ThreadPool>,
+    turns: Arc<Turns>,
+}
+
+/// A piece of work waiting for a thread.
+type Piece = Box<dyn FnOnce() + Send>;
+
+/// The work waiting, by tenant, and whose turn is next. Written here, not taken from a crate:
+/// rayon has no fair queue, and a round robin over a few queues is a few lines.
+#[derive(Default)]
+struct Turns {
+    waiting: Mutex<Waiting>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    /// The tenants with work waiting, in the order of their turns.
+    order: VecDeque<TenantId>,
+    /// Each tenant's work waiting, oldest first; a tenant with none has no entry.
+    pieces: HashMap<TenantId, VecDeque<Piece>>,
+}
+
+impl Turns {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|error| error.into_inner())
+    }
+
+    /// Puts `piece` at the end of `tenant`'s queue (and `tenant` at the end of the turns when
+    /// it had nothing waiting).
+    fn push(&self, tenant: TenantId, piece: Piece) {
+        let mut waiting = self.waiting();
+        let queue = waiting.pieces.entry(tenant).or_default();
+        queue.push_back(piece);
+        if queue.len() == 1 {
+            waiting.order.push_back(tenant);
+        }
+    }
+
+    /// The oldest piece of the tenant whose turn it is; that tenant's next turn comes after
+    /// every other tenant's waiting.
+    fn next(&self) -> Option<Piece> {
+        let mut waiting = self.waiting();
+        let tenant = waiting.order.pop_front()?;
+        let queue = waiting.pieces.get_mut(&tenant)?;
+        let piece = queue.pop_front();
+        if queue.is_empty() {
+            waiting.pieces.remove(&tenant);
+        } else {
+            waiting.order.push_back(tenant);
+        }
+        piece
+    }
 }
 
 impl std::fmt::Debug for HeavyWork {
@@ -77,13 +142,27 @@ impl HeavyWork {
             .expect("the heavy work's threads start");
         Self {
             pool: Arc::new(pool),
+            turns: Arc::default(),
         }
     }
 
-    /// Runs `work` on the pool when a thread is free, and returns its result, or `None` when
+    /// Puts `piece` in `tenant`'s queue, and a turn in the pool's: whichever thread takes that
+    /// turn runs the piece whose turn it is, this one or another tenant's.
+    fn submit(&self, tenant: TenantId, piece: Piece) {
+        self.turns.push(tenant, piece);
+        let turns = Arc::clone(&self.turns);
+        self.pool.spawn(move || {
+            // One turn for every piece pushed, so there is always one.
+            if let Some(piece) = turns.next() {
+                piece();
+            }
+        });
+    }
+
+    /// Runs `work`, `tenant`'s, on the pool at its turn, and returns its result, or `None` when
     /// `deadline` passed first (waiting for a thread or for the work). A panic in `work` is
     /// resumed here, as if it had run in place.
-    pub async fn run<T, F>(&self, deadline: Option<Instant>, work: F) -> Option<T>
+    pub async fn run<T, F>(&self, tenant: TenantId, deadline: Option<Instant>, work: F) -> Option<T>
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
@@ -92,19 +171,21 @@ impl HeavyWork {
             return None;
         }
         match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline.into(), self.run_to_end(work))
-                .await
-                .ok(),
-            None => Some(self.run_to_end(work).await),
+            Some(deadline) => {
+                tokio::time::timeout_at(deadline.into(), self.run_to_end(tenant, work))
+                    .await
+                    .ok()
+            }
+            None => Some(self.run_to_end(tenant, work).await),
         }
     }
 
-    /// Runs `work` on the pool when a thread is free, and returns its result: for a caller
+    /// Runs `work`, `tenant`'s, on the pool at its turn, and returns its result: for a caller
     /// whose deadline is kept elsewhere. Dropping the returned future gives up the work: work
     /// not started by then is never started, and validations in work under way stop
     /// ([`stop_check::watching`]). A panic in `work` is resumed here, as if it had run in
     /// place.
-    pub async fn run_to_end<T, F>(&self, work: F) -> T
+    pub async fn run_to_end<T, F>(&self, tenant: TenantId, work: F) -> T
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
@@ -123,7 +204,7 @@ impl HeavyWork {
         let given_up = GiveUpOnDrop(Arc::new(AtomicBool::new(false)));
         let flag = Arc::clone(&given_up.0);
         let (answer, answered) = tokio::sync::oneshot::channel();
-        self.pool.spawn(move || {
+        let piece = move || {
             if answer.is_closed() {
                 return;
             }
@@ -131,7 +212,8 @@ impl HeavyWork {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
             // The caller may have gone meanwhile: then the result is dropped.
             let _ = answer.send(result);
-        });
+        };
+        self.submit(tenant, Box::new(piece));
         match answered.await {
             Ok(Ok(result)) => result,
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
@@ -147,10 +229,12 @@ mod tests {
 
     use super::*;
 
+    const TENANT: TenantId = TenantId(0);
+
     #[tokio::test]
     async fn work_runs_and_answers() {
         let pool = HeavyWork::new(1);
-        assert_eq!(pool.run(None, || 6 * 7).await, Some(42));
+        assert_eq!(pool.run(TENANT, None, || 6 * 7).await, Some(42));
         assert!(!is_large(OFF_THREAD_INPUT_BYTES - 1));
         assert!(is_large(OFF_THREAD_INPUT_BYTES));
     }
@@ -162,12 +246,13 @@ mod tests {
         let pool = HeavyWork::new(1);
         let (release, released) = mpsc::channel::<()>();
         let deadline = Instant::now() + Duration::from_millis(50);
-        let first = pool.run(Some(deadline), move || released.recv().is_ok());
+        let first = pool.run(TENANT, Some(deadline), move || released.recv().is_ok());
         assert_eq!(first.await, None, "given up at the deadline");
 
         let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = Arc::clone(&started);
         let second = pool.run(
+            TENANT,
             Some(Instant::now() + Duration::from_millis(50)),
             move || {
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -175,7 +260,11 @@ mod tests {
         );
         assert_eq!(second.await, None, "the first still holds the only thread");
         release.send(()).expect("the first work still waits");
-        assert_eq!(pool.run(None, || 3).await, Some(3), "the thread came back");
+        assert_eq!(
+            pool.run(TENANT, None, || 3).await,
+            Some(3),
+            "the thread came back"
+        );
         assert!(
             !started.load(std::sync::atomic::Ordering::SeqCst),
             "work whose caller had gone was not started"
@@ -192,7 +281,7 @@ mod tests {
         let holder = tokio::spawn({
             let pool = pool.clone();
             async move {
-                pool.run_to_end(move || {
+                pool.run_to_end(TENANT, move || {
                     started.send(()).expect("the test waits");
                     released.recv().is_ok()
                 })
@@ -202,7 +291,7 @@ mod tests {
         starts.recv().expect("the first work started");
         let waiting = tokio::spawn({
             let pool = pool.clone();
-            async move { pool.run_to_end(|| 2).await }
+            async move { pool.run_to_end(TENANT, || 2).await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "the only thread is busy");
@@ -216,7 +305,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn work_no_longer_waited_for_is_given_up() {
         let pool = HeavyWork::new(1);
-        assert_eq!(pool.run(None, stop_check::is_given_up).await, Some(false));
+        assert_eq!(
+            pool.run(TENANT, None, stop_check::is_given_up).await,
+            Some(false)
+        );
 
         let until_given_up = |started: mpsc::Sender<()>, seen: mpsc::Sender<()>| {
             move || {
@@ -231,20 +323,74 @@ mod tests {
         let (seen, sees) = mpsc::channel();
         let deadline = Instant::now() + Duration::from_millis(50);
         let work = until_given_up(started.clone(), seen.clone());
-        assert_eq!(pool.run(Some(deadline), work).await, None);
+        assert_eq!(pool.run(TENANT, Some(deadline), work).await, None);
         starts.recv().expect("the work started");
         sees.recv_timeout(Duration::from_secs(10))
             .expect("given up at the deadline");
 
         let waiting = tokio::spawn({
             let (pool, work) = (pool.clone(), until_given_up(started, seen));
-            async move { pool.run_to_end(work).await }
+            async move { pool.run_to_end(TENANT, work).await }
         });
         starts.recv().expect("the work started");
         waiting.abort();
         sees.recv_timeout(Duration::from_secs(10))
             .expect("given up when its caller went");
-        assert_eq!(pool.run(None, stop_check::is_given_up).await, Some(false));
+        assert_eq!(
+            pool.run(TENANT, None, stop_check::is_given_up).await,
+            Some(false)
+        );
+    }
+
+    /// Work waiting is taken by tenant in turns: a tenant's second piece waits for every
+    /// other tenant's first, whichever came first. Before, the pool took the work in the order
+    /// it came, so one tenant's burst held up every other tenant's work until it had all run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tenants_take_turns() {
+        let pool = HeavyWork::new(1);
+        let (release, released) = mpsc::channel::<()>();
+        let (started, starts) = mpsc::channel::<()>();
+        let (ran, order) = mpsc::channel::<&'static str>();
+        let holder = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                pool.run_to_end(TenantId(1), move || {
+                    started.send(()).expect("the test waits");
+                    released.recv().is_ok()
+                })
+                .await
+            })
+        };
+        starts.recv().expect("the first work started");
+        let mut waiting = Vec::new();
+        for (tenant, name) in [(1, "one's second"), (1, "one's third"), (2, "two's first")] {
+            let (pooled, ran) = (pool.clone(), ran.clone());
+            let work = move || ran.send(name).expect("the test waits");
+            waiting.push(tokio::spawn(async move {
+                pooled.run_to_end(TenantId(tenant), work).await
+            }));
+            // Each is in its queue before the next is put in its own.
+            while pool
+                .turns
+                .waiting()
+                .pieces
+                .values()
+                .map(VecDeque::len)
+                .sum::<usize>()
+                < waiting.len()
+            {
+                tokio::task::yield_now().await;
+            }
+        }
+        release.send(()).expect("the first work still waits");
+        assert!(holder.await.expect("no panic"));
+        for work in waiting {
+            work.await.expect("no panic");
+        }
+        let order: Vec<_> = order.try_iter().collect();
+        assert_eq!(order, ["one's second", "two's first", "one's third"]);
+        let waiting = pool.turns.waiting();
+        assert!(waiting.order.is_empty() && waiting.pieces.is_empty());
     }
 
     #[tokio::test]
@@ -253,7 +399,9 @@ mod tests {
         let flag = Arc::clone(&started);
         let work = move || flag.store(true, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(
-            HeavyWork::new(1).run(Some(Instant::now()), work).await,
+            HeavyWork::new(1)
+                .run(TENANT, Some(Instant::now()), work)
+                .await,
             None
         );
         assert!(!started.load(std::sync::atomic::Ordering::SeqCst));
@@ -263,7 +411,7 @@ mod tests {
     #[should_panic(expected = "the work's own panic")]
     async fn a_panic_in_the_work_is_resumed() {
         HeavyWork::new(1)
-            .run(None, || panic!("the work's own panic"))
+            .run(TENANT, None, || panic!("the work's own panic"))
             .await;
     }
 }
