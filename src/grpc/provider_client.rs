@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, join_all};
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_types::StatusExt;
@@ -31,6 +32,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const CHANNEL_IDLE: Duration = Duration::from_secs(600);
 /// The longest a single health check may take.
 const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most health checks under way at once. A round used to start every endpoint's check at
+/// once: with thousands of endpoints (and right after a restart, a connection, perhaps a TLS
+/// handshake, to make for each) the burst competes with the calls being served for the cores,
+/// and a check is timed from its start, so one waiting for a core could run into its timeout
+/// and mark a healthy provider unhealthy (reasoned, not reproduced here). An endpoint that does
+/// not answer holds its place up to twice [`HEALTH_CHECK_TIMEOUT`].
+const MAX_HEALTH_CHECKS_AT_ONCE: usize = 128;
 
 /// The provider method toolplane calls.
 pub const CALL_TOOL: &str = "/toolplane.v1.ToolProviderService/CallTool";
@@ -246,7 +254,9 @@ impl ProviderCaller for GrpcProviderCaller {
 }
 
 /// Checks every registered endpoint each `interval`, the first time one `interval` after the
-/// start, until `serving` turns false.
+/// start, until `serving` turns false. A round checks at most `MAX_HEALTH_CHECKS_AT_ONCE` (128)
+/// endpoints at once and writes each answer as it comes, so a slow endpoint delays no other's;
+/// the next round starts an `interval` after the last began, or when it ends if it took longer.
 ///
 /// The first round waits a whole interval rather than running at once. A round at once
 /// would check nothing (the store starts empty) unless this task were scheduled late on a busy
@@ -270,16 +280,18 @@ pub async fn run_health_checks(
         book.retain(&endpoints);
         // Each check is a task of its own, so that one that panics fails its endpoint's
         // check instead of ending the loop, and with it every endpoint's checks.
-        let checks = endpoints.iter().map(|endpoint| {
-            let (caller, endpoint) = (caller.clone(), endpoint.clone());
-            tokio::spawn(async move { caller.check_health(&endpoint).await })
-        });
-        for (endpoint, result) in endpoints.iter().zip(join_all(checks).await) {
+        let mut checks = futures_util::stream::iter(endpoints)
+            .map(|endpoint| {
+                let check = caller.check_health(&endpoint);
+                async move { (tokio::spawn(check).await, endpoint) }
+            })
+            .buffer_unordered(MAX_HEALTH_CHECKS_AT_ONCE);
+        while let Some((result, endpoint)) = checks.next().await {
             match result {
-                Ok(Ok(())) => book.mark_healthy(endpoint),
-                Ok(Err(why)) => book.mark_unhealthy(endpoint, why),
+                Ok(Ok(())) => book.mark_healthy(&endpoint),
+                Ok(Err(why)) => book.mark_unhealthy(&endpoint, why),
                 Err(failed) => {
-                    book.mark_unhealthy(endpoint, format!("health check failed: {failed}"))
+                    book.mark_unhealthy(&endpoint, format!("health check failed: {failed}"))
                 }
             }
         }
