@@ -57,5 +57,6 @@ mod tenant_isolation;
 mod tool_annotations;
 mod tool_search;
 mod tool_taxonomy;
+mod unique_items;
 mod unread_log;
 mod watch_and_health;

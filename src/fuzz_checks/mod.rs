@@ -21,6 +21,7 @@ pub use wire::wire_readers;
 use serde_json::Value;
 
 use crate::json::{canonical_json, canonical_sha256, sha256_hex};
+use crate::registry::compile::jsonschema_options;
 use crate::registry::model::{ServiceName, ToolName};
 use crate::registry::search::SearchQuery;
 use crate::registry::search_terms::plain_words;
@@ -37,7 +38,9 @@ use crate::registry::validate::{
 /// (every violation's message) must not panic, whatever the schema; a fuzzer's timeout
 /// catches one that takes too long. And the compiled schema, which carries stop checks
 /// (`registry::stop_check`), answers as the schema compiled without them: valid or not, and
-/// the same first violation.
+/// the same first violation; and valid or not as with `jsonschema`'s own `uniqueItems` in place
+/// of toolplane's (`registry::unique_items`; the first violation may differ where an array
+/// breaks `uniqueItems` and another keyword, since a custom keyword is applied last).
 pub fn schema_registration(data: &[u8]) {
     let (schema, input) = match data.iter().position(|&byte| byte == 0) {
         Some(at) => (&data[..at], &data[at + 1..]),
@@ -64,6 +67,11 @@ pub fn schema_registration(data: &[u8]) {
             .map(|error| (error.instance_path().to_string(), violation_message(&error)))
     };
     assert_eq!(reported(&validator), reported(&plain));
+    let (options, _) = jsonschema_options(&schema);
+    let theirs = options
+        .build(&schema)
+        .expect("it compiled with toolplane's uniqueItems");
+    assert_eq!(validator.is_valid(&input), theirs.is_valid(&input));
 }
 
 /// Canonical JSON, which every record's and definition's hash is taken over: for any JSON

@@ -7,6 +7,7 @@ use super::pattern_memory::check_pattern_memory;
 use super::regex_cost::{check_schema_patterns, is_bounded_ecma_regex};
 use super::schema_cost::check_evaluation_cost;
 use super::stop_check::{self, with_stop_checks};
+use super::unique_items;
 use super::validate::{MAX_VIOLATION_BYTES, PATTERN_BACKTRACK_LIMIT, RegistrationLimits};
 use crate::json::nesting_depth;
 use crate::shown::clipped;
@@ -80,8 +81,21 @@ fn compile_within_limits(
 }
 
 /// How toolplane compiles `schema` (less its stop checks, [`super::stop_check`]), and the
-/// draft: Draft 7 unless it names another in `$schema`.
+/// draft: Draft 7 unless it names another in `$schema`; `uniqueItems` is checked by
+/// [`super::unique_items`].
 pub fn validator_options(
+    schema: &Value,
+) -> (jsonschema::ValidationOptions<'static>, jsonschema::Draft) {
+    let (options, draft) = jsonschema_options(schema);
+    (
+        options.with_keyword(unique_items::KEYWORD, unique_items::unique_items),
+        draft,
+    )
+}
+
+/// [`validator_options`] with `jsonschema`'s own `uniqueItems` (to check that toolplane's
+/// answers as it does).
+pub fn jsonschema_options(
     schema: &Value,
 ) -> (jsonschema::ValidationOptions<'static>, jsonschema::Draft) {
     let options = jsonschema::options()

@@ -30,6 +30,7 @@ pub mod stop_check;
 pub mod store;
 pub mod taxonomy;
 mod tenant_events;
+pub mod unique_items;
 pub mod validate;
 pub mod validators;
 mod violations;
