@@ -15,11 +15,14 @@
 //! So the keyword is registered as a custom keyword of the same name, which `jsonschema` takes
 //! in place of its own ([`KEYWORD`]). It hashes each item with its structure
 //! (each kind's tag, an array's and an object's length, an object's entries each hashed on
-//! their own and summed) under keys drawn at random for every check (std's `RandomState`,
-//! SipHash), so that items hashing alike cannot be written ahead; items whose hashes agree are
+//! their own and summed) under keys drawn at random for every check (ahash's `RandomState`,
+//! seeded from the operating system's randomness), so that items hashing alike cannot be
+//! written ahead; items whose hashes agree are
 //! compared with `jsonschema`'s own equality (`jsonschema_value::cmp::equal`: `1` and `1.0` are
 //! equal, an object's keys in any order), so it answers as `jsonschema` does, with the same
-//! message. It also stops when its work has been given up. One difference: `jsonschema` applies
+//! message, in about the time `jsonschema`'s check takes on other arrays (100,000 numbers or
+//! strings, or 20,000 small objects, in about a millisecond, as before; BENCHMARKS.md, item
+//! 46). It also stops when its work has been given up. One difference: `jsonschema` applies
 //! a custom keyword after a subschema's other keywords, so where an array breaks both
 //! `uniqueItems` and, say, `items`, the first error reported is the `items` one.
 //!
@@ -27,7 +30,9 @@
 //! custom keywords are the way to replace it.
 
 use std::collections::HashSet;
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
+
+use ahash::RandomState;
 
 use jsonschema::{Keyword, ValidationError};
 use jsonschema_value::cmp::equal;
@@ -105,6 +110,28 @@ impl Hash for Hashed<'_> {
     }
 }
 
+/// The set's hasher: each item's hash is keyed already, so it is taken as it is (hashing it
+/// again cost as much as the items' own hashing).
+#[derive(Default)]
+struct TakenAsItIs(u64);
+
+impl Hasher for TakenAsItIs {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `Hashed` is hashed with this, through `write_u64`; anything else is folded in.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Whether no two of `items` are equal (or the work has been given up, for an answer nobody
 /// reads).
 fn has_unique_items(items: &[Value]) -> bool {
@@ -115,7 +142,8 @@ fn has_unique_items(items: &[Value]) -> bool {
             .all(|(at, item)| items[at + 1..].iter().all(|other| !equal(item, other)));
     }
     let keys = RandomState::new();
-    let mut seen = HashSet::with_capacity(items.len());
+    let mut seen: HashSet<Hashed, BuildHasherDefault<TakenAsItIs>> =
+        HashSet::with_capacity_and_hasher(items.len(), BuildHasherDefault::default());
     for (at, value) in items.iter().enumerate() {
         if at % ITEMS_PER_STOP_CHECK == 0 && is_given_up() {
             return false;
