@@ -322,7 +322,7 @@ impl ToolInvokeService for InvokeApi {
             && let Some(below) = held.files_continue_below
         {
             let (log, tenant, wanted) = (Arc::clone(log), meta.tenant, size + 1 - records.len());
-            let older = tokio::task::spawn_blocking(move || {
+            let older = heavy::blocking(move || {
                 log.list_in_files(tenant, &filter, (below, wanted), FILE_BYTES_PER_PAGE)
             })
             .await
@@ -365,7 +365,7 @@ impl ToolInvokeService for InvokeApi {
             None => {
                 let (records, tenant) = (Arc::clone(records), meta.tenant);
                 let id = invocation_id.clone();
-                tokio::task::spawn_blocking(move || records.find(tenant, &id))
+                heavy::blocking(move || records.find(tenant, &id))
                     .await
                     .map_err(|error| Status::internal(format!("record lookup failed: {error}")))?
                     .map_err(|error| Status::internal(error.to_string()))?

@@ -190,18 +190,7 @@ impl HeavyWork {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        /// Gives the work up when the caller stops waiting for it (its result, or the
-        /// future dropped at the deadline or by a caller gone): set after the work ended,
-        /// the flag is read by nobody. A bare atomic flag, not tokio-util's
-        /// `CancellationToken` (whose drop guard would do the same): its `is_cancelled` takes
-        /// a mutex, and validation reads the flag at every subschema it applies.
-        struct GiveUpOnDrop(Arc<AtomicBool>);
-        impl Drop for GiveUpOnDrop {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
-        let given_up = GiveUpOnDrop(Arc::new(AtomicBool::new(false)));
+        let given_up = GiveUpOnDrop::default();
         let flag = Arc::clone(&given_up.0);
         let (answer, answered) = tokio::sync::oneshot::channel();
         let piece = move || {
@@ -219,6 +208,32 @@ impl HeavyWork {
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
             Err(_) => unreachable!("every piece of work the pool takes is answered"),
         }
+    }
+}
+
+/// Runs `work`, which waits on files, on tokio's blocking threads (not the pool's, which it
+/// would hold while it waits), and returns its result; an error when it panicked. Dropping the
+/// returned future gives the work up, as [`HeavyWork::run_to_end`] does:
+/// [`stop_check::is_given_up`] turns true for it, and work that looks stops.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    let given_up = GiveUpOnDrop::default();
+    let flag = Arc::clone(&given_up.0);
+    tokio::task::spawn_blocking(move || stop_check::watching(&flag, work)).await
+}
+
+/// Gives the work up when the caller stops waiting for it (its result, or the future dropped
+/// at the deadline or by a caller gone): set after the work ended, the flag is read by nobody.
+/// A bare atomic flag, not tokio-util's `CancellationToken` (whose drop guard would do the
+/// same): its `is_cancelled` takes a mutex, and validation reads the flag at every subschema it
+/// applies.
+#[derive(Default)]
+struct GiveUpOnDrop(Arc<AtomicBool>);
+
+impl Drop for GiveUpOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -391,6 +406,25 @@ mod tests {
         assert_eq!(order, ["one's second", "two's first", "one's third"]);
         let waiting = pool.turns.waiting();
         assert!(waiting.order.is_empty() && waiting.pieces.is_empty());
+    }
+
+    /// Blocking work is told when its caller stops waiting, as pool work is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocking_work_no_longer_waited_for_is_given_up() {
+        assert!(!blocking(stop_check::is_given_up).await.expect("ran"));
+        let (started, starts) = mpsc::channel();
+        let (seen, sees) = mpsc::channel();
+        let waiting = tokio::spawn(blocking(move || {
+            started.send(()).expect("the test waits");
+            while !stop_check::is_given_up() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            seen.send(()).expect("the test waits");
+        }));
+        starts.recv().expect("the work started");
+        waiting.abort();
+        sees.recv_timeout(Duration::from_secs(10))
+            .expect("given up when its caller went");
     }
 
     #[tokio::test]

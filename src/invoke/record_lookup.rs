@@ -9,7 +9,10 @@
 //! (A string value holds a quote only escaped, so these cannot match inside one.) So a lookup
 //! or a page costs a sequential read of the files, no more.
 //! File reads run one at a time, so callers asking for old records cannot make the server read
-//! its files many times over at once.
+//! its files many times over at once. A read whose caller has stopped waiting (its deadline
+//! passed, or it went: `invoke::heavy::blocking`) stops at its next line, and one that waited
+//! for its turn meanwhile does not start: a lookup of an id the files do not hold reads every
+//! file, gigabytes in a long history, and it held the next reads up until it had.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -23,6 +26,7 @@ use super::record_file::{rotated_files, rotated_first_sequence, rotated_path};
 use super::record_filter::RecordFilter;
 use super::records::{InvocationRecord, RecordError, RecordLog, parse_line};
 use crate::envelope::TenantId;
+use crate::registry::stop_check::is_given_up;
 
 /// The read buffer of a file being searched.
 const READ_BUFFER_BYTES: usize = 256 * 1024;
@@ -39,7 +43,7 @@ impl RecordLog {
             return Ok(Some(record));
         }
         let _one_at_a_time = self.file_lookups();
-        let Some(current) = self.open_current_file()? else {
+        let Some(current) = self.open_current_file()?.filter(|_| !is_given_up()) else {
             return Ok(None);
         };
         let id = serde_json::to_string(invocation_id).expect("a string always serializes");
@@ -49,7 +53,7 @@ impl RecordLog {
             let mut found = None;
             each_line(&file.path, file.opened, |line| {
                 if finder.find(line).is_none() {
-                    return true;
+                    return !is_given_up();
                 }
                 if let Ok((_, record)) = parse_line(line)
                     && record.invocation_id == invocation_id
@@ -85,7 +89,7 @@ impl RecordLog {
     ) -> Result<FilePage, RecordError> {
         let mut page = FilePage::default();
         let _one_at_a_time = self.file_lookups();
-        let Some(current) = self.open_current_file()? else {
+        let Some(current) = self.open_current_file()?.filter(|_| !is_given_up()) else {
             return Ok(page);
         };
         let needle = format!(",\"tenant_id\":{},", tenant.0);
@@ -125,7 +129,7 @@ impl RecordLog {
                     }
                     newest.push_back(record);
                 }
-                true
+                !is_given_up()
             })
             .map_err(io_error(&file.path))?;
             page.records.extend(newest.into_iter().rev());
@@ -349,6 +353,33 @@ mod tests {
             .chain(files.records.iter().map(|record| record.sequence))
             .collect();
         assert_eq!(listed, [4, 3, 2, 1]);
+    }
+
+    /// A read whose caller has stopped waiting reads nothing more: a record the files hold is
+    /// not looked for, and a listing lists none. Before, a lookup read every file whatever
+    /// became of its caller, holding up the reads after it.
+    #[test]
+    fn a_read_given_up_reads_no_further() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Memory holds one record; the first is in the files alone.
+        let log = RecordLog::open(&dir.path().join("records.jsonl"), 1, 0).expect("open");
+        let first = log.append(draft("t")).expect("append");
+        log.append(draft("t")).expect("append");
+        let tenant = TenantId(first.tenant_id);
+        let find = || log.find(tenant, &first.invocation_id).expect("read");
+        let list = || {
+            let below = (2, 10);
+            (log.list_in_files(tenant, &RecordFilter::default(), below, FILE_BYTES_PER_PAGE))
+                .expect("read")
+                .records
+                .len()
+        };
+        assert!(find().is_some());
+        assert_eq!(list(), 1);
+        let given_up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        use crate::registry::stop_check::watching;
+        assert!(watching(&given_up, find).is_none());
+        assert_eq!(watching(&given_up, list), 0);
     }
 
     #[test]
