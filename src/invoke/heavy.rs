@@ -25,6 +25,10 @@
 //! first allocations faulted in fresh memory, and the first such burst in the benchmark
 //! answered at p99 0.7-1 s (BENCHMARKS.md, item 33).
 //!
+//! Work that waits on files (reading the record log past memory) runs on tokio's blocking
+//! threads instead, through [`blocking`], which gives it up in the same way when its caller
+//! stops waiting.
+//!
 //! The pool is shared by every tenant, so its threads take the work waiting in turns, one
 //! piece of each tenant's at a time ([`HeavyWork`]): a tenant's burst of large inputs, each of
 //! which may hold a thread up to its deadline, delays another tenant's next large input or
