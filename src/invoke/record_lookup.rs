@@ -43,7 +43,10 @@ impl RecordLog {
             return Ok(Some(record));
         }
         let _one_at_a_time = self.file_lookups();
-        let Some(current) = self.open_current_file()?.filter(|_| !is_given_up()) else {
+        if is_given_up() {
+            return Ok(None);
+        }
+        let Some(current) = self.open_current_file()? else {
             return Ok(None);
         };
         let id = serde_json::to_string(invocation_id).expect("a string always serializes");
@@ -89,7 +92,10 @@ impl RecordLog {
     ) -> Result<FilePage, RecordError> {
         let mut page = FilePage::default();
         let _one_at_a_time = self.file_lookups();
-        let Some(current) = self.open_current_file()?.filter(|_| !is_given_up()) else {
+        if is_given_up() {
+            return Ok(page);
+        }
+        let Some(current) = self.open_current_file()? else {
             return Ok(page);
         };
         let needle = format!(",\"tenant_id\":{},", tenant.0);
