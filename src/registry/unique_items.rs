@@ -7,24 +7,23 @@
 //! nothing at all. A set whose items all hash alike compares each new item with every item
 //! before it: 10,000 arrays of 16 items each `[]` or `[[]]` (630 KB) took 1.2 s to check,
 //! 20,000 of them 4.8 s, and 135,000 smaller such arrays (4.4 MB, about what a message may
-//! hold) 136 s (release builds, one `uniqueItems` in the schema). It is a single keyword, so
-//! the stop checks ([`super::stop_check`]) cannot end it: it held a thread of the
-//! heavy work's pool (one of one, on two cores) past its caller's deadline, and with it every
-//! tenant's large inputs and tool searches.
+//! hold) 136 s with another process running (release builds, one `uniqueItems` in the
+//! schema). It is a single keyword, so the stop checks ([`super::stop_check`]) cannot end it:
+//! it held a thread of the heavy work's pool (one of one, on two cores) past its caller's
+//! deadline, and with it every tenant's large inputs and tool searches.
 //!
 //! So the keyword is registered as a custom keyword of the same name, which `jsonschema` takes
-//! in place of its own ([`KEYWORD`]). It hashes each item with its structure
-//! (each kind's tag, an array's and an object's length, an object's entries each hashed on
-//! their own and summed) under keys drawn at random for every check (ahash's `RandomState`,
-//! seeded from the operating system's randomness), so that items hashing alike cannot be
-//! written ahead; items whose hashes agree are
-//! compared with `jsonschema`'s own equality (`jsonschema_value::cmp::equal`: `1` and `1.0` are
-//! equal, an object's keys in any order), so it answers as `jsonschema` does, with the same
-//! message, in about the time `jsonschema`'s check takes on other arrays (100,000 numbers or
-//! strings, or 20,000 small objects, in about a millisecond, as before; BENCHMARKS.md, item
-//! 46). It also stops when its work has been given up. One difference: `jsonschema` applies
-//! a custom keyword after a subschema's other keywords, so where an array breaks both
-//! `uniqueItems` and, say, `items`, the first error reported is the `items` one.
+//! in place of its own ([`KEYWORD`]). It hashes each item with its structure (each kind's tag,
+//! an array's and an object's length, an object's entries each hashed on their own and summed)
+//! under keys drawn at random for every check (ahash's `RandomState`, seeded from the operating
+//! system's randomness), so that items hashing alike cannot be written ahead. Items whose
+//! hashes agree are compared with `jsonschema`'s own equality (`jsonschema_value::cmp::equal`:
+//! `1` and `1.0` are equal, an object's keys in any order), so it answers as `jsonschema` does,
+//! with the same message, and in about the time `jsonschema`'s check takes on other arrays
+//! (100,000 numbers or strings, or 20,000 small objects, in about a millisecond, as before;
+//! BENCHMARKS.md, item 46). It also stops when its work has been given up. One difference:
+//! `jsonschema` applies a custom keyword after a subschema's other keywords, so where an array
+//! breaks both `uniqueItems` and, say, `items`, the first error reported is the `items` one.
 //!
 //! Written here because no crate offers it: `jsonschema`'s check is the one at fault, and its
 //! custom keywords are the way to replace it.
