@@ -88,6 +88,9 @@ pub struct ServerConfig {
     /// keeps it until it ends it or leaves it idle for 5 minutes); one more is refused 503.
     /// 0 sets no limit.
     pub mcp_max_sessions: usize,
+    /// The most MCP sessions held at once that one tenant opened (the `toolplane-tenant-id` of
+    /// their `initialize`); one more is refused 429. 0 sets no limit.
+    pub mcp_max_sessions_per_tenant: usize,
     /// MCP servers whose tools are imported as services (file only), as `[[mcp_imports]]`
     /// tables with `service`, `url` or `command` (with `env` and `pass_env`), `tenant` (0),
     /// `refresh_interval` (60s), `bearer_token_env` and `approved_tools`; read again from the
@@ -290,6 +293,7 @@ impl Default for ServerConfig {
             mcp_listen: String::new(),
             mcp_allowed_hosts: crate::mcp::http::LOOPBACK_HOSTS.join(","),
             mcp_max_sessions: crate::mcp::http::DEFAULT_MAX_SESSIONS,
+            mcp_max_sessions_per_tenant: crate::mcp::http::DEFAULT_MAX_SESSIONS_PER_TENANT,
             mcp_imports: Vec::new(),
             checked_mcp_imports: Vec::new(),
             tenant_access: Vec::new(),

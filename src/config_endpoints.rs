@@ -34,6 +34,7 @@ impl ServerConfig {
         McpEndpoint {
             allowed_hosts,
             max_sessions: self.mcp_max_sessions,
+            max_sessions_per_tenant: self.mcp_max_sessions_per_tenant,
         }
     }
 

@@ -206,6 +206,64 @@ async fn sessions_past_the_limit_are_refused_until_one_ends() {
     server.stop().await;
 }
 
+/// Past `mcp_max_sessions_per_tenant` sessions of one tenant (by the `toolplane-tenant-id` of
+/// their `initialize`), that tenant's next `initialize` is refused 429 with `Retry-After` and a
+/// JSON-RPC error naming the setting, while other tenants open theirs, until one of its
+/// sessions ends. An `initialize` whose tenant header is not one is refused 400.
+#[tokio::test]
+async fn one_tenants_sessions_past_its_limit_leave_room_for_others() {
+    let options = ServerOptions {
+        mcp: McpEndpoint {
+            max_sessions: 10,
+            max_sessions_per_tenant: 2,
+            ..McpEndpoint::loopback()
+        },
+        ..ServerOptions::default()
+    };
+    let (server, mcp) = TestServer::start_with_mcp(options).await;
+    let client = common::http_client();
+    let url = format!("http://{mcp}/mcp");
+    let of_tenant = |tenant: &str| initialize(&client, &url).header("toolplane-tenant-id", tenant);
+    let mut ones = Vec::new();
+    for _ in 0..2 {
+        let answer = of_tenant("1").send().await.expect("answered");
+        assert_eq!(answer.status(), 200);
+        ones.push(answer.headers()["mcp-session-id"].clone());
+    }
+    let refused = of_tenant("1").send().await.expect("answered");
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let error: serde_json::Value = refused.json().await.expect("JSON");
+    let message = error["error"]["message"].as_str().expect("a message");
+    assert!(message.contains("tenant 1 "), "{message}");
+    assert!(message.contains("mcp_max_sessions_per_tenant"), "{message}");
+
+    for tenant in ["2", "2"] {
+        let answer = of_tenant(tenant).send().await.expect("answered");
+        assert_eq!(answer.status(), 200, "tenant {tenant}");
+    }
+    // Without the header: tenant 0.
+    let answer = initialize(&client, &url).send().await.expect("answered");
+    assert_eq!(answer.status(), 200);
+    let unreadable = of_tenant("one").send().await.expect("answered");
+    assert_eq!(unreadable.status(), 400);
+    let error: serde_json::Value = unreadable.json().await.expect("JSON");
+    let message = error["error"]["message"].as_str().expect("a message");
+    assert!(message.contains("toolplane-tenant-id"), "{message}");
+
+    let ended = client
+        .delete(&url)
+        .header("mcp-session-id", ones[0].clone())
+        .header("toolplane-tenant-id", "1")
+        .send()
+        .await
+        .expect("answered");
+    assert!(ended.status().is_success(), "{}", ended.status());
+    let answer = of_tenant("1").send().await.expect("answered");
+    assert_eq!(answer.status(), 200);
+    server.stop().await;
+}
+
 /// A body that is not a JSON-RPC message is answered 400 with JSON-RPC's error for it (Parse
 /// error, Invalid Request, Invalid params), echoing the request's id when it has one; one over
 /// the SDK's 4 MiB is answered 413 in the same words; a body that is not JSON by its

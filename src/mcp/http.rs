@@ -14,7 +14,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +23,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -33,6 +34,7 @@ use tower::Service;
 use super::handler::McpTools;
 use super::list_changed::RevisionAtArrival;
 use super::request_bodies::{self, McpResponse};
+use super::sessions::McpSessions;
 use crate::access::{AccessError, ConnectionAccess, LiveTenantAccess};
 use crate::envelope::{TENANT_HEADER, TenantId};
 use crate::grpc::connections::ConnectionSlots;
@@ -54,10 +56,16 @@ pub struct McpEndpoint {
     pub allowed_hosts: Vec<String>,
     /// The most sessions held at once (2025-era clients open one each); 0 sets no limit.
     pub max_sessions: usize,
+    /// The most sessions held at once that one tenant opened (by the `toolplane-tenant-id` of
+    /// its `initialize`); 0 sets no limit.
+    pub max_sessions_per_tenant: usize,
 }
 
 /// The most MCP sessions held at once, by default.
 pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
+/// The most MCP sessions held at once that one tenant opened, by default: a tenant opening
+/// sessions it does not end takes a tenth of the endpoint's, not all of them.
+pub const DEFAULT_MAX_SESSIONS_PER_TENANT: usize = 1_000;
 /// How long a client refused a session is told to wait before it tries again.
 const SESSION_RETRY_AFTER_SECONDS: u64 = 5;
 
@@ -70,45 +78,12 @@ impl McpEndpoint {
         Self {
             allowed_hosts: LOOPBACK_HOSTS.iter().map(|&host| host.to_owned()).collect(),
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_sessions_per_tenant: DEFAULT_MAX_SESSIONS_PER_TENANT,
         }
     }
 }
 
 type McpService = StreamableHttpService<McpTools, LocalSessionManager>;
-
-/// The MCP endpoint's sessions; cheap to clone, shared with the metrics endpoint.
-#[derive(Clone, Default)]
-pub struct McpSessions {
-    manager: Arc<LocalSessionManager>,
-    /// How many were held when last counted.
-    last_counted: Arc<AtomicUsize>,
-}
-
-impl std::fmt::Debug for McpSessions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpSessions").finish_non_exhaustive()
-    }
-}
-
-impl McpSessions {
-    /// How many sessions are held now, without waiting: in the instant one is being opened or
-    /// closed, how many were held when last counted.
-    pub fn held_now(&self) -> usize {
-        match self.manager.sessions.try_read() {
-            Ok(sessions) => self.counted(sessions.len()),
-            Err(_) => self.last_counted.load(Ordering::Relaxed),
-        }
-    }
-
-    async fn held(&self) -> usize {
-        self.counted(self.manager.sessions.read().await.len())
-    }
-
-    fn counted(&self, held: usize) -> usize {
-        self.last_counted.store(held, Ordering::Relaxed);
-        held
-    }
-}
 
 /// The MCP requests tenant access refused, by why; shared with the metrics endpoint.
 #[derive(Debug, Default)]
@@ -189,13 +164,10 @@ pub async fn serve(
     let service = Endpoint {
         registry: tools.registry().clone(),
         max_body_bytes,
-        mcp: StreamableHttpService::new(
-            move || Ok(tools.clone()),
-            Arc::clone(&sessions.manager),
-            config,
-        ),
+        mcp: StreamableHttpService::new(move || Ok(tools.clone()), sessions.manager(), config),
         sessions,
         max_sessions: endpoint.max_sessions,
+        max_sessions_per_tenant: endpoint.max_sessions_per_tenant,
         refusals,
         keepalive_interval: transport.keepalive_interval,
         keepalive_timeout: transport.keepalive_timeout,
@@ -221,6 +193,7 @@ struct Endpoint {
     mcp: McpService,
     sessions: McpSessions,
     max_sessions: usize,
+    max_sessions_per_tenant: usize,
     /// Where the requests tenant access refuses are counted.
     refusals: Arc<McpRefusals>,
     /// The largest request body taken (the SDK's limit).
@@ -233,7 +206,8 @@ struct Endpoint {
 
 impl Endpoint {
     /// Answers `request`: 404 off [`MCP_PATH`], 503 for a request that would open one session
-    /// more than `max_sessions`, else as the SDK does. The sessions are counted before the SDK
+    /// more than `max_sessions`, 429 for one whose tenant would hold one more than
+    /// `max_sessions_per_tenant`, else as the SDK does. The sessions are counted before the SDK
     /// opens one, so `initialize` requests arriving at the same instant may each find a place
     /// and go past the limit by their number (a session manager of our own refusing inside the
     /// SDK would close that gap, but the SDK answers its refusals 500).
@@ -248,12 +222,13 @@ impl Endpoint {
         if let Some(refused) = refused_tenant(&request, &access, &self.refusals) {
             return Ok(refused);
         }
-        if self.max_sessions > 0
-            && opens_a_session(&request)
-            && self.sessions.held().await >= self.max_sessions
-        {
-            return Ok(too_many_sessions(self.max_sessions));
-        }
+        let counted_for = match opens_a_session(&request) {
+            false => None,
+            true => match self.place_for_a_session(&request).await {
+                Ok(tenant) => tenant,
+                Err(refused) => return Ok(refused),
+            },
+        };
         let arrived = RevisionAtArrival(self.registry.revision());
         request.extensions_mut().insert(arrived);
         let (request, sent) = match request_bodies::read(request, self.max_body_bytes).await {
@@ -261,7 +236,40 @@ impl Endpoint {
             Err(refused) => return Ok(refused),
         };
         let answer = self.mcp.call(request).await?;
+        if let Some(tenant) = counted_for
+            && let Some(id) = answer.headers().get(HEADER_SESSION_ID)
+            && let Ok(id) = id.to_str()
+        {
+            self.sessions.note_opened(tenant, id);
+        }
         Ok(request_bodies::restated(answer, &sent))
+    }
+
+    /// Whether a request opening a session may: when it may, the tenant it names if the
+    /// session is to be counted for it (with `max_sessions_per_tenant` in force); else the
+    /// answer refusing it (503 past `max_sessions`, 429 past `max_sessions_per_tenant`, 400
+    /// when its tenant header is not one, as the handler would answer its every later request).
+    async fn place_for_a_session(
+        &self,
+        request: &Request<Incoming>,
+    ) -> Result<Option<TenantId>, McpResponse> {
+        let header = request.headers().get(TENANT_HEADER);
+        let Some(tenant) = TenantId::from_header(header.map(|value| value.as_bytes())) else {
+            return Err(json_rpc_error(
+                StatusCode::BAD_REQUEST,
+                &format!("header {TENANT_HEADER} must be an unsigned integer"),
+            ));
+        };
+        if self.max_sessions > 0 && self.sessions.held().await >= self.max_sessions {
+            return Err(too_many_sessions(self.max_sessions));
+        }
+        if self.max_sessions_per_tenant == 0 {
+            return Ok(None);
+        }
+        if self.sessions.held_by(tenant).await >= self.max_sessions_per_tenant {
+            return Err(too_many_sessions_of(tenant, self.max_sessions_per_tenant));
+        }
+        Ok(Some(tenant))
     }
 }
 
@@ -283,6 +291,24 @@ fn too_many_sessions(max_sessions: usize) -> McpResponse {
         &format!(
             "toolplane holds its most MCP sessions ({max_sessions}, mcp_max_sessions): \
              end unused sessions (HTTP DELETE) or try again later"
+        ),
+    );
+    response.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from(SESSION_RETRY_AFTER_SECONDS),
+    );
+    response
+}
+
+/// The answer to a request for a session that would take `tenant` past its limit: 429 with
+/// `Retry-After`, and a JSON-RPC error saying what to do.
+fn too_many_sessions_of(tenant: TenantId, max_sessions: usize) -> McpResponse {
+    let mut response = json_rpc_error(
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!(
+            "tenant {} holds its most MCP sessions ({max_sessions}, \
+             mcp_max_sessions_per_tenant): end unused sessions (HTTP DELETE) or try again later",
+            tenant.0
         ),
     );
     response.headers_mut().insert(

@@ -20,6 +20,7 @@
 //! - [`list_changed`]: `notifications/tools/list_changed` when the tenant's tools change.
 //! - [`server_logs`]: what MCP servers log, in toolplane's log.
 //! - [`rtfs`]: tools as RTFS capability definitions (`toolplane export-rtfs`).
+//! - [`sessions`]: the MCP endpoint's sessions, counted in all and by tenant.
 
 pub mod access_tokens;
 pub mod answer;
@@ -41,9 +42,11 @@ pub mod rtfs;
 pub mod server_logs;
 mod session_failures;
 pub mod session_keys;
+pub mod sessions;
 pub mod token_requests;
 pub mod tool_call;
 pub mod tools;
 
 pub use handler::McpTools;
-pub use http::{MCP_PATH, McpEndpoint, McpRefusals, McpSessions, McpTransport};
+pub use http::{MCP_PATH, McpEndpoint, McpRefusals, McpTransport};
+pub use sessions::McpSessions;
