@@ -9,12 +9,12 @@
 //! hash `verify` prints with one kept elsewhere to catch that.
 //!
 //! Records go to a JSON-lines file when a path is configured, and always to a bounded ring in
-//! memory that serves listing. A new process opening an existing file continues its chain and
-//! loads the latest records back for listing, from the rotated files too when needed.
+//! memory that serves listing (`record_ring`, indexed by tenant and id). A new process opening
+//! an existing file continues its chain and loads the latest records back for listing, from
+//! the rotated files too when needed.
 //! A file past its size is rotated (see [`RecordLog::open`]); the chain runs on across files.
 //! The file is flushed to the disk by a thread of its own (`record_sync`).
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +28,7 @@ pub(super) use super::record_file::parse_line;
 use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
 pub use super::record_filter::RecordFilter;
 use super::record_lookup::{CurrentFile, HeldPage, continue_below};
+use super::record_ring::RecordRing;
 use super::record_stats::InvocationStats;
 pub use super::record_status::InvocationStatus;
 use super::record_sync::RecordSync;
@@ -133,8 +134,7 @@ pub enum RecordError {
 
 #[derive(Debug)]
 struct LogState {
-    ring: VecDeque<Arc<InvocationRecord>>,
-    capacity: usize,
+    ring: RecordRing,
     file: Option<LogFile>,
     /// The file is rotated before a line would take it past this many bytes; 0 never.
     rotate_bytes: u64,
@@ -161,8 +161,7 @@ impl RecordLog {
     pub fn in_memory(capacity: usize) -> Self {
         Self {
             state: Mutex::new(LogState {
-                ring: VecDeque::new(),
-                capacity: capacity.max(1),
+                ring: RecordRing::new(capacity),
                 file: None,
                 rotate_bytes: 0,
                 file_first_sequence: 1,
@@ -224,7 +223,7 @@ impl RecordLog {
                         }
                         state.last_sha256 = record.record_sha256.clone();
                         state.next_sequence = record.sequence + 1;
-                        push_ring(state, Arc::new(record));
+                        state.ring.push_newest(Arc::new(record));
                         fault
                     }
                     Err(problem) => Some(problem),
@@ -336,7 +335,7 @@ impl RecordLog {
         state.last_sha256.clone_from(&record.record_sha256);
         state.next_sequence += 1;
         let record = Arc::new(record);
-        let evicted = push_ring(state, Arc::clone(&record));
+        let evicted = state.ring.push_newest(Arc::clone(&record));
         drop(guard);
         drop(evicted);
         Ok(record)
@@ -367,16 +366,8 @@ impl RecordLog {
         limit: usize,
     ) -> HeldPage {
         let state = self.lock();
-        let records = (state.ring.iter().rev())
-            .filter(|r| {
-                r.tenant_id == tenant.0
-                    && before_sequence.is_none_or(|before| r.sequence < before)
-                    && filter.matches(r)
-            })
-            .take(limit)
-            .cloned()
-            .collect();
-        let oldest_held = state.ring.front().map(|record| record.sequence);
+        let records = state.ring.page(tenant, filter, before_sequence, limit);
+        let oldest_held = state.ring.oldest().map(|record| record.sequence);
         let files_continue_below =
             (state.file.as_ref()).and_then(|_| continue_below(oldest_held, before_sequence));
         HeldPage {
@@ -421,13 +412,7 @@ impl RecordLog {
 
     /// One record of `tenant` still held in memory.
     pub fn get(&self, tenant: TenantId, invocation_id: &str) -> Option<Arc<InvocationRecord>> {
-        let state = self.lock();
-        state
-            .ring
-            .iter()
-            .rev()
-            .find(|r| r.tenant_id == tenant.0 && r.invocation_id == invocation_id)
-            .cloned()
+        self.lock().ring.get(tenant, invocation_id)
     }
 }
 
@@ -438,7 +423,7 @@ impl RecordLog {
 /// is skipped with a warning (listing is all it serves).
 fn fill_ring_from_rotated(state: &mut LogState, rotated: &[PathBuf]) {
     for file in rotated.iter().rev() {
-        let room = state.capacity - state.ring.len();
+        let room = state.ring.room();
         if room == 0 {
             break;
         }
@@ -455,12 +440,9 @@ fn fill_ring_from_rotated(state: &mut LogState, rotated: &[PathBuf]) {
                 unread += 1;
                 continue;
             };
-            let older = state
-                .ring
-                .front()
-                .map_or(state.next_sequence, |first| first.sequence);
+            let older = (state.ring.oldest()).map_or(state.next_sequence, |first| first.sequence);
             if record.sequence < older {
-                state.ring.push_front(Arc::new(record));
+                state.ring.push_oldest(Arc::new(record));
             } else {
                 unread += 1;
             }
@@ -469,18 +451,6 @@ fn fill_ring_from_rotated(state: &mut LogState, rotated: &[PathBuf]) {
             tracing::warn!(path = %file.display(), lines = unread, "lines of a rotated invocation record log that are not records in chain order are not listed");
         }
     }
-}
-
-/// Keeps `record` in the ring; answers the record it pushed out, for the caller to drop once
-/// the lock is released.
-fn push_ring(state: &mut LogState, record: Arc<InvocationRecord>) -> Option<Arc<InvocationRecord>> {
-    let evicted = if state.ring.len() == state.capacity {
-        state.ring.pop_front()
-    } else {
-        None
-    };
-    state.ring.push_back(record);
-    evicted
 }
 
 #[cfg(test)]
