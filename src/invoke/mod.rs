@@ -17,6 +17,7 @@ mod record_file;
 mod record_filter;
 mod record_guard;
 mod record_lookup;
+mod record_readers;
 mod record_ring;
 pub mod record_stats;
 mod record_status;

@@ -8,11 +8,12 @@
 //! tenant (`,"tenant_id":N,`) whose sequence (`,"sequence":N,`) lies below the page's start.
 //! (A string value holds a quote only escaped, so these cannot match inside one.) So a lookup
 //! or a page costs a sequential read of the files, no more.
-//! File reads run one at a time, so callers asking for old records cannot make the server read
-//! its files many times over at once. A read whose caller has stopped waiting (its deadline
-//! passed, or it went: `invoke::heavy::blocking`) stops at its next line, and one that waited
-//! for its turn meanwhile does not start: a lookup of an id the files do not hold reads every
-//! file, gigabytes in a long history, and it held the next reads up until it had.
+//! At most two file reads run at once, one per tenant (`record_readers`), so callers asking
+//! for old records cannot make the server read its files many times over at once, and one
+//! tenant's reads do not hold up another's. A read whose caller has stopped waiting (its
+//! deadline passed, or it went: `invoke::heavy::blocking`) stops at its next line, and one
+//! that waited for its turn meanwhile leaves the line: a lookup of an id the files do not hold
+//! reads every file, gigabytes in a long history.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -42,10 +43,9 @@ impl RecordLog {
         if let Some(record) = self.get(tenant, invocation_id) {
             return Ok(Some(record));
         }
-        let _one_at_a_time = self.file_lookups();
-        if is_given_up() {
+        let Some(_turn) = self.file_read(tenant) else {
             return Ok(None);
-        }
+        };
         let Some(current) = self.open_current_file()? else {
             return Ok(None);
         };
@@ -91,10 +91,9 @@ impl RecordLog {
         byte_budget: u64,
     ) -> Result<FilePage, RecordError> {
         let mut page = FilePage::default();
-        let _one_at_a_time = self.file_lookups();
-        if is_given_up() {
+        let Some(_turn) = self.file_read(tenant) else {
             return Ok(page);
-        }
+        };
         let Some(current) = self.open_current_file()? else {
             return Ok(page);
         };
@@ -386,6 +385,41 @@ mod tests {
         use crate::registry::stop_check::watching;
         assert!(watching(&given_up, find).is_none());
         assert_eq!(watching(&given_up, list), 0);
+    }
+
+    /// While one tenant's read of the files goes on, another tenant's finds its record; the
+    /// first tenant's next read waits for its first. Before, reads ran one at a time whoever
+    /// asked, so one tenant's read of every file held up every other tenant's.
+    #[test]
+    fn one_tenants_read_of_the_files_does_not_hold_up_anothers() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = RecordLog::open(&dir.path().join("records.jsonl"), 1, 0).expect("open");
+        let mut of_two = draft("t");
+        of_two.tenant = TenantId(2);
+        let first = log.append(of_two).expect("append");
+        let of_one = log.append(draft("t")).expect("append");
+        log.append(draft("t")).expect("append");
+        let long_read = log.file_read(TenantId(1)).expect("not given up");
+        let (two, heard_two) = std::sync::mpsc::channel();
+        let (one, heard_one) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let found = log.find(TenantId(2), &first.invocation_id).expect("read");
+                two.send(found.is_some()).expect("heard");
+            });
+            scope.spawn(|| {
+                let found = log.find(TenantId(1), &of_one.invocation_id).expect("read");
+                one.send(found.is_some()).expect("heard");
+            });
+            let wait = std::time::Duration::from_secs(10);
+            let waited = "tenant 2's read waited for tenant 1's";
+            assert_eq!(heard_two.recv_timeout(wait), Ok(true), "{waited}");
+            let not_yet = std::time::Duration::from_millis(300);
+            let twice = "tenant 1 read twice at once";
+            assert!(heard_one.recv_timeout(not_yet).is_err(), "{twice}");
+            drop(long_read);
+            assert_eq!(heard_one.recv_timeout(wait), Ok(true));
+        });
     }
 
     #[test]

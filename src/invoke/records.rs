@@ -28,6 +28,7 @@ pub(super) use super::record_file::parse_line;
 use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
 pub use super::record_filter::RecordFilter;
 use super::record_lookup::{CurrentFile, HeldPage, continue_below};
+use super::record_readers::{FileRead, FileReaders};
 use super::record_ring::RecordRing;
 use super::record_stats::InvocationStats;
 pub use super::record_status::InvocationStatus;
@@ -150,8 +151,8 @@ struct LogState {
 #[derive(Debug)]
 pub struct RecordLog {
     state: Mutex<LogState>,
-    /// Held while a lookup reads the files (`record_lookup`): one at a time.
-    file_lookups: Mutex<()>,
+    /// Who may read the files now (`record_lookup`): a few at once, one per tenant.
+    file_readers: FileReaders,
     /// Flushes the file to the disk, when there is one.
     sync: Option<RecordSync>,
 }
@@ -169,7 +170,7 @@ impl RecordLog {
                 next_sequence: 1,
                 stats: InvocationStats::default(),
             }),
-            file_lookups: Mutex::new(()),
+            file_readers: FileReaders::default(),
             sync: None,
         }
     }
@@ -403,11 +404,10 @@ impl RecordLog {
         Ok(Some((current, opened)))
     }
 
-    /// Waits for the file lookups before this one to finish.
-    pub(super) fn file_lookups(&self) -> MutexGuard<'_, ()> {
-        self.file_lookups
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Waits for `tenant`'s turn to read the files ([`FileReaders::start`]); `None` when the
+    /// work was given up first.
+    pub(super) fn file_read(&self, tenant: TenantId) -> Option<FileRead<'_>> {
+        self.file_readers.start(tenant)
     }
 
     /// One record of `tenant` still held in memory.
