@@ -26,7 +26,7 @@ async fn register_slow_tool(server: &TestServer) {
 }
 
 /// [`register_slow_tool`] for `tenant`.
-async fn register_slow_tool_of(server: &TestServer, tenant: u64) {
+pub(crate) async fn register_slow_tool_of(server: &TestServer, tenant: u64) {
     let schema = json!({
         "type": "object",
         "properties": {"items": {"type": "array", "items": {
@@ -49,7 +49,7 @@ async fn register_slow_tool_of(server: &TestServer, tenant: u64) {
 
 /// Large enough to be checked off the serving threads (about 45 KB encoded), and slow to
 /// check: several seconds in a debug build, about half a second in a release build.
-fn large_input() -> Value {
+pub(crate) fn large_input() -> Value {
     json!({"items": vec!["aaaaaaaaaaa"; 3_000]})
 }
 
@@ -302,7 +302,10 @@ async fn a_check_given_up_at_the_deadline_frees_its_thread() {
 }
 
 /// `input` of `check` checked for `tenant`, waited for up to two minutes.
-fn check_request(tenant: u64, input: &Value) -> tonic::Request<pb::ValidateToolInputRequest> {
+pub(crate) fn check_request(
+    tenant: u64,
+    input: &Value,
+) -> tonic::Request<pb::ValidateToolInputRequest> {
     let request = pb::ValidateToolInputRequest {
         meta: meta(tenant),
         tool_name: "check".into(),

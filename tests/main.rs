@@ -25,6 +25,7 @@ mod invoke_in_flight;
 mod invoke_wire;
 mod json_log;
 mod large_inputs;
+mod large_registrations;
 mod listing_and_preflight;
 mod long_answers;
 mod mcp;

@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::grpc::discovery_wire::{
     DiscoveryServer, DiscoveryWire, GetToolResponseWire, ListToolsResponseWire,
-    SearchToolsResponseWire, WireWatchStream,
+    RegisterServiceResponseWire, SearchToolsResponseWire, WireWatchStream,
 };
 use crate::pb;
 use crate::pb::discovery_service_server::DiscoveryService;
@@ -166,6 +166,12 @@ fn unimplemented<T>() -> Result<T, Status> {
 }
 
 impl DiscoveryWire for BaselineDiscovery {
+    async fn register_service_wire(
+        &self,
+        _: Request<pb::RegisterServiceRequest>,
+    ) -> Result<RegisterServiceResponseWire, Status> {
+        unimplemented()
+    }
     async fn get_tool_wire(
         &self,
         request: Request<pb::GetToolRequest>,
@@ -199,8 +205,8 @@ impl DiscoveryWire for BaselineDiscovery {
 type NoStream = Pin<Box<dyn Stream<Item = Result<pb::WatchServicesResponse, Status>> + Send>>;
 
 /// The generated trait: every method answers `UNIMPLEMENTED`. [`DiscoveryServer`] sends
-/// GetTool, ListTools, SearchTools and WatchServices to [`DiscoveryWire`] instead, and the
-/// baseline answers nothing else.
+/// RegisterService, GetTool, ListTools, SearchTools and WatchServices to [`DiscoveryWire`]
+/// instead, and the baseline answers nothing else.
 #[tonic::async_trait]
 impl DiscoveryService for BaselineDiscovery {
     async fn register_service(

@@ -242,16 +242,17 @@ pub fn tool_to_pb(tool: &RegisteredTool, service: &ServiceEntry) -> pb::ToolRegi
 /// tool (a tool belongs to one registration of one service) and kept with the tool: the bytes
 /// are about the size of the schema text. Cloning them shares them.
 pub fn encoded_tool(tool: &RegisteredTool, service: &ServiceEntry) -> Bytes {
-    let cached = tool.wire.get_or_init(|| {
-        Arc::new(EncodedTool(Bytes::from(
-            tool_registration(tool, service.name.as_str(), service.version()).encode_to_vec(),
-        )))
-    });
+    encoded_tool_of(tool, service.name.as_str(), service.version())
+}
+
+/// As [`encoded_tool`], for a tool of service `service_name` at `service_version` not stored
+/// yet: a registration being validated measures its tools' answers with the bytes it keeps.
+pub fn encoded_tool_of(tool: &RegisteredTool, service_name: &str, service_version: &str) -> Bytes {
+    let encode = || tool_registration(tool, service_name, service_version).encode_to_vec();
+    let cached = (tool.wire).get_or_init(|| Arc::new(EncodedTool(Bytes::from(encode()))));
     match cached.downcast_ref::<EncodedTool>() {
         Some(encoded) => encoded.0.clone(),
-        None => Bytes::from(
-            tool_registration(tool, service.name.as_str(), service.version()).encode_to_vec(),
-        ),
+        None => Bytes::from(encode()),
     }
 }
 

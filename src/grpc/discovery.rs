@@ -11,10 +11,11 @@ use tracing::{Span, instrument};
 use super::accept::accept;
 use super::convert;
 use super::discovery_wire::{
-    DiscoveryWire, GetToolResponseWire, ListToolsResponseWire, SearchToolsResponseWire,
-    SharedMessage, ToolMatchWire, WireWatchStream, decoded,
+    DiscoveryWire, GetToolResponseWire, ListToolsResponseWire, RegisterServiceResponseWire,
+    SearchToolsResponseWire, SharedMessage, ToolMatchWire, WireWatchStream, decoded,
 };
 use super::page_bytes::fitting;
+use super::registration_size;
 use super::serving::ServingState;
 use super::watch::Watch;
 use crate::invoke::health::ProviderHealthBook;
@@ -22,7 +23,7 @@ use crate::invoke::heavy::HeavyWork;
 use crate::pb;
 use crate::pb::discovery_service_server::DiscoveryService;
 use crate::registry::store::ToolFilter;
-use crate::registry::{Registry, RegistryError, ViolationKind, taxonomy};
+use crate::registry::{PreparedRegistration, Registry, RegistryError, ViolationKind, taxonomy};
 
 /// Serves `toolplane.v1.DiscoveryService` over a [`Registry`].
 #[derive(Debug, Clone)]
@@ -87,30 +88,14 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchServicesResponse, S
 
 #[tonic::async_trait]
 impl DiscoveryService for DiscoveryApi {
-    #[instrument(
-        skip_all,
-        fields(rpc = "RegisterService", tenant, correlation_id, service)
-    )]
+    /// Served through [`DiscoveryWire`] (see [`super::discovery_wire`]); here the answer is
+    /// decoded into its generated form.
     async fn register_service(
         &self,
         request: Request<pb::RegisterServiceRequest>,
     ) -> Result<Response<pb::RegisterServiceResponse>, Status> {
-        let (meta, request) = accept(request)?;
-        let spec = convert::service_spec(request.registration)?;
-        Span::current().record("service", spec.name.as_str());
-        let entry = self.registry.register(meta.tenant, &spec)?;
-        let instance = entry.last_registered();
-        tracing::info!(tools = entry.tools().len(), instance = %instance.id, instances = entry.instances.len(), lease_id = %instance.lease.id, "service registered");
-        Ok(Response::new(pb::RegisterServiceResponse {
-            meta: Some(meta.response()),
-            lease_id: instance.lease.id.to_string(),
-            expires_at: Some(instance.lease.expires_at().into()),
-            tools: entry
-                .tools()
-                .iter()
-                .map(|tool| convert::tool_to_pb(tool, &entry))
-                .collect(),
-        }))
+        let wire = self.register_service_wire(request).await?;
+        decoded(&wire).map(Response::new)
     }
 
     #[instrument(
@@ -271,6 +256,47 @@ impl DiscoveryService for DiscoveryApi {
 }
 
 impl DiscoveryWire for DiscoveryApi {
+    #[instrument(
+        skip_all,
+        fields(rpc = "RegisterService", tenant, correlation_id, service)
+    )]
+    async fn register_service_wire(
+        &self,
+        request: Request<pb::RegisterServiceRequest>,
+    ) -> Result<RegisterServiceResponseWire, Status> {
+        let (meta, request) = accept(request)?;
+        let registration = request.registration;
+        if let Some(registration) = &registration {
+            Span::current().record("service", registration.service_name.as_str());
+        }
+        // Validating compiles every schema, in time with their size: a large registration is
+        // validated in the pool of heavy work, by tenant in turns, as a large input is, so it
+        // does not hold up the calls of the thread serving it. The caller's deadline is kept by
+        // the connection, which drops this call; nothing is stored before the validation ends.
+        let large = registration_size::is_large(registration.as_ref());
+        let registry = self.registry.clone();
+        let prepare = move || -> Result<PreparedRegistration, RegistryError> {
+            registry.prepare(&convert::service_spec(registration)?)
+        };
+        let prepared = if large {
+            self.heavy_work.run_to_end(meta.tenant, prepare).await?
+        } else {
+            prepare()?
+        };
+        let entry = self.registry.register_prepared(meta.tenant, prepared)?;
+        let instance = entry.last_registered();
+        tracing::info!(tools = entry.tools().len(), instance = %instance.id, instances = entry.instances.len(), lease_id = %instance.lease.id, "service registered");
+        Ok(RegisterServiceResponseWire {
+            meta: Some(meta.response()),
+            lease_id: instance.lease.id.to_string(),
+            expires_at: Some(instance.lease.expires_at().into()),
+            // Encoded as the registration measured them (or now), and kept for the answers.
+            tools: (entry.tools().iter())
+                .map(|tool| SharedMessage::tool(tool, &entry))
+                .collect(),
+        })
+    }
+
     #[instrument(
         level = "debug",
         skip_all,

@@ -3,10 +3,11 @@
 //! Every registered tool keeps its `ToolRegistration` encoded ([`convert::encoded_tool`]): the
 //! bytes are about the size of its schema text, while the decoded form is a tree of
 //! `google.protobuf.Struct` values, about 20 KB of memory per KB of schema. The answers that
-//! carry tools (`GetTool`, `ListTools`, `SearchTools`, and the events of `WatchServices`) are
-//! sent as wire twins of their messages: the same fields and numbers, with each tool (and each
-//! watch event) kept as encoded bytes ([`SharedMessage`]) that are written out as they are,
-//! never decoded and encoded again. The bytes are the ones the generated messages would
+//! carry tools (`RegisterService`'s, which echoes the tools registered, `GetTool`,
+//! `ListTools`, `SearchTools`, and the events of `WatchServices`) are sent as wire twins of
+//! their messages: the same fields and numbers, with each tool (and each watch event) kept as
+//! encoded bytes ([`SharedMessage`]) that are written out as they are, never decoded and
+//! encoded again. The bytes are the ones the generated messages would
 //! encode, field for field (tests compare them), so clients read the same messages.
 //!
 //! Every watcher of a tenant is sent the same `ServiceEvent` for a change; only the envelope
@@ -16,7 +17,7 @@
 //! large schemas costs a thousand copies of bytes, not a thousand copies of decoded schemas. A
 //! watcher's snapshot is encoded the same way, one service at a time as it is sent.
 //!
-//! [`DiscoveryServer`] serves `DiscoveryService` with those four methods answered through
+//! [`DiscoveryServer`] serves `DiscoveryService` with those five methods answered through
 //! [`DiscoveryWire`]; every other method goes to the generated server unchanged
 //! ([`super::wire_server`]).
 
@@ -49,6 +50,8 @@ pub const GET_TOOL: &str = "/toolplane.v1.DiscoveryService/GetTool";
 pub const LIST_TOOLS: &str = "/toolplane.v1.DiscoveryService/ListTools";
 /// The path of `DiscoveryService.SearchTools`.
 pub const SEARCH_TOOLS: &str = "/toolplane.v1.DiscoveryService/SearchTools";
+/// The path of `DiscoveryService.RegisterService`.
+pub const REGISTER_SERVICE: &str = "/toolplane.v1.DiscoveryService/RegisterService";
 
 /// An embedded message already encoded, shared: cloning it shares its bytes, encoding it
 /// writes them as they are. Decoding one keeps each field's bytes as they arrived (as
@@ -159,12 +162,34 @@ pub struct SearchToolsResponseWire {
     pub total_matches: i32,
 }
 
+/// `toolplane.v1.RegisterServiceResponse` with its tools kept encoded.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RegisterServiceResponseWire {
+    /// `meta`.
+    #[prost(message, optional, tag = "1")]
+    pub meta: Option<pb::Meta>,
+    /// `lease_id`.
+    #[prost(string, tag = "2")]
+    pub lease_id: String,
+    /// `expires_at`.
+    #[prost(message, optional, tag = "3")]
+    pub expires_at: Option<prost_types::Timestamp>,
+    /// `tools`: encoded `toolplane.v1.ToolRegistration`s.
+    #[prost(message, repeated, tag = "4")]
+    pub tools: Vec<SharedMessage>,
+}
+
 /// A `WatchServices` stream of wire twins.
 pub type WireWatchStream =
     Pin<Box<dyn Stream<Item = Result<WatchServicesResponseWire, Status>> + Send>>;
 
 /// The discovery methods that carry tools, answered with wire twins.
 pub trait DiscoveryWire: Send + Sync + 'static {
+    /// Answers a `RegisterService` call.
+    fn register_service_wire(
+        &self,
+        request: Request<pb::RegisterServiceRequest>,
+    ) -> impl Future<Output = Result<RegisterServiceResponseWire, Status>> + Send;
     /// Answers a `GetTool` call.
     fn get_tool_wire(
         &self,
@@ -222,8 +247,8 @@ pub fn encoded_event(
     SharedMessage(buf.freeze())
 }
 
-/// Serves `toolplane.v1.DiscoveryService`: `GetTool`, `ListTools`, `SearchTools` and
-/// `WatchServices` through [`DiscoveryWire`] (see the module docs), every other method through
+/// Serves `toolplane.v1.DiscoveryService`: `RegisterService`, `GetTool`, `ListTools`,
+/// `SearchTools` and `WatchServices` through [`DiscoveryWire`] (see the module docs), every other method through
 /// the generated server, configured alike.
 pub type DiscoveryServer<T> = WireServer<DiscoveryServiceServer<T>, DiscoveryWireMethods<T>>;
 
@@ -235,7 +260,10 @@ impl<T: DiscoveryWire> OwnMethods for DiscoveryWireMethods<T> {
     type Api = T;
 
     fn owns(path: &str) -> bool {
-        matches!(path, GET_TOOL | LIST_TOOLS | SEARCH_TOOLS | WATCH_SERVICES)
+        matches!(
+            path,
+            REGISTER_SERVICE | GET_TOOL | LIST_TOOLS | SEARCH_TOOLS | WATCH_SERVICES
+        )
     }
 
     fn serve(
@@ -244,6 +272,13 @@ impl<T: DiscoveryWire> OwnMethods for DiscoveryWireMethods<T> {
         request: http::Request<Body>,
     ) -> BoxFuture<'static, http::Response<Body>> {
         match request.uri().path() {
+            REGISTER_SERVICE => {
+                let call: Call<T, pb::RegisterServiceRequest, RegisterServiceResponseWire> =
+                    |api, request| {
+                        Box::pin(async move { api.register_service_wire(request).await })
+                    };
+                unary(api, call, compression, request)
+            }
             GET_TOOL => {
                 let call: Call<T, pb::GetToolRequest, GetToolResponseWire> =
                     |api, request| Box::pin(async move { api.get_tool_wire(request).await });

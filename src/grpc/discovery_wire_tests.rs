@@ -129,7 +129,16 @@ fn the_twins_match_the_proto() {
         fields.sort();
         fields
     };
-    let twins: [(&str, &[(&str, i32)]); 5] = [
+    let twins: [(&str, &[(&str, i32)]); 6] = [
+        (
+            "RegisterServiceResponse",
+            &[
+                ("expires_at", 3),
+                ("lease_id", 2),
+                ("meta", 1),
+                ("tools", 4),
+            ],
+        ),
         ("WatchServicesResponse", &[("event", 2), ("meta", 1)]),
         ("GetToolResponse", &[("meta", 1), ("tool", 2)]),
         (
@@ -210,10 +219,35 @@ async fn tool_answers_are_the_generated_answers_bytes() {
         tool: Some(SharedMessage::tool(&tools[0], &entry)),
     };
     let generated = pb::GetToolResponse {
-        meta,
+        meta: meta.clone(),
         tool: Some(convert::tool_to_pb(&tools[0], &entry)),
     };
     assert_eq!(wire.encode_to_vec(), generated.encode_to_vec());
+    let expires_at = Some(prost_types::Timestamp {
+        seconds: 1_900_000_000,
+        nanos: 5,
+    });
+    let wire = RegisterServiceResponseWire {
+        meta: meta.clone(),
+        lease_id: "lease".into(),
+        expires_at,
+        tools: tools
+            .iter()
+            .map(|tool| SharedMessage::tool(tool, &entry))
+            .collect(),
+    };
+    let generated = pb::RegisterServiceResponse {
+        meta,
+        lease_id: "lease".into(),
+        expires_at,
+        tools: tools
+            .iter()
+            .map(|tool| convert::tool_to_pb(tool, &entry))
+            .collect(),
+    };
+    assert_eq!(wire.encode_to_vec(), generated.encode_to_vec());
+    let read: pb::RegisterServiceResponse = decoded(&wire).expect("decodes");
+    assert_eq!(read, generated);
 }
 
 /// A watch response decodes as the generated message, and as the twin keeps the event's

@@ -30,6 +30,7 @@ pub mod provider_client;
 pub mod provider_tls;
 pub mod raw_message;
 pub mod record_wire;
+pub mod registration_size;
 pub mod reload_stats;
 pub mod response_compression;
 pub mod restated;

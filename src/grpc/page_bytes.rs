@@ -49,12 +49,13 @@ fn message_bytes(message: &CanonicalMessage) -> usize {
 /// length).
 fn tools_bytes(service: &ValidatedService) -> usize {
     let (name, version) = (service.name.as_str(), service.version.as_str());
+    // Encoded once, and kept for the answers that will carry them.
     service
         .tools
         .iter()
         .map(|tool| {
-            let tool = convert::tool_registration(tool, name, version);
-            prost::encoding::message::encoded_len(4, &tool)
+            let bytes = convert::encoded_tool_of(tool, name, version).len();
+            prost::encoding::key_len(4) + prost::encoding::encoded_len_varint(bytes as u64) + bytes
         })
         .sum()
 }

@@ -76,6 +76,14 @@ impl<T> Page<T> {
     }
 }
 
+/// A registration validated, its tools measured against the answer bound: ready to store
+/// ([`Registry::prepare`], [`Registry::register_prepared`]).
+#[derive(Debug)]
+pub struct PreparedRegistration {
+    validated: model::ValidatedService,
+    answer: Option<answer_bound::AnswerRoom>,
+}
+
 /// The registry: validation and paging over a store.
 #[derive(Debug, Clone)]
 pub struct Registry {
@@ -125,21 +133,38 @@ impl Registry {
 
     /// Validates and stores a registration under a new lease, within the tenant's quota of
     /// services, tools and tool bytes, and the answer bound if one is set; nothing is stored
-    /// when it fails.
+    /// when it fails. [`Self::prepare`], then [`Self::register_prepared`].
     pub fn register(
         &self,
         tenant: TenantId,
         spec: &ServiceSpec,
     ) -> Result<Arc<ServiceEntry>, RegistryError> {
+        self.register_prepared(tenant, self.prepare(spec)?)
+    }
+
+    /// Validates a registration (its schemas compiled and their costs checked) and measures
+    /// its tools against the answer bound if one is set: the part of registering that takes
+    /// time in proportion to the schemas, and changes nothing stored.
+    pub fn prepare(&self, spec: &ServiceSpec) -> Result<PreparedRegistration, RegistryError> {
         let validated = validate::validate_service(spec, &self.limits)?;
+        let answer = (self.answer_bound)
+            .map(|bound| bound.room(&validated))
+            .transpose()?;
+        Ok(PreparedRegistration { validated, answer })
+    }
+
+    /// Stores a prepared registration under a new lease, within the tenant's quota of
+    /// services, tools and tool bytes, and the answer bound; nothing is stored when it fails.
+    pub fn register_prepared(
+        &self,
+        tenant: TenantId,
+        prepared: PreparedRegistration,
+    ) -> Result<Arc<ServiceEntry>, RegistryError> {
         let quota = TenantQuota {
-            answer: self
-                .answer_bound
-                .map(|bound| bound.room(&validated))
-                .transpose()?,
+            answer: prepared.answer,
             ..self.limits.quota()
         };
-        self.store.register(tenant, validated, &quota)
+        self.store.register(tenant, prepared.validated, &quota)
     }
 
     /// Renews a lease.
