@@ -1,9 +1,9 @@
 //! Whether a `RegisterService` request is large: worked on off the serving threads, as a
 //! large input is (`invoke::heavy`).
 //!
-//! Validating a registration compiles every schema and checks its patterns and its cost, about
-//! 75 µs per KB of schema in a release build: a registration of 4 MB took 0.45 s, during which
-//! the serving thread it ran on served no other call (BENCHMARKS.md, item 49). Its size is
+//! Validating a registration compiles every schema and checks its patterns and its cost: in a
+//! release build, a registration of 3.8 MB took 0.45 s, about half of it validation, during
+//! which the serving thread it ran on served no other call (BENCHMARKS.md, item 49). Its size is
 //! counted as its text would be (names, strings and keys by their bytes, numbers as 8), and
 //! the count stops at the bound, so a small registration costs a walk of itself, a large one a
 //! walk of its first [`OFF_THREAD_INPUT_BYTES`].
