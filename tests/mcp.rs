@@ -30,6 +30,17 @@ async fn run_to_end(command: Command) -> Output {
         .expect("the peer ran")
 }
 
+/// Asserts that the metrics endpoint at `metrics` reports the line `expected`.
+async fn assert_metric(client: &reqwest::Client, metrics: std::net::SocketAddr, expected: &str) {
+    let scraped = (client.get(format!("http://{metrics}/metrics")).send())
+        .await
+        .expect("scraped")
+        .text()
+        .await
+        .expect("text");
+    assert!(scraped.lines().any(|line| line == expected), "{scraped}");
+}
+
 fn initialize(client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {
     client
         .post(url)
@@ -157,20 +168,11 @@ async fn sessions_past_the_limit_are_refused_until_one_ends() {
         assert_eq!(answer.status(), 200);
         sessions.push(answer.headers()["mcp-session-id"].clone());
     }
-    let scraped = (client.get(format!("http://{metrics}/metrics")).send())
-        .await
-        .expect("scraped")
-        .text()
-        .await
-        .expect("text");
-    assert!(
-        scraped
-            .lines()
-            .any(|line| line == "toolplane_mcp_sessions 2"),
-        "{scraped}"
-    );
+    assert_metric(&client, metrics, "toolplane_mcp_sessions 2").await;
     let refused = initialize(&client, &url).send().await.expect("answered");
     assert_eq!(refused.status(), 503);
+    let counted = r#"toolplane_mcp_requests_refused_total{reason="sessions_limit"} 1"#;
+    assert_metric(&client, metrics, counted).await;
     assert_eq!(refused.headers()["retry-after"], "5");
     let error: serde_json::Value = refused.json().await.expect("JSON");
     let message = error["error"]["message"].as_str().expect("a message");
@@ -220,7 +222,7 @@ async fn one_tenants_sessions_past_its_limit_leave_room_for_others() {
         },
         ..ServerOptions::default()
     };
-    let (server, mcp) = TestServer::start_with_mcp(options).await;
+    let (server, mcp, metrics) = TestServer::start_with_mcp_and_metrics(options).await;
     let client = common::http_client();
     let url = format!("http://{mcp}/mcp");
     let of_tenant = |tenant: &str| initialize(&client, &url).header("toolplane-tenant-id", tenant);
@@ -237,6 +239,8 @@ async fn one_tenants_sessions_past_its_limit_leave_room_for_others() {
     let message = error["error"]["message"].as_str().expect("a message");
     assert!(message.contains("tenant 1 "), "{message}");
     assert!(message.contains("mcp_max_sessions_per_tenant"), "{message}");
+    let counted = r#"toolplane_mcp_requests_refused_total{reason="tenant_sessions_limit"} 1"#;
+    assert_metric(&client, metrics, counted).await;
 
     for tenant in ["2", "2"] {
         let answer = of_tenant(tenant).send().await.expect("answered");

@@ -85,18 +85,26 @@ impl McpEndpoint {
 
 type McpService = StreamableHttpService<McpTools, LocalSessionManager>;
 
-/// The MCP requests tenant access refused, by why; shared with the metrics endpoint.
+/// The MCP requests refused, by why (tenant access, or a session past a limit); shared with
+/// the metrics endpoint.
 #[derive(Debug, Default)]
 pub struct McpRefusals {
-    counts: [AtomicU64; 3],
+    counts: [AtomicU64; 5],
 }
+
+/// Where [`McpRefusals`] counts the sessions refused past `max_sessions`.
+const SESSIONS_LIMIT: usize = 3;
+/// Where [`McpRefusals`] counts the sessions refused past `max_sessions_per_tenant`.
+const TENANT_SESSIONS_LIMIT: usize = 4;
 
 impl McpRefusals {
     /// Every reason, as the metrics label it, in the order of [`Self::counts`].
-    pub const REASONS: [&'static str; 3] = [
+    pub const REASONS: [&'static str; 5] = [
         "unknown_token",
         "tenant_not_granted",
         "forwarded_certificate_unreadable",
+        "sessions_limit",
+        "tenant_sessions_limit",
     ];
 
     fn count(&self, refused: &AccessError) {
@@ -105,11 +113,15 @@ impl McpRefusals {
             AccessError::TenantNotGranted { .. } => 1,
             AccessError::ForwardedCertificateUnreadable { .. } => 2,
         };
+        self.count_at(index);
+    }
+
+    fn count_at(&self, index: usize) {
         self.counts[index].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The requests refused since the server started, for each of [`Self::REASONS`].
-    pub fn counts(&self) -> [u64; 3] {
+    pub fn counts(&self) -> [u64; 5] {
         self.counts
             .each_ref()
             .map(|count| count.load(Ordering::Relaxed))
@@ -261,12 +273,14 @@ impl Endpoint {
             ));
         };
         if self.max_sessions > 0 && self.sessions.held().await >= self.max_sessions {
+            self.refusals.count_at(SESSIONS_LIMIT);
             return Err(too_many_sessions(self.max_sessions));
         }
         if self.max_sessions_per_tenant == 0 {
             return Ok(None);
         }
         if self.sessions.held_by(tenant).await >= self.max_sessions_per_tenant {
+            self.refusals.count_at(TENANT_SESSIONS_LIMIT);
             return Err(too_many_sessions_of(tenant, self.max_sessions_per_tenant));
         }
         Ok(Some(tenant))

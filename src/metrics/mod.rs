@@ -296,8 +296,10 @@ impl Collector for MetricsSources {
             counter_by(
                 &mut encoder,
                 "toolplane_mcp_requests_refused",
-                "MCP requests tenant access refused, by why (unknown_token: 401, \
-                 tenant_not_granted: 403, forwarded_certificate_unreadable: 400).",
+                "MCP requests refused, by why (tenant access: unknown_token 401, \
+                 tenant_not_granted 403, forwarded_certificate_unreadable 400; sessions past \
+                 mcp_max_sessions: sessions_limit 503, past mcp_max_sessions_per_tenant: \
+                 tenant_sessions_limit 429).",
                 "reason",
                 McpRefusals::REASONS.iter().copied().zip(refusals.counts()),
             )?;
