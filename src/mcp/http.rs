@@ -4,7 +4,8 @@
 //!
 //! Sessions are kept in memory (`Mcp-Session-Id`), so a client that initializes receives
 //! `notifications/tools/list_changed` on its GET stream; at most `max_sessions` at once, as
-//! they share the server's memory. Requests whose `Host` header is not one of
+//! they share the server's memory, and at most `max_sessions_per_tenant` of them opened by one
+//! tenant ([`super::sessions`]). Requests whose `Host` header is not one of
 //! `mcp_allowed_hosts` are refused (403), which stops DNS rebinding from a browser. A
 //! connection that sends no request within [`OPENING_TIMEOUT`] is closed
 //! ([`crate::grpc::opening_deadline`]).
