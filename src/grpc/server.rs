@@ -208,7 +208,7 @@ pub async fn serve_with(
         ),
         mcp: Arc::new(mcp_caller.clone()),
     });
-    let imports = LiveImports::start(&options.mcp_imports, &registry, &mcp_caller);
+    let imports = LiveImports::start(&options.mcp_imports, &registry, &mcp_caller, &heavy_work);
     // Stopped when this function returns.
     let _imports = StopOnDrop(imports.clone());
     let reload_stats = Arc::new(ReloadStats::default());

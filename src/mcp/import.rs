@@ -8,7 +8,9 @@
 //! The list is read again every `refresh_interval`, and when the server sends
 //! `notifications/tools/list_changed` (at once, but no sooner than [`MIN_LISTING_GAP`] after
 //! the last reading); a changed list registers the service again (an `UPDATED` event), an
-//! unchanged one renews the lease. A tool toolplane cannot take (a name outside
+//! unchanged one renews the lease. A listing is checked, and a changed registration
+//! validated, in the pool of heavy work (`invoke::heavy`, by the import's tenant in turns), not
+//! on a thread serving calls. A tool toolplane cannot take (a name outside
 //! `[A-Za-z0-9_.-]`, a schema that does not compile) is left out, with a warning (once per
 //! definition: see [`CheckedTools`]). While the server cannot be reached, toolplane tries
 //! again (1 s, doubling up to the refresh interval) and the lease is not renewed, so the
@@ -39,9 +41,10 @@ pub use super::import_listing::{
 use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};
 use super::session_keys::SessionKey;
+use crate::invoke::heavy::HeavyWork;
 use crate::registry::model::{ServiceSpec, ToolSpec};
 use crate::registry::validate::is_service_version;
-use crate::registry::{LeaseId, Registry};
+use crate::registry::{LeaseId, PreparedRegistration, Registry, RegistryError};
 
 /// The first wait before trying an unreachable server again.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -80,6 +83,7 @@ pub(super) async fn run(
     registry: Registry,
     caller: McpCaller,
     state: Arc<ImportState>,
+    heavy_work: HeavyWork,
 ) {
     let endpoint = import.endpoint();
     let key = SessionKey::of_import(&import);
@@ -100,17 +104,26 @@ pub(super) async fn run(
                 match list_tools(&session, &import, registry.limits()).await {
                     Ok(tools) => {
                         retry = FIRST_RETRY;
-                        let approved = state.approved();
-                        let listing = Listing {
-                            endpoint: &endpoint,
+                        let listed = Listed {
+                            endpoint: endpoint.clone(),
                             version,
-                            tools: &tools,
-                            approved: approved.as_ref().as_ref(),
+                            tools,
+                            approved: state.approved(),
                         };
-                        let (spec, held) = service_spec(&import, &registry, listing, &mut checked);
-                        held_log.report(&import.service, &held);
-                        state.set_held(held.len());
-                        registered = keep_registered(&import, &registry, spec, registered);
+                        let taken = (std::mem::take(&mut checked), registered.take());
+                        let work = worked_out(&import, &registry, listed, taken);
+                        let worked = heavy_work.run_to_end(import.tenant, work).await;
+                        checked = worked.checked;
+                        held_log.report(&import.service, &worked.held);
+                        state.set_held(worked.held.len());
+                        registered = match worked.next {
+                            Next::Renew(spec) => {
+                                keep_registered(&import, &registry, spec, worked.registered)
+                            }
+                            Next::Store(spec, prepared) => {
+                                stored(&import, &registry, spec, prepared)
+                            }
+                        };
                         state.set_imported(registered.is_some());
                         if let Some(current) = &registered {
                             state.set_lease(Some(current.lease));
@@ -184,6 +197,70 @@ fn service_spec(
     (spec, held)
 }
 
+/// A listing of a server's, and the approvals in force for it, to be worked out in the pool
+/// of heavy work.
+struct Listed {
+    endpoint: String,
+    version: String,
+    tools: Vec<Tool>,
+    approved: Arc<Option<ApprovedTools>>,
+}
+
+/// A listing worked out: the tools held back, the checks kept for the next listing, what was
+/// registered last, and what to do with the registration the listing makes.
+struct Worked {
+    held: Vec<HeldTool>,
+    checked: CheckedTools,
+    registered: Option<Registered>,
+    next: Next,
+}
+
+/// What to do with the registration a listing makes.
+enum Next {
+    /// The tools registered last, unchanged: renew the lease.
+    Renew(ServiceSpec),
+    /// Other tools: store the registration, validated (or refused).
+    Store(ServiceSpec, Result<PreparedRegistration, RegistryError>),
+}
+
+/// The work of reading `listed`: each new tool checked on its own, and a changed registration
+/// validated, every schema compiled. It takes time with the schemas' size (about 0.4 s for
+/// the 4 MiB of a large registration), so it runs in the pool of heavy work, by the import's
+/// tenant in turns, as a large `RegisterService` does, not on a thread serving calls; the
+/// registration is stored back on the import's task, so an import stopped meanwhile stores
+/// nothing.
+fn worked_out(
+    import: &McpImport,
+    registry: &Registry,
+    listed: Listed,
+    (mut checked, registered): (CheckedTools, Option<Registered>),
+) -> impl FnOnce() -> Worked + Send + 'static {
+    let (import, registry) = (import.clone(), registry.clone());
+    move || {
+        let listing = Listing {
+            endpoint: &listed.endpoint,
+            version: listed.version,
+            tools: &listed.tools,
+            approved: listed.approved.as_ref().as_ref(),
+        };
+        let (spec, held) = service_spec(&import, &registry, listing, &mut checked);
+        let unchanged = (registered.as_ref())
+            .is_some_and(|current| current.tools == spec.tools && current.version == spec.version);
+        let next = if unchanged {
+            Next::Renew(spec)
+        } else {
+            let prepared = registry.prepare(&spec);
+            Next::Store(spec, prepared)
+        };
+        Worked {
+            held,
+            checked,
+            registered,
+            next,
+        }
+    }
+}
+
 /// What one listing of a server gave, and the approvals in force for it.
 struct Listing<'a> {
     endpoint: &'a str,
@@ -192,23 +269,35 @@ struct Listing<'a> {
     approved: Option<&'a ApprovedTools>,
 }
 
-/// Registers `spec` when its tools changed (or nothing is registered), else renews the lease;
-/// answers what is registered now.
+/// Renews the lease of `registered`, whose tools `spec` lists unchanged; registers `spec`
+/// again when the lease is gone (it expired while the server could not be reached, or was
+/// deregistered), validating it here, which is rare. Answers what is registered now.
 fn keep_registered(
     import: &McpImport,
     registry: &Registry,
     spec: ServiceSpec,
     registered: Option<Registered>,
 ) -> Option<Registered> {
-    if let Some(current) =
-        registered.filter(|current| current.tools == spec.tools && current.version == spec.version)
+    if let Some(current) = registered
         && registry
             .heartbeat(import.tenant, &import.service, current.lease)
             .is_ok()
     {
         return Some(current);
     }
-    match registry.register(import.tenant, &spec) {
+    let prepared = registry.prepare(&spec);
+    stored(import, registry, spec, prepared)
+}
+
+/// Stores the registration `prepared` of `spec` (unless it was refused); answers what is
+/// registered now.
+fn stored(
+    import: &McpImport,
+    registry: &Registry,
+    spec: ServiceSpec,
+    prepared: Result<PreparedRegistration, RegistryError>,
+) -> Option<Registered> {
+    match prepared.and_then(|prepared| registry.register_prepared(import.tenant, prepared)) {
         Ok(entry) => {
             tracing::info!(service = %import.service, source = %import.source, tools = spec.tools.len(), "MCP server's tools imported");
             Some(Registered {

@@ -24,6 +24,7 @@ use super::import_config::McpImport;
 use super::import_states::ImportState;
 use super::session_keys::SessionKey;
 use crate::envelope::TenantId;
+use crate::invoke::heavy::HeavyWork;
 use crate::registry::{Registry, ServiceName};
 
 /// The running imports, shared by the configuration file's watch and the metrics endpoint.
@@ -34,6 +35,8 @@ pub struct LiveImports(Arc<Shared>);
 struct Shared {
     registry: Registry,
     caller: McpCaller,
+    /// Where listings are worked out.
+    heavy_work: HeavyWork,
     running: Mutex<BTreeMap<(TenantId, ServiceName), Running>>,
 }
 
@@ -68,12 +71,18 @@ impl ImportChanges {
 
 impl LiveImports {
     /// Starts `imports`, registering their tools in `registry` and calling their servers
-    /// through `caller` (whose sessions the imports share with calls). Call within a Tokio
-    /// runtime.
-    pub fn start(imports: &[McpImport], registry: &Registry, caller: &McpCaller) -> Self {
+    /// through `caller` (whose sessions the imports share with calls); their listings are
+    /// checked in `heavy_work`. Call within a Tokio runtime.
+    pub fn start(
+        imports: &[McpImport],
+        registry: &Registry,
+        caller: &McpCaller,
+        heavy_work: &HeavyWork,
+    ) -> Self {
         let live = Self(Arc::new(Shared {
             registry: registry.clone(),
             caller: caller.clone(),
+            heavy_work: heavy_work.clone(),
             running: Mutex::default(),
         }));
         live.apply(imports);
@@ -169,13 +178,14 @@ impl Shared {
         let retiring = replaced.map(|(old, deregister)| self.retire(old, deregister));
         let state = Arc::new(ImportState::new(import.approved_tools.clone()));
         let (registry, caller) = (self.registry.clone(), self.caller.clone());
+        let heavy_work = self.heavy_work.clone();
         let (task_import, task_state) = (import.clone(), Arc::clone(&state));
         let task = tokio::spawn(async move {
             if let Some(retiring) = retiring {
                 // It cannot fail but by panicking, which the log shows.
                 let _retired = retiring.await;
             }
-            run(task_import, registry, caller, task_state).await;
+            run(task_import, registry, caller, task_state, heavy_work).await;
         });
         Running {
             import: import.clone(),
@@ -245,6 +255,7 @@ mod tests {
             &[import("alpha", 9), import("beta", 9)],
             &registry,
             &McpCaller::default(),
+            &HeavyWork::new(1),
         );
         assert_eq!(live.counts(), (0, 2));
         let mut approving = import("alpha", 9);

@@ -372,7 +372,12 @@ pub(crate) fn test_sources() -> MetricsSources {
         rpcs: Arc::new(crate::grpc::server::served_rpc_stats().expect("descriptors decode")),
         agents: Arc::new(AgentStore::new(10, 0, 0)),
         model_calls: Arc::default(),
-        mcp_imports: LiveImports::start(&imports, &registry, &Default::default()),
+        mcp_imports: LiveImports::start(
+            &imports,
+            &registry,
+            &Default::default(),
+            &crate::invoke::heavy::HeavyWork::new(1),
+        ),
         mcp_token_requests: Arc::default(),
         mcp_sessions: Some(McpSessions::default()),
         mcp_refusals: Some(Arc::default()),
