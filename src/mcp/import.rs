@@ -110,6 +110,13 @@ pub(super) async fn run(
                             tools,
                             approved: state.approved(),
                         };
+                        // The server answered: its lease is renewed now, not after the pool
+                        // gets to the listing (its tenant's other work may keep it waiting
+                        // past the lease's end). A changed listing registers again below.
+                        if let Some(current) = &registered {
+                            let lease = current.lease;
+                            let _ = registry.heartbeat(import.tenant, &import.service, lease);
+                        }
                         let taken = (std::mem::take(&mut checked), registered.take());
                         let work = worked_out(&import, &registry, listed, taken);
                         let worked = heavy_work.run_to_end(import.tenant, work).await;
@@ -117,10 +124,9 @@ pub(super) async fn run(
                         held_log.report(&import.service, &worked.held);
                         state.set_held(worked.held.len());
                         registered = match worked.next {
-                            Next::Renew(spec) => {
-                                keep_registered(&import, &registry, spec, worked.registered)
-                            }
-                            Next::Store(spec, prepared) => {
+                            Next::Renewed => worked.registered,
+                            Next::Store(store) => {
+                                let (spec, prepared) = *store;
                                 stored(&import, &registry, spec, prepared)
                             }
                         };
@@ -217,10 +223,11 @@ struct Worked {
 
 /// What to do with the registration a listing makes.
 enum Next {
-    /// The tools registered last, unchanged: renew the lease.
-    Renew(ServiceSpec),
-    /// Other tools: store the registration, validated (or refused).
-    Store(ServiceSpec, Result<PreparedRegistration, RegistryError>),
+    /// The tools registered last, unchanged, and their lease renewed: nothing more.
+    Renewed,
+    /// Other tools, or the lease gone (it expired while the server could not be reached, or
+    /// was deregistered): store the registration, validated (or refused).
+    Store(Box<(ServiceSpec, Result<PreparedRegistration, RegistryError>)>),
 }
 
 /// The work of reading `listed`: each new tool checked on its own, and a changed registration
@@ -244,13 +251,16 @@ fn worked_out(
             approved: listed.approved.as_ref().as_ref(),
         };
         let (spec, held) = service_spec(&import, &registry, listing, &mut checked);
-        let unchanged = (registered.as_ref())
-            .is_some_and(|current| current.tools == spec.tools && current.version == spec.version);
-        let next = if unchanged {
-            Next::Renew(spec)
+        let renewed = registered.as_ref().is_some_and(|current| {
+            current.tools == spec.tools
+                && current.version == spec.version
+                && (registry.heartbeat(import.tenant, &import.service, current.lease)).is_ok()
+        });
+        let next = if renewed {
+            Next::Renewed
         } else {
             let prepared = registry.prepare(&spec);
-            Next::Store(spec, prepared)
+            Next::Store(Box::new((spec, prepared)))
         };
         Worked {
             held,
@@ -267,26 +277,6 @@ struct Listing<'a> {
     version: String,
     tools: &'a [Tool],
     approved: Option<&'a ApprovedTools>,
-}
-
-/// Renews the lease of `registered`, whose tools `spec` lists unchanged; registers `spec`
-/// again when the lease is gone (it expired while the server could not be reached, or was
-/// deregistered), validating it here, which is rare. Answers what is registered now.
-fn keep_registered(
-    import: &McpImport,
-    registry: &Registry,
-    spec: ServiceSpec,
-    registered: Option<Registered>,
-) -> Option<Registered> {
-    if let Some(current) = registered
-        && registry
-            .heartbeat(import.tenant, &import.service, current.lease)
-            .is_ok()
-    {
-        return Some(current);
-    }
-    let prepared = registry.prepare(&spec);
-    stored(import, registry, spec, prepared)
 }
 
 /// Stores the registration `prepared` of `spec` (unless it was refused); answers what is
