@@ -113,12 +113,12 @@ pub(super) async fn run(
                         // The server answered: its lease is renewed now, not after the pool
                         // gets to the listing (its tenant's other work may keep it waiting
                         // past the lease's end). A changed listing registers again below.
-                        if let Some(current) = &registered {
-                            let lease = current.lease;
-                            let _ = registry.heartbeat(import.tenant, &import.service, lease);
-                        }
+                        let renewed = registered.as_ref().is_some_and(|current| {
+                            (registry.heartbeat(import.tenant, &import.service, current.lease))
+                                .is_ok()
+                        });
                         let taken = (std::mem::take(&mut checked), registered.take());
-                        let work = worked_out(&import, &registry, listed, taken);
+                        let work = worked_out(&import, &registry, listed, taken, renewed);
                         let worked = heavy_work.run_to_end(import.tenant, work).await;
                         checked = worked.checked;
                         held_log.report(&import.service, &worked.held);
@@ -230,17 +230,18 @@ enum Next {
     Store(Box<(ServiceSpec, Result<PreparedRegistration, RegistryError>)>),
 }
 
-/// The work of reading `listed`: each new tool checked on its own, and a changed registration
-/// validated, every schema compiled. It takes time with the schemas' size (about 0.4 s for
-/// the 4 MiB of a large registration), so it runs in the pool of heavy work, by the import's
-/// tenant in turns, as a large `RegisterService` does, not on a thread serving calls; the
-/// registration is stored back on the import's task, so an import stopped meanwhile stores
-/// nothing.
+/// The work of reading `listed`: each new tool checked on its own, and a registration
+/// validated, every schema compiled, unless it lists the tools `registered` (whose lease was
+/// `renewed`) unchanged. It takes time with the schemas' size (BENCHMARKS.md, item 49), so it
+/// runs in the pool of heavy work, by the import's tenant in turns, as a large
+/// `RegisterService` does, not on a thread serving calls; the registration is stored back on
+/// the import's task, so an import stopped meanwhile stores nothing.
 fn worked_out(
     import: &McpImport,
     registry: &Registry,
     listed: Listed,
     (mut checked, registered): (CheckedTools, Option<Registered>),
+    renewed: bool,
 ) -> impl FnOnce() -> Worked + Send + 'static {
     let (import, registry) = (import.clone(), registry.clone());
     move || {
@@ -251,12 +252,9 @@ fn worked_out(
             approved: listed.approved.as_ref().as_ref(),
         };
         let (spec, held) = service_spec(&import, &registry, listing, &mut checked);
-        let renewed = registered.as_ref().is_some_and(|current| {
-            current.tools == spec.tools
-                && current.version == spec.version
-                && (registry.heartbeat(import.tenant, &import.service, current.lease)).is_ok()
-        });
-        let next = if renewed {
+        let unchanged = (registered.as_ref())
+            .is_some_and(|current| current.tools == spec.tools && current.version == spec.version);
+        let next = if renewed && unchanged {
             Next::Renewed
         } else {
             let prepared = registry.prepare(&spec);
