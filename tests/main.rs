@@ -45,6 +45,7 @@ mod provider_connections;
 mod provider_error_reasons;
 mod provider_tls;
 mod rate_limit_reload;
+mod record_file_reads;
 mod records_and_restart;
 mod registry_lifecycle;
 mod seed_types;

@@ -16,6 +16,7 @@ mod record_canonical;
 mod record_file;
 mod record_filter;
 mod record_guard;
+mod record_index;
 mod record_lookup;
 mod record_readers;
 mod record_ring;

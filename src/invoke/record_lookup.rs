@@ -14,17 +14,22 @@
 //! deadline passed, or it went: `invoke::heavy::blocking`) stops at its next line, and one
 //! that waited for its turn meanwhile leaves the line: a lookup of an id the files do not hold
 //! reads every file, gigabytes in a long history.
+//! A rotated file read whole is indexed as it is read, and what the current file holds is
+//! noted as it is written (`record_index`): reads skip the files that hold no record of the
+//! id, or of the tenant, they look for.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use same_file::Handle;
 
 use super::record_file::{rotated_files, rotated_first_sequence, rotated_path};
 use super::record_filter::RecordFilter;
+use super::record_index::Wanted;
 use super::records::{InvocationRecord, RecordError, RecordLog, parse_line};
 use crate::envelope::TenantId;
 use crate::registry::stop_check::is_given_up;
@@ -46,15 +51,19 @@ impl RecordLog {
         let Some(_turn) = self.file_read(tenant) else {
             return Ok(None);
         };
-        let Some(current) = self.open_current_file()? else {
+        let wanted = Wanted::Id(self.file_indexes.keys().id_key(invocation_id));
+        let Some(current) = self.open_current_file(wanted)? else {
             return Ok(None);
         };
         let id = serde_json::to_string(invocation_id).expect("a string always serializes");
         let needle = format!("\"invocation_id\":{id}");
         let finder = memchr::memmem::Finder::new(needle.as_bytes());
         for file in files_newest_first(current)? {
+            let Some(indexed) = self.may_hold(&file, wanted) else {
+                continue;
+            };
             let mut found = None;
-            each_line(&file.path, file.opened, |line| {
+            self.read_lines(file, indexed, |line| {
                 if finder.find(line).is_none() {
                     return !is_given_up();
                 }
@@ -66,8 +75,7 @@ impl RecordLog {
                     return false;
                 }
                 true
-            })
-            .map_err(io_error(&file.path))?;
+            })?;
             if let Some(record) = found {
                 return Ok(Some(Arc::new(record)));
             }
@@ -94,7 +102,8 @@ impl RecordLog {
         let Some(_turn) = self.file_read(tenant) else {
             return Ok(page);
         };
-        let Some(current) = self.open_current_file()? else {
+        let of_tenant = Wanted::Tenant(tenant.0);
+        let Some(current) = self.open_current_file(of_tenant)? else {
             return Ok(page);
         };
         let needle = format!(",\"tenant_id\":{},", tenant.0);
@@ -110,6 +119,10 @@ impl RecordLog {
             if first_sequence >= below {
                 continue;
             }
+            let Some(indexed) = self.may_hold(&file, of_tenant) else {
+                below = below.min(first_sequence);
+                continue;
+            };
             if bytes_read >= byte_budget {
                 page.resume_below = Some(below);
                 break;
@@ -117,7 +130,7 @@ impl RecordLog {
             // Lines run in sequence order: the newest `wanted` matches below `below` are the
             // last ones seen before the first line at or past it.
             let mut newest = VecDeque::with_capacity(wanted);
-            bytes_read += each_line(&file.path, file.opened, |line| {
+            bytes_read += self.read_lines(file, indexed, |line| {
                 let Some(sequence) = sequence_of.line(line) else {
                     return true;
                 };
@@ -135,13 +148,59 @@ impl RecordLog {
                     newest.push_back(record);
                 }
                 !is_given_up()
-            })
-            .map_err(io_error(&file.path))?;
+            })?;
             page.records.extend(newest.into_iter().rev());
             // What is older than this file is in the files after it.
             below = below.min(first_sequence);
         }
         Ok(page)
+    }
+
+    /// `None` when `file` holds nothing `wanted`, as the current file's holdings or a rotated
+    /// file's kept index say; else whether it is indexed (the current file needs no index).
+    fn may_hold(&self, file: &FileToRead, wanted: Wanted) -> Option<bool> {
+        let index = match file.current_may_hold {
+            Some(may_hold) => return may_hold.then_some(true),
+            None => self.file_indexes.of(&file.path),
+        };
+        match index {
+            Some(index) => index.may_hold(wanted).then_some(true),
+            None => Some(false),
+        }
+    }
+
+    /// Reads `file` as [`each_line`] does, and counts the bytes read; a rotated file not
+    /// `indexed` yet is indexed as it is read, its index kept when it was read whole.
+    fn read_lines(
+        &self,
+        file: FileToRead,
+        indexed: bool,
+        mut each: impl FnMut(&[u8]) -> bool,
+    ) -> Result<u64, RecordError> {
+        let rotated = file.opened.is_none();
+        let opened = match file.opened.map_or_else(|| File::open(&file.path), Ok) {
+            Ok(opened) => opened,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(error) => return Err(io_error(&file.path)(error)),
+        };
+        let mut index = (rotated && !indexed)
+            .then(|| self.file_indexes.start(&opened))
+            .flatten();
+        let mut whole = true;
+        let read = each_line(opened, |line| {
+            if let Some(index) = index.as_mut() {
+                index.line(line);
+            }
+            whole = each(line);
+            whole
+        });
+        self.file_bytes_read
+            .fetch_add(*read.as_ref().unwrap_or(&0), Ordering::Relaxed);
+        let read = read.map_err(io_error(&file.path))?;
+        if let (true, Some(index)) = (whole, index) {
+            self.file_indexes.keep(&file.path, index);
+        }
+        Ok(read)
     }
 }
 
@@ -185,6 +244,8 @@ pub(super) struct CurrentFile {
     pub(super) path: PathBuf,
     /// The sequence of its first record (of the next one while it is empty).
     pub(super) first_sequence: u64,
+    /// Whether it may hold what the read opening it looks for.
+    pub(super) may_hold: bool,
 }
 
 /// One of the log's files, to be read.
@@ -194,6 +255,8 @@ struct FileToRead {
     first_sequence: u64,
     /// The file, when it was opened already (the current one).
     opened: Option<File>,
+    /// Whether it may hold what is looked for, when it is the current one.
+    current_may_hold: Option<bool>,
 }
 
 /// The log's files, newest first: the current file, opened (see
@@ -213,6 +276,7 @@ fn files_newest_first(
         path: current.path,
         first_sequence: current.first_sequence,
         opened: Some(opened),
+        current_may_hold: Some(current.may_hold),
     }];
     files.extend(rotated.into_iter().rev().filter_map(|path| {
         let first_sequence = rotated_first_sequence(&path).unwrap_or(0);
@@ -220,6 +284,7 @@ fn files_newest_first(
             path,
             first_sequence,
             opened: None,
+            current_may_hold: None,
         })
     }));
     Ok(files)
@@ -236,20 +301,10 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError {
     move |source| RecordError::Io { path, source }
 }
 
-/// Calls `each` with every whole line of the file at `path` (line ending included; `opened`
-/// when it is open already) until it answers `false`; answers how many bytes were read. A last
-/// line without its newline is being written, not a record yet; a file gone meanwhile has no
-/// lines.
-fn each_line(
-    path: &Path,
-    opened: Option<File>,
-    mut each: impl FnMut(&[u8]) -> bool,
-) -> std::io::Result<u64> {
-    let file = match opened.map_or_else(|| File::open(path), Ok) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(error) => return Err(error),
-    };
+/// Calls `each` with every whole line of `file` (line ending included) until it answers
+/// `false`; answers how many bytes were read. A last line without its newline is being
+/// written, not a record yet.
+fn each_line(file: File, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result<u64> {
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, file);
     let mut line = Vec::new();
     let mut read = 0;
@@ -288,149 +343,5 @@ impl SequenceReader {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::records::tests::{draft, line_size};
-    use super::*;
-
-    /// The sequences of the log's files' records as a lookup reads them, when `between` runs
-    /// after the lookup opened the current file and before it lists the rotated ones.
-    fn read_with(log: &RecordLog, between: impl FnOnce()) -> Vec<u64> {
-        let current = log.open_current_file().expect("opens").expect("a file");
-        between();
-        let mut read = Vec::new();
-        for file in files_newest_first(current).expect("listed") {
-            each_line(&file.path, file.opened, |line| {
-                read.push(parse_line(line).expect("a record").1.sequence);
-                true
-            })
-            .expect("read");
-        }
-        read
-    }
-
-    /// A rotation while a lookup reads the files neither hides records from it nor shows it
-    /// any twice: the current file opened is read once, under whatever name it has by then.
-    #[test]
-    fn a_rotation_during_a_lookup_neither_hides_nor_doubles_records() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("records.jsonl");
-        // Two records a file; memory holds one.
-        let log = RecordLog::open(&path, 1, line_size() * 5 / 2).expect("open");
-        let append = |count| {
-            for _ in 0..count {
-                log.append(draft("t")).expect("append");
-            }
-        };
-        append(3);
-        assert_eq!(
-            read_with(&log, || {}),
-            [3, 1, 2],
-            "files 1-2 rotated, 3 current"
-        );
-        // 4 joins the current file, 5 rotates it (3-4) and starts the next.
-        let read = read_with(&log, || append(2));
-        assert_eq!(read, [3, 4, 1, 2], "the file opened, then the older ones");
-        assert_eq!(read_with(&log, || {}), [5, 3, 4, 1, 2]);
-    }
-
-    /// Records written between a page's reading of memory and its reading of the files push
-    /// the oldest out of memory; the files go on below what memory held when the page read
-    /// it, so the page lists no record twice and skips none.
-    #[test]
-    fn a_listing_goes_on_in_the_files_below_what_its_memory_page_held() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let log = RecordLog::open(&dir.path().join("records.jsonl"), 2, 0).expect("open");
-        let append = |count| {
-            for _ in 0..count {
-                log.append(draft("t")).expect("append");
-            }
-        };
-        append(4);
-        let filter = RecordFilter::default();
-        let held = log.list_held(TenantId(1), &filter, None, 10);
-        append(2); // 5 and 6 push 3 and 4 out of memory
-        let below = held
-            .files_continue_below
-            .expect("older records in the files");
-        let files = (log.list_in_files(TenantId(1), &filter, (below, 10), FILE_BYTES_PER_PAGE))
-            .expect("read");
-        let listed: Vec<u64> = (held.records.iter().map(|record| record.sequence))
-            .chain(files.records.iter().map(|record| record.sequence))
-            .collect();
-        assert_eq!(listed, [4, 3, 2, 1]);
-    }
-
-    /// A read whose caller has stopped waiting reads nothing more: a record the files hold is
-    /// not looked for, and a listing lists none. Before, a lookup read every file whatever
-    /// became of its caller, holding up the reads after it.
-    #[test]
-    fn a_read_given_up_reads_no_further() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        // Memory holds one record; the first is in the files alone.
-        let log = RecordLog::open(&dir.path().join("records.jsonl"), 1, 0).expect("open");
-        let first = log.append(draft("t")).expect("append");
-        log.append(draft("t")).expect("append");
-        let tenant = TenantId(first.tenant_id);
-        let find = || log.find(tenant, &first.invocation_id).expect("read");
-        let list = || {
-            let below = (2, 10);
-            (log.list_in_files(tenant, &RecordFilter::default(), below, FILE_BYTES_PER_PAGE))
-                .expect("read")
-                .records
-                .len()
-        };
-        assert!(find().is_some());
-        assert_eq!(list(), 1);
-        let given_up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        use crate::registry::stop_check::watching;
-        assert!(watching(&given_up, find).is_none());
-        assert_eq!(watching(&given_up, list), 0);
-    }
-
-    /// While one tenant's read of the files goes on, another tenant's finds its record; the
-    /// first tenant's next read waits for its first. Before, reads ran one at a time whoever
-    /// asked, so one tenant's read of every file held up every other tenant's.
-    #[test]
-    fn one_tenants_read_of_the_files_does_not_hold_up_anothers() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let log = RecordLog::open(&dir.path().join("records.jsonl"), 1, 0).expect("open");
-        let mut of_two = draft("t");
-        of_two.tenant = TenantId(2);
-        let first = log.append(of_two).expect("append");
-        let of_one = log.append(draft("t")).expect("append");
-        log.append(draft("t")).expect("append");
-        let long_read = log.file_read(TenantId(1)).expect("not given up");
-        let (two, heard_two) = std::sync::mpsc::channel();
-        let (one, heard_one) = std::sync::mpsc::channel();
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                let found = log.find(TenantId(2), &first.invocation_id).expect("read");
-                two.send(found.is_some()).expect("heard");
-            });
-            scope.spawn(|| {
-                let found = log.find(TenantId(1), &of_one.invocation_id).expect("read");
-                one.send(found.is_some()).expect("heard");
-            });
-            let wait = std::time::Duration::from_secs(10);
-            let waited = "tenant 2's read waited for tenant 1's";
-            assert_eq!(heard_two.recv_timeout(wait), Ok(true), "{waited}");
-            let not_yet = std::time::Duration::from_millis(300);
-            let twice = "tenant 1 read twice at once";
-            assert!(heard_one.recv_timeout(not_yet).is_err(), "{twice}");
-            drop(long_read);
-            assert_eq!(heard_one.recv_timeout(wait), Ok(true));
-        });
-    }
-
-    #[test]
-    fn a_line_s_sequence_is_read_without_parsing_it() {
-        let reader = SequenceReader::default();
-        let line = br#"{"prev_record_sha256":"00","sequence":42,"service_name":"s"}"#;
-        assert_eq!(reader.line(line), Some(42));
-        // A value holding the field's name holds its quotes escaped.
-        let line = br#"{"correlation_id":"x\",\"sequence\":1","sequence":7}"#;
-        assert_eq!(reader.line(line), Some(7));
-        assert_eq!(reader.line(br#"{"sequence":42}"#), None);
-        assert_eq!(reader.line(br#"{"a":1,"sequence":,}"#), None);
-    }
-}
+#[path = "record_lookup_tests.rs"]
+mod tests;

@@ -23,7 +23,7 @@ pub struct StatusStats {
     pub buckets: [u64; DURATION_BUCKETS.len() + 1],
 }
 
-/// The invocations recorded since the process started.
+/// The invocations recorded since the process started, and the reads of the log's files.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InvocationStats {
     /// One entry per status, in the order of [`InvocationStatus::ALL`].
@@ -32,6 +32,8 @@ pub struct InvocationStats {
     pub write_failures: u64,
     /// Times the log file, or a file rotated from it, could not be flushed to the disk.
     pub sync_failures: u64,
+    /// Bytes of the log's files read by lookups and listings of records memory no longer held.
+    pub file_bytes_read: u64,
 }
 
 impl InvocationStats {

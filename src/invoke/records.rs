@@ -17,6 +17,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,7 @@ pub use super::record_canonical::{content_sha256, record_line};
 pub(super) use super::record_file::parse_line;
 use super::record_file::{LogFile, last_lines, rotated_files, rotated_path};
 pub use super::record_filter::RecordFilter;
+use super::record_index::{CurrentHoldings, FileIndexes, Wanted};
 use super::record_lookup::{CurrentFile, HeldPage, continue_below};
 use super::record_readers::{FileRead, FileReaders};
 use super::record_ring::RecordRing;
@@ -141,6 +143,8 @@ struct LogState {
     rotate_bytes: u64,
     /// The sequence of the file's first record (of the next one, while it is empty).
     file_first_sequence: u64,
+    /// What the file holds, for reads of it to skip it (`record_index`).
+    holdings: CurrentHoldings,
     last_sha256: String,
     next_sequence: u64,
     /// The invocations appended since the log was opened.
@@ -153,6 +157,10 @@ pub struct RecordLog {
     state: Mutex<LogState>,
     /// Who may read the files now (`record_lookup`): a few at once, one per tenant.
     file_readers: FileReaders,
+    /// What the rotated files read whole hold (`record_index`).
+    pub(super) file_indexes: FileIndexes,
+    /// The bytes of the files read by lookups and listings.
+    pub(super) file_bytes_read: AtomicU64,
     /// Flushes the file to the disk, when there is one.
     sync: Option<RecordSync>,
 }
@@ -166,11 +174,14 @@ impl RecordLog {
                 file: None,
                 rotate_bytes: 0,
                 file_first_sequence: 1,
+                holdings: CurrentHoldings::default(),
                 last_sha256: GENESIS_SHA256.to_owned(),
                 next_sequence: 1,
                 stats: InvocationStats::default(),
             }),
             file_readers: FileReaders::default(),
+            file_indexes: FileIndexes::default(),
+            file_bytes_read: AtomicU64::new(0),
             sync: None,
         }
     }
@@ -207,8 +218,10 @@ impl RecordLog {
                 }
             }
         }
-        // Each whole line is read once: into the ring, and through the chain's check.
+        // Each whole line is read once: into the ring, what the file holds, and through the
+        // chain's check.
         let mut broken: Option<ChainBroken> = None;
+        let keys = log.file_indexes.keys().clone();
         let file = {
             let state = log.state_mut();
             state.rotate_bytes = rotate_bytes;
@@ -216,6 +229,7 @@ impl RecordLog {
             let mut number = 0;
             LogFile::open(path, |bytes| {
                 number += 1;
+                state.holdings.line(&keys, bytes);
                 let fault = match parse_line(bytes) {
                     Ok((text, record)) => {
                         let fault = chain.check(text, &record).err();
@@ -293,6 +307,9 @@ impl RecordLog {
             record_sha256: String::new(),
             trace_id: draft.trace_id,
         };
+        // Noted under the key of what the file holds (only a log with a file has one).
+        let id_key =
+            (self.sync.is_some()).then(|| self.file_indexes.keys().id_key(&record.invocation_id));
         let mut guard = self.lock();
         let state = &mut *guard;
         record.sequence = state.next_sequence;
@@ -306,6 +323,7 @@ impl RecordLog {
                 let to = rotated_path(file.path(), state.file_first_sequence);
                 match file.rotate(&to) {
                     Ok(()) => {
+                        state.holdings.clear();
                         if let Some(sync) = &self.sync {
                             sync.switch(file.shared());
                         }
@@ -330,6 +348,9 @@ impl RecordLog {
             }
             if let Some(sync) = &self.sync {
                 sync.written(record.sequence);
+            }
+            if let Some(id_key) = id_key {
+                state.holdings.note(id_key, record.tenant_id);
             }
         }
         state.stats.observe(record.status, record.duration_us);
@@ -382,13 +403,18 @@ impl RecordLog {
     pub fn stats(&self) -> InvocationStats {
         let mut stats = self.lock().stats.clone();
         stats.sync_failures = self.sync.as_ref().map_or(0, RecordSync::failures);
+        stats.file_bytes_read = self.file_bytes_read.load(Ordering::Relaxed);
         stats
     }
 
     /// The current file, opened for reading under the log's lock, so that the file opened is
-    /// the one whose first sequence is answered with it: a rotation after this renames the
-    /// file opened, which is read all the same. `None` when the log has no file.
-    pub(super) fn open_current_file(&self) -> Result<Option<(CurrentFile, File)>, RecordError> {
+    /// the one whose first sequence, and whether it holds what is `wanted`, are answered with
+    /// it: a rotation after this renames the file opened, which is read all the same. `None`
+    /// when the log has no file.
+    pub(super) fn open_current_file(
+        &self,
+        wanted: Wanted,
+    ) -> Result<Option<(CurrentFile, File)>, RecordError> {
         let state = self.lock();
         let Some(file) = state.file.as_ref() else {
             return Ok(None);
@@ -400,6 +426,7 @@ impl RecordLog {
         let current = CurrentFile {
             path: file.path().to_owned(),
             first_sequence: state.file_first_sequence,
+            may_hold: state.holdings.may_hold(wanted),
         };
         Ok(Some((current, opened)))
     }

@@ -183,6 +183,17 @@ impl Collector for MetricsSources {
                 &stats.sync_failures,
                 None,
             )?;
+        encoder
+            .encode_descriptor(
+                "toolplane_invocation_record_file_read_bytes",
+                "Bytes of the record files read to find records memory no longer holds (GetInvocationRecord, ListInvocationRecords); rotated files that cannot hold what is asked for are not read.",
+                None,
+                MetricType::Counter,
+            )?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                &stats.file_bytes_read,
+                None,
+            )?;
 
         let (tenants, usage) = self.store.totals();
         gauge(
@@ -441,6 +452,7 @@ mod tests {
             "toolplane_invocation_duration_seconds_bucket{le=\"+Inf\",status=\"succeeded\"} 2",
             "toolplane_invocation_record_write_failures_total 0",
             "toolplane_invocation_record_sync_failures_total 0",
+            "toolplane_invocation_record_file_read_bytes_total 0",
             "toolplane_registered_services 0",
             "toolplane_serving 1",
             "toolplane_agents{state=\"idle\"} 0",

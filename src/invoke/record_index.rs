@@ -1,0 +1,311 @@
+//! What each rotated record file holds, kept in memory so that a read of the files
+//! (`record_lookup`) skips the files that cannot hold what it looks for: a lookup of an id the
+//! files do not hold read every file, gigabytes in a long history, and a listing of a tenant
+//! with few records read them too, a page's byte budget at a time.
+//!
+//! A rotated file is never written again, so what it holds is worked out once, when a read of
+//! the files reads it whole (a lookup of an id it does not hold, a listing going past it), and
+//! kept while the file stays as it was then (its length, modification time and inode). A
+//! file's index holds:
+//! - the ids of its records, in a binary fuse filter (`xorf`): about 9 bits a record; it may
+//!   answer "may hold" for an id the file does not hold (fewer than 0.4% of them: that file is
+//!   read), never "does not hold" for one it holds;
+//! - the tenants of its records.
+//!
+//! Indexes are kept for at most [`INDEX_BYTES`] in all (about 55 million records, tens of
+//! gigabytes of files), the least used dropped first; a file without one is read as before,
+//! and indexed again as it is.
+//!
+//! The current file is written to as it is read, so it has no such index: what it holds is
+//! noted exactly as each record is written to it, and as a restart reads it back
+//! ([`CurrentHoldings`]: about 16 bytes a record, some 7 MiB for a file of the default
+//! 256 MiB), and forgotten when it is rotated.
+//!
+//! The index is made of the same bytes the reads match, so that no read skips a file it would
+//! have found something in: a lookup parses a line only where it holds
+//! `"invocation_id":<the id as JSON>`, and a listing only where it holds `,"tenant_id":N,`. The
+//! index holds every JSON string that follows `"invocation_id":` in a line, as written, and
+//! every number that follows `"tenant_id":`, so whatever a read would match is in it (a line
+//! edited by hand can only add more).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::fs::{File, Metadata};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use memchr::memmem::Finder;
+use xorf::{BinaryFuse8, Filter};
+
+/// The most bytes of file indexes kept at once.
+pub(super) const INDEX_BYTES: u64 = 64 * 1024 * 1024;
+
+const ID_FIELD: &[u8] = b"\"invocation_id\":";
+const TENANT_FIELD: &[u8] = b"\"tenant_id\":";
+
+/// What a read of the files looks for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Wanted {
+    /// A record of the id of this key ([`LineKeys::id_key`]).
+    Id(u64),
+    /// A record of this tenant.
+    Tenant(u64),
+}
+
+/// The indexes of the rotated files read whole, by path.
+pub(super) struct FileIndexes {
+    indexes: moka::sync::Cache<PathBuf, Arc<FileIndex>>,
+    keys: LineKeys,
+}
+
+impl Default for FileIndexes {
+    fn default() -> Self {
+        Self {
+            indexes: moka::sync::Cache::builder()
+                .max_capacity(INDEX_BYTES)
+                .weigher(|_, index: &Arc<FileIndex>| {
+                    u32::try_from(index.bytes()).unwrap_or(u32::MAX)
+                })
+                .build(),
+            keys: LineKeys {
+                hasher: ahash::RandomState::new(),
+                id_field: Finder::new(ID_FIELD),
+                tenant_field: Finder::new(TENANT_FIELD),
+            },
+        }
+    }
+}
+
+impl fmt::Debug for FileIndexes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileIndexes")
+            .field("files", &self.indexes.entry_count())
+            .field("bytes", &self.indexes.weighted_size())
+            .finish()
+    }
+}
+
+impl FileIndexes {
+    /// The index of the rotated file at `path`, when one is kept and the file is as it was
+    /// when it was indexed.
+    pub(super) fn of(&self, path: &Path) -> Option<Arc<FileIndex>> {
+        let index = self.indexes.get(path)?;
+        let stamp = std::fs::metadata(path)
+            .ok()
+            .map(|metadata| Stamp::of(&metadata));
+        if stamp.as_ref() == Some(&index.stamp) {
+            Some(index)
+        } else {
+            self.indexes.invalidate(path);
+            None
+        }
+    }
+
+    /// How the keys of lines are read.
+    pub(super) fn keys(&self) -> &LineKeys {
+        &self.keys
+    }
+
+    /// Starts the index of the rotated file `file`, to be fed its lines as they are read;
+    /// `None` when the file cannot be looked at.
+    pub(super) fn start(&self, file: &File) -> Option<IndexBuilder> {
+        Some(IndexBuilder {
+            stamp: Stamp::of(&file.metadata().ok()?),
+            keys: self.keys.clone(),
+            ids: Vec::new(),
+            tenants: Vec::new(),
+        })
+    }
+
+    /// Keeps the index of the file at `path`, fed every line of it.
+    pub(super) fn keep(&self, path: &Path, built: IndexBuilder) {
+        if let Some(index) = built.finish() {
+            self.indexes.insert(path.to_owned(), Arc::new(index));
+        }
+    }
+}
+
+/// What one rotated file holds.
+pub(super) struct FileIndex {
+    stamp: Stamp,
+    /// The keys of its ids ([`FileIndexes::id_key`]); `None` when it holds none.
+    ids: Option<BinaryFuse8>,
+    /// Its tenants, in order.
+    tenants: Box<[u64]>,
+}
+
+impl FileIndex {
+    /// Whether the file may hold what is `wanted`: `false` only when it holds none (a
+    /// tenant's records are known exactly, an id's may be answered `true` wrongly).
+    pub(super) fn may_hold(&self, wanted: Wanted) -> bool {
+        match wanted {
+            Wanted::Id(key) => self.ids.as_ref().is_some_and(|ids| ids.contains(&key)),
+            Wanted::Tenant(tenant) => self.tenants.binary_search(&tenant).is_ok(),
+        }
+    }
+
+    /// About how much memory it takes.
+    fn bytes(&self) -> usize {
+        let ids = self.ids.as_ref().map_or(0, |ids| ids.fingerprints.len());
+        size_of::<Self>() + ids + size_of_val(&*self.tenants)
+    }
+}
+
+/// A file as it was when it was indexed.
+#[derive(Debug, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    #[cfg(unix)]
+    inode: (u64, u64),
+}
+
+impl Stamp {
+    fn of(metadata: &Metadata) -> Self {
+        #[cfg(unix)]
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            len: metadata.len(),
+            modified: metadata.modified().ok(),
+            #[cfg(unix)]
+            inode: (metadata.dev(), metadata.ino()),
+        }
+    }
+}
+
+/// Reads the keys of record lines: the ids and tenants a read of the files may match.
+#[derive(Clone)]
+pub(super) struct LineKeys {
+    /// Keys ids, with keys drawn at random for this process.
+    hasher: ahash::RandomState,
+    id_field: Finder<'static>,
+    tenant_field: Finder<'static>,
+}
+
+impl LineKeys {
+    /// The key of the id `id`, as a line holds it (written as a JSON string).
+    pub(super) fn id_key(&self, id: &str) -> u64 {
+        let json = serde_json::to_string(id).expect("a string always serializes");
+        self.hasher.hash_one(json.as_bytes())
+    }
+
+    /// Calls `id` with the key of every JSON string following `"invocation_id":` in `line`,
+    /// and `tenant` with every number following `"tenant_id":`.
+    fn each(&self, line: &[u8], mut id: impl FnMut(u64), mut tenant: impl FnMut(u64)) {
+        for at in self.id_field.find_iter(line) {
+            if let Some(text) = json_string(&line[at + ID_FIELD.len()..]) {
+                id(self.hasher.hash_one(text));
+            }
+        }
+        for at in self.tenant_field.find_iter(line) {
+            let rest = &line[at + TENANT_FIELD.len()..];
+            let digits = rest.iter().take_while(|byte| byte.is_ascii_digit()).count();
+            let number = std::str::from_utf8(&rest[..digits]).ok();
+            if let Some(number) = number.and_then(|digits| digits.parse().ok()) {
+                tenant(number);
+            }
+        }
+    }
+}
+
+/// What the current file holds, exactly: noted as records are written to it.
+#[derive(Debug, Default)]
+pub(super) struct CurrentHoldings {
+    ids: HashSet<u64>,
+    tenants: HashSet<u64>,
+}
+
+impl CurrentHoldings {
+    /// Notes a record written: the key of its id ([`LineKeys::id_key`]) and its tenant.
+    pub(super) fn note(&mut self, id_key: u64, tenant: u64) {
+        self.ids.insert(id_key);
+        self.tenants.insert(tenant);
+    }
+
+    /// Notes what a line of the file read back holds.
+    pub(super) fn line(&mut self, keys: &LineKeys, line: &[u8]) {
+        keys.each(
+            line,
+            |id| _ = self.ids.insert(id),
+            |tenant| _ = self.tenants.insert(tenant),
+        );
+    }
+
+    /// Forgets it all: the file was rotated.
+    pub(super) fn clear(&mut self) {
+        self.ids.clear();
+        self.tenants.clear();
+    }
+
+    /// Whether the file holds what is `wanted`.
+    pub(super) fn may_hold(&self, wanted: Wanted) -> bool {
+        match wanted {
+            Wanted::Id(key) => self.ids.contains(&key),
+            Wanted::Tenant(tenant) => self.tenants.contains(&tenant),
+        }
+    }
+}
+
+/// An index being made from a file's lines.
+pub(super) struct IndexBuilder {
+    stamp: Stamp,
+    keys: LineKeys,
+    ids: Vec<u64>,
+    tenants: Vec<u64>,
+}
+
+impl IndexBuilder {
+    /// Takes in one line of the file.
+    pub(super) fn line(&mut self, line: &[u8]) {
+        let tenants = &mut self.tenants;
+        self.keys.each(
+            line,
+            |id| self.ids.push(id),
+            |tenant| {
+                if tenants.last() != Some(&tenant) {
+                    tenants.push(tenant);
+                }
+            },
+        );
+    }
+
+    /// The index of the lines taken in; `None` when the filter cannot be made of them.
+    fn finish(mut self) -> Option<FileIndex> {
+        self.ids.sort_unstable();
+        self.ids.dedup();
+        self.tenants.sort_unstable();
+        self.tenants.dedup();
+        let ids = if self.ids.is_empty() {
+            None
+        } else {
+            Some(BinaryFuse8::try_from(&self.ids).ok()?)
+        };
+        Some(FileIndex {
+            stamp: self.stamp,
+            ids,
+            tenants: self.tenants.into_boxed_slice(),
+        })
+    }
+}
+
+/// The JSON string `text` starts with, quotes included, as written; `None` when it does not
+/// start with a whole one.
+fn json_string(text: &[u8]) -> Option<&[u8]> {
+    if text.first() != Some(&b'"') {
+        return None;
+    }
+    let mut at = 1;
+    while at < text.len() {
+        match text[at] {
+            b'\\' => at += 2,
+            b'"' => return Some(&text[..=at]),
+            _ => at += 1,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+#[path = "record_index_tests.rs"]
+mod tests;
