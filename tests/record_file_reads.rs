@@ -78,7 +78,7 @@ async fn rotated_files_read_once_are_skipped_when_they_cannot_hold_what_is_asked
     let status = get_record(&server, 0, &unknown).await.expect_err("unknown");
     assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
     let read = scraped(&http, &url, READ_BYTES).await - before;
-    // A rotated file answers "may hold" for fewer than 0.4% of the ids it does not hold (and is
+    // A rotated file answers "may hold" for about one in 65,000 ids it does not hold (and is
     // read then): every one of them answering so is not to be expected.
     assert!(
         read < rotated_bytes as f64,

@@ -7,19 +7,19 @@
 //! the files reads it whole (a lookup of an id it does not hold, a listing going past it), and
 //! kept while the file stays as it was then (its length, modification time and inode). A
 //! file's index holds:
-//! - the ids of its records, in a binary fuse filter (`xorf`): about 9 bits a record; it may
-//!   answer "may hold" for an id the file does not hold (fewer than 0.4% of them: that file is
-//!   read), never "does not hold" for one it holds;
+//! - the ids of its records, in a binary fuse filter of 16-bit fingerprints (`xorf`): about
+//!   18 bits a record; it may answer "may hold" for an id the file does not hold (about one in
+//!   65,000 of them: that file is read), never "does not hold" for one it holds;
 //! - the tenants of its records.
 //!
-//! Indexes are kept for at most [`INDEX_BYTES`] in all (about 55 million records, tens of
+//! Indexes are kept for at most [`INDEX_BYTES`] in all (about 60 million records, tens of
 //! gigabytes of files), the least used dropped first; a file without one is read as before,
 //! and indexed again as it is.
 //!
 //! The current file is written to as it is read, so it has no such index: what it holds is
 //! noted exactly as each record is written to it, and as a restart reads it back
-//! ([`CurrentHoldings`]: about 16 bytes a record, some 7 MiB for a file of the default
-//! 256 MiB), and forgotten when it is rotated.
+//! ([`CurrentHoldings`]: a hash set of 64-bit keys, 9-18 bytes a record, about 5 MiB for a
+//! file of the default 256 MiB), and forgotten when it is rotated.
 //!
 //! The index is made of the same bytes the reads match, so that no read skips a file it would
 //! have found something in: a lookup parses a line only where it holds
@@ -36,10 +36,10 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use memchr::memmem::Finder;
-use xorf::{BinaryFuse8, Filter};
+use xorf::{BinaryFuse16, Filter};
 
 /// The most bytes of file indexes kept at once.
-pub(super) const INDEX_BYTES: u64 = 64 * 1024 * 1024;
+pub(super) const INDEX_BYTES: u64 = 128 * 1024 * 1024;
 
 const ID_FIELD: &[u8] = b"\"invocation_id\":";
 const TENANT_FIELD: &[u8] = b"\"tenant_id\":";
@@ -130,7 +130,7 @@ impl FileIndexes {
 pub(super) struct FileIndex {
     stamp: Stamp,
     /// The keys of its ids ([`FileIndexes::id_key`]); `None` when it holds none.
-    ids: Option<BinaryFuse8>,
+    ids: Option<BinaryFuse16>,
     /// Its tenants, in order.
     tenants: Box<[u64]>,
 }
@@ -147,7 +147,10 @@ impl FileIndex {
 
     /// About how much memory it takes.
     fn bytes(&self) -> usize {
-        let ids = self.ids.as_ref().map_or(0, |ids| ids.fingerprints.len());
+        let ids = self
+            .ids
+            .as_ref()
+            .map_or(0, |ids| size_of_val(&*ids.fingerprints));
         size_of::<Self>() + ids + size_of_val(&*self.tenants)
     }
 }
@@ -279,7 +282,7 @@ impl IndexBuilder {
         let ids = if self.ids.is_empty() {
             None
         } else {
-            Some(BinaryFuse8::try_from(&self.ids).ok()?)
+            Some(BinaryFuse16::try_from(&self.ids).ok()?)
         };
         Some(FileIndex {
             stamp: self.stamp,
