@@ -19,7 +19,8 @@
 //! The current file is written to as it is read, so it has no such index: what it holds is
 //! noted exactly as each record is written to it, and as a restart reads it back
 //! ([`CurrentHoldings`]: a hash set of 64-bit keys, 9-18 bytes a record, about 5 MiB for a
-//! file of the default 256 MiB), and forgotten when it is rotated.
+//! file of the default 256 MiB, for at most [`CURRENT_HOLDINGS_MAX`] records), and forgotten
+//! when it is rotated.
 //!
 //! The index is made of the same bytes the reads match, so that no read skips a file it would
 //! have found something in: a lookup parses a line only where it holds
@@ -212,41 +213,80 @@ impl LineKeys {
     }
 }
 
+/// The most records of the current file its holdings note: about 18 MiB of keys at most (a
+/// file of the default 256 MiB holds some 400,000 records). Past them the holdings are let go
+/// and every read reads the file, until it is rotated: a log that is never rotated
+/// (`records_rotate_bytes` 0) does not grow them without end.
+pub(super) const CURRENT_HOLDINGS_MAX: usize = 1_000_000;
+
 /// What the current file holds, exactly: noted as records are written to it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct CurrentHoldings {
     ids: HashSet<u64>,
     tenants: HashSet<u64>,
+    /// The most of either noted before they are let go.
+    max: usize,
+    /// Whether they were let go, the file holding more.
+    overflowed: bool,
+}
+
+impl Default for CurrentHoldings {
+    fn default() -> Self {
+        Self {
+            ids: HashSet::new(),
+            tenants: HashSet::new(),
+            max: CURRENT_HOLDINGS_MAX,
+            overflowed: false,
+        }
+    }
 }
 
 impl CurrentHoldings {
     /// Notes a record written: the key of its id ([`LineKeys::id_key`]) and its tenant.
     pub(super) fn note(&mut self, id_key: u64, tenant: u64) {
-        self.ids.insert(id_key);
-        self.tenants.insert(tenant);
+        if !self.overflowed {
+            self.ids.insert(id_key);
+            self.tenants.insert(tenant);
+            self.bound();
+        }
     }
 
     /// Notes what a line of the file read back holds.
     pub(super) fn line(&mut self, keys: &LineKeys, line: &[u8]) {
-        keys.each(
-            line,
-            |id| _ = self.ids.insert(id),
-            |tenant| _ = self.tenants.insert(tenant),
-        );
+        if !self.overflowed {
+            let (ids, tenants) = (&mut self.ids, &mut self.tenants);
+            keys.each(
+                line,
+                |id| _ = ids.insert(id),
+                |tenant| _ = tenants.insert(tenant),
+            );
+            self.bound();
+        }
+    }
+
+    /// Lets the holdings go once they are past their bound.
+    fn bound(&mut self) {
+        if self.ids.len().max(self.tenants.len()) > self.max {
+            self.ids = HashSet::new();
+            self.tenants = HashSet::new();
+            self.overflowed = true;
+        }
     }
 
     /// Forgets it all: the file was rotated.
     pub(super) fn clear(&mut self) {
         self.ids.clear();
         self.tenants.clear();
+        self.overflowed = false;
     }
 
-    /// Whether the file holds what is `wanted`.
+    /// Whether the file may hold what is `wanted`: `false` only when it holds none.
     pub(super) fn may_hold(&self, wanted: Wanted) -> bool {
-        match wanted {
-            Wanted::Id(key) => self.ids.contains(&key),
-            Wanted::Tenant(tenant) => self.tenants.contains(&tenant),
-        }
+        self.overflowed
+            || match wanted {
+                Wanted::Id(key) => self.ids.contains(&key),
+                Wanted::Tenant(tenant) => self.tenants.contains(&tenant),
+            }
     }
 }
 

@@ -98,6 +98,37 @@ fn an_index_answers_ids_it_does_not_hold_almost_always_no() {
     assert!(!none.may_hold(Wanted::Tenant(3)));
 }
 
+/// Holdings past their bound are let go: the file may then hold anything, until it is
+/// rotated and they start again.
+#[test]
+fn the_current_files_holdings_past_their_bound_are_let_go() {
+    let indexes = FileIndexes::default();
+    let mut holdings = CurrentHoldings {
+        max: 3,
+        ..CurrentHoldings::default()
+    };
+    let key = |id: &str| indexes.keys().id_key(id);
+    for (id, tenant) in [("a", 1), ("b", 2), ("c", 1)] {
+        holdings.note(key(id), tenant);
+    }
+    assert!(holdings.may_hold(Wanted::Id(key("a"))));
+    assert!(!holdings.may_hold(Wanted::Id(key("d"))));
+    assert!(!holdings.may_hold(Wanted::Tenant(3)));
+    holdings.line(indexes.keys(), br#"{"invocation_id":"d","tenant_id":3}"#);
+    assert!(
+        holdings.overflowed && holdings.ids.capacity() == 0,
+        "let go"
+    );
+    assert!(holdings.may_hold(Wanted::Id(key("e"))));
+    assert!(holdings.may_hold(Wanted::Tenant(4)));
+    holdings.note(key("e"), 4);
+    assert!(holdings.ids.is_empty(), "nothing noted past the bound");
+    holdings.clear();
+    holdings.note(key("f"), 5);
+    assert!(holdings.may_hold(Wanted::Id(key("f"))));
+    assert!(!holdings.may_hold(Wanted::Id(key("e"))));
+}
+
 /// A log of two records a file, one held in memory, with `count` records of tenant 1.
 fn rotating_log(path: &Path, count: usize) -> (RecordLog, Vec<String>) {
     let log = RecordLog::open(path, 1, line_size() * 5 / 2).expect("open");
