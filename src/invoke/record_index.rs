@@ -1,4 +1,4 @@
-//! What each rotated record file holds, kept in memory so that a read of the files
+//! What each record file holds, kept in memory so that a read of the files
 //! (`record_lookup`) skips the files that cannot hold what it looks for: a lookup of an id the
 //! files do not hold read every file, gigabytes in a long history, and a listing of a tenant
 //! with few records read them too, a page's byte budget at a time.
@@ -130,7 +130,7 @@ impl FileIndexes {
 /// What one rotated file holds.
 pub(super) struct FileIndex {
     stamp: Stamp,
-    /// The keys of its ids ([`FileIndexes::id_key`]); `None` when it holds none.
+    /// The keys of its ids ([`LineKeys::id_key`]); `None` when it holds none.
     ids: Option<BinaryFuse16>,
     /// Its tenants, in order.
     tenants: Box<[u64]>,

@@ -186,7 +186,7 @@ impl Collector for MetricsSources {
         encoder
             .encode_descriptor(
                 "toolplane_invocation_record_file_read_bytes",
-                "Bytes of the record files read to find records memory no longer holds (GetInvocationRecord, ListInvocationRecords); rotated files that cannot hold what is asked for are not read.",
+                "Bytes of the record files read to find records memory no longer holds (GetInvocationRecord, ListInvocationRecords); files known not to hold what is asked for are skipped.",
                 None,
                 MetricType::Counter,
             )?
