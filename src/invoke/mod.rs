@@ -13,6 +13,7 @@ mod in_flight;
 pub mod limits;
 pub mod policy;
 mod record_canonical;
+mod record_checkpoints;
 mod record_file;
 mod record_filter;
 mod record_guard;

@@ -10,7 +10,9 @@
 //! - the ids of its records, in a binary fuse filter of 16-bit fingerprints (`xorf`): about
 //!   18 bits a record; it may answer "may hold" for an id the file does not hold (about one in
 //!   65,000 of them: that file is read), never "does not hold" for one it holds;
-//! - the tenants of its records.
+//! - the tenants of its records;
+//! - where its lines lie (`record_checkpoints`), for listings to read only the part of it
+//!   that holds a page.
 //!
 //! Indexes are kept for at most [`INDEX_BYTES`] in all (about 60 million records, tens of
 //! gigabytes of files), the least used dropped first; a file without one is read as before,
@@ -37,6 +39,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use memchr::memmem::Finder;
+
+use super::record_checkpoints::{Checkpoints, SequenceReader};
 use xorf::{BinaryFuse16, Filter};
 
 /// The most bytes of file indexes kept at once.
@@ -116,6 +120,9 @@ impl FileIndexes {
             keys: self.keys.clone(),
             ids: Vec::new(),
             tenants: Vec::new(),
+            checkpoints: Checkpoints::default(),
+            offset: 0,
+            sequences: SequenceReader::default(),
         })
     }
 
@@ -134,6 +141,8 @@ pub(super) struct FileIndex {
     ids: Option<BinaryFuse16>,
     /// Its tenants, in order.
     tenants: Box<[u64]>,
+    /// Where its lines lie.
+    checkpoints: Checkpoints,
 }
 
 impl FileIndex {
@@ -146,13 +155,18 @@ impl FileIndex {
         }
     }
 
+    /// Where its lines lie.
+    pub(super) fn checkpoints(&self) -> &Checkpoints {
+        &self.checkpoints
+    }
+
     /// About how much memory it takes.
     fn bytes(&self) -> usize {
         let ids = self
             .ids
             .as_ref()
             .map_or(0, |ids| size_of_val(&*ids.fingerprints));
-        size_of::<Self>() + ids + size_of_val(&*self.tenants)
+        size_of::<Self>() + ids + size_of_val(&*self.tenants) + self.checkpoints.bytes()
     }
 }
 
@@ -224,6 +238,8 @@ pub(super) const CURRENT_HOLDINGS_MAX: usize = 1_000_000;
 pub(super) struct CurrentHoldings {
     ids: HashSet<u64>,
     tenants: HashSet<u64>,
+    /// Where its lines lie (kept past the bound: a few bytes a MiB of the file).
+    checkpoints: Checkpoints,
     /// The most of either noted before they are let go.
     max: usize,
     /// Whether they were let go, the file holding more.
@@ -235,6 +251,7 @@ impl Default for CurrentHoldings {
         Self {
             ids: HashSet::new(),
             tenants: HashSet::new(),
+            checkpoints: Checkpoints::default(),
             max: CURRENT_HOLDINGS_MAX,
             overflowed: false,
         }
@@ -249,6 +266,16 @@ impl CurrentHoldings {
             self.tenants.insert(tenant);
             self.bound();
         }
+    }
+
+    /// Notes where the record line of `sequence` lies in the file.
+    pub(super) fn place(&mut self, sequence: u64, offset: u64) {
+        self.checkpoints.line(sequence, offset);
+    }
+
+    /// Where the file's lines lie.
+    pub(super) fn checkpoints(&self) -> Checkpoints {
+        self.checkpoints.clone()
     }
 
     /// Notes what a line of the file read back holds.
@@ -277,6 +304,7 @@ impl CurrentHoldings {
     pub(super) fn clear(&mut self) {
         self.ids.clear();
         self.tenants.clear();
+        self.checkpoints = Checkpoints::default();
         self.overflowed = false;
     }
 
@@ -296,11 +324,21 @@ pub(super) struct IndexBuilder {
     keys: LineKeys,
     ids: Vec<u64>,
     tenants: Vec<u64>,
+    checkpoints: Checkpoints,
+    /// Where the next line starts.
+    offset: u64,
+    sequences: SequenceReader,
 }
 
 impl IndexBuilder {
-    /// Takes in one line of the file.
+    /// Takes in the file's next line.
     pub(super) fn line(&mut self, line: &[u8]) {
+        if self.checkpoints.wants(self.offset)
+            && let Some(sequence) = self.sequences.line(line)
+        {
+            self.checkpoints.line(sequence, self.offset);
+        }
+        self.offset += line.len() as u64;
         let tenants = &mut self.tenants;
         self.keys.each(
             line,
@@ -328,6 +366,7 @@ impl IndexBuilder {
             stamp: self.stamp,
             ids,
             tenants: self.tenants.into_boxed_slice(),
+            checkpoints: self.checkpoints,
         })
     }
 }

@@ -16,17 +16,19 @@
 //! reads every file, gigabytes in a long history.
 //! A rotated file read whole is indexed as it is read, and what the current file holds is
 //! noted as it is written (`record_index`): reads skip the files that hold no record of the
-//! id, or of the tenant, they look for.
+//! id, or of the tenant, they look for; and a page reads a file whose lines' places are known
+//! (`record_checkpoints`) backwards from where it starts, not from the file's start.
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use same_file::Handle;
 
+use super::record_checkpoints::{Checkpoints, SequenceReader};
 use super::record_file::{rotated_files, rotated_first_sequence, rotated_path};
 use super::record_filter::RecordFilter;
 use super::record_index::Wanted;
@@ -59,11 +61,14 @@ impl RecordLog {
         let needle = format!("\"invocation_id\":{id}");
         let finder = memchr::memmem::Finder::new(needle.as_bytes());
         for file in files_newest_first(current)? {
-            let Some(indexed) = self.may_hold(&file, wanted) else {
+            let Some(reading) = self.may_hold(&file, wanted) else {
                 continue;
             };
             let mut found = None;
-            self.read_lines(file, indexed, |line| {
+            self.read_lines(file, reading.indexed, &[(0, None)], |line| {
+                let Some(line) = line else {
+                    return false;
+                };
                 if finder.find(line).is_none() {
                     return !is_given_up();
                 }
@@ -87,7 +92,8 @@ impl RecordLog {
     /// first, read from the log's files (see [`HeldPage::files_continue_below`]). Blocking: call it
     /// off the serving threads.
     ///
-    /// One call reads whole files, newest first, and no further file once it has read
+    /// One call reads files newest first (whole, or backwards from `below` a stretch at a
+    /// time where their checkpoints are known), and no further file once it has read
     /// `byte_budget` bytes ([`FILE_BYTES_PER_PAGE`] for a listing): a page of a tenant with few
     /// records in a long history stops there, short, and says where the next page goes on
     /// ([`FilePage::resume_below`]).
@@ -119,7 +125,7 @@ impl RecordLog {
             if first_sequence >= below {
                 continue;
             }
-            let Some(indexed) = self.may_hold(&file, of_tenant) else {
+            let Some(reading) = self.may_hold(&file, of_tenant) else {
                 below = below.min(first_sequence);
                 continue;
             };
@@ -128,9 +134,20 @@ impl RecordLog {
                 break;
             }
             // Lines run in sequence order: the newest `wanted` matches below `below` are the
-            // last ones seen before the first line at or past it.
+            // last ones seen before the first line at or past it. The file is read from its
+            // start, or, where its checkpoints say, a stretch at a time backwards from there.
+            let stretches = (reading.checkpoints.as_ref())
+                .and_then(|checkpoints| checkpoints.stretches_below(below))
+                .unwrap_or_else(|| vec![(0, None)]);
+            let mut wanted = wanted;
             let mut newest = VecDeque::with_capacity(wanted);
-            bytes_read += self.read_lines(file, indexed, |line| {
+            bytes_read += self.read_lines(file, reading.indexed, &stretches, |line| {
+                let Some(line) = line else {
+                    // A stretch read: its newest matches go on the page, older ones' after.
+                    page.records.extend(newest.drain(..).rev());
+                    wanted = limit - page.records.len();
+                    return wanted > 0 && !is_given_up();
+                };
                 let Some(sequence) = sequence_of.line(line) else {
                     return true;
                 };
@@ -149,7 +166,6 @@ impl RecordLog {
                 }
                 !is_given_up()
             })?;
-            page.records.extend(newest.into_iter().rev());
             // What is older than this file is in the files after it.
             below = below.min(first_sequence);
         }
@@ -157,50 +173,69 @@ impl RecordLog {
     }
 
     /// `None` when `file` holds nothing `wanted`, as the current file's holdings or a rotated
-    /// file's kept index say; else whether it is indexed (the current file needs no index).
-    fn may_hold(&self, file: &FileToRead, wanted: Wanted) -> Option<bool> {
-        let index = match file.current_may_hold {
-            Some(may_hold) => return may_hold.then_some(true),
-            None => self.file_indexes.of(&file.path),
-        };
-        match index {
-            Some(index) => index.may_hold(wanted).then_some(true),
-            None => Some(false),
+    /// file's kept index say; else how to read it.
+    fn may_hold(&self, file: &FileToRead, wanted: Wanted) -> Option<Reading> {
+        if let Some((may_hold, checkpoints)) = &file.current {
+            return may_hold.then(|| Reading {
+                indexed: true,
+                checkpoints: Some(checkpoints.clone()),
+            });
+        }
+        match self.file_indexes.of(&file.path) {
+            Some(index) => index.may_hold(wanted).then(|| Reading {
+                indexed: true,
+                checkpoints: Some(index.checkpoints().clone()),
+            }),
+            None => Some(Reading {
+                indexed: false,
+                checkpoints: None,
+            }),
         }
     }
 
-    /// Reads `file` as [`each_line`] does, and counts the bytes read; a rotated file not
-    /// `indexed` yet is indexed as it is read, its index kept when it was read whole.
+    /// Reads the `stretches` of `file` (offsets from and to, `None` to its end) in turn, as
+    /// [`each_line`] does, calling `each` with `None` after each stretch (answering whether to
+    /// read the next one), and counts the bytes read. A rotated file not `indexed` yet, read
+    /// from its start, is indexed as it is read, its index kept when it was read whole.
     fn read_lines(
         &self,
         file: FileToRead,
         indexed: bool,
-        mut each: impl FnMut(&[u8]) -> bool,
+        stretches: &[(u64, Option<u64>)],
+        mut each: impl FnMut(Option<&[u8]>) -> bool,
     ) -> Result<u64, RecordError> {
-        let rotated = file.opened.is_none();
+        let rotated = file.current.is_none();
         let opened = match file.opened.map_or_else(|| File::open(&file.path), Ok) {
             Ok(opened) => opened,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(error) => return Err(io_error(&file.path)(error)),
         };
-        let mut index = (rotated && !indexed)
+        let mut index = (rotated && !indexed && stretches == [(0, None)])
             .then(|| self.file_indexes.start(&opened))
             .flatten();
-        let mut whole = true;
-        let read = each_line(opened, |line| {
-            if let Some(index) = index.as_mut() {
-                index.line(line);
+        let (mut whole, mut total) = (true, 0);
+        for &(from, to) in stretches {
+            let stretch = (&opened).seek(SeekFrom::Start(from)).and_then(|_| {
+                let length = to.map_or(u64::MAX, |to| to.saturating_sub(from));
+                each_line((&opened).take(length), |line| {
+                    if let Some(index) = index.as_mut() {
+                        index.line(line);
+                    }
+                    whole = each(Some(line));
+                    whole
+                })
+            });
+            let read = stretch.map_err(io_error(&file.path))?;
+            self.file_bytes_read.fetch_add(read, Ordering::Relaxed);
+            total += read;
+            if !each(None) {
+                break;
             }
-            whole = each(line);
-            whole
-        });
-        self.file_bytes_read
-            .fetch_add(*read.as_ref().unwrap_or(&0), Ordering::Relaxed);
-        let read = read.map_err(io_error(&file.path))?;
+        }
         if let (true, Some(index)) = (whole, index) {
             self.file_indexes.keep(&file.path, index);
         }
-        Ok(read)
+        Ok(total)
     }
 }
 
@@ -237,6 +272,14 @@ pub struct FilePage {
     pub resume_below: Option<u64>,
 }
 
+/// How to read one of the log's files.
+struct Reading {
+    /// Whether it is indexed already (or needs no index: the current file).
+    indexed: bool,
+    /// Where its lines lie, when that is known.
+    checkpoints: Option<Checkpoints>,
+}
+
 /// The log's current file, as [`RecordLog::open_current_file`] answers it.
 #[derive(Debug)]
 pub(super) struct CurrentFile {
@@ -246,6 +289,8 @@ pub(super) struct CurrentFile {
     pub(super) first_sequence: u64,
     /// Whether it may hold what the read opening it looks for.
     pub(super) may_hold: bool,
+    /// Where its lines lie.
+    pub(super) checkpoints: Checkpoints,
 }
 
 /// One of the log's files, to be read.
@@ -255,8 +300,9 @@ struct FileToRead {
     first_sequence: u64,
     /// The file, when it was opened already (the current one).
     opened: Option<File>,
-    /// Whether it may hold what is looked for, when it is the current one.
-    current_may_hold: Option<bool>,
+    /// When it is the current one: whether it may hold what is looked for, and where its
+    /// lines lie.
+    current: Option<(bool, Checkpoints)>,
 }
 
 /// The log's files, newest first: the current file, opened (see
@@ -276,7 +322,7 @@ fn files_newest_first(
         path: current.path,
         first_sequence: current.first_sequence,
         opened: Some(opened),
-        current_may_hold: Some(current.may_hold),
+        current: Some((current.may_hold, current.checkpoints)),
     }];
     files.extend(rotated.into_iter().rev().filter_map(|path| {
         let first_sequence = rotated_first_sequence(&path).unwrap_or(0);
@@ -284,7 +330,7 @@ fn files_newest_first(
             path,
             first_sequence,
             opened: None,
-            current_may_hold: None,
+            current: None,
         })
     }));
     Ok(files)
@@ -301,11 +347,11 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError {
     move |source| RecordError::Io { path, source }
 }
 
-/// Calls `each` with every whole line of `file` (line ending included) until it answers
+/// Calls `each` with every whole line of `source` (line ending included) until it answers
 /// `false`; answers how many bytes were read. A last line without its newline is being
 /// written, not a record yet.
-fn each_line(file: File, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result<u64> {
-    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, file);
+fn each_line(source: impl Read, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result<u64> {
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, source);
     let mut line = Vec::new();
     let mut read = 0;
     loop {
@@ -315,30 +361,6 @@ fn each_line(file: File, mut each: impl FnMut(&[u8]) -> bool) -> std::io::Result
         if length == 0 || line.last() != Some(&b'\n') || !each(&line) {
             return Ok(read);
         }
-    }
-}
-
-/// Reads a record line's sequence without parsing the line.
-struct SequenceReader {
-    field: memchr::memmem::Finder<'static>,
-}
-
-impl Default for SequenceReader {
-    fn default() -> Self {
-        Self {
-            field: memchr::memmem::Finder::new(b",\"sequence\":"),
-        }
-    }
-}
-
-impl SequenceReader {
-    /// The sequence of a record line (`,"sequence":N,` among its canonical fields); `None` for
-    /// a line without one.
-    fn line(&self, line: &[u8]) -> Option<u64> {
-        let at = self.field.find(line)? + self.field.needle().len();
-        let rest = &line[at..];
-        let digits = rest.iter().take_while(|byte| byte.is_ascii_digit()).count();
-        std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
     }
 }
 

@@ -226,12 +226,15 @@ impl RecordLog {
             let state = log.state_mut();
             state.rotate_bytes = rotate_bytes;
             state.file_first_sequence = state.next_sequence;
-            let mut number = 0;
+            let (mut number, mut offset) = (0, 0);
             LogFile::open(path, |bytes| {
                 number += 1;
+                let at = offset;
+                offset += bytes.len() as u64;
                 state.holdings.line(&keys, bytes);
                 let fault = match parse_line(bytes) {
                     Ok((text, record)) => {
+                        state.holdings.place(record.sequence, at);
                         let fault = chain.check(text, &record).err();
                         if number == 1 {
                             state.file_first_sequence = record.sequence;
@@ -339,6 +342,7 @@ impl RecordLog {
             if file.len() == 0 {
                 state.file_first_sequence = record.sequence;
             }
+            let offset = file.len();
             if let Err(source) = file.append_line(line.as_bytes()) {
                 state.stats.write_failures += 1;
                 return Err(RecordError::Io {
@@ -351,6 +355,7 @@ impl RecordLog {
             }
             if let Some(id_key) = id_key {
                 state.holdings.note(id_key, record.tenant_id);
+                state.holdings.place(record.sequence, offset);
             }
         }
         state.stats.observe(record.status, record.duration_us);
@@ -427,6 +432,7 @@ impl RecordLog {
             path: file.path().to_owned(),
             first_sequence: state.file_first_sequence,
             may_hold: state.holdings.may_hold(wanted),
+            checkpoints: state.holdings.checkpoints(),
         };
         Ok(Some((current, opened)))
     }
