@@ -21,8 +21,6 @@ pub(super) const CHECKPOINT_BYTES: u64 = if cfg!(test) { 1024 } else { 1024 * 10
 pub(super) struct Checkpoints {
     /// Shared with the reads that took them; a line noted after copies them.
     points: Arc<Vec<(u64, u64)>>,
-    /// Where the next step starts.
-    next: u64,
     /// Whether a line's sequence came below one noted before it.
     out_of_order: bool,
 }
@@ -30,7 +28,9 @@ pub(super) struct Checkpoints {
 impl Checkpoints {
     /// Whether the line at `offset` is one to note (its sequence is then read).
     pub(super) fn wants(&self, offset: u64) -> bool {
-        offset >= self.next && !self.out_of_order
+        // The next step starts a step past the last line noted.
+        let next = (self.points.last()).map_or(0, |&(_, last)| last + CHECKPOINT_BYTES);
+        offset >= next && !self.out_of_order
     }
 
     /// Notes the record line of `sequence` starting at `offset`, when it starts a step.
@@ -48,7 +48,6 @@ impl Checkpoints {
             return;
         }
         Arc::make_mut(&mut self.points).push((sequence, offset));
-        self.next = offset + CHECKPOINT_BYTES;
     }
 
     /// About how much memory they take.
