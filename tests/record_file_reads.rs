@@ -1,7 +1,7 @@
 //! Reads of the record log's files past what memory holds, as the real server does them: the
-//! current file, and a rotated file read whole once, are skipped by lookups and listings that
-//! cannot find anything in them (`toolplane_invocation_record_file_read_bytes_total` counts
-//! what is read).
+//! current file, and the rotated files (indexed as the server rotates them, or, after a
+//! restart, as a read reads them whole), are skipped by lookups and listings that cannot find
+//! anything in them (`toolplane_invocation_record_file_read_bytes_total` counts what is read).
 
 use crate::common;
 
@@ -15,10 +15,38 @@ use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
 
 const READ_BYTES: &str = "toolplane_invocation_record_file_read_bytes_total";
 
-/// A listing of a tenant without records reads the rotated files once, and nothing the second
-/// time; a lookup of an unknown id then reads less than them (files that cannot hold what is
-/// asked for are skipped, the current file included). Every record is still found, and
-/// listed. Before, each such read read every file.
+/// The bytes of the record files one listing of tenant 7 (which has no records) reads.
+async fn empty_listing_reads(server: &TestServer, url: &str) -> f64 {
+    let http = http_client();
+    let before = scraped(&http, url, READ_BYTES).await;
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    let listed = client
+        .list_invocation_records(pb::ListInvocationRecordsRequest {
+            meta: meta(7),
+            ..Default::default()
+        })
+        .await
+        .expect("listed")
+        .into_inner();
+    assert!(listed.records.is_empty());
+    scraped(&http, url, READ_BYTES).await - before
+}
+
+/// The bytes of the record files a lookup of an id the log does not hold reads.
+async fn unknown_lookup_reads(server: &TestServer, url: &str) -> f64 {
+    let http = http_client();
+    let before = scraped(&http, url, READ_BYTES).await;
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let status = get_record(server, 0, &unknown).await.expect_err("unknown");
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+    scraped(&http, url, READ_BYTES).await - before
+}
+
+/// A listing of a tenant without records, and a lookup of an unknown id, read no file of a
+/// server that rotated them (each file was indexed as it was rotated); after a restart, the
+/// first listing reads the rotated files once, and nothing the second time, and a lookup of
+/// an unknown id then reads less than them. Every record is still found, and listed. Before,
+/// each such read read every file.
 #[tokio::test(flavor = "multi_thread")]
 async fn rotated_files_read_once_are_skipped_when_they_cannot_hold_what_is_asked() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -30,9 +58,8 @@ async fn rotated_files_read_once_are_skipped_when_they_cannot_hold_what_is_asked
         records_rotate_bytes: 1000,
         ..test_options()
     };
-    let (server, metrics) = TestServer::start_with_metrics(options).await;
+    let (server, metrics) = TestServer::start_with_metrics(options.clone()).await;
     let url = format!("http://{metrics}/metrics");
-    let http = http_client();
     let provider = start_structs_provider(&server).await;
     let mut client = ToolInvokeServiceClient::new(server.channel().await);
     let mut made = Vec::new();
@@ -53,36 +80,31 @@ async fn rotated_files_read_once_are_skipped_when_they_cannot_hold_what_is_asked
     let rotated = rotated_sizes(dir.path());
     assert!(rotated.len() >= 3, "the records span files: {rotated:?}");
     let rotated_bytes: u64 = rotated.iter().sum();
-    let mut read = Vec::new();
-    for _ in 0..2 {
-        let before = scraped(&http, &url, READ_BYTES).await;
-        let listed = client
-            .list_invocation_records(pb::ListInvocationRecordsRequest {
-                meta: meta(7),
-                ..Default::default()
-            })
-            .await
-            .expect("listed")
-            .into_inner();
-        assert!(listed.records.is_empty());
-        read.push(scraped(&http, &url, READ_BYTES).await - before);
-    }
-    assert_eq!(
-        read[0], rotated_bytes as f64,
-        "the first listing reads the rotated files"
-    );
-    assert_eq!(read[1], 0.0, "the second reads no file");
-
-    let before = scraped(&http, &url, READ_BYTES).await;
-    let unknown = uuid::Uuid::new_v4().to_string();
-    let status = get_record(&server, 0, &unknown).await.expect_err("unknown");
-    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
-    let read = scraped(&http, &url, READ_BYTES).await - before;
+    let indexed = "indexed as they were rotated";
+    assert_eq!(empty_listing_reads(&server, &url).await, 0.0, "{indexed}");
     // A rotated file answers "may hold" for about one in 65,000 ids it does not hold (and is
     // read then): every one of them answering so is not to be expected.
+    let read = unknown_lookup_reads(&server, &url).await;
     assert!(
         read < rotated_bytes as f64,
-        "a lookup of an unknown id read {read} bytes"
+        "an unknown id read {read} bytes"
+    );
+    provider.stop().await;
+    server.stop().await;
+
+    let (server, metrics) = TestServer::start_with_metrics(options).await;
+    let url = format!("http://{metrics}/metrics");
+    let read = [
+        empty_listing_reads(&server, &url).await,
+        empty_listing_reads(&server, &url).await,
+    ];
+    let once = "after a restart, the first listing reads the rotated files";
+    assert_eq!(read[0], rotated_bytes as f64, "{once}");
+    assert_eq!(read[1], 0.0, "the second reads no file");
+    let read = unknown_lookup_reads(&server, &url).await;
+    assert!(
+        read < rotated_bytes as f64,
+        "an unknown id read {read} bytes"
     );
 
     for record in &made {
@@ -91,6 +113,7 @@ async fn rotated_files_read_once_are_skipped_when_they_cannot_hold_what_is_asked
             .expect("found");
         assert_eq!(found.record_sha256, record.record_sha256);
     }
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
     let listed = client
         .list_invocation_records(pb::ListInvocationRecordsRequest {
             meta: meta(0),
@@ -105,7 +128,6 @@ async fn rotated_files_read_once_are_skipped_when_they_cannot_hold_what_is_asked
         .map(|record| record.sequence)
         .collect();
     assert_eq!(sequences, [6, 5, 4, 3, 2, 1]);
-    provider.stop().await;
     server.stop().await;
 }
 

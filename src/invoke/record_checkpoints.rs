@@ -145,7 +145,8 @@ mod tests {
     }
 
     /// Pages of two tenants' records, mixed at random over files with checkpoints (the current
-    /// one's noted as written, and read back on a restart; rotated ones' as indexed), list
+    /// one's noted as written, and read back on a restart; rotated ones' as indexed: as they
+    /// are rotated, and after a restart as they are read whole), list
     /// what a scan of the records lists; a page deep in a file reads the lines from where it
     /// starts down to its oldest record, and at most a stretch more, not the file from its
     /// start. Before, every page read from the start of its file.
@@ -197,7 +198,7 @@ mod tests {
                 .collect()
         };
         for tenant in [1, 2] {
-            // The first listing indexes the rotated files as it reads them whole.
+            // The rotated files were indexed as they were rotated, their checkpoints with them.
             assert_eq!(pages(&log, tenant).0, scan(tenant), "tenant {tenant}");
             let (listed, most_over) = pages(&log, tenant);
             assert_eq!(listed, scan(tenant), "tenant {tenant}, indexed");

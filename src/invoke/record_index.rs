@@ -3,10 +3,12 @@
 //! files do not hold read every file, gigabytes in a long history, and a listing of a tenant
 //! with few records read them too, a page's byte budget at a time.
 //!
-//! A rotated file is never written again, so what it holds is worked out once, when a read of
-//! the files reads it whole (a lookup of an id it does not hold, a listing going past it), and
-//! kept while the file stays as it was then (its length, modification time and inode). A
-//! file's index holds:
+//! A rotated file is never written again, so what it holds is worked out once and kept while
+//! the file stays as it was then (its length, modification time and inode): for a file this
+//! process rotated, from what was noted as its records were written ([`CurrentHoldings`],
+//! below), made into an index as it is rotated; for one rotated before the process started,
+//! when a read of the files reads it whole (a lookup of an id it does not hold, a listing
+//! going past it). A file's index holds:
 //! - the ids of its records, in a binary fuse filter of 16-bit fingerprints (`xorf`): about
 //!   18 bits a record; it may answer "may hold" for an id the file does not hold (about one in
 //!   65,000 of them: that file is read), never "does not hold" for one it holds;
@@ -21,8 +23,10 @@
 //! The current file is written to as it is read, so it has no such index: what it holds is
 //! noted exactly as each record is written to it, and as a restart reads it back
 //! ([`CurrentHoldings`]: a hash set of 64-bit keys, 9-18 bytes a record, about 5 MiB for a
-//! file of the default 256 MiB, for at most [`CURRENT_HOLDINGS_MAX`] records), and forgotten
-//! when it is rotated.
+//! file of the default 256 MiB, for at most [`CURRENT_HOLDINGS_MAX`] records), and made into
+//! the rotated file's index when it is rotated (on a thread of its own: a filter of a file's
+//! 400,000 ids takes tens of milliseconds, which the append rotating it does not wait for; a
+//! read of the file meanwhile waits for it rather than reading the file).
 //!
 //! The index is made of the same bytes the reads match, so that no read skips a file it would
 //! have found something in: a lookup parses a line only where it holds
@@ -31,11 +35,11 @@
 //! every number that follows `"tenant_id":`, so whatever a read would match is in it (a line
 //! edited by hand can only add more).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs::{File, Metadata};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use memchr::memmem::Finder;
@@ -58,11 +62,16 @@ pub(super) enum Wanted {
     Tenant(u64),
 }
 
-/// The indexes of the rotated files read whole, by path.
+/// The indexes of the rotated files, by path.
 pub(super) struct FileIndexes {
     indexes: moka::sync::Cache<PathBuf, Arc<FileIndex>>,
+    /// What the files this process rotated hold, until it is made into their indexes.
+    rotated: Arc<Mutex<HashMap<PathBuf, RotatedHoldings>>>,
     keys: LineKeys,
 }
+
+/// What a file held as it was rotated, and the file as it was then.
+type RotatedHoldings = (Stamp, CurrentHoldings);
 
 impl Default for FileIndexes {
     fn default() -> Self {
@@ -73,6 +82,7 @@ impl Default for FileIndexes {
                     u32::try_from(index.bytes()).unwrap_or(u32::MAX)
                 })
                 .build(),
+            rotated: Arc::default(),
             keys: LineKeys {
                 hasher: ahash::RandomState::new(),
                 id_field: Finder::new(ID_FIELD),
@@ -92,10 +102,11 @@ impl fmt::Debug for FileIndexes {
 }
 
 impl FileIndexes {
-    /// The index of the rotated file at `path`, when one is kept and the file is as it was
-    /// when it was indexed.
+    /// The index of the rotated file at `path`, when one is kept (or being made from what it
+    /// held as it was rotated) and the file is as it was when it was indexed.
     pub(super) fn of(&self, path: &Path) -> Option<Arc<FileIndex>> {
-        let index = self.indexes.get(path)?;
+        let index = (self.indexes)
+            .optionally_get_with_by_ref(path, || made_of_rotated(&self.rotated, path))?;
         let stamp = std::fs::metadata(path)
             .ok()
             .map(|metadata| Stamp::of(&metadata));
@@ -126,12 +137,64 @@ impl FileIndexes {
         })
     }
 
+    /// Makes the index of the file just rotated to `path` from what it held (`holdings`, noted
+    /// as its records were written), on a thread of its own; a read of the file meanwhile
+    /// waits for it. Holdings let go past their bound make none: the file is indexed as a
+    /// read reads it whole.
+    pub(super) fn rotated(&self, path: &Path, holdings: CurrentHoldings) {
+        if holdings.overflowed {
+            return;
+        }
+        let Ok(metadata) = std::fs::metadata(path) else {
+            return;
+        };
+        let mut rotated = lock(&self.rotated);
+        rotated.insert(path.to_owned(), (Stamp::of(&metadata), holdings));
+        drop(rotated);
+        let (indexes, rotated, path) = (
+            self.indexes.clone(),
+            Arc::clone(&self.rotated),
+            path.to_owned(),
+        );
+        // Should the thread not start, the first read of the file makes the index instead.
+        let _ = std::thread::Builder::new()
+            .name("record-index".into())
+            .spawn(move || {
+                indexes.optionally_get_with_by_ref(&path, || made_of_rotated(&rotated, &path));
+                // A read that found the file before its holdings were handed over indexed it
+                // as it read it whole: they are not needed.
+                lock(&rotated).remove(&path);
+            });
+    }
+
     /// Keeps the index of the file at `path`, fed every line of it.
     pub(super) fn keep(&self, path: &Path, built: IndexBuilder) {
         if let Some(index) = built.finish() {
             self.indexes.insert(path.to_owned(), Arc::new(index));
         }
     }
+}
+
+/// The index of the file rotated to `path`, made of what it held as it was rotated, when
+/// that was noted and the index is not made yet.
+fn made_of_rotated(
+    rotated: &Mutex<HashMap<PathBuf, RotatedHoldings>>,
+    path: &Path,
+) -> Option<Arc<FileIndex>> {
+    let (stamp, holdings) = lock(rotated).remove(path)?;
+    let mut ids: Vec<u64> = holdings.ids.into_iter().collect();
+    let mut tenants: Vec<u64> = holdings.tenants.into_iter().collect();
+    ids.sort_unstable();
+    tenants.sort_unstable();
+    let index = FileIndex::new(stamp, &ids, tenants, holdings.checkpoints)?;
+    Some(Arc::new(index))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Nothing that could panic runs under it.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What one rotated file holds.
@@ -146,6 +209,22 @@ pub(super) struct FileIndex {
 }
 
 impl FileIndex {
+    /// The index of a file of the keys `ids` and the tenants `tenants`, both sorted and without
+    /// repeats; `None` when the filter cannot be made of them.
+    fn new(stamp: Stamp, ids: &[u64], tenants: Vec<u64>, checkpoints: Checkpoints) -> Option<Self> {
+        let ids = if ids.is_empty() {
+            None
+        } else {
+            Some(BinaryFuse16::try_from(ids).ok()?)
+        };
+        Some(Self {
+            stamp,
+            ids,
+            tenants: tenants.into_boxed_slice(),
+            checkpoints,
+        })
+    }
+
     /// Whether the file may hold what is `wanted`: `false` only when it holds none (a
     /// tenant's records are known exactly, an id's may be answered `true` wrongly).
     pub(super) fn may_hold(&self, wanted: Wanted) -> bool {
@@ -300,12 +379,13 @@ impl CurrentHoldings {
         }
     }
 
-    /// Forgets it all: the file was rotated.
-    pub(super) fn clear(&mut self) {
-        self.ids.clear();
-        self.tenants.clear();
-        self.checkpoints = Checkpoints::default();
-        self.overflowed = false;
+    /// Hands over what the file held, and starts again: the file was rotated.
+    pub(super) fn rotated(&mut self) -> Self {
+        let empty = Self {
+            max: self.max,
+            ..Self::default()
+        };
+        std::mem::replace(self, empty)
     }
 
     /// Whether the file may hold what is `wanted`: `false` only when it holds none.
@@ -357,17 +437,7 @@ impl IndexBuilder {
         self.ids.dedup();
         self.tenants.sort_unstable();
         self.tenants.dedup();
-        let ids = if self.ids.is_empty() {
-            None
-        } else {
-            Some(BinaryFuse16::try_from(&self.ids).ok()?)
-        };
-        Some(FileIndex {
-            stamp: self.stamp,
-            ids,
-            tenants: self.tenants.into_boxed_slice(),
-            checkpoints: self.checkpoints,
-        })
+        FileIndex::new(self.stamp, &self.ids, self.tenants, self.checkpoints)
     }
 }
 

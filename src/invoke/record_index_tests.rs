@@ -123,7 +123,8 @@ fn the_current_files_holdings_past_their_bound_are_let_go() {
     assert!(holdings.may_hold(Wanted::Tenant(4)));
     holdings.note(key("e"), 4);
     assert!(holdings.ids.is_empty(), "nothing noted past the bound");
-    holdings.clear();
+    let handed_over = holdings.rotated();
+    assert!(handed_over.overflowed && !holdings.overflowed && holdings.max == 3);
     holdings.note(key("f"), 5);
     assert!(holdings.may_hold(Wanted::Id(key("f"))));
     assert!(!holdings.may_hold(Wanted::Id(key("e"))));
@@ -158,10 +159,12 @@ fn rotated_size(path: &Path) -> u64 {
     rotated.iter().map(|file| file_size(file)).sum()
 }
 
-/// An id not held by the log at `path`, nor (by mistake) by any kept index of its files.
+/// An id not held by the log at `path`, nor (by mistake) by any kept index of its files;
+/// a panic when some file has no index.
 fn missing_id(log: &RecordLog, path: &Path) -> String {
     let rotated = rotated_files(path).expect("listed");
     std::iter::repeat_with(|| uuid::Uuid::new_v4().to_string())
+        .take(1000)
         .find(|id| {
             let wanted = id_wanted(&log.file_indexes, id);
             (rotated.iter()).all(|file| {
@@ -170,26 +173,34 @@ fn missing_id(log: &RecordLog, path: &Path) -> String {
                     .is_some_and(|index| !index.may_hold(wanted))
             })
         })
-        .expect("an id")
+        .expect("an id no index may hold: every rotated file indexed")
 }
 
-/// Once a lookup of an id the files do not hold has read the rotated files, the next reads
-/// no file; the current file, whose records are noted as they are written, is not read
-/// either. Every record is found all the same. Before, each such lookup read every file.
+/// A lookup of an id the files do not hold reads none of them: the files this log rotated
+/// were indexed as they were rotated, from what was noted as they were written (the current
+/// file's holdings); after a restart, once a lookup has read the rotated files whole. Every
+/// record is found all the same. Before, each such lookup read every file.
 #[test]
 fn a_lookup_reads_only_the_files_that_may_hold_its_id() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("records.jsonl");
-    let (log, ids) = rotating_log(&path, 22);
-    assert_eq!(rotated_files(&path).expect("listed").len(), 10);
-    let find = |id: &str| log.find(TenantId(1), id).expect("read");
+    drop(rotating_log(&path, 22));
     let unknown = uuid::Uuid::new_v4().to_string();
+    let (log, _) = rotating_log(&path, 0);
+    let find = |id: &str| log.find(TenantId(1), id).expect("read");
     let read = bytes_read(&log, || assert!(find(&unknown).is_none()));
     assert_eq!(
         read,
         rotated_size(&path),
-        "the first lookup reads the rotated files"
+        "after a restart, the first lookup reads the rotated files"
     );
+    drop(log);
+    std::fs::remove_dir_all(dir.path()).expect("removed");
+    std::fs::create_dir(dir.path()).expect("made");
+
+    let (log, ids) = rotating_log(&path, 22);
+    assert_eq!(rotated_files(&path).expect("listed").len(), 10);
+    let find = |id: &str| log.find(TenantId(1), id).expect("read");
     // One the indexes answer "does not hold" (they may answer "may hold" for one they do not).
     let missing = missing_id(&log, &path);
     let read = bytes_read(&log, || assert!(find(&missing).is_none()));
@@ -251,6 +262,7 @@ fn what_the_current_file_holds_is_known_across_rotations_and_restarts() {
     );
     assert_eq!(find(&log, odd_ids[1]), Some(6));
     drop(log);
+    let rotated_before_the_restart = rotated_size(&path);
 
     let reopened = RecordLog::open(&path, 1, line_size() * 5 / 2).expect("open");
     assert_eq!(append_id(&reopened, odd_ids[2]), 8); // current with 7
@@ -258,8 +270,8 @@ fn what_the_current_file_holds_is_known_across_rotations_and_restarts() {
     assert_eq!(append_id(&reopened, odd_ids[3]), 10);
     assert_eq!(append_id(&reopened, odd_ids[4]), 11); // rotates 9-10
     let read = bytes_read(&reopened, || assert!(find(&reopened, &unknown).is_none()));
-    let no_index = "a restart keeps no index of rotated files";
-    assert_eq!(read, rotated_size(&path), "{no_index}");
+    let no_index = "a restart keeps no index of the files rotated before it";
+    assert_eq!(read, rotated_before_the_restart, "{no_index}");
     for (id, sequence) in odd_ids.iter().zip([4, 6, 8, 10]) {
         assert_eq!(find(&reopened, id), Some(sequence), "{id}");
     }
@@ -275,10 +287,13 @@ fn what_the_current_file_holds_is_known_across_rotations_and_restarts() {
     let read = bytes_read(&reopened, || assert!(find(&reopened, &unknown).is_none()));
     let lacking = "not the current file, which lacks the id";
     assert_eq!(read, rotated_size(&path), "{lacking}");
+    let read = bytes_read(&reopened, || assert!(find(&reopened, &unknown).is_none()));
+    assert_eq!(read, 0, "the rotated files read whole were indexed");
 }
 
 /// A listing of a tenant whose records the files do not hold reads none of them once the
-/// rotated ones are indexed; one whose records they hold lists them as before.
+/// rotated ones are indexed (as they are rotated; after a restart, as a read reads them
+/// whole); one whose records they hold lists them as before.
 #[test]
 fn a_listing_skips_the_files_without_its_tenant() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -288,24 +303,60 @@ fn a_listing_skips_the_files_without_its_tenant() {
     of_two.tenant = TenantId(2);
     log.append(of_two).expect("append");
     log.append(draft("t")).expect("append");
-    let list = |tenant| {
+    let list = |log: &RecordLog, tenant| {
         let below = (u64::MAX, 100);
         let filter = RecordFilter::default();
         (log.list_in_files(TenantId(tenant), &filter, below, FILE_BYTES_PER_PAGE))
             .expect("read")
             .records
     };
-    let read = bytes_read(&log, || assert!(list(3).is_empty()));
-    assert_eq!(read, rotated_size(&path), "the rotated files are read once");
-    let read = bytes_read(&log, || assert!(list(3).is_empty()));
+    let read = bytes_read(&log, || assert!(list(&log, 3).is_empty()));
+    assert_eq!(
+        read, 0,
+        "no file is read: they were indexed as they were rotated"
+    );
+    drop(log);
+    let log = RecordLog::open(&path, 1, line_size() * 5 / 2).expect("open");
+    let read = bytes_read(&log, || assert!(list(&log, 3).is_empty()));
+    let once = "after a restart, the rotated files are read once";
+    assert_eq!(read, rotated_size(&path), "{once}");
+    let read = bytes_read(&log, || assert!(list(&log, 3).is_empty()));
     assert_eq!(read, 0, "no file is read");
-    let listed: Vec<u64> = list(2).iter().map(|record| record.sequence).collect();
+    let listed: Vec<u64> = list(&log, 2).iter().map(|r| r.sequence).collect();
     assert_eq!(listed, [21]);
-    let listed: Vec<u64> = list(1).iter().map(|record| record.sequence).collect();
+    let listed: Vec<u64> = list(&log, 1).iter().map(|r| r.sequence).collect();
     assert_eq!(
         listed,
         (1..=22).rev().filter(|&n| n != 21).collect::<Vec<_>>()
     );
+}
+
+/// A file is indexed as it is rotated from what was noted as its records were written; not
+/// when those holdings were let go past their bound (it is read, and indexed as it is read
+/// whole, then). The index is dropped once the file changes.
+#[test]
+fn a_file_is_indexed_as_it_is_rotated_unless_its_holdings_were_let_go() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let indexes = FileIndexes::default();
+    let key = |id: &str| indexes.keys().id_key(id);
+    let (kept, let_go) = (dir.path().join("kept"), dir.path().join("let-go"));
+    for (path, max) in [(&kept, 10), (&let_go, 1)] {
+        std::fs::write(path, "the lines\n").expect("written");
+        let mut holdings = CurrentHoldings {
+            max,
+            ..CurrentHoldings::default()
+        };
+        holdings.note(key("a"), 1);
+        holdings.note(key("b"), 2);
+        indexes.rotated(path, holdings.rotated());
+    }
+    let index = indexes.of(&kept).expect("indexed as it was rotated");
+    assert!(index.may_hold(Wanted::Id(key("a"))) && index.may_hold(Wanted::Id(key("b"))));
+    assert!(index.may_hold(Wanted::Tenant(1)) && index.may_hold(Wanted::Tenant(2)));
+    assert!(!index.may_hold(Wanted::Tenant(3)));
+    assert!(indexes.of(&let_go).is_none(), "let go: no index");
+    std::fs::write(&kept, "other lines\n").expect("written");
+    assert!(indexes.of(&kept).is_none(), "changed: no index");
 }
 
 /// A rotated file changed after it was indexed (edited by hand, restored from a copy) is read

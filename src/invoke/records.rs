@@ -157,7 +157,7 @@ pub struct RecordLog {
     state: Mutex<LogState>,
     /// Who may read the files now (`record_lookup`): a few at once, one per tenant.
     file_readers: FileReaders,
-    /// What the rotated files read whole hold (`record_index`).
+    /// What the rotated files hold (`record_index`).
     pub(super) file_indexes: FileIndexes,
     /// The bytes of the files read by lookups and listings.
     pub(super) file_bytes_read: AtomicU64,
@@ -326,7 +326,7 @@ impl RecordLog {
                 let to = rotated_path(file.path(), state.file_first_sequence);
                 match file.rotate(&to) {
                     Ok(()) => {
-                        state.holdings.clear();
+                        self.file_indexes.rotated(&to, state.holdings.rotated());
                         if let Some(sync) = &self.sync {
                             sync.switch(file.shared());
                         }
