@@ -379,9 +379,13 @@ impl CurrentHoldings {
         }
     }
 
-    /// Hands over what the file held, and starts again: the file was rotated.
+    /// Hands over what the file held, and starts again: the file was rotated. The sets start
+    /// as large as the last file's, so they are not grown again (a rehash of hundreds of
+    /// thousands of keys) while the log's lock is held for an append.
     pub(super) fn rotated(&mut self) -> Self {
         let empty = Self {
+            ids: HashSet::with_capacity(self.ids.len()),
+            tenants: HashSet::with_capacity(self.tenants.len()),
             max: self.max,
             ..Self::default()
         };
