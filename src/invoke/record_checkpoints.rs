@@ -202,7 +202,8 @@ mod tests {
             assert_eq!(pages(&log, tenant).0, scan(tenant), "tenant {tenant}");
             let (listed, most_over) = pages(&log, tenant);
             assert_eq!(listed, scan(tenant), "tenant {tenant}, indexed");
-            // The stretch holding its oldest record is read from the checkpoint before it.
+            // Past them, a page reads the line it starts at, and the stretch holding its
+            // oldest record from the checkpoint before that record.
             let stretch = CHECKPOINT_BYTES + longest_line;
             assert!(most_over <= stretch, "a page read {most_over} bytes over");
         }
