@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::invoke_fixture::get_record;
+use common::invoke_fixture::{get_record, tenant_records};
 use common::provider::start_structs_provider;
 use common::*;
 use serde_json::json;
@@ -19,16 +19,7 @@ const READ_BYTES: &str = "toolplane_invocation_record_file_read_bytes_total";
 async fn empty_listing_reads(server: &TestServer, url: &str) -> f64 {
     let http = http_client();
     let before = scraped(&http, url, READ_BYTES).await;
-    let mut client = ToolInvokeServiceClient::new(server.channel().await);
-    let listed = client
-        .list_invocation_records(pb::ListInvocationRecordsRequest {
-            meta: meta(7),
-            ..Default::default()
-        })
-        .await
-        .expect("listed")
-        .into_inner();
-    assert!(listed.records.is_empty());
+    assert!(tenant_records(server, 7).await.is_empty());
     scraped(&http, url, READ_BYTES).await - before
 }
 
@@ -113,20 +104,8 @@ async fn rotated_files_read_once_are_skipped_when_they_cannot_hold_what_is_asked
             .expect("found");
         assert_eq!(found.record_sha256, record.record_sha256);
     }
-    let mut client = ToolInvokeServiceClient::new(server.channel().await);
-    let listed = client
-        .list_invocation_records(pb::ListInvocationRecordsRequest {
-            meta: meta(0),
-            ..Default::default()
-        })
-        .await
-        .expect("listed")
-        .into_inner();
-    let sequences: Vec<u64> = listed
-        .records
-        .iter()
-        .map(|record| record.sequence)
-        .collect();
+    let listed = tenant_records(&server, 0).await;
+    let sequences: Vec<u64> = listed.iter().map(|record| record.sequence).collect();
     assert_eq!(sequences, [6, 5, 4, 3, 2, 1]);
     server.stop().await;
 }

@@ -5,7 +5,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::invoke_fixture::get_record;
+use common::invoke_fixture::{get_record, tenant_records};
 use common::process::toolplane_cli;
 use common::provider::{TestProvider, start_structs_provider};
 use common::*;
@@ -250,16 +250,8 @@ async fn a_rotated_record_log_verifies_as_one_chain() {
     provider.stop().await;
     first.stop().await;
     let second = TestServer::start_with(options).await;
-    let mut client = ToolInvokeServiceClient::new(second.channel().await);
-    let listed = client
-        .list_invocation_records(pb::ListInvocationRecordsRequest {
-            meta: meta(0),
-            ..Default::default()
-        })
-        .await
-        .expect("listed")
-        .into_inner();
-    let sequences: Vec<u64> = listed.records.iter().map(|r| r.sequence).collect();
+    let listed = tenant_records(&second, 0).await;
+    let sequences: Vec<u64> = listed.iter().map(|r| r.sequence).collect();
     assert_eq!(
         sequences,
         [3, 2, 1],

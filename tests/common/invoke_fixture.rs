@@ -213,6 +213,20 @@ pub async fn records(
         .records
 }
 
+/// The first page of `tenant`'s invocation records, of every tool.
+pub async fn tenant_records(server: &TestServer, tenant: u64) -> Vec<pb::InvocationRecord> {
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    client
+        .list_invocation_records(pb::ListInvocationRecordsRequest {
+            meta: meta(tenant),
+            ..Default::default()
+        })
+        .await
+        .expect("listed")
+        .into_inner()
+        .records
+}
+
 /// GetInvocationRecord of `invocation_id` for `tenant`: the record, or the status.
 pub async fn get_record(
     server: &TestServer,
