@@ -130,6 +130,32 @@ fn the_current_files_holdings_past_their_bound_are_let_go() {
     assert!(!holdings.may_hold(Wanted::Id(key("e"))));
 }
 
+/// The ids of a file of the default size are noted without growing their set (a rehash of
+/// every key noted, under the log's lock), and the next file's set starts as large; a log
+/// never rotated starts with none.
+#[test]
+fn the_current_files_holdings_start_as_large_as_its_records_need() {
+    use crate::invoke::records::DEFAULT_ROTATE_BYTES;
+    let mut holdings = CurrentHoldings::for_file(DEFAULT_ROTATE_BYTES);
+    let capacity = holdings.ids.capacity();
+    let records = DEFAULT_ROTATE_BYTES / RECORD_LINE_BYTES;
+    for key in 0..records {
+        holdings.note(key, key % 100);
+    }
+    assert_eq!(
+        holdings.ids.capacity(),
+        capacity,
+        "grown for {records} records"
+    );
+    drop(holdings.rotated());
+    assert_eq!(
+        holdings.ids.capacity(),
+        capacity,
+        "the next file's as large"
+    );
+    assert_eq!(CurrentHoldings::for_file(0).ids.capacity(), 0);
+}
+
 /// A log of two records a file, one held in memory, with `count` records of tenant 1.
 fn rotating_log(path: &Path, count: usize) -> (RecordLog, Vec<String>) {
     let log = RecordLog::open(path, 1, line_size() * 5 / 2).expect("open");

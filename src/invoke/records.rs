@@ -225,6 +225,7 @@ impl RecordLog {
         let file = {
             let state = log.state_mut();
             state.rotate_bytes = rotate_bytes;
+            state.holdings = CurrentHoldings::for_file(rotate_bytes);
             state.file_first_sequence = state.next_sequence;
             let (mut number, mut offset) = (0, 0);
             LogFile::open(path, |bytes| {
