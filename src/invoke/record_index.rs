@@ -182,9 +182,8 @@ fn made_of_rotated(
     path: &Path,
 ) -> Option<Arc<FileIndex>> {
     let (stamp, holdings) = lock(rotated).remove(path)?;
-    let mut ids: Vec<u64> = holdings.ids.into_iter().collect();
+    let ids: Vec<u64> = holdings.ids.into_iter().collect();
     let mut tenants: Vec<u64> = holdings.tenants.into_iter().collect();
-    ids.sort_unstable();
     tenants.sort_unstable();
     let index = FileIndex::new(stamp, &ids, tenants, holdings.checkpoints)?;
     Some(Arc::new(index))
@@ -209,8 +208,8 @@ pub(super) struct FileIndex {
 }
 
 impl FileIndex {
-    /// The index of a file of the keys `ids` and the tenants `tenants`, both sorted and without
-    /// repeats; `None` when the filter cannot be made of them.
+    /// The index of a file of the keys `ids` (without repeats) and the tenants `tenants`
+    /// (sorted, without repeats); `None` when the filter cannot be made of them.
     fn new(stamp: Stamp, ids: &[u64], tenants: Vec<u64>, checkpoints: Checkpoints) -> Option<Self> {
         let ids = if ids.is_empty() {
             None
