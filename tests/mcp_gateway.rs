@@ -12,7 +12,7 @@ use base64::Engine;
 use common::mcp_server::{
     PythonMcpServer, importing, importing_command, invoke, node_reference_server, output, wait_for,
 };
-use common::{TestServer, meta};
+use common::{TestServer, client_timed_out, meta};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService};
@@ -235,7 +235,11 @@ async fn a_call_toolplane_gives_up_on_is_cancelled_at_the_mcp_server() {
         .invoke_tool(timed)
         .await
         .expect_err("past its deadline");
-    assert_eq!(timed_out.code(), Code::DeadlineExceeded, "{timed_out:?}");
+    // Answered at its deadline, or left by the client as its deadline passed: cancelled at the
+    // MCP server either way (below).
+    if !client_timed_out(&timed_out) {
+        assert_eq!(timed_out.code(), Code::DeadlineExceeded, "{timed_out:?}");
+    }
 
     let left = tokio::time::timeout(
         Duration::from_millis(500),

@@ -310,6 +310,14 @@ pub async fn get_service(
         .map(|response| response.into_inner().service.expect("service set"))
 }
 
+/// Whether `error` is the client's own deadline rather than the server's answer to it: tonic's
+/// channel keeps a request's deadline (`grpc-timeout`) too, and toolplane answers 50 ms ahead
+/// of it (DEADLINE_EXCEEDED), so on a busy machine the client's timer may fire first
+/// (CANCELLED, "Timeout expired"); the call is then one its caller left.
+pub fn client_timed_out(error: &tonic::Status) -> bool {
+    error.code() == tonic::Code::Cancelled && error.message() == "Timeout expired"
+}
+
 /// The ErrorInfo reason of a status.
 pub fn reason(status: &tonic::Status) -> String {
     use tonic_types::StatusExt;
