@@ -5,13 +5,10 @@
 
 use crate::common;
 
-use common::invoke_fixture::{get_record, tenant_records};
+use common::invoke_fixture::{get_record, invoke_power, tenant_records};
 use common::provider::start_structs_provider;
 use common::*;
-use serde_json::json;
 use toolplane::grpc::ServerOptions;
-use toolplane::pb;
-use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
 
 const READ_BYTES: &str = "toolplane_invocation_record_file_read_bytes_total";
 
@@ -52,20 +49,9 @@ async fn rotated_files_read_once_are_skipped_when_they_cannot_hold_what_is_asked
     let (server, metrics) = TestServer::start_with_metrics(options.clone()).await;
     let url = format!("http://{metrics}/metrics");
     let provider = start_structs_provider(&server).await;
-    let mut client = ToolInvokeServiceClient::new(server.channel().await);
     let mut made = Vec::new();
     for grams in 1..=6 {
-        let input = json!({"alpha_matter": grams, "generator_type": "reactor"});
-        let answer = client
-            .invoke_tool(pb::InvokeToolRequest {
-                meta: meta(0),
-                tool_name: "structs_calculate_power".into(),
-                input: toolplane::json::json_to_struct(&input),
-                ..Default::default()
-            })
-            .await
-            .expect("succeeds")
-            .into_inner();
+        let answer = invoke_power(&server, grams).await.expect("succeeds");
         made.push(answer.record.expect("a record"));
     }
     let rotated = rotated_sizes(dir.path());

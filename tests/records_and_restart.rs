@@ -5,7 +5,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::invoke_fixture::{get_record, tenant_records};
+use common::invoke_fixture::{get_record, invoke_power, tenant_records};
 use common::process::toolplane_cli;
 use common::provider::{TestProvider, start_structs_provider};
 use common::*;
@@ -14,23 +14,6 @@ use toolplane::grpc::ServerOptions;
 use toolplane::pb;
 use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
 use toolplane::provider::structs::structs_tools;
-
-async fn invoke_power(
-    server: &TestServer,
-    grams: i64,
-) -> Result<pb::InvokeToolResponse, tonic::Status> {
-    let mut client = ToolInvokeServiceClient::new(server.channel().await);
-    let input = json!({"alpha_matter": grams, "generator_type": "reactor"});
-    client
-        .invoke_tool(pb::InvokeToolRequest {
-            meta: meta(0),
-            tool_name: "structs_calculate_power".into(),
-            input: toolplane::json::json_to_struct(&input),
-            ..Default::default()
-        })
-        .await
-        .map(tonic::Response::into_inner)
-}
 
 fn write_lines(path: &std::path::Path, lines: &[&str]) {
     std::fs::write(

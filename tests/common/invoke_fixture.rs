@@ -213,6 +213,25 @@ pub async fn records(
         .records
 }
 
+/// InvokeTool of the structs provider's `structs_calculate_power` for tenant 0, with
+/// `grams` of alpha matter: the answer, or the status.
+pub async fn invoke_power(
+    server: &TestServer,
+    grams: i64,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    let mut client = ToolInvokeServiceClient::new(server.channel().await);
+    let input = json!({"alpha_matter": grams, "generator_type": "reactor"});
+    client
+        .invoke_tool(pb::InvokeToolRequest {
+            meta: meta(0),
+            tool_name: "structs_calculate_power".into(),
+            input: toolplane::json::json_to_struct(&input),
+            ..Default::default()
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
 /// The first page of `tenant`'s invocation records, of every tool.
 pub async fn tenant_records(server: &TestServer, tenant: u64) -> Vec<pb::InvocationRecord> {
     let mut client = ToolInvokeServiceClient::new(server.channel().await);
