@@ -14,8 +14,9 @@
 //! deadline passed, or it went: `invoke::heavy::blocking`) stops at its next line, and one
 //! that waited for its turn meanwhile leaves the line: a lookup of an id the files do not hold
 //! reads every file, gigabytes in a long history.
-//! A rotated file read whole is indexed as it is read, and what the current file holds is
-//! noted as it is written (`record_index`): reads skip the files that hold no record of the
+//! What the current file holds is noted as it is written, and a rotated file is indexed as
+//! it is rotated, or, when this process did not rotate it, as a read reads it whole
+//! (`record_index`): reads skip the files that hold no record of the
 //! id, or of the tenant, they look for; and a page reads a file whose lines' places are known
 //! (`record_checkpoints`) backwards from where it starts, not from the file's start.
 
@@ -65,7 +66,7 @@ impl RecordLog {
                 continue;
             };
             let mut found = None;
-            self.read_lines(file, reading.indexed, &[(0, None)], |line| {
+            self.read_lines(file, reading.indexed(), &[(0, None)], |line| {
                 let Some(line) = line else {
                     return false;
                 };
@@ -141,7 +142,7 @@ impl RecordLog {
                 .unwrap_or_else(|| vec![(0, None)]);
             let mut wanted = wanted;
             let mut newest = VecDeque::with_capacity(wanted);
-            bytes_read += self.read_lines(file, reading.indexed, &stretches, |line| {
+            bytes_read += self.read_lines(file, reading.indexed(), &stretches, |line| {
                 let Some(line) = line else {
                     // A stretch read: its newest matches go on the page, older ones' after.
                     page.records.extend(newest.drain(..).rev());
@@ -177,19 +178,14 @@ impl RecordLog {
     fn may_hold(&self, file: &FileToRead, wanted: Wanted) -> Option<Reading> {
         if let Some((may_hold, checkpoints)) = &file.current {
             return may_hold.then(|| Reading {
-                indexed: true,
                 checkpoints: Some(checkpoints.clone()),
             });
         }
         match self.file_indexes.of(&file.path) {
             Some(index) => index.may_hold(wanted).then(|| Reading {
-                indexed: true,
                 checkpoints: Some(index.checkpoints().clone()),
             }),
-            None => Some(Reading {
-                indexed: false,
-                checkpoints: None,
-            }),
+            None => Some(Reading { checkpoints: None }),
         }
     }
 
@@ -274,10 +270,15 @@ pub struct FilePage {
 
 /// How to read one of the log's files.
 struct Reading {
-    /// Whether it is indexed already (or needs no index: the current file).
-    indexed: bool,
-    /// Where its lines lie, when that is known.
+    /// Where its lines lie, when it is indexed already (or needs no index: the current file).
     checkpoints: Option<Checkpoints>,
+}
+
+impl Reading {
+    /// Whether the file is indexed already (or needs no index).
+    fn indexed(&self) -> bool {
+        self.checkpoints.is_some()
+    }
 }
 
 /// The log's current file, as [`RecordLog::open_current_file`] answers it.
