@@ -15,7 +15,8 @@ Run by the tests of MCP imports (tests/mcp_import*.rs, mcp_gateway.rs, json_log.
     python python_mcp_server.py stdio
 
 With --large-answers (with any of the above), it also offers `zeros`, answering a list of COUNT
-zeros (0.9 MB of JSON for 450,000, 4.95 MB as the protobuf Value InvokeTool answers with).
+zeros (0.9 MB of JSON for 450,000, 4.95 MB as the protobuf Value InvokeTool answers with), as
+structured content and the same JSON as one text block.
 
 With --exponential-schema (with any of the above), it also offers `nested_filter`, whose input
 schema refers twice to itself under a property, so that validating an input n levels deep
@@ -360,7 +361,12 @@ def add_zeros_tool():
 
     def zeros(count: int) -> list[int]:
         """COUNT zeros."""
-        return [0] * count
+        # Answered whole, with its JSON as the one text block, as MCP's structured answers are:
+        # returned as a list, the SDK makes a text block of each zero (450,000 pydantic objects,
+        # about 10 s here, longer than the tests' calls wait on a busy machine).
+        answer = {"result": [0] * count}
+        text = types.TextContent(type="text", text=json.dumps(answer, separators=(",", ":")))
+        return types.CallToolResult(content=[text], structured_content=answer)
 
     server.add_tool(zeros)
 
