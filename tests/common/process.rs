@@ -60,6 +60,12 @@ impl ServerProcess {
         stalled: Option<std::sync::mpsc::Receiver<()>>,
     ) -> Self {
         command.stdout(Stdio::null()).stderr(Stdio::piped());
+        // The tests register endpoints that serve nothing: checked, they would fail the
+        // provider health checks (every 5 s by default) and their services turn NOT_SERVING,
+        // sooner or later in a test as the machine is busy. As in the in-process `TestServer`,
+        // the checks wait a day, unless a test sets them in its environment (set after this;
+        // the environment overrides a config file, so a config file cannot set them here).
+        command.env("TOOLPLANE_PROVIDER_HEALTH_INTERVAL", "24h");
         for (key, value) in extra_env {
             command.env(key, value);
         }
