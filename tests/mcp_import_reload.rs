@@ -198,3 +198,25 @@ async fn imports_follow_the_configuration_file_without_a_restart() {
         server.log_lines_with("next restart")
     );
 }
+
+/// The server toolplane started for a stdio import is stopped as soon as the entry is
+/// removed, with no other MCP session opened or used after it (the sessions' cache once kept
+/// a removed session, and its server running, until it was used again).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removed_stdio_imports_server_stops_at_once() {
+    let Some(command) = PythonMcpServer::stdio_command() else {
+        return;
+    };
+    let config = format!("{HEADER}{}", stdio_entry("beta", &command));
+    let (server, dir) = ServerProcess::start_with_config(&config, &[], &[]);
+    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    wait_for_at(&mut discovery, "beta", |found| found.is_some()).await;
+    let pid = server.child.id();
+    assert_eq!(children_of(pid).len(), 1, "the stdio server runs");
+
+    replace_file(&dir.path().join("toolplane.toml"), HEADER);
+    wait_for_at(&mut discovery, "beta", |found| found.is_none()).await;
+    wait_until("the stdio server stopped", || children_of(pid).is_empty());
+}
