@@ -271,15 +271,10 @@ impl McpCaller {
     /// Closes the session `key`, if it is open (stopping a server toolplane started, once the
     /// calls on it have ended): the next use opens another.
     pub async fn close(&self, key: &SessionKey) {
-        self.drop_session(key).await;
-    }
-
-    /// Takes the session `key` out of the cache, letting go of it now. moka keeps an entry
-    /// invalidated until its next housekeeping, which runs only as the cache is used again:
-    /// without that, a removed import's server kept running (and its connection open) until
-    /// some other MCP session was looked up.
-    async fn drop_session(&self, key: &SessionKey) {
         self.sessions.invalidate(key).await;
+        // moka keeps an invalidated entry (here, the session) until its next housekeeping,
+        // which runs only as the cache is used again: without this, a removed import's server
+        // kept running (and its connection open) until another session was looked up.
         self.sessions.run_pending_tasks().await;
     }
 
@@ -290,7 +285,7 @@ impl McpCaller {
             if !session.is_transport_closed() {
                 return Ok(session);
             }
-            self.drop_session(key).await;
+            self.close(key).await;
         }
         let endpoint = &key.endpoint;
         let url = endpoint
@@ -324,7 +319,7 @@ impl McpCaller {
         if let Some(current) = self.sessions.get(key).await
             && Arc::ptr_eq(&current, session)
         {
-            self.drop_session(key).await;
+            self.close(key).await;
         }
     }
 

@@ -197,13 +197,23 @@ pub async fn invoker(server: &TestServer) -> ToolInvokeServiceClient<Channel> {
     ToolInvokeServiceClient::new(server.channel().await)
 }
 
+/// The first page of tenant 0's invocation records of `tool`.
 pub async fn records(
     client: &mut ToolInvokeServiceClient<Channel>,
     tool: &str,
 ) -> Vec<pb::InvocationRecord> {
+    first_page(client, 0, tool).await
+}
+
+/// The first page of `tenant`'s invocation records of `tool` (every tool when empty).
+async fn first_page(
+    client: &mut ToolInvokeServiceClient<Channel>,
+    tenant: u64,
+    tool: &str,
+) -> Vec<pb::InvocationRecord> {
     client
         .list_invocation_records(pb::ListInvocationRecordsRequest {
-            meta: meta(0),
+            meta: meta(tenant),
             tool_name: tool.into(),
             ..Default::default()
         })
@@ -219,9 +229,9 @@ pub async fn invoke_power(
     server: &TestServer,
     grams: i64,
 ) -> Result<pb::InvokeToolResponse, tonic::Status> {
-    let mut client = ToolInvokeServiceClient::new(server.channel().await);
     let input = json!({"alpha_matter": grams, "generator_type": "reactor"});
-    client
+    invoker(server)
+        .await
         .invoke_tool(pb::InvokeToolRequest {
             meta: meta(0),
             tool_name: "structs_calculate_power".into(),
@@ -234,16 +244,7 @@ pub async fn invoke_power(
 
 /// The first page of `tenant`'s invocation records, of every tool.
 pub async fn tenant_records(server: &TestServer, tenant: u64) -> Vec<pb::InvocationRecord> {
-    let mut client = ToolInvokeServiceClient::new(server.channel().await);
-    client
-        .list_invocation_records(pb::ListInvocationRecordsRequest {
-            meta: meta(tenant),
-            ..Default::default()
-        })
-        .await
-        .expect("listed")
-        .into_inner()
-        .records
+    first_page(&mut invoker(server).await, tenant, "").await
 }
 
 /// GetInvocationRecord of `invocation_id` for `tenant`: the record, or the status.
