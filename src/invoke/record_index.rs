@@ -151,20 +151,24 @@ impl FileIndexes {
         let mut rotated = lock(&self.rotated);
         rotated.insert(path.to_owned(), (Stamp::of(&metadata), holdings));
         drop(rotated);
-        let (indexes, rotated, path) = (
+        let (indexes, rotated, file) = (
             self.indexes.clone(),
             Arc::clone(&self.rotated),
             path.to_owned(),
         );
-        // Should the thread not start, the first read of the file makes the index instead.
-        let _ = std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("record-index".into())
             .spawn(move || {
-                indexes.optionally_get_with_by_ref(&path, || made_of_rotated(&rotated, &path));
+                indexes.optionally_get_with_by_ref(&file, || made_of_rotated(&rotated, &file));
                 // A read that found the file before its holdings were handed over indexed it
                 // as it read it whole: they are not needed.
-                lock(&rotated).remove(&path);
+                lock(&rotated).remove(&file);
             });
+        if spawned.is_err() {
+            // The holdings are let go rather than kept for a read that may never come (a few
+            // MiB a file): the first read of the file indexes it as it reads it whole.
+            lock(&self.rotated).remove(path);
+        }
     }
 
     /// Keeps the index of the file at `path`, fed every line of it.
