@@ -6,6 +6,7 @@
 mod common;
 
 mod agent;
+mod agent_bounds;
 mod agent_control;
 mod agent_stream_backlog;
 mod agents_kept;
@@ -13,6 +14,7 @@ mod bad_registrations;
 mod bearer_tokens;
 mod bench_harness;
 mod cli;
+mod cli_agent;
 mod compression;
 mod deploy;
 mod descriptor_limit;
@@ -48,6 +50,7 @@ mod provider_tls;
 mod rate_limit_reload;
 mod record_file_reads;
 mod records_and_restart;
+mod registration_quotas;
 mod registry_lifecycle;
 mod seed_types;
 mod service_size;
