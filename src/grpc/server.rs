@@ -22,6 +22,7 @@ pub use super::server_options::{
 };
 
 use super::agent::AgentApi;
+use super::config_watch::Reloadable;
 use super::connections::{RuledAccess, serve_connections};
 use super::discovery::DiscoveryApi;
 use super::discovery_wire::DiscoveryServer;
@@ -31,7 +32,7 @@ use super::invoke_wire::InvokeServer;
 use super::outgoing_tls::OutgoingTlsError;
 use super::provider_client::{GrpcProviderCaller, run_health_checks};
 use super::provider_tls::ProviderTls;
-use super::reload_stats::{ReloadStats, ReloadedFiles};
+use super::reload_stats::ReloadStats;
 use super::response_compression::ResponseCompressionService;
 use super::restated::Restated;
 use super::rpc_metering::RpcMeteringLayer;
@@ -49,7 +50,7 @@ use crate::agent::store::{AgentFilesError, AgentStore};
 use crate::invoke::caller::ByEndpointScheme;
 use crate::invoke::health::ProviderHealthBook;
 use crate::invoke::heavy::{self, HeavyWork};
-use crate::invoke::limits::{RateLimitConfig, RateLimits};
+use crate::invoke::limits::RateLimits;
 use crate::invoke::records::{RecordError, RecordLog};
 use crate::invoke::{Invoker, InvokerOptions};
 use crate::mcp::client::McpCaller;
@@ -212,54 +213,20 @@ pub async fn serve_with(
     // Stopped when this function returns.
     let _imports = StopOnDrop(imports.clone());
     let reload_stats = Arc::new(ReloadStats::default());
-    if let Some(source) = options.mcp_imports_source.clone()
-        && !options.tls_reload_interval.is_zero()
-    {
-        super::import_reload::watch(
-            source,
-            imports.clone(),
-            options.tls_reload_interval,
-            &reload_stats,
-            &serving.subscribe(),
-        );
-    }
-    super::tls_reload::watch_all(
-        served_tls.clone().zip(options.tls.clone()),
-        (provider_tls, options.provider_tls.clone()),
-        collector_tls,
-        options.tls_reload_interval,
-        &reload_stats,
-        &serving.subscribe(),
-    );
-    if !options.tls_reload_interval.is_zero() {
-        super::access_reload::watch(
-            access.clone(),
-            options.tenant_access_source.clone(),
-            options.tls_reload_interval,
-            &reload_stats,
-            &serving.subscribe(),
-        );
-    }
     let limits = Arc::new(RateLimits::new(&options.rate_limits));
-    if let Some(source) = options.rate_limits_source.clone()
-        && !options.tls_reload_interval.is_zero()
-    {
-        let live = Arc::clone(&limits);
-        let apply = move |config: RateLimitConfig| {
-            if live.reconfigure(&config) {
-                tracing::info!("rate limits changed in the configuration file put in force");
-            }
-            Ok(())
-        };
-        super::config_watch::watch(
-            source,
-            ReloadedFiles::RateLimitsConfig,
-            apply,
-            options.tls_reload_interval,
-            &reload_stats,
-            &serving.subscribe(),
-        );
-    }
+    super::config_watch::watch_configuration(
+        &options,
+        Reloadable {
+            imports: imports.clone(),
+            served_tls: served_tls.clone(),
+            provider_tls,
+            collector_tls,
+            access: access.clone(),
+            limits: Arc::clone(&limits),
+        },
+        &reload_stats,
+        &serving,
+    );
     let model_calls = Arc::<ModelCalls>::default();
     let model = model_provider(options.model.as_ref(), &model_calls)?;
     let invoker = Invoker::new(
