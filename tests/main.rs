@@ -37,6 +37,7 @@ mod mcp_import;
 mod mcp_import_approval;
 mod mcp_import_oauth;
 mod mcp_import_reload;
+mod mcp_import_stdio;
 mod mcp_import_tls;
 mod metrics;
 mod model_failures;

@@ -1,23 +1,20 @@
 //! Importing the tools of an MCP server (`[[mcp_imports]]`): a real MCP server built with the
 //! official MCP Python SDK (`tests/peers/python_mcp_server.py`) has its tools registered as a
 //! service, discovered and invoked through toolplane over MCP, followed when it says its tool
-//! list changed, and expired while it is gone. The TypeScript SDK's reference server is imported
-//! over stdio. (What MCP clients of toolplane get from imported servers: `mcp_gateway.rs`.)
+//! list changed, and expired while it is gone. (Servers toolplane starts: `mcp_import_stdio.rs`;
+//! what MCP clients of toolplane get from imported servers: `mcp_gateway.rs`.)
 
 use crate::common;
 
 use std::time::Duration;
 
-use common::mcp_server::{
-    PythonMcpServer, importing, importing_command, invoke, node_reference_server, output,
-    register_add_at, wait_for,
-};
+use common::mcp_server::{PythonMcpServer, importing, invoke, output, register_add_at, wait_for};
 use common::{TestServer, meta, reason};
 use serde_json::json;
 use tonic::Code;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::struct_to_json;
-use toolplane::mcp::import::{INHERITED_ENV, MAX_LISTING_PAGES, McpSource};
+use toolplane::mcp::import::{MAX_LISTING_PAGES, McpSource};
 use toolplane::pb;
 
 fn import_of(server: &PythonMcpServer, refresh_interval: Duration) -> ServerOptions {
@@ -71,20 +68,6 @@ async fn imported_from(args: &[&str]) -> Option<(PythonMcpServer, TestServer, pb
         .await
         .expect("imported");
     Some((mcp, server, service))
-}
-
-/// A server importing, as `service`, the MCP server that `command` starts with the variables
-/// `env` (refreshed every minute), and the service once imported.
-async fn import_started(
-    service: &str,
-    command: &[String],
-    env: &[(&str, &str)],
-) -> (TestServer, pb::DiscoveryInfo) {
-    let server = TestServer::start_with(importing_command(service, command, env)).await;
-    let imported = wait_for(&server, service, |found| found.is_some())
-        .await
-        .expect("imported");
-    (server, imported)
 }
 
 /// The server's tools are registered (pydantic schemas with `$defs` and `$ref` included) at
@@ -386,71 +369,6 @@ async fn an_imports_token_is_not_lent_to_other_services_at_its_url() {
     server.stop().await;
 }
 
-/// A server toolplane starts itself (`command`) is spoken to over its standard input and
-/// output: its tools are imported under `mcp+stdio://TENANT/SERVICE` and called, and it is
-/// started again after its process ended, the import following the new process.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_server_started_by_command_is_imported_over_stdio() {
-    let Some(command) = PythonMcpServer::stdio_command() else {
-        return;
-    };
-    let env = [("TOOLPLANE_TEST_SET", "set-value")];
-    let (server, service) = import_started("python-stdio", &command, &env).await;
-    assert_eq!(service.endpoint, "mcp+stdio://0/python-stdio");
-    // Its environment: the variables its entry sets, and of toolplane's only the few every
-    // MCP SDK's stdio client hands on.
-    let getenv = async |name: &str| {
-        let answer = invoke(&server, "getenv", json!({ "name": name }))
-            .await
-            .expect("getenv");
-        output(&answer)["result"]
-            .as_str()
-            .expect("a string")
-            .to_owned()
-    };
-    assert_eq!(getenv("TOOLPLANE_TEST_SET").await, "set-value");
-    assert_eq!(getenv("PATH").await, std::env::var("PATH").expect("PATH"));
-    let (withheld, _) = std::env::vars()
-        .find(|(name, value)| !INHERITED_ENV.contains(&name.as_str()) && !value.is_empty())
-        .expect("a variable of the test's environment beyond the inherited ones");
-    assert_eq!(getenv(&withheld).await, "", "{withheld} was handed on");
-    let added = invoke(&server, "add", json!({"a": 5, "b": 6}))
-        .await
-        .expect("added");
-    assert_eq!(output(&added), json!({"result": 11}));
-    // The server's process ends in the middle of a call: that call fails, the next starts it
-    // again.
-    let crashed = invoke(&server, "quit", json!({}))
-        .await
-        .expect_err("the server is gone");
-    assert_eq!(crashed.code(), Code::Unavailable, "{crashed:?}");
-    assert!(
-        crashed
-            .message()
-            .contains("the MCP server's process ended during the call")
-            && crashed
-                .message()
-                .contains("mcp_server=mcp+stdio://0/python-stdio"),
-        "says what happened and where to look: {crashed:?}"
-    );
-    let again = invoke(&server, "add", json!({"a": 1, "b": 2}))
-        .await
-        .expect("started again");
-    assert_eq!(output(&again), json!({"result": 3}));
-    // The import follows the new process's session: its list_changed is heard at once, not at
-    // the next refresh (a minute away).
-    invoke(&server, "grow", json!({"name": "after_restart"}))
-        .await
-        .expect("grown");
-    wait_for(&server, "python-stdio", |found| {
-        found.is_some_and(|service| {
-            (service.available_tools.iter()).any(|tool| tool.tool_name == "after_restart")
-        })
-    })
-    .await;
-    server.stop().await;
-}
-
 /// A provider may register an MCP server's URL after `mcp+` itself: the tools it lists are
 /// called over MCP.
 #[tokio::test(flavor = "multi_thread")]
@@ -464,46 +382,5 @@ async fn a_registration_with_an_mcp_endpoint_is_called_over_mcp() {
         .await
         .expect("added");
     assert_eq!(output(&added), json!({"result": 7}));
-    server.stop().await;
-}
-
-/// The MCP reference server of the TypeScript SDK (`@modelcontextprotocol/server-everything`),
-/// started over stdio: its tools are imported (as their names and schemas say) and called, a
-/// text answer and a structured one.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_typescript_reference_server_is_imported_over_stdio() {
-    let Some(command) = node_reference_server("server-everything", &["stdio"]) else {
-        return;
-    };
-    let (server, service) = import_started("everything", &command, &[]).await;
-    let names: Vec<&str> = service
-        .available_tools
-        .iter()
-        .map(|tool| tool.tool_name.as_str())
-        .collect();
-    assert!(
-        names.contains(&"get-sum") && names.contains(&"echo"),
-        "{names:?}"
-    );
-    let sum = invoke(&server, "get-sum", json!({"a": 2, "b": 3}))
-        .await
-        .expect("summed");
-    assert_eq!(output(&sum), json!("The sum of 2 and 3 is 5."));
-    let weather = invoke(
-        &server,
-        "get-structured-content",
-        json!({"location": "New York"}),
-    )
-    .await
-    .expect("structured");
-    assert!(
-        output(&weather)["temperature"].is_number(),
-        "{:?}",
-        output(&weather)
-    );
-    let refused = invoke(&server, "get-sum", json!({"a": "two", "b": 3}))
-        .await
-        .expect_err("a is a number");
-    assert_eq!(refused.code(), Code::InvalidArgument);
     server.stop().await;
 }

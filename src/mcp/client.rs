@@ -48,8 +48,16 @@ use crate::invoke::caller::{
     ProviderFailure, ProviderReply,
 };
 
-/// The longest an MCP session may take to open (connect and initialize).
+/// The longest an MCP session with a server at a URL may take to open (connect and
+/// initialize).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest a server toolplane starts may take to answer the initialize request, its start
+/// included. The MCP SDKs' clients wait as long for an answer (the TypeScript SDK's default
+/// request timeout), and a server started by `npx` or `uvx` may fetch its packages first; with
+/// [`CONNECT_TIMEOUT`] a server taking longer than 10 s to start was stopped and started again
+/// without end, never imported.
+pub const STDIO_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The longest a health check's `ping` may take.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// gRPC codes an MCP failure is reported with.

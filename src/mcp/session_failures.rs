@@ -7,7 +7,7 @@ use rmcp::transport::DynamicTransportError;
 use rmcp::transport::auth::AuthError;
 use rmcp::transport::streamable_http_client::StreamableHttpError;
 
-use super::client::{CONNECT_TIMEOUT, McpSession};
+use super::client::{CONNECT_TIMEOUT, McpSession, STDIO_START_TIMEOUT};
 use super::server_logs;
 use crate::grpc::provider_tls::{ProviderTls, causes};
 
@@ -27,12 +27,22 @@ pub(super) async fn initialized(
     opening: impl std::future::Future<Output = Result<McpSession, ClientInitializeError>>,
     via: Via<'_>,
 ) -> Result<McpSession, String> {
-    match tokio::time::timeout(CONNECT_TIMEOUT, opening).await {
+    let limit = match via {
+        Via::Http(_) => CONNECT_TIMEOUT,
+        Via::Stdio { .. } => STDIO_START_TIMEOUT,
+    };
+    match tokio::time::timeout(limit, opening).await {
         Ok(Ok(session)) => Ok(session),
         Ok(Err(error)) => Err(opening_failure(server, &error, via)),
-        Err(_) => Err(format!(
-            "MCP server {server} did not complete the initialize handshake within {CONNECT_TIMEOUT:?}"
-        )),
+        Err(_) => Err(match via {
+            Via::Http(_) => format!(
+                "MCP server {server} did not complete the initialize handshake within {limit:?}"
+            ),
+            Via::Stdio { .. } => format!(
+                "MCP server {server} did not answer the initialize request within {limit:?} of \
+                 its start"
+            ),
+        }),
     }
 }
 
