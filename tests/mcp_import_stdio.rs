@@ -4,14 +4,18 @@
 
 use crate::common;
 
-use common::TestServer;
+use std::time::{Duration, Instant};
+
 use common::mcp_server::{
     PythonMcpServer, importing_command, invoke, node_reference_server, output, wait_for,
 };
+use common::{TestServer, meta};
 use serde_json::json;
 use tonic::Code;
+use tonic::transport::Channel;
 use toolplane::mcp::import::INHERITED_ENV;
 use toolplane::pb;
+use toolplane::pb::health_service_client::HealthServiceClient;
 
 /// A server importing, as `service`, the MCP server that `command` starts with the variables
 /// `env` (refreshed every minute), and the service once imported.
@@ -95,22 +99,69 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
 /// A server toolplane starts that takes longer than 10 s to answer the initialize request (as
 /// one `npx` or `uvx` fetches first may) is imported and called: it has a minute. With the 10 s
 /// a session at a URL has to open, it was stopped at 10 s and started again, never imported.
+/// When its process ends, a health check starts it again without waiting that long: the check
+/// fails after 10 s saying the session is still opening (calls are refused at once meanwhile,
+/// as for any provider failing its check), and a later check finds it started. (A round of
+/// health checks, every endpoint's, was held up until it started.)
 #[tokio::test(flavor = "multi_thread")]
-async fn a_server_slow_to_start_is_imported() {
+async fn a_server_slow_to_start_is_imported_and_its_restart_not_waited_for() {
     let Some(python) = PythonMcpServer::stdio_command() else {
         return;
     };
-    let mut command: Vec<String> = ["sh", "-c", "sleep 11; exec \"$@\"", "sh"]
+    let mut command: Vec<String> = ["sh", "-c", "sleep 12; exec \"$@\"", "sh"]
         .map(str::to_owned)
         .into();
     command.extend(python);
-    let (server, service) = import_started("slow-start", &command, &[]).await;
+    let mut options = importing_command("slow-start", &command, &[]);
+    options.provider_health_interval = Duration::from_secs(1);
+    let server = TestServer::start_with(options).await;
+    let service = wait_for(&server, "slow-start", |found| found.is_some())
+        .await
+        .expect("imported");
     assert_eq!(service.endpoint, "mcp+stdio://0/slow-start");
     let added = invoke(&server, "add", json!({"a": 2, "b": 3}))
         .await
         .expect("added");
     assert_eq!(output(&added), json!({"result": 5}));
+
+    invoke(&server, "quit", json!({}))
+        .await
+        .expect_err("the server is gone");
+    let health = HealthServiceClient::new(server.channel().await);
+    health_becomes(&health, pb::HealthState::Unhealthy).await;
+    let refused = invoke(&server, "add", json!({"a": 1, "b": 1}))
+        .await
+        .expect_err("refused while it starts");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("the MCP session is still opening"),
+        "{refused:?}"
+    );
+    health_becomes(&health, pb::HealthState::Healthy).await;
+    let added = invoke(&server, "add", json!({"a": 1, "b": 1}))
+        .await
+        .expect("started again");
+    assert_eq!(output(&added), json!({"result": 2}));
     server.stop().await;
+}
+
+/// Waits (up to 40 s) until `slow-start` is reported `state`.
+async fn health_becomes(health: &HealthServiceClient<Channel>, state: pb::HealthState) {
+    let give_up = Instant::now() + Duration::from_secs(40);
+    loop {
+        let request = pb::GetServiceHealthRequest {
+            meta: meta(0),
+            service_name: "slow-start".into(),
+        };
+        let answer = health.clone().get_service_health(request).await;
+        if answer.is_ok_and(|answer| answer.into_inner().status == state as i32) {
+            return;
+        }
+        assert!(Instant::now() < give_up, "never {state:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The MCP reference server of the TypeScript SDK (`@modelcontextprotocol/server-everything`),

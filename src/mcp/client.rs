@@ -60,6 +60,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const STDIO_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The longest a health check's `ping` may take.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest a health check waits for the session it pings to open: a session at a URL has
+/// as long to open.
+const HEALTH_OPEN_WAIT: Duration = CONNECT_TIMEOUT;
 /// gRPC codes an MCP failure is reported with.
 pub(super) mod code {
     pub(in crate::mcp) const UNKNOWN: i32 = 2;
@@ -424,10 +427,26 @@ impl McpCaller {
         }
     }
 
-    /// An MCP `ping` of `endpoint`'s server.
+    /// An MCP `ping` of `endpoint`'s server, over its session opened now when there is none.
     async fn ping(self, endpoint: String) -> Result<(), String> {
         let key = self.imports.load().for_health_check(&endpoint);
-        let session = self.session(&key).await?;
+        // Opened on a task of its own, waited for at most HEALTH_OPEN_WAIT: a round of health
+        // checks is not held up for as long as a server toolplane starts may take
+        // (STDIO_START_TIMEOUT), and the opening goes on, a later check finding its session.
+        let opening = tokio::spawn({
+            let (caller, key) = (self.clone(), key.clone());
+            async move { caller.session(&key).await }
+        });
+        let session = match tokio::time::timeout(HEALTH_OPEN_WAIT, opening).await {
+            Ok(Ok(opened)) => opened?,
+            Ok(Err(failed)) => return Err(format!("opening the MCP session failed: {failed}")),
+            Err(_) => {
+                return Err(format!(
+                    "the MCP session is still opening after {HEALTH_OPEN_WAIT:?} (a server \
+                     toolplane starts has {STDIO_START_TIMEOUT:?} to answer)"
+                ));
+            }
+        };
         match tokio::time::timeout(PING_TIMEOUT, session.send_request(ping_request())).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => {
