@@ -100,7 +100,7 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
 /// one `npx` or `uvx` fetches first may) is imported and called: it has a minute. With the 10 s
 /// a session at a URL has to open, it was stopped at 10 s and started again, never imported.
 /// When its process ends, a health check starts it again without waiting that long: the check
-/// fails after 10 s saying the session is still opening (calls are refused at once meanwhile,
+/// fails after 11 s saying the session is still opening (calls are refused at once meanwhile,
 /// as for any provider failing its check), and a later check finds it started. (A round of
 /// health checks, every endpoint's, was held up until it started.)
 #[tokio::test(flavor = "multi_thread")]

@@ -60,9 +60,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const STDIO_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The longest a health check's `ping` may take.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest a health check waits for the session it pings to open: a session at a URL has
-/// as long to open.
-const HEALTH_OPEN_WAIT: Duration = CONNECT_TIMEOUT;
+/// The longest a health check waits for the session it pings to open: a little longer than a
+/// session at a URL has to open, so that the check reports that session's own failure.
+const HEALTH_OPEN_WAIT: Duration = CONNECT_TIMEOUT.saturating_add(Duration::from_secs(1));
 /// gRPC codes an MCP failure is reported with.
 pub(super) mod code {
     pub(in crate::mcp) const UNKNOWN: i32 = 2;

@@ -27,22 +27,19 @@ pub(super) async fn initialized(
     opening: impl std::future::Future<Output = Result<McpSession, ClientInitializeError>>,
     via: Via<'_>,
 ) -> Result<McpSession, String> {
-    let limit = match via {
-        Via::Http(_) => CONNECT_TIMEOUT,
-        Via::Stdio { .. } => STDIO_START_TIMEOUT,
+    let (limit, awaited) = match via {
+        Via::Http(_) => (CONNECT_TIMEOUT, "complete the initialize handshake"),
+        Via::Stdio { .. } => (
+            STDIO_START_TIMEOUT,
+            "answer the initialize request (its start included)",
+        ),
     };
     match tokio::time::timeout(limit, opening).await {
         Ok(Ok(session)) => Ok(session),
         Ok(Err(error)) => Err(opening_failure(server, &error, via)),
-        Err(_) => Err(match via {
-            Via::Http(_) => format!(
-                "MCP server {server} did not complete the initialize handshake within {limit:?}"
-            ),
-            Via::Stdio { .. } => format!(
-                "MCP server {server} did not answer the initialize request within {limit:?} of \
-                 its start"
-            ),
-        }),
+        Err(_) => Err(format!(
+            "MCP server {server} did not {awaited} within {limit:?}"
+        )),
     }
 }
 
