@@ -6,6 +6,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::invoke_fixture::invoker;
 use common::mcp_server::{
     PythonMcpServer, importing_command, invoke, node_reference_server, output, wait_for,
 };
@@ -13,6 +14,7 @@ use common::{TestServer, meta};
 use serde_json::json;
 use tonic::Code;
 use tonic::transport::Channel;
+use toolplane::json::json_to_struct;
 use toolplane::mcp::import::INHERITED_ENV;
 use toolplane::pb;
 use toolplane::pb::health_service_client::HealthServiceClient;
@@ -105,13 +107,9 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
 /// health checks, every endpoint's, was held up until it started.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_slow_to_start_is_imported_and_its_restart_not_waited_for() {
-    let Some(python) = PythonMcpServer::stdio_command() else {
+    let Some(command) = slow_to_start() else {
         return;
     };
-    let mut command: Vec<String> = ["sh", "-c", "sleep 12; exec \"$@\"", "sh"]
-        .map(str::to_owned)
-        .into();
-    command.extend(python);
     let mut options = importing_command("slow-start", &command, &[]);
     options.provider_health_interval = Duration::from_secs(1);
     let server = TestServer::start_with(options).await;
@@ -145,6 +143,58 @@ async fn a_server_slow_to_start_is_imported_and_its_restart_not_waited_for() {
         .expect("started again");
     assert_eq!(output(&added), json!({"result": 2}));
     server.stop().await;
+}
+
+/// Calls whose deadline (3 s) is shorter than the start of a server toolplane starts again get
+/// an answer once it has started: the start goes on when a call gives up on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_giving_up_on_a_slow_start_does_not_stop_it() {
+    let Some(command) = slow_to_start() else {
+        return;
+    };
+    // No health check opens the session meanwhile: only the calls wait for it.
+    let mut options = importing_command("slow-start", &command, &[]);
+    options.provider_health_interval = Duration::from_secs(24 * 3600);
+    let server = TestServer::start_with(options).await;
+    wait_for(&server, "slow-start", |found| found.is_some()).await;
+    invoke(&server, "quit", json!({}))
+        .await
+        .expect_err("the server is gone");
+    let mut client = invoker(&server).await;
+    let give_up = Instant::now() + Duration::from_secs(45);
+    let mut given_up = 0;
+    let answer = loop {
+        let mut request = tonic::Request::new(pb::InvokeToolRequest {
+            meta: meta(0),
+            tool_name: "add".into(),
+            input: json_to_struct(&json!({"a": 1, "b": 1})),
+            ..Default::default()
+        });
+        request.set_timeout(Duration::from_secs(3));
+        match client.invoke_tool(request).await {
+            Ok(answer) => break answer.into_inner(),
+            // The server's answer at the deadline, or the client's own timeout a moment after.
+            Err(status) => assert!(
+                matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled),
+                "{status:?}"
+            ),
+        }
+        given_up += 1;
+        assert!(Instant::now() < give_up, "never answered");
+    };
+    assert_eq!(output(&answer), json!({"result": 2}));
+    assert!(given_up > 0, "the first calls waited for the start");
+    server.stop().await;
+}
+
+/// The Python server's command made to take 12 s to start (`None` when the Python peers are
+/// not installed).
+fn slow_to_start() -> Option<Vec<String>> {
+    let mut command: Vec<String> = ["sh", "-c", "sleep 12; exec \"$@\"", "sh"]
+        .map(str::to_owned)
+        .into();
+    command.extend(PythonMcpServer::stdio_command()?);
+    Some(command)
 }
 
 /// Waits (up to 40 s) until `slow-start` is reported `state`.

@@ -307,21 +307,29 @@ impl McpCaller {
         let tls = self.tls.clone();
         let token_requests = Arc::clone(&self.token_requests);
         let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
-        let endpoint = endpoint.clone();
-        self.sessions
-            .try_get_with(key.clone(), async move {
-                let opened = match command {
-                    Some(server) => start(&endpoint, &server).await,
-                    None if stdio => Err(format!(
-                        "no MCP server command is configured for {url}: only an \
-                         [[mcp_imports]] entry starts a server over stdio"
-                    )),
-                    None => connect(&endpoint, &url, auth, &tls, token_requests).await,
-                };
-                opened.map(Arc::new)
-            })
+        let (endpoint, sessions, key) = (endpoint.clone(), self.sessions.clone(), key.clone());
+        let opening = async move {
+            let opened = match command {
+                Some(server) => start(&endpoint, &server).await,
+                None if stdio => Err(format!(
+                    "no MCP server command is configured for {url}: only an \
+                     [[mcp_imports]] entry starts a server over stdio"
+                )),
+                None => connect(&endpoint, &url, auth, &tls, token_requests).await,
+            };
+            opened.map(Arc::new)
+        };
+        // Opened on a task of its own, which those waiting for it (calls, the import's listing,
+        // health checks) join: whichever began it, one that gives up (a call at its deadline, a
+        // health check after HEALTH_OPEN_WAIT) does not stop it, so a server toolplane starts,
+        // which may take up to STDIO_START_TIMEOUT, is not stopped and started again.
+        let opened = tokio::spawn(async move {
+            let opened = sessions.try_get_with(key, opening).await;
+            opened.map_err(|error| error.to_string())
+        });
+        opened
             .await
-            .map_err(|error| error.to_string())
+            .map_err(|failed| format!("opening the MCP session failed: {failed}"))?
     }
 
     /// Forgets `session`, the session `key` (it failed), so the next use opens another; a
@@ -430,16 +438,11 @@ impl McpCaller {
     /// An MCP `ping` of `endpoint`'s server, over its session opened now when there is none.
     async fn ping(self, endpoint: String) -> Result<(), String> {
         let key = self.imports.load().for_health_check(&endpoint);
-        // Opened on a task of its own, waited for at most HEALTH_OPEN_WAIT: a round of health
-        // checks is not held up for as long as a server toolplane starts may take
-        // (STDIO_START_TIMEOUT), and the opening goes on, a later check finding its session.
-        let opening = tokio::spawn({
-            let (caller, key) = (self.clone(), key.clone());
-            async move { caller.session(&key).await }
-        });
-        let session = match tokio::time::timeout(HEALTH_OPEN_WAIT, opening).await {
-            Ok(Ok(opened)) => opened?,
-            Ok(Err(failed)) => return Err(format!("opening the MCP session failed: {failed}")),
+        // Waited for at most HEALTH_OPEN_WAIT: a round of health checks is not held up for as
+        // long as a server toolplane starts may take (STDIO_START_TIMEOUT); the opening goes
+        // on, and a later check finds its session.
+        let session = match tokio::time::timeout(HEALTH_OPEN_WAIT, self.session(&key)).await {
+            Ok(opened) => opened?,
             Err(_) => {
                 return Err(format!(
                     "the MCP session is still opening after {HEALTH_OPEN_WAIT:?} (a server \
