@@ -148,7 +148,8 @@ pub fn importing(
 }
 
 /// Server options importing `source`'s tools as `service` of tenant 0, authenticating as
-/// `auth` says.
+/// `auth` says. Providers' health is checked once a day, as `TestServer::start` has it: a test
+/// about health checks sets its own interval.
 pub fn importing_with(
     service: &str,
     source: McpSource,
@@ -164,6 +165,7 @@ pub fn importing_with(
             auth,
             approved_tools: None,
         }],
+        provider_health_interval: Duration::from_secs(24 * 3600),
         ..ServerOptions::default()
     }
 }
