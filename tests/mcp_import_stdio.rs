@@ -152,11 +152,8 @@ async fn a_call_giving_up_on_a_slow_start_does_not_stop_it() {
     let Some(command) = slow_to_start() else {
         return;
     };
-    // No health check opens the session meanwhile: only the calls wait for it.
-    let mut options = importing_command("slow-start", &command, &[]);
-    options.provider_health_interval = Duration::from_secs(24 * 3600);
-    let server = TestServer::start_with(options).await;
-    wait_for(&server, "slow-start", |found| found.is_some()).await;
+    // Its health is checked once a day (`importing_with`): no check opens the session meanwhile.
+    let (server, _) = import_started("slow-start", &command, &[]).await;
     invoke(&server, "quit", json!({}))
         .await
         .expect_err("the server is gone");
