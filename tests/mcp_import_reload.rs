@@ -220,3 +220,24 @@ async fn a_removed_stdio_imports_server_stops_at_once() {
     wait_for_at(&mut discovery, "beta", |found| found.is_none()).await;
     wait_until("the stdio server stopped", || children_of(pid).is_empty());
 }
+
+/// A stdio import removed while the server toolplane started for it is still starting (here
+/// for 12 s) stops that start at once: it no longer went on to leave a server running that no
+/// import uses (until toolplane exited).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stdio_import_removed_while_its_server_starts_stops_it() {
+    let Some(command) = PythonMcpServer::slow_stdio_command() else {
+        return;
+    };
+    let config = format!("{HEADER}{}", stdio_entry("slow", &command));
+    let (server, dir) = ServerProcess::start_with_config(&config, &[], &[]);
+    let pid = server.child.id();
+    wait_until("the stdio server started", || children_of(pid).len() == 1);
+
+    replace_file(&dir.path().join("toolplane.toml"), HEADER);
+    // Within 20 s, while the start (12 s, then the server's own) would still be under way or
+    // just done: with the start going on, its server was running then and kept running.
+    wait_until("the stdio server stopped", || children_of(pid).is_empty());
+    let log = server.log_lines_with("closed while it was opening");
+    assert!(!log.is_empty(), "the log says why the start ended");
+}

@@ -107,7 +107,7 @@ async fn a_server_started_by_command_is_imported_over_stdio() {
 /// health checks, every endpoint's, was held up until it started.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_slow_to_start_is_imported_and_its_restart_not_waited_for() {
-    let Some(command) = slow_to_start() else {
+    let Some(command) = PythonMcpServer::slow_stdio_command() else {
         return;
     };
     let mut options = importing_command("slow-start", &command, &[]);
@@ -149,7 +149,7 @@ async fn a_server_slow_to_start_is_imported_and_its_restart_not_waited_for() {
 /// an answer once it has started: the start goes on when a call gives up on it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_giving_up_on_a_slow_start_does_not_stop_it() {
-    let Some(command) = slow_to_start() else {
+    let Some(command) = PythonMcpServer::slow_stdio_command() else {
         return;
     };
     // Its health is checked once a day (`importing_with`): no check opens the session meanwhile.
@@ -182,16 +182,6 @@ async fn a_call_giving_up_on_a_slow_start_does_not_stop_it() {
     assert_eq!(output(&answer), json!({"result": 2}));
     assert!(given_up > 0, "the first calls waited for the start");
     server.stop().await;
-}
-
-/// The Python server's command made to take 12 s to start (`None` when the Python peers are
-/// not installed).
-fn slow_to_start() -> Option<Vec<String>> {
-    let mut command: Vec<String> = ["sh", "-c", "sleep 12; exec \"$@\"", "sh"]
-        .map(str::to_owned)
-        .into();
-    command.extend(PythonMcpServer::stdio_command()?);
-    Some(command)
 }
 
 /// Waits (up to 40 s) until `slow-start` is reported `state`.

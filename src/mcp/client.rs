@@ -27,21 +27,18 @@ use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
     ServiceError,
 };
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
+use rmcp::transport::Transport;
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::access_tokens::AccessTokens;
-use super::authorized_http::WithAccessTokens;
-use super::import_config::{INHERITED_ENV, McpImport, ServerAuth, StdioServer};
+use super::import_config::McpImport;
 use super::progress_routes::{ProgressRoutes, ProgressTap};
 use super::server_logs;
-use super::session_failures::{Via, failure_text, initialized, inner_failure, scope_refusal};
+use super::session_failures::{failure_text, inner_failure, scope_refusal};
 use super::session_keys::{ImportEndpoints, Opening, SessionKey};
+use super::session_opening::{Openings, connect, start};
 use super::token_requests::TokenRequests;
 use super::tool_call::{call_reporting_progress, reply_of};
-use crate::grpc::outgoing_tls::http_client_builder;
 use crate::grpc::provider_tls::ProviderTls;
 use crate::invoke::caller::{
     FailureKind, MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX, ProviderCall, ProviderCaller,
@@ -73,6 +70,8 @@ pub(super) mod code {
     pub(in crate::mcp) const INTERNAL: i32 = 13;
 }
 
+/// How many sessions are kept (the least used are closed past it).
+const SESSIONS_KEPT: u64 = 10_000;
 /// A session with one MCP server.
 pub type McpSession = RunningService<RoleClient, SessionEvents>;
 
@@ -94,7 +93,7 @@ pub struct SessionEvents {
 impl SessionEvents {
     /// The events of a session with `server` (the endpoint, as the server's log messages are
     /// to name it).
-    fn of(server: &str) -> Self {
+    pub(super) fn of(server: &str) -> Self {
         Self {
             server: server.into(),
             config: ClientConfig::new(
@@ -109,7 +108,7 @@ impl SessionEvents {
 
     /// Opens a session over `transport` (the initialize handshake), its progress reports
     /// routed to the calls they are for as they are received ([`ProgressTap`]).
-    fn open<T>(
+    pub(super) fn open<T>(
         self,
         transport: T,
     ) -> impl Future<Output = Result<McpSession, ClientInitializeError>> + Send
@@ -143,82 +142,6 @@ impl ClientHandler for SessionEvents {
     }
 }
 
-/// Opens a session with the MCP server at `url` (an `http://` or `https://` URL), over TLS as
-/// `tls` says (the TLS to providers: `provider_ca_file` and the client certificate),
-/// authenticating as `auth` says: a bearer token sent as `Authorization: Bearer ...`, or access
-/// tokens got with OAuth client credentials ([`AccessTokens`], each request for one counted in
-/// `token_requests`). The server's log messages name it `endpoint`.
-async fn connect(
-    endpoint: &str,
-    url: &str,
-    auth: Option<ServerAuth>,
-    tls: &ProviderTls,
-    token_requests: Arc<TokenRequests>,
-) -> Result<McpSession, String> {
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
-    let client = http_client_builder(Some(&tls.http_config()))
-        .build()
-        .map_err(|error| format!("cannot make an HTTP client for {url}: {error}"))?;
-    let events = SessionEvents::of(endpoint);
-    match auth {
-        Some(ServerAuth::ClientCredentials(credentials)) => {
-            let obtaining = AccessTokens::obtain(url, &credentials, tls, token_requests);
-            let tokens = tokio::time::timeout(CONNECT_TIMEOUT, obtaining)
-                .await
-                .map_err(|_| {
-                    format!(
-                        "MCP server {url}'s authorization server did not give an access token \
-                         within {CONNECT_TIMEOUT:?}"
-                    )
-                })??;
-            let client = WithAccessTokens {
-                http: client,
-                tokens: Arc::new(tokens),
-            };
-            let transport = StreamableHttpClientTransport::with_client(client, config);
-            initialized(url, events.open(transport), Via::Http(tls)).await
-        }
-        bearer => {
-            if let Some(ServerAuth::Bearer(token)) = bearer {
-                config = config.auth_header(token.0);
-            }
-            let transport = StreamableHttpClientTransport::with_client(client, config);
-            initialized(url, events.open(transport), Via::Http(tls)).await
-        }
-    }
-}
-
-/// Starts the MCP server `server` and opens a session with it over its standard input and
-/// output; its log messages and the lines of its standard error are logged naming it
-/// `endpoint` ([`server_logs`]). It gets the [`INHERITED_ENV`] variables of toolplane's
-/// environment and its own, no others. It is stopped when the session ends.
-async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSession, String> {
-    let shown = server.command.join(" ");
-    let (program, args) = server
-        .command
-        .split_first()
-        .ok_or_else(|| "an empty MCP server command".to_owned())?;
-    let mut process = tokio::process::Command::new(program);
-    process.args(args).env_clear().kill_on_drop(true);
-    for name in INHERITED_ENV {
-        if let Some(value) = std::env::var_os(name) {
-            process.env(name, value);
-        }
-    }
-    for (name, value) in &server.env {
-        process.env(name, &value.0);
-    }
-    let (transport, stderr) = TokioChildProcess::builder(process)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|error| format!("cannot start MCP server {shown:?}: {error}"))?;
-    if let Some(stderr) = stderr {
-        server_logs::relay_stderr(endpoint.into(), stderr);
-    }
-    let opening = SessionEvents::of(endpoint).open(transport);
-    initialized(&shown, opening, Via::Stdio { endpoint }).await
-}
-
 /// Calls tools of MCP servers: over each import's own session for the service it registered,
 /// else over one session per endpoint (see [`super::session_keys`]).
 #[derive(Debug, Clone)]
@@ -230,6 +153,8 @@ pub struct McpCaller {
     tls: ProviderTls,
     /// The OAuth access tokens asked for by the sessions opened.
     token_requests: Arc<TokenRequests>,
+    /// What stops the openings under way.
+    openings: Openings,
 }
 
 impl Default for McpCaller {
@@ -237,10 +162,13 @@ impl Default for McpCaller {
     /// the public CAs.
     fn default() -> Self {
         Self {
-            sessions: moka::future::Cache::builder().max_capacity(10_000).build(),
+            sessions: moka::future::Cache::builder()
+                .max_capacity(SESSIONS_KEPT)
+                .build(),
             imports: Arc::default(),
             tls: ProviderTls::default(),
             token_requests: Arc::default(),
+            openings: Openings::new(SESSIONS_KEPT),
         }
     }
 }
@@ -280,8 +208,21 @@ impl McpCaller {
     }
 
     /// Closes the session `key`, if it is open (stopping a server toolplane started, once the
-    /// calls on it have ended): the next use opens another.
+    /// calls on it have ended), and stops its openings under way (a server being started is
+    /// stopped): the next use opens another.
     pub async fn close(&self, key: &SessionKey) {
+        self.openings.stop(key);
+        self.drop_session(key).await;
+    }
+
+    /// Stops every opening of a session under way (the server is ending): a server being
+    /// started is stopped, rather than left to finish starting.
+    pub fn stop_openings(&self) {
+        self.openings.stop_all();
+    }
+
+    /// Drops the session `key` from those kept, if it is there: the next use opens another.
+    async fn drop_session(&self, key: &SessionKey) {
         self.sessions.invalidate(key).await;
         // moka keeps an invalidated entry (here, the session) until its next housekeeping,
         // which runs only as the cache is used again: without this, a removed import's server
@@ -296,7 +237,8 @@ impl McpCaller {
             if !session.is_transport_closed() {
                 return Ok(session);
             }
-            self.close(key).await;
+            // Not `close`: an opening another use began since is not to be stopped.
+            self.drop_session(key).await;
         }
         let endpoint = &key.endpoint;
         let url = endpoint
@@ -307,22 +249,37 @@ impl McpCaller {
         let tls = self.tls.clone();
         let token_requests = Arc::clone(&self.token_requests);
         let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
+        let stop = self.openings.stop_signal(key);
         let (endpoint, sessions, key) = (endpoint.clone(), self.sessions.clone(), key.clone());
         let opening = async move {
-            let opened = match command {
-                Some(server) => start(&endpoint, &server).await,
-                None if stdio => Err(format!(
-                    "no MCP server command is configured for {url}: only an \
-                     [[mcp_imports]] entry starts a server over stdio"
-                )),
-                None => connect(&endpoint, &url, auth, &tls, token_requests).await,
+            let open = async {
+                match command {
+                    Some(server) => start(&endpoint, &server).await,
+                    None if stdio => Err(format!(
+                        "no MCP server command is configured for {url}: only an \
+                         [[mcp_imports]] entry starts a server over stdio"
+                    )),
+                    None => connect(&endpoint, &url, auth, &tls, token_requests).await,
+                }
             };
-            opened.map(Arc::new)
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => {
+                    tracing::info!(mcp_server = %endpoint, "an MCP session was closed while it was opening: its opening is stopped");
+                    Err(format!(
+                        "the MCP session with {endpoint} was closed while it was opening (its \
+                         import was removed or changed, or toolplane is stopping)"
+                    ))
+                }
+                opened = open => opened.map(Arc::new),
+            }
         };
         // Opened on a task of its own, which those waiting for it (calls, the import's listing,
         // health checks) join: whichever began it, one that gives up (a call at its deadline, a
         // health check after HEALTH_OPEN_WAIT) does not stop it, so a server toolplane starts,
-        // which may take up to STDIO_START_TIMEOUT, is not stopped and started again.
+        // which may take up to STDIO_START_TIMEOUT, is not stopped and started again. What
+        // stops it is closing the session (`close`: its import removed or changed) or
+        // `stop_openings` (the server ending).
         let opened = tokio::spawn(async move {
             let opened = sessions.try_get_with(key, opening).await;
             opened.map_err(|error| error.to_string())
@@ -338,7 +295,7 @@ impl McpCaller {
         if let Some(current) = self.sessions.get(key).await
             && Arc::ptr_eq(&current, session)
         {
-            self.close(key).await;
+            self.drop_session(key).await;
         }
     }
 

@@ -136,11 +136,13 @@ impl LiveImports {
         changes
     }
 
-    /// Stops every import (the server is ending): their registrations are left to expire.
+    /// Stops every import (the server is ending), and every MCP session's opening under way
+    /// (a server being started is stopped): their registrations are left to expire.
     pub fn stop_all(&self) {
         for (_, running) in std::mem::take(&mut *self.running()) {
             running.task.abort();
         }
+        self.0.caller.stop_openings();
     }
 
     /// How many imports are imported now, and how many are not.

@@ -14,6 +14,8 @@
 //! - `session_failures`: what a failed session, or a failed request on one, says.
 //! - [`session_keys`]: which session a use of an MCP server goes over (an import's own, or
 //!   one shared per URL).
+//! - `session_opening`: opening a session (connecting to a server, or starting one), and
+//!   stopping the openings of a session closed.
 //! - [`import`]: the tools of configured MCP servers, registered as services.
 //! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
 //! - [`live_imports`]: the imports running, kept as the configuration file says.
@@ -42,6 +44,7 @@ pub mod rtfs;
 pub mod server_logs;
 mod session_failures;
 pub mod session_keys;
+mod session_opening;
 pub mod sessions;
 pub mod token_requests;
 pub mod tool_call;

@@ -49,6 +49,16 @@ impl PythonMcpServer {
         ])
     }
 
+    /// As [`Self::stdio_command`], made to take 12 s to start (a server started with `npx` or
+    /// `uvx`, which may fetch packages first, can take that long).
+    pub fn slow_stdio_command() -> Option<Vec<String>> {
+        let mut command: Vec<String> = ["sh", "-c", "sleep 12; exec \"$@\"", "sh"]
+            .map(str::to_owned)
+            .into();
+        command.extend(Self::stdio_command()?);
+        Some(command)
+    }
+
     /// Starts the server on `port` (0 picks a free one) once it says it is listening; `None`
     /// when the Python peers are not installed (the test is skipped).
     pub fn start(port: u16) -> Option<Self> {

@@ -1,0 +1,135 @@
+//! Opening a session with an MCP server: connecting to one at a URL ([`connect`]) or starting
+//! one toolplane runs itself ([`start`]); and the openings under way ([`Openings`]), which
+//! closing their session stops.
+
+use std::sync::Arc;
+
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use tokio_util::sync::CancellationToken;
+
+use super::access_tokens::AccessTokens;
+use super::authorized_http::WithAccessTokens;
+use super::client::{CONNECT_TIMEOUT, McpSession, SessionEvents};
+use super::import_config::{INHERITED_ENV, ServerAuth, StdioServer};
+use super::server_logs;
+use super::session_failures::{Via, initialized};
+use super::session_keys::SessionKey;
+use super::token_requests::TokenRequests;
+use crate::grpc::outgoing_tls::http_client_builder;
+use crate::grpc::provider_tls::ProviderTls;
+
+/// What stops the openings under way, by session: closing a session stops the openings of it
+/// begun before (a server being started is stopped), so that an import removed while its
+/// server starts, which may take a minute, leaves no server running that nothing uses. Kept for
+/// as many sessions as the caller keeps: an opening whose session was pushed out by 10,000
+/// others opened since is no longer stopped by closing it, and ends as any other.
+#[derive(Debug, Clone)]
+pub(super) struct Openings(moka::sync::Cache<SessionKey, CancellationToken>);
+
+impl Openings {
+    /// Openings of at most `sessions` sessions known at once.
+    pub(super) fn new(sessions: u64) -> Self {
+        Self(moka::sync::Cache::new(sessions))
+    }
+
+    /// What stops an opening of `key` begun now: cancelled once `key` is closed.
+    pub(super) fn stop_signal(&self, key: &SessionKey) -> CancellationToken {
+        self.0.get_with_by_ref(key, CancellationToken::new)
+    }
+
+    /// Stops the openings of `key` under way.
+    pub(super) fn stop(&self, key: &SessionKey) {
+        if let Some(stop) = self.0.remove(key) {
+            stop.cancel();
+        }
+    }
+
+    /// Stops every opening under way.
+    pub(super) fn stop_all(&self) {
+        for (_, stop) in &self.0 {
+            stop.cancel();
+        }
+        self.0.invalidate_all();
+    }
+}
+
+/// Opens a session with the MCP server at `url` (an `http://` or `https://` URL), over TLS as
+/// `tls` says (the TLS to providers: `provider_ca_file` and the client certificate),
+/// authenticating as `auth` says: a bearer token sent as `Authorization: Bearer ...`, or access
+/// tokens got with OAuth client credentials ([`AccessTokens`], each request for one counted in
+/// `token_requests`). The server's log messages name it `endpoint`.
+pub(super) async fn connect(
+    endpoint: &str,
+    url: &str,
+    auth: Option<ServerAuth>,
+    tls: &ProviderTls,
+    token_requests: Arc<TokenRequests>,
+) -> Result<McpSession, String> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    let client = http_client_builder(Some(&tls.http_config()))
+        .build()
+        .map_err(|error| format!("cannot make an HTTP client for {url}: {error}"))?;
+    let events = SessionEvents::of(endpoint);
+    match auth {
+        Some(ServerAuth::ClientCredentials(credentials)) => {
+            let obtaining = AccessTokens::obtain(url, &credentials, tls, token_requests);
+            let tokens = tokio::time::timeout(CONNECT_TIMEOUT, obtaining)
+                .await
+                .map_err(|_| {
+                    format!(
+                        "MCP server {url}'s authorization server did not give an access token \
+                         within {CONNECT_TIMEOUT:?}"
+                    )
+                })??;
+            let client = WithAccessTokens {
+                http: client,
+                tokens: Arc::new(tokens),
+            };
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            initialized(url, events.open(transport), Via::Http(tls)).await
+        }
+        bearer => {
+            if let Some(ServerAuth::Bearer(token)) = bearer {
+                config = config.auth_header(token.0);
+            }
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            initialized(url, events.open(transport), Via::Http(tls)).await
+        }
+    }
+}
+
+/// Starts the MCP server `server` and opens a session with it over its standard input and
+/// output; its log messages and the lines of its standard error are logged naming it
+/// `endpoint` ([`server_logs`]). It gets the [`INHERITED_ENV`] variables of toolplane's
+/// environment and its own, no others. It is stopped when the session ends.
+pub(super) async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSession, String> {
+    let shown = server.command.join(" ");
+    let (program, args) = server
+        .command
+        .split_first()
+        .ok_or_else(|| "an empty MCP server command".to_owned())?;
+    let mut process = tokio::process::Command::new(program);
+    process.args(args).env_clear().kill_on_drop(true);
+    for name in INHERITED_ENV {
+        if let Some(value) = std::env::var_os(name) {
+            process.env(name, value);
+        }
+    }
+    for (name, value) in &server.env {
+        process.env(name, &value.0);
+    }
+    let (transport, stderr) = TokioChildProcess::builder(process)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("cannot start MCP server {shown:?}: {error}"))?;
+    if let Some(stderr) = stderr {
+        server_logs::relay_stderr(endpoint.into(), stderr);
+    }
+    let opening = SessionEvents::of(endpoint).open(transport);
+    initialized(&shown, opening, Via::Stdio { endpoint }).await
+}
+
+#[cfg(test)]
+#[path = "session_opening_tests.rs"]
+mod tests;

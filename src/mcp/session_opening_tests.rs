@@ -1,0 +1,119 @@
+//! Openings stopped: a server toolplane is starting (a real process, which never answers) is
+//! stopped when its session is closed or every opening is stopped, and a close stops no
+//! opening begun after it.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::super::client::McpCaller;
+use super::super::import_config::{McpImport, McpSource};
+use super::*;
+use crate::envelope::TenantId;
+use crate::grpc::provider_tls::ProviderTls;
+use crate::registry::ServiceName;
+
+/// An import whose server is `script` run by `sh`.
+fn import(script: &str) -> McpImport {
+    McpImport {
+        service: ServiceName::parse("starting").expect("a service name"),
+        source: McpSource::Stdio(StdioServer {
+            command: ["sh", "-c", script].map(str::to_owned).into(),
+            env: Vec::new(),
+        }),
+        tenant: TenantId(0),
+        refresh_interval: Duration::from_secs(60),
+        auth: None,
+        approved_tools: None,
+    }
+}
+
+/// Whether the process `pid` runs (is neither gone nor ended and waiting to be reaped).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Waits (up to 10 s) until `done`.
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < give_up, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A caller starting a server that writes its pid to a file in `dir` and never answers,
+/// the session's key, the opening (on a task) and the server's pid once it runs.
+async fn start_silent_server(
+    dir: &Path,
+) -> (
+    McpCaller,
+    SessionKey,
+    tokio::task::JoinHandle<Result<Arc<McpSession>, String>>,
+    String,
+) {
+    let pid_file = dir.join("pid");
+    let import = import(&format!("echo $$ > {}; exec sleep 60", pid_file.display()));
+    let caller = McpCaller::for_imports(std::slice::from_ref(&import), ProviderTls::default());
+    let key = SessionKey::of_import(&import);
+    let opening = tokio::spawn({
+        let (caller, key) = (caller.clone(), key.clone());
+        async move { caller.session(&key).await }
+    });
+    wait_until("the server started", || pid_file.exists()).await;
+    let pid = std::fs::read_to_string(&pid_file)
+        .expect("the pid")
+        .trim()
+        .to_owned();
+    wait_until("the pid written", || running(&pid)).await;
+    (caller, key, opening, pid)
+}
+
+/// Checks that `opening` ends at once, saying its session was closed, and that the server
+/// `pid` is stopped.
+async fn stopped(opening: tokio::task::JoinHandle<Result<Arc<McpSession>, String>>, pid: &str) {
+    let ended = tokio::time::timeout(Duration::from_secs(5), opening)
+        .await
+        .expect("the opening ends at once")
+        .expect("no panic");
+    let error = ended.expect_err("nothing was opened");
+    assert!(error.contains("was closed while it was opening"), "{error}");
+    wait_until("the server stopped", || !running(pid)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn closing_a_session_stops_its_server_while_it_starts() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let (caller, key, opening, pid) = start_silent_server(dir.path()).await;
+    caller.close(&key).await;
+    stopped(opening, &pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stopping_every_opening_stops_a_server_starting() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let (caller, _, opening, pid) = start_silent_server(dir.path()).await;
+    caller.stop_openings();
+    stopped(opening, &pid).await;
+}
+
+/// A close stops the openings under way, not those begun after it: the server's own failure
+/// (here, its process ending) is what each of them reports.
+#[tokio::test]
+async fn a_close_stops_no_opening_begun_after_it() {
+    let import = import("exit 3");
+    let caller = McpCaller::for_imports(std::slice::from_ref(&import), ProviderTls::default());
+    let key = SessionKey::of_import(&import);
+    for _ in 0..2 {
+        let error = caller
+            .session(&key)
+            .await
+            .expect_err("the server ends at once");
+        assert!(!error.contains("closed while it was opening"), "{error}");
+        assert!(error.contains("exit 3"), "names the server: {error}");
+        caller.close(&key).await;
+    }
+}
