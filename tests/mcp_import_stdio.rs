@@ -184,6 +184,41 @@ async fn a_call_giving_up_on_a_slow_start_does_not_stop_it() {
     server.stop().await;
 }
 
+/// A server toolplane started that stops answering `tools/list` (made to here) does not hold
+/// its import for good: the listing is given up at the end of the lease it would renew (3 s
+/// with a refresh every second; 60 s at most), and the server is stopped and started again,
+/// its new process imported. (The import waited on the listing for good, its service gone.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_stuck_listing_its_tools_is_started_again() {
+    let Some(mut command) = PythonMcpServer::stdio_command() else {
+        return;
+    };
+    command.push("--freezable-listing".into());
+    let mut options = importing_command("stuck", &command, &[]);
+    options.mcp_imports[0].refresh_interval = Duration::from_secs(1);
+    let server = TestServer::start_with(options).await;
+    wait_for(&server, "stuck", |found| found.is_some())
+        .await
+        .expect("imported");
+    invoke(&server, "freeze_listing", json!({}))
+        .await
+        .expect("frozen");
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        // Refused while the service is gone (its lease ended) or its server is starting.
+        let frozen = invoke(&server, "listing_frozen", json!({})).await;
+        if frozen.is_ok_and(|answer| output(&answer) == json!({"result": false})) {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the stuck server was never started again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server.stop().await;
+}
+
 /// Waits (up to 40 s) until `slow-start` is reported `state`.
 async fn health_becomes(health: &HealthServiceClient<Channel>, state: pb::HealthState) {
     let give_up = Instant::now() + Duration::from_secs(40);

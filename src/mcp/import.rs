@@ -36,7 +36,8 @@ pub use super::import_config::{
     McpSource, ReadMcpImports, Secret, ServerAuth, StdioServer,
 };
 pub use super::import_listing::{
-    CheckedTools, ListedTool, MAX_LISTING_PAGES, keep_within_limit, list_tools, read_listing,
+    CheckedTools, LISTING_TIMEOUT, ListedTool, MAX_LISTING_PAGES, keep_within_limit, list_tools,
+    read_listing,
 };
 use super::import_states::ImportState;
 pub use super::live_imports::{ImportChanges, LiveImports};
@@ -178,7 +179,7 @@ fn service_spec(
     listing: Listing<'_>,
     checked: &mut CheckedTools,
 ) -> (ServiceSpec, Vec<HeldTool>) {
-    let ttl = (import.refresh_interval * 3).min(registry.limits().max_ttl);
+    let ttl = import.lease(registry.limits().max_ttl);
     let mut spec = ServiceSpec {
         name: import.service.to_string(),
         version: listing.version,

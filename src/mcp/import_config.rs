@@ -174,6 +174,11 @@ impl McpImport {
             ),
         }
     }
+
+    /// The lease its service is registered with: three refresh intervals, at most `max_ttl`.
+    pub fn lease(&self, max_ttl: Duration) -> Duration {
+        (self.refresh_interval * 3).min(max_ttl)
+    }
 }
 
 impl McpImportConfig {

@@ -9,6 +9,7 @@
 //! is logged once per definition, as a tool held back for approval is).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Duration;
 
 use rmcp::model::{PaginatedRequestParams, Tool};
 use rmcp::service::{Peer, RoleClient, ServiceError};
@@ -29,13 +30,38 @@ pub const MAX_LISTING_PAGES: usize = 50;
 /// left out or held back for approval beside those registered.
 const LISTED_TOOLS_PER_REGISTERED: usize = 4;
 
+/// The longest one listing of a server's tools may take, when the lease it renews is longer:
+/// as long as the MCP SDKs' clients wait for a request's answer (the TypeScript SDK's default).
+pub const LISTING_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The tools of `session`'s server, page by page as MCP's pagination gives them, as rmcp's
 /// `list_all_tools` reads them but bounded: a server whose pages never end (a cursor it gave
 /// before, or pages without end) would otherwise hold the import in one listing forever, its
 /// tools piling up in memory. The listing stops after [`MAX_LISTING_PAGES`] pages, after a
 /// page naming a cursor given before, or once it holds four times `max_tools_per_service`
 /// tools; what was read by then is taken, and why it stopped is logged at WARN.
+///
+/// A listing not done within [`LISTING_TIMEOUT`], or the lease of the import's registration
+/// when shorter (past it, the listing renews nothing), fails: a server that stopped answering
+/// held its import in that listing for good, never renewing its lease or opening its session
+/// again (restarting a server toolplane started). The page asked for is cancelled at the
+/// server (`notifications/cancelled`).
 pub async fn list_tools(
+    session: &Peer<RoleClient>,
+    import: &McpImport,
+    limits: &RegistrationLimits,
+) -> Result<Vec<Tool>, String> {
+    let bound = LISTING_TIMEOUT.min(import.lease(limits.max_ttl));
+    match tokio::time::timeout(bound, list_pages(session, import, limits)).await {
+        Ok(listed) => listed.map_err(|error| error.to_string()),
+        Err(_) => Err(format!(
+            "the MCP server did not finish listing its tools within {bound:?}"
+        )),
+    }
+}
+
+/// The pages of [`list_tools`], unbounded in time.
+async fn list_pages(
     session: &Peer<RoleClient>,
     import: &McpImport,
     limits: &RegistrationLimits,

@@ -45,7 +45,9 @@ too, it accepts only clients presenting a certificate that CA signed.
 With --list-twice NAME, its tool list holds tool NAME twice (as pages of a list that changed
 between them can). With --endless-pages same|new, every page of its tool list names a next page: the
 same cursor every time (a cursor loop), or a new one; it counts the pages it was asked for,
-which tool `pages_listed` answers.
+which tool `pages_listed` answers. With --freezable-listing, it also offers `freeze_listing`,
+after which its process leaves every tools/list request unanswered (as a server stuck in its
+listing would), and `listing_frozen`, which says whether it does.
 With `stdio`, it speaks MCP over its standard input and output instead.
 """
 
@@ -397,6 +399,31 @@ def endless_pages(cursors):
     server._lowlevel_server.add_request_handler("tools/list", types.PaginatedRequestParams, list_page)
 
 
+def freezable_listing():
+    """Adds `freeze_listing`, after which tools/list requests go unanswered, and
+    `listing_frozen`."""
+    frozen = {"now": False}
+
+    def freeze_listing() -> str:
+        """Leaves every later tools/list request of this process unanswered."""
+        frozen["now"] = True
+        return "frozen"
+
+    def listing_frozen() -> bool:
+        """Whether this process leaves tools/list requests unanswered."""
+        return frozen["now"]
+
+    server.add_tool(freeze_listing)
+    server.add_tool(listing_frozen)
+
+    async def list_page(ctx, params):
+        if frozen["now"]:
+            await anyio.sleep_forever()
+        return types.ListToolsResult(tools=await server.list_tools())
+
+    server._lowlevel_server.add_request_handler("tools/list", types.PaginatedRequestParams, list_page)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("port")
@@ -416,9 +443,12 @@ if __name__ == "__main__":
     parser.add_argument("--large-answers", action="store_true")
     parser.add_argument("--list-twice")
     parser.add_argument("--endless-pages", choices=["same", "new"])
+    parser.add_argument("--freezable-listing", action="store_true")
     args = parser.parse_args()
     if args.endless_pages:
         endless_pages(args.endless_pages)
+    if args.freezable_listing:
+        freezable_listing()
     if args.list_twice:
         list_twice(args.list_twice)
     if args.exponential_schema:
