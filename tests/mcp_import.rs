@@ -384,3 +384,24 @@ async fn a_registration_with_an_mcp_endpoint_is_called_over_mcp() {
     assert_eq!(output(&added), json!({"result": 7}));
     server.stop().await;
 }
+
+/// A server restarted (a new process at the same URL, as a rollout does), which no longer
+/// knows the session toolplane had with it, is called over a new session.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_server_is_called_over_a_new_session() {
+    let Some((mcp, server, _)) = imported_from(&[]).await else {
+        return;
+    };
+    let port = mcp.port;
+    let added = invoke(&server, "add", json!({"a": 1, "b": 1}))
+        .await
+        .expect("added");
+    assert_eq!(output(&added), json!({"result": 2}));
+    drop(mcp);
+    let _back = PythonMcpServer::start(port).expect("started again");
+    let added = invoke(&server, "add", json!({"a": 2, "b": 2}))
+        .await
+        .expect("added by the new process");
+    assert_eq!(output(&added), json!({"result": 4}));
+    server.stop().await;
+}
