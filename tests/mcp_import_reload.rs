@@ -241,3 +241,48 @@ async fn a_stdio_import_removed_while_its_server_starts_stops_it() {
     let log = server.log_lines_with("closed while it was opening");
     assert!(!log.is_empty(), "the log says why the start ended");
 }
+
+/// The Python server's stdio command, wrapped to write `marker` once the server has ended by
+/// itself (`None` when the Python peers are not installed): a server killed (SIGKILL, or
+/// SIGTERM, which ends the wrapper) writes nothing.
+fn noting_its_end(marker: &std::path::Path) -> Option<Vec<String>> {
+    let script = format!("\"$@\"; echo ended > {}", marker.display());
+    let mut command: Vec<String> = ["sh", "-c", &script, "sh"].map(str::to_owned).into();
+    command.extend(PythonMcpServer::stdio_command()?);
+    Some(command)
+}
+
+/// A server toolplane started is closed as MCP asks, its standard input closed and given time
+/// to end by itself, when its import is removed and at a clean stop (SIGTERM). At a stop it
+/// was killed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stdio_server_is_closed_gracefully_when_removed_and_at_a_stop() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let (removed, stopped) = (dir.path().join("removed"), dir.path().join("stopped"));
+    let (Some(removed_command), Some(stopped_command)) =
+        (noting_its_end(&removed), noting_its_end(&stopped))
+    else {
+        return;
+    };
+    let kept = stdio_entry("kept", &stopped_command);
+    let config = format!("{HEADER}{kept}{}", stdio_entry("gone", &removed_command));
+    let (server, config_dir) = ServerProcess::start_with_config(&config, &[], &[]);
+    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    wait_for_at(&mut discovery, "gone", |found| found.is_some()).await;
+    wait_for_at(&mut discovery, "kept", |found| found.is_some()).await;
+
+    replace_file(
+        &config_dir.path().join("toolplane.toml"),
+        &format!("{HEADER}{kept}"),
+    );
+    wait_until("the removed import's server ended by itself", || {
+        removed.exists()
+    });
+    assert!(!stopped.exists());
+    assert!(server.terminate().success());
+    wait_until("the server ended by itself at the stop", || {
+        stopped.exists()
+    });
+}

@@ -412,6 +412,8 @@ pub async fn serve_with(
             tracing::warn!("grace period over; closing the connections still open");
         }
     }
+    imports.end().await;
+    mcp_caller.close_all().await;
     spans.shut_down().await;
     Ok(())
 }

@@ -70,6 +70,10 @@ pub(super) mod code {
     pub(in crate::mcp) const INTERNAL: i32 = 13;
 }
 
+/// The longest a session is waited for to close at the server's end: a little more than the
+/// 3 s a started server has to end after its standard input is closed and the 3 s more it has
+/// after SIGTERM (rmcp's stdio shutdown), or than rmcp's wait for a `DELETE` to be answered.
+const SESSION_CLOSE_WAIT: Duration = Duration::from_secs(7);
 /// How many sessions are kept (the least used are closed past it).
 const SESSIONS_KEPT: u64 = 10_000;
 /// A session with one MCP server.
@@ -219,6 +223,37 @@ impl McpCaller {
     /// started is stopped, rather than left to finish starting.
     pub fn stop_openings(&self) {
         self.openings.stop_all();
+    }
+
+    /// Closes every session as MCP asks of a client done with its servers, all at once and
+    /// each within 7 s (the server is ending, its calls drained): a server toolplane started
+    /// has its standard input closed and 3 s to end by itself, then is sent SIGTERM and, 3 s
+    /// later, killed (rmcp's stdio shutdown); rmcp ends a session at a URL with `DELETE`. A
+    /// session a call still uses (one past the drain's grace) is ended without waiting.
+    /// Openings under way are stopped. (Left to the end of the process, a started server was
+    /// killed with no chance to end by itself.)
+    pub async fn close_all(&self) {
+        self.openings.stop_all();
+        let keys: Vec<SessionKey> = (self.sessions.iter())
+            .map(|(key, _)| SessionKey::clone(&key))
+            .collect();
+        let mut removed = Vec::new();
+        for key in keys {
+            removed.extend(self.sessions.remove(&key).await);
+        }
+        // moka holds a removed entry until its housekeeping.
+        self.sessions.run_pending_tasks().await;
+        let mut closing = Vec::new();
+        for session in removed {
+            match Arc::try_unwrap(session) {
+                Ok(mut session) => closing.push(async move {
+                    // Either way it is ended: a join error is a panic, which the log shows.
+                    let _closed = session.close_with_timeout(SESSION_CLOSE_WAIT).await;
+                }),
+                Err(in_use) => in_use.cancellation_token().cancel(),
+            }
+        }
+        futures_util::future::join_all(closing).await;
     }
 
     /// Drops the session `key` from those kept, if it is there: the next use opens another.

@@ -145,6 +145,20 @@ impl LiveImports {
         self.0.caller.stop_openings();
     }
 
+    /// As [`Self::stop_all`], once every import's task has ended: none holds its session any
+    /// more, so the sessions can be closed ([`McpCaller::close_all`]).
+    pub async fn end(&self) {
+        let running = std::mem::take(&mut *self.running());
+        for running in running.values() {
+            running.task.abort();
+        }
+        self.0.caller.stop_openings();
+        for (_, running) in running {
+            // Aborted (or it panicked, which the log shows): it has ended.
+            let _ended = running.task.await;
+        }
+    }
+
     /// How many imports are imported now, and how many are not.
     pub fn counts(&self) -> (u64, u64) {
         let running = self.running();
