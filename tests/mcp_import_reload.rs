@@ -3,7 +3,8 @@
 //! the official MCP Python SDK (one at a URL, one started over stdio): an entry added is
 //! imported, an entry moved to another server follows it, an entry removed is deregistered
 //! (watchers see `REMOVED`) and the server toolplane started for it is stopped, and a file that
-//! does not check is refused with the imports running kept.
+//! does not check is refused with the imports running kept. A server toolplane started is
+//! closed gracefully when removed and at a clean stop, which also ends sessions at URLs.
 
 use crate::common;
 
@@ -284,5 +285,32 @@ async fn a_stdio_server_is_closed_gracefully_when_removed_and_at_a_stop() {
     assert!(server.terminate().success());
     wait_until("the server ended by itself at the stop", || {
         stopped.exists()
+    });
+}
+
+/// At a clean stop (SIGTERM), toolplane ends its session with a server at a URL as MCP asks of
+/// a client (with a `DELETE` of it), so the server need not keep it until it times out. (The
+/// process ended before the session's end was sent.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clean_stop_ends_the_session_at_a_url() {
+    let Some(mcp) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let config = format!("{HEADER}{}", http_entry("alpha", &mcp.url()));
+    let (server, _dir) = ServerProcess::start_with_config(&config, &[], &[]);
+    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    wait_for_at(&mut discovery, "alpha", |found| found.is_some()).await;
+    let opened = mcp.log_lines_with("Created new transport with session ID: ");
+    let [opened] = opened.as_slice() else {
+        panic!("one session: {opened:?}");
+    };
+    let id = opened.rsplit(' ').next().expect("an ID").to_owned();
+    assert!(server.terminate().success());
+    // The server's log is read on a thread of the test's: its line may come a moment later.
+    let ended = format!("Terminating session: {id}");
+    wait_until("the session was ended", || {
+        !mcp.log_lines_with(&ended).is_empty()
     });
 }

@@ -139,24 +139,26 @@ impl LiveImports {
     /// Stops every import (the server is ending), and every MCP session's opening under way
     /// (a server being started is stopped): their registrations are left to expire.
     pub fn stop_all(&self) {
-        for (_, running) in std::mem::take(&mut *self.running()) {
-            running.task.abort();
-        }
-        self.0.caller.stop_openings();
+        self.abort_all();
     }
 
     /// As [`Self::stop_all`], once every import's task has ended: none holds its session any
     /// more, so the sessions can be closed ([`McpCaller::close_all`]).
     pub async fn end(&self) {
+        for (_, running) in self.abort_all() {
+            // Aborted (or it panicked, which the log shows): it has ended.
+            let _ended = running.task.await;
+        }
+    }
+
+    /// Aborts every import's task and stops the openings under way; the imports that ran.
+    fn abort_all(&self) -> BTreeMap<(TenantId, ServiceName), Running> {
         let running = std::mem::take(&mut *self.running());
         for running in running.values() {
             running.task.abort();
         }
         self.0.caller.stop_openings();
-        for (_, running) in running {
-            // Aborted (or it panicked, which the log shows): it has ended.
-            let _ended = running.task.await;
-        }
+        running
     }
 
     /// How many imports are imported now, and how many are not.

@@ -17,7 +17,7 @@ use toolplane::pb::discovery_service_client::DiscoveryServiceClient;
 use toolplane::registry::ServiceName;
 
 use super::TestServer;
-use super::process::{Runtime, peer_script};
+use super::process::{KeptLog, Runtime, peer_script};
 
 /// The MCP server, stopped when dropped.
 pub struct PythonMcpServer {
@@ -26,6 +26,8 @@ pub struct PythonMcpServer {
     pub port: u16,
     /// `https` when it serves TLS, else `http`.
     scheme: &'static str,
+    /// The lines of its log (Uvicorn's, with a line per request answered) after it listens.
+    log: KeptLog,
 }
 
 impl Drop for PythonMcpServer {
@@ -95,13 +97,21 @@ impl PythonMcpServer {
                 break digits.parse().expect("a port");
             }
         };
-        // Its log is drained on, so it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+        // Its log is read on, so it never blocks on a full pipe.
+        let log = KeptLog::default();
+        let kept = log.clone();
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|line| kept.push(line)));
         Some(Self {
             child,
             port,
             scheme,
+            log,
         })
+    }
+
+    /// The lines of its log holding `needle`.
+    pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
+        self.log.lines_with(needle)
     }
 
     /// Its Streamable HTTP URL.

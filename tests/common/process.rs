@@ -11,7 +11,7 @@ pub struct ServerProcess {
     pub child: Child,
     pub addr: String,
     /// Every line the server has written to stderr so far.
-    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    log: KeptLog,
     /// With [`Self::start_with_unread_log`], dropped to read the server's stderr again.
     _read_log: Option<std::sync::mpsc::Sender<()>>,
 }
@@ -72,12 +72,12 @@ impl ServerProcess {
         let mut child = command.spawn().expect("start toolplane serve");
         let stderr = child.stderr.take().expect("stderr piped");
         let (found, address) = std::sync::mpsc::channel();
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let kept = std::sync::Arc::clone(&log);
+        let log = KeptLog::default();
+        let kept = log.clone();
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                kept.lock().expect("log lock").push(line.clone());
+                kept.push(line.clone());
                 if !sent && let Some(addr) = serving_address(&line) {
                     let _ = found.send(addr);
                     sent = true;
@@ -121,11 +121,7 @@ impl ServerProcess {
 
     /// The lines the server has logged so far that contain `needle`.
     pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
-        let log = self.log.lock().expect("log lock");
-        log.iter()
-            .filter(|line| line.contains(needle))
-            .cloned()
-            .collect()
+        self.log.lines_with(needle)
     }
 
     /// The address the first line logged with `message` names (`address=...`): where a side
@@ -166,6 +162,26 @@ impl Drop for ServerProcess {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// The lines a child process has logged so far (read on a thread of the test's), shared.
+#[derive(Clone, Default)]
+pub struct KeptLog(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl KeptLog {
+    /// Keeps `line`.
+    pub fn push(&self, line: String) {
+        self.0.lock().expect("log lock").push(line);
+    }
+
+    /// The lines kept that contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        let log = self.0.lock().expect("log lock");
+        log.iter()
+            .filter(|line| line.contains(needle))
+            .cloned()
+            .collect()
     }
 }
 
