@@ -255,3 +255,29 @@ fn a_malformed_approval_table_is_refused_at_the_start() {
         "{stderr}"
     );
 }
+
+/// `review-imports` reviews a server it starts itself (`command`), and closes it as MCP asks
+/// before it exits, standard input first, rather than leaving it to be killed.
+#[test]
+fn review_imports_closes_a_server_it_started() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let marker = dir.path().join("ended");
+    let Some(command) = PythonMcpServer::stdio_command_noting_its_end(&marker) else {
+        return;
+    };
+    let command: Vec<String> = command.iter().map(|part| format!("{part:?}")).collect();
+    let file = dir.path().join("toolplane.toml");
+    let config = format!(
+        "[[mcp_imports]]\nservice = \"{SERVICE}\"\ncommand = [{}]\n",
+        command.join(", ")
+    );
+    std::fs::write(&file, config).expect("written");
+    let file = file.to_str().expect("UTF-8");
+    let (code, table, stderr) = toolplane_cli(&["config", "review-imports", "--config", file]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        table.contains("add") && table.contains("not_required"),
+        "{table}"
+    );
+    wait_until("the server ended by itself", || marker.exists());
+}

@@ -243,16 +243,6 @@ async fn a_stdio_import_removed_while_its_server_starts_stops_it() {
     assert!(!log.is_empty(), "the log says why the start ended");
 }
 
-/// The Python server's stdio command, wrapped to write `marker` once the server has ended by
-/// itself (`None` when the Python peers are not installed): a server killed (SIGKILL, or
-/// SIGTERM, which ends the wrapper) writes nothing.
-fn noting_its_end(marker: &std::path::Path) -> Option<Vec<String>> {
-    let script = format!("\"$@\"; echo ended > {}", marker.display());
-    let mut command: Vec<String> = ["sh", "-c", &script, "sh"].map(str::to_owned).into();
-    command.extend(PythonMcpServer::stdio_command()?);
-    Some(command)
-}
-
 /// A server toolplane started is closed as MCP asks, its standard input closed and given time
 /// to end by itself, when its import is removed and at a clean stop (SIGTERM). At a stop it
 /// was killed.
@@ -260,9 +250,10 @@ fn noting_its_end(marker: &std::path::Path) -> Option<Vec<String>> {
 async fn a_stdio_server_is_closed_gracefully_when_removed_and_at_a_stop() {
     let dir = tempfile::tempdir().expect("a directory");
     let (removed, stopped) = (dir.path().join("removed"), dir.path().join("stopped"));
-    let (Some(removed_command), Some(stopped_command)) =
-        (noting_its_end(&removed), noting_its_end(&stopped))
-    else {
+    let (Some(removed_command), Some(stopped_command)) = (
+        PythonMcpServer::stdio_command_noting_its_end(&removed),
+        PythonMcpServer::stdio_command_noting_its_end(&stopped),
+    ) else {
         return;
     };
     let kept = stdio_entry("kept", &stopped_command);

@@ -7,7 +7,6 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -20,9 +19,6 @@ use crate::mcp::session_keys::SessionKey;
 use crate::outln;
 use crate::registry::RegistrationLimits;
 use crate::registry::model::ToolAnnotations;
-
-/// How long one server may take to open a session and list its tools.
-const LISTING_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Reviews the imports of the configuration `file` (only `service`'s, when given); prints a
 /// table (or JSON) and exits 0, or exits 2 when the configuration cannot be used or a server
@@ -49,26 +45,23 @@ pub async fn run(file: Option<&Path>, service: Option<&str>, json: bool) -> Exit
     let mut reviewed = Vec::new();
     let mut failed = false;
     for import in imports {
-        match tokio::time::timeout(LISTING_TIMEOUT, list(&caller, import, &options.limits)).await {
-            Ok(Ok(tools)) => {
+        // Bounded as an import's are: the session's opening (10 s for a server at a URL, 60 s
+        // for one started) and the listing (60 s, or the lease when shorter).
+        match list(&caller, import, &options.limits).await {
+            Ok(tools) => {
                 let approved = import.approved_tools.as_ref();
                 let mut checked = CheckedTools::default();
                 let listed = read_listing(import, approved, &options.limits, &tools, &mut checked);
                 reviewed.push((import, listed));
             }
-            Ok(Err(error)) => {
+            Err(error) => {
                 eprintln!("error: service {}: {error}", import.service);
-                failed = true;
-            }
-            Err(_) => {
-                eprintln!(
-                    "error: service {}: no tool list from {} within {LISTING_TIMEOUT:?}",
-                    import.service, import.source
-                );
                 failed = true;
             }
         }
     }
+    // A server started for the review ends as MCP asks, not killed as the process exits.
+    caller.close_all().await;
     if json {
         let tools: Vec<Value> = reviewed.iter().flat_map(tools_json).collect();
         outln!(

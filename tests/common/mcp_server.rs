@@ -51,6 +51,15 @@ impl PythonMcpServer {
         ])
     }
 
+    /// As [`Self::stdio_command`], wrapped to write `marker` once the server has ended by
+    /// itself: a server killed (SIGKILL, or SIGTERM, which ends the wrapper) writes nothing.
+    pub fn stdio_command_noting_its_end(marker: &std::path::Path) -> Option<Vec<String>> {
+        let script = format!("\"$@\"; echo ended > {}", marker.display());
+        let mut command: Vec<String> = ["sh", "-c", &script, "sh"].map(str::to_owned).into();
+        command.extend(Self::stdio_command()?);
+        Some(command)
+    }
+
     /// As [`Self::stdio_command`], made to take 12 s to start (a server started with `npx` or
     /// `uvx`, which may fetch packages first, can take that long).
     pub fn slow_stdio_command() -> Option<Vec<String>> {
