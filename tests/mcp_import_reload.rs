@@ -305,3 +305,38 @@ async fn a_clean_stop_ends_the_session_at_a_url() {
         !mcp.log_lines_with(&ended).is_empty()
     });
 }
+
+/// Whether the process `pid` runs (is neither gone nor ended and waiting to be reaped).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !(stat.rsplit_once(')')).is_some_and(|(_, state)| state.trim_start().starts_with('Z'))
+    })
+}
+
+/// A server toolplane started through a launcher (here a shell) that does not end when its
+/// standard input closes (here a process the launcher started and waits for) is stopped whole
+/// when its import is removed: SIGTERM reaches its process group. (It reached the launcher
+/// alone, and the rest ran on.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removed_stdio_servers_whole_process_group_is_stopped() {
+    let Some(python) = PythonMcpServer::stdio_command() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a directory");
+    let pid_file = dir.path().join("pid");
+    let script = format!("sleep 300 & echo $! > {}; \"$@\"; wait", pid_file.display());
+    let mut command: Vec<String> = ["sh", "-c", &script, "sh"].map(str::to_owned).into();
+    command.extend(python);
+    let config = format!("{HEADER}{}", stdio_entry("lingering", &command));
+    let (server, config_dir) = ServerProcess::start_with_config(&config, &[], &[]);
+    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    wait_for_at(&mut discovery, "lingering", |found| found.is_some()).await;
+    let pid = std::fs::read_to_string(&pid_file).expect("the pid");
+    let pid = pid.trim();
+    assert!(running(pid));
+
+    replace_file(&config_dir.path().join("toolplane.toml"), HEADER);
+    wait_until("the launcher's process stopped", || !running(pid));
+}

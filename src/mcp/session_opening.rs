@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio_util::sync::CancellationToken;
@@ -119,6 +120,12 @@ pub(super) async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSes
     for (name, value) in &server.env {
         process.env(name, &value.0);
     }
+    // In a process group of its own, which its stop signals (SIGTERM, SIGKILL) reach whole, as
+    // the MCP Python SDK's client starts a server (a session of its own): a server started
+    // through a launcher (`npx`, `uvx`, a shell) that does not end by itself is stopped with
+    // its launcher; without, SIGTERM reached the launcher alone, and the server ran on.
+    let mut process = CommandWrap::from(process);
+    process.wrap(ProcessGroup::leader());
     let (transport, stderr) = TokioChildProcess::builder(process)
         .stderr(std::process::Stdio::piped())
         .spawn()
