@@ -45,6 +45,26 @@ fn children_of(pid: u32) -> Vec<String> {
     children
 }
 
+/// `toolplane serve` with the configuration `config` (its directory returned, and a client of
+/// its discovery), once it has imported `services`.
+async fn serving_imported(
+    config: &str,
+    services: &[&str],
+) -> (
+    ServerProcess,
+    tempfile::TempDir,
+    DiscoveryServiceClient<Channel>,
+) {
+    let (server, dir) = ServerProcess::start_with_config(config, &[], &[]);
+    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    for service in services {
+        wait_for_at(&mut discovery, service, |found| found.is_some()).await;
+    }
+    (server, dir, discovery)
+}
+
 /// `add` of `service` called through toolplane.
 async fn add(
     invoker: &mut ToolInvokeServiceClient<Channel>,
@@ -209,11 +229,7 @@ async fn a_removed_stdio_imports_server_stops_at_once() {
         return;
     };
     let config = format!("{HEADER}{}", stdio_entry("beta", &command));
-    let (server, dir) = ServerProcess::start_with_config(&config, &[], &[]);
-    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
-        .await
-        .expect("connects");
-    wait_for_at(&mut discovery, "beta", |found| found.is_some()).await;
+    let (server, dir, mut discovery) = serving_imported(&config, &["beta"]).await;
     let pid = server.child.id();
     assert_eq!(children_of(pid).len(), 1, "the stdio server runs");
 
@@ -258,12 +274,7 @@ async fn a_stdio_server_is_closed_gracefully_when_removed_and_at_a_stop() {
     };
     let kept = stdio_entry("kept", &stopped_command);
     let config = format!("{HEADER}{kept}{}", stdio_entry("gone", &removed_command));
-    let (server, config_dir) = ServerProcess::start_with_config(&config, &[], &[]);
-    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
-        .await
-        .expect("connects");
-    wait_for_at(&mut discovery, "gone", |found| found.is_some()).await;
-    wait_for_at(&mut discovery, "kept", |found| found.is_some()).await;
+    let (server, config_dir, _) = serving_imported(&config, &["gone", "kept"]).await;
 
     replace_file(
         &config_dir.path().join("toolplane.toml"),
@@ -288,11 +299,7 @@ async fn a_clean_stop_ends_the_session_at_a_url() {
         return;
     };
     let config = format!("{HEADER}{}", http_entry("alpha", &mcp.url()));
-    let (server, _dir) = ServerProcess::start_with_config(&config, &[], &[]);
-    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
-        .await
-        .expect("connects");
-    wait_for_at(&mut discovery, "alpha", |found| found.is_some()).await;
+    let (server, _dir, _) = serving_imported(&config, &["alpha"]).await;
     let opened = mcp.log_lines_with("Created new transport with session ID: ");
     let [opened] = opened.as_slice() else {
         panic!("one session: {opened:?}");
@@ -319,20 +326,14 @@ fn running(pid: &str) -> bool {
 /// alone, and the rest ran on.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_removed_stdio_servers_whole_process_group_is_stopped() {
-    let Some(python) = PythonMcpServer::stdio_command() else {
-        return;
-    };
     let dir = tempfile::tempdir().expect("a directory");
     let pid_file = dir.path().join("pid");
     let script = format!("sleep 300 & echo $! > {}; \"$@\"; wait", pid_file.display());
-    let mut command: Vec<String> = ["sh", "-c", &script, "sh"].map(str::to_owned).into();
-    command.extend(python);
+    let Some(command) = PythonMcpServer::stdio_command_launched_by(&script) else {
+        return;
+    };
     let config = format!("{HEADER}{}", stdio_entry("lingering", &command));
-    let (server, config_dir) = ServerProcess::start_with_config(&config, &[], &[]);
-    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
-        .await
-        .expect("connects");
-    wait_for_at(&mut discovery, "lingering", |found| found.is_some()).await;
+    let (_server, config_dir, _) = serving_imported(&config, &["lingering"]).await;
     let pid = std::fs::read_to_string(&pid_file).expect("the pid");
     let pid = pid.trim();
     assert!(running(pid));

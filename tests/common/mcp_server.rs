@@ -51,23 +51,24 @@ impl PythonMcpServer {
         ])
     }
 
+    /// [`Self::stdio_command`] run by the shell `script`, which starts it as `"$@"` (a
+    /// launcher, as `npx` or `uvx` are).
+    pub fn stdio_command_launched_by(script: &str) -> Option<Vec<String>> {
+        let mut command: Vec<String> = ["sh", "-c", script, "sh"].map(str::to_owned).into();
+        command.extend(Self::stdio_command()?);
+        Some(command)
+    }
+
     /// As [`Self::stdio_command`], wrapped to write `marker` once the server has ended by
     /// itself: a server killed (SIGKILL, or SIGTERM, which ends the wrapper) writes nothing.
     pub fn stdio_command_noting_its_end(marker: &std::path::Path) -> Option<Vec<String>> {
-        let script = format!("\"$@\"; echo ended > {}", marker.display());
-        let mut command: Vec<String> = ["sh", "-c", &script, "sh"].map(str::to_owned).into();
-        command.extend(Self::stdio_command()?);
-        Some(command)
+        Self::stdio_command_launched_by(&format!("\"$@\"; echo ended > {}", marker.display()))
     }
 
     /// As [`Self::stdio_command`], made to take 12 s to start (a server started with `npx` or
     /// `uvx`, which may fetch packages first, can take that long).
     pub fn slow_stdio_command() -> Option<Vec<String>> {
-        let mut command: Vec<String> = ["sh", "-c", "sleep 12; exec \"$@\"", "sh"]
-            .map(str::to_owned)
-            .into();
-        command.extend(Self::stdio_command()?);
-        Some(command)
+        Self::stdio_command_launched_by("sleep 12; exec \"$@\"")
     }
 
     /// Starts the server on `port` (0 picks a free one) once it says it is listening; `None`
