@@ -26,7 +26,7 @@ pub struct PythonMcpServer {
     pub port: u16,
     /// `https` when it serves TLS, else `http`.
     scheme: &'static str,
-    /// The lines of its log (Uvicorn's, with a line per request answered) after it listens.
+    /// The lines of its log (its standard error: Uvicorn's and the MCP SDK's) after it listens.
     log: KeptLog,
 }
 
