@@ -9,7 +9,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::mcp_server::{PythonMcpServer, importing, invoke, wait_for, wait_for_at};
+use common::mcp_server::{PythonMcpServer, importing, invoke, stdio_entry, wait_for, wait_for_at};
 use common::process::{ServerProcess, replace_file, toolplane_cli, wait_until};
 use common::{TestServer, meta, scraped};
 use serde_json::{Value, json};
@@ -265,13 +265,8 @@ fn review_imports_closes_a_server_it_started() {
     let Some(command) = PythonMcpServer::stdio_command_noting_its_end(&marker) else {
         return;
     };
-    let command: Vec<String> = command.iter().map(|part| format!("{part:?}")).collect();
     let file = dir.path().join("toolplane.toml");
-    let config = format!(
-        "[[mcp_imports]]\nservice = \"{SERVICE}\"\ncommand = [{}]\n",
-        command.join(", ")
-    );
-    std::fs::write(&file, config).expect("written");
+    std::fs::write(&file, stdio_entry(SERVICE, &command)).expect("written");
     let file = file.to_str().expect("UTF-8");
     let (code, table, stderr) = toolplane_cli(&["config", "review-imports", "--config", file]);
     assert_eq!(code, 0, "{stderr}");

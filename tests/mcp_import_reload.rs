@@ -10,7 +10,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::mcp_server::{PythonMcpServer, output, wait_for_at};
+use common::mcp_server::{PythonMcpServer, output, stdio_entry, wait_for_at};
 use common::meta;
 use common::process::{ServerProcess, replace_file, wait_until};
 use serde_json::json;
@@ -24,14 +24,6 @@ const HEADER: &str = "tls_reload_interval = \"200ms\"\n";
 
 fn http_entry(service: &str, url: &str) -> String {
     format!("[[mcp_imports]]\nservice = \"{service}\"\nurl = \"{url}\"\n")
-}
-
-fn stdio_entry(service: &str, command: &[String]) -> String {
-    let command: Vec<String> = command.iter().map(|part| format!("{part:?}")).collect();
-    format!(
-        "[[mcp_imports]]\nservice = \"{service}\"\ncommand = [{}]\n",
-        command.join(", ")
-    )
 }
 
 /// The pids of the processes `pid` started that still run.

@@ -140,10 +140,11 @@ impl LiveImports {
     /// (a server being started is stopped): their registrations are left to expire.
     pub fn stop_all(&self) {
         self.abort_all();
+        self.0.caller.stop_openings();
     }
 
-    /// As [`Self::stop_all`], once every import's task has ended: none holds its session any
-    /// more, so the sessions can be closed ([`McpCaller::close_all`]).
+    /// Stops every import, once its task has ended: none holds its session any more, so the
+    /// sessions (and their openings under way) can be closed ([`McpCaller::close_all`]).
     pub async fn end(&self) {
         for (_, running) in self.abort_all() {
             // Aborted (or it panicked, which the log shows): it has ended.
@@ -151,13 +152,12 @@ impl LiveImports {
         }
     }
 
-    /// Aborts every import's task and stops the openings under way; the imports that ran.
+    /// Aborts every import's task; the imports that ran.
     fn abort_all(&self) -> BTreeMap<(TenantId, ServiceName), Running> {
         let running = std::mem::take(&mut *self.running());
         for running in running.values() {
             running.task.abort();
         }
-        self.0.caller.stop_openings();
         running
     }
 

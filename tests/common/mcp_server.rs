@@ -200,6 +200,16 @@ pub fn importing_with(
     }
 }
 
+/// The `[[mcp_imports]]` entry of a configuration file importing, as `service`, the MCP server
+/// toolplane starts with `command`.
+pub fn stdio_entry(service: &str, command: &[String]) -> String {
+    let command: Vec<String> = command.iter().map(|part| format!("{part:?}")).collect();
+    format!(
+        "[[mcp_imports]]\nservice = \"{service}\"\ncommand = [{}]\n",
+        command.join(", ")
+    )
+}
+
 /// Options importing, as `service`, the MCP server toolplane starts with `command` and the
 /// variables `env` (its list read every minute).
 pub fn importing_command(service: &str, command: &[String], env: &[(&str, &str)]) -> ServerOptions {
