@@ -276,3 +276,41 @@ fn review_imports_closes_a_server_it_started() {
     );
     wait_until("the server ended by itself", || marker.exists());
 }
+
+/// `review-imports` lists its servers at once, not one after another: here each of two
+/// started servers waits, before it starts, for the other to have been started (as servers
+/// fetched by `npx` are waited for together), which one after another never happens (the
+/// first gives up after its 60 s to start).
+#[test]
+fn review_imports_lists_its_servers_at_once() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let waiting_for = |own: &str, other: &str| {
+        let (own, other) = (dir.path().join(own), dir.path().join(other));
+        PythonMcpServer::stdio_command_launched_by(&format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.1; done; exec \"$@\"",
+            own.display(),
+            other.display()
+        ))
+    };
+    let (Some(first), Some(second)) = (
+        waiting_for("first", "second"),
+        waiting_for("second", "first"),
+    ) else {
+        return;
+    };
+    let file = dir.path().join("toolplane.toml");
+    let entries = [
+        stdio_entry("first-tools", &first),
+        stdio_entry("second-tools", &second),
+    ];
+    std::fs::write(&file, entries.join("\n")).expect("written");
+    let file = file.to_str().expect("UTF-8");
+    let (code, table, stderr) = toolplane_cli(&["config", "review-imports", "--config", file]);
+    assert_eq!(code, 0, "{stderr}");
+    let services: Vec<&str> = (table.lines())
+        .filter_map(|line| line.strip_prefix("# service "))
+        .collect();
+    assert_eq!(services.len(), 2, "{table}");
+    assert!(services[0].starts_with("first-tools:"), "{table}");
+    assert!(services[1].starts_with("second-tools:"), "{table}");
+}

@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use super::new_table;
@@ -19,6 +20,9 @@ use crate::mcp::session_keys::SessionKey;
 use crate::outln;
 use crate::registry::RegistrationLimits;
 use crate::registry::model::ToolAnnotations;
+
+/// How many servers are reviewed at once (each may be a process started for the review).
+const REVIEWED_AT_ONCE: usize = 8;
 
 /// Reviews the imports of the configuration `file` (only `service`'s, when given); prints a
 /// table (or JSON) and exits 0, or exits 2 when the configuration cannot be used or a server
@@ -42,12 +46,23 @@ pub async fn run(file: Option<&Path>, service: Option<&str>, json: bool) -> Exit
         Err(error) => return fail(&error.to_string()),
     };
     let caller = McpCaller::for_imports(&options.mcp_imports, tls);
+    // Several at once, each bounded as an import's is: the session's opening (10 s for a
+    // server at a URL, 60 s for one started) and the listing (60 s, or the lease when
+    // shorter). One after another, a configuration of servers slow to start (`npx`, `uvx`)
+    // took the sum of their starts. Answered in the configuration's order.
+    let (caller, limits) = (&caller, &options.limits);
+    let listings: Vec<_> = futures_util::stream::iter(imports)
+        .map(|import| async move {
+            let listing = list(caller, import, limits).await;
+            (import, listing)
+        })
+        .buffered(REVIEWED_AT_ONCE)
+        .collect()
+        .await;
     let mut reviewed = Vec::new();
     let mut failed = false;
-    for import in imports {
-        // Bounded as an import's are: the session's opening (10 s for a server at a URL, 60 s
-        // for one started) and the listing (60 s, or the lease when shorter).
-        match list(&caller, import, &options.limits).await {
+    for (import, listing) in listings {
+        match listing {
             Ok(tools) => {
                 let approved = import.approved_tools.as_ref();
                 let mut checked = CheckedTools::default();
