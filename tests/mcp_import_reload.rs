@@ -282,6 +282,15 @@ async fn a_stdio_server_is_closed_gracefully_when_removed_and_at_a_stop() {
     });
 }
 
+/// The ID of the one session `mcp` has opened.
+fn only_session(mcp: &PythonMcpServer) -> String {
+    let opened = mcp.log_lines_with("Created new transport with session ID: ");
+    let [opened] = opened.as_slice() else {
+        panic!("one session: {opened:?}");
+    };
+    opened.rsplit(' ').next().expect("an ID").to_owned()
+}
+
 /// At a clean stop (SIGTERM), toolplane ends its session with a server at a URL as MCP asks of
 /// a client (with a `DELETE` of it), so the server need not keep it until it times out. (The
 /// process ended before the session's end was sent.)
@@ -292,13 +301,48 @@ async fn a_clean_stop_ends_the_session_at_a_url() {
     };
     let config = format!("{HEADER}{}", http_entry("alpha", &mcp.url()));
     let (server, _dir, _) = serving_imported(&config, &["alpha"]).await;
-    let opened = mcp.log_lines_with("Created new transport with session ID: ");
-    let [opened] = opened.as_slice() else {
-        panic!("one session: {opened:?}");
-    };
-    let id = opened.rsplit(' ').next().expect("an ID").to_owned();
+    let id = only_session(&mcp);
     assert!(server.terminate().success());
     // The server's log is read on a thread of the test's: its line may come a moment later.
+    let ended = format!("Terminating session: {id}");
+    wait_until("the session was ended", || {
+        !mcp.log_lines_with(&ended).is_empty()
+    });
+}
+
+/// A session a call still uses when the drain's grace is over is ended as the others are
+/// (here with a `DELETE`), waited for up to their bound, before the process exits. (It was
+/// cancelled and not waited for: the process ended before the session's end was sent.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_still_in_use_after_the_grace_is_ended_too() {
+    let Some(mcp) = PythonMcpServer::start(0) else {
+        return;
+    };
+    let config = format!(
+        "{HEADER}drain_grace = \"1s\"\n{}",
+        http_entry("alpha", &mcp.url())
+    );
+    let (server, dir, _) = serving_imported(&config, &["alpha"]).await;
+    let id = only_session(&mcp);
+    let mut invoker = ToolInvokeServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    let marker = dir.path().join("cancelled");
+    let input = json!({"seconds": 60, "marker": marker.to_str().expect("UTF-8")});
+    let waiting = tokio::spawn(async move {
+        invoker
+            .invoke_tool(pb::InvokeToolRequest {
+                meta: meta(0),
+                tool_name: "wait".into(),
+                input: json_to_struct(&input),
+                ..Default::default()
+            })
+            .await
+    });
+    let started = dir.path().join("cancelled.started");
+    wait_until("the call reached the server", || started.exists());
+    assert!(server.terminate().success());
+    waiting.abort();
     let ended = format!("Terminating session: {id}");
     wait_until("the session was ended", || {
         !mcp.log_lines_with(&ended).is_empty()

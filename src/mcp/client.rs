@@ -74,6 +74,9 @@ pub(super) mod code {
 /// 3 s a started server has to end after its standard input is closed and the 3 s more it has
 /// after SIGTERM (rmcp's stdio shutdown), or than rmcp's wait for a `DELETE` to be answered.
 const SESSION_CLOSE_WAIT: Duration = Duration::from_secs(7);
+/// How often a session a call still uses, cancelled at the server's end, is checked for having
+/// ended.
+const IN_USE_END_CHECK: Duration = Duration::from_millis(20);
 /// How many sessions are kept (the least used are closed past it).
 const SESSIONS_KEPT: u64 = 10_000;
 /// A session with one MCP server.
@@ -177,6 +180,30 @@ impl Default for McpCaller {
     }
 }
 
+/// Ends `session`, waiting for its end up to [`SESSION_CLOSE_WAIT`]: the server toolplane
+/// started stopped, or the `DELETE` of a session at a URL sent. A session a call still uses
+/// (one past the drain's grace) is cancelled, which ends it on rmcp's task as closing does,
+/// and waited for as well: its end was cut short by the process ending.
+async fn closed(session: Arc<McpSession>) {
+    match Arc::try_unwrap(session) {
+        Ok(mut session) => {
+            // Either way it is ended: a join error is a panic, which the log shows.
+            let _closed = session.close_with_timeout(SESSION_CLOSE_WAIT).await;
+        }
+        Err(in_use) => {
+            in_use.cancellation_token().cancel();
+            // rmcp answers no end of its task to a shared session; its transport reads as
+            // closed once the task has ended, its cleanup done.
+            let ended = async {
+                while !in_use.is_transport_closed() {
+                    tokio::time::sleep(IN_USE_END_CHECK).await;
+                }
+            };
+            let _in_time = tokio::time::timeout(SESSION_CLOSE_WAIT, ended).await;
+        }
+    }
+}
+
 fn unavailable(message: String, unsent: bool) -> ProviderFailure {
     ProviderFailure {
         kind: FailureKind::Unavailable,
@@ -229,7 +256,7 @@ impl McpCaller {
     /// each within 7 s (the server is ending, its calls drained): a server toolplane started
     /// has its standard input closed and 3 s to end by itself, then is sent SIGTERM and, 3 s
     /// later, killed (rmcp's stdio shutdown); rmcp ends a session at a URL with `DELETE`. A
-    /// session a call still uses (one past the drain's grace) is ended without waiting.
+    /// session a call still uses (one past the drain's grace) is ended and waited for too.
     /// Openings under way are stopped. (Left to the end of the process, a started server was
     /// killed with no chance to end by itself.)
     pub async fn close_all(&self) {
@@ -243,17 +270,7 @@ impl McpCaller {
         }
         // moka holds a removed entry until its housekeeping.
         self.sessions.run_pending_tasks().await;
-        let mut closing = Vec::new();
-        for session in removed {
-            match Arc::try_unwrap(session) {
-                Ok(mut session) => closing.push(async move {
-                    // Either way it is ended: a join error is a panic, which the log shows.
-                    let _closed = session.close_with_timeout(SESSION_CLOSE_WAIT).await;
-                }),
-                Err(in_use) => in_use.cancellation_token().cancel(),
-            }
-        }
-        futures_util::future::join_all(closing).await;
+        futures_util::future::join_all(removed.into_iter().map(closed)).await;
     }
 
     /// Drops the session `key` from those kept, if it is there: the next use opens another.

@@ -117,7 +117,10 @@ def getenv(name: str) -> str:
 
 @server.tool()
 async def wait(seconds: float, marker: str) -> str:
-    """Waits SECONDS; a call cancelled first writes the file MARKER."""
+    """Waits SECONDS, having written the file MARKER.started; a call cancelled first writes
+    the file MARKER."""
+    with open(marker + ".started", "w") as started:
+        started.write("started")
     try:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():
