@@ -4,13 +4,14 @@
 //! imported, an entry moved to another server follows it, an entry removed is deregistered
 //! (watchers see `REMOVED`) and the server toolplane started for it is stopped, and a file that
 //! does not check is refused with the imports running kept. A server toolplane started is
-//! closed gracefully when removed and at a clean stop, which also ends sessions at URLs.
+//! closed gracefully when removed and at a clean stop, which also ends sessions at URLs (the
+//! Python SDK's server's and the TypeScript SDK's reference server's).
 
 use crate::common;
 
 use std::time::Duration;
 
-use common::mcp_server::{PythonMcpServer, output, stdio_entry, wait_for_at};
+use common::mcp_server::{NodeEverythingServer, PythonMcpServer, output, stdio_entry, wait_for_at};
 use common::meta;
 use common::process::{ServerProcess, replace_file, wait_until};
 use serde_json::json;
@@ -282,18 +283,23 @@ async fn a_stdio_server_is_closed_gracefully_when_removed_and_at_a_stop() {
     });
 }
 
-/// The ID of the one session `mcp` has opened.
+/// The ID of the one session the Python MCP server has opened.
 fn only_session(mcp: &PythonMcpServer) -> String {
-    let opened = mcp.log_lines_with("Created new transport with session ID: ");
-    let [opened] = opened.as_slice() else {
+    only_id(&mcp.log_lines_with("Created new transport with session ID: "))
+}
+
+/// The ID ending the one line of a server's log noting a session opened.
+fn only_id(opened: &[String]) -> String {
+    let [opened] = opened else {
         panic!("one session: {opened:?}");
     };
     opened.rsplit(' ').next().expect("an ID").to_owned()
 }
 
 /// At a clean stop (SIGTERM), toolplane ends its session with a server at a URL as MCP asks of
-/// a client (with a `DELETE` of it), so the server need not keep it until it times out. (The
-/// process ended before the session's end was sent.)
+/// a client (with a `DELETE` of it), so the server need not keep it until it times out.
+/// (Without `McpCaller::close_all` a session is ended only as it is dropped, racing the
+/// process's end: this test passed so in 3 runs of 3, so it does not guard `close_all` alone.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clean_stop_ends_the_session_at_a_url() {
     let Some(mcp) = PythonMcpServer::start(0) else {
@@ -310,9 +316,40 @@ async fn a_clean_stop_ends_the_session_at_a_url() {
     });
 }
 
+/// The TypeScript SDK's reference server (`@modelcontextprotocol/server-everything`) at a URL
+/// is imported and called, and at a clean stop its session is ended with a `DELETE` too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clean_stop_ends_the_session_at_a_typescript_server() {
+    let Some(everything) = NodeEverythingServer::start() else {
+        return;
+    };
+    let config = format!("{HEADER}{}", http_entry("everything", &everything.url()));
+    let (server, _dir, _) = serving_imported(&config, &["everything"]).await;
+    let mut invoker = ToolInvokeServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    let sum = invoker
+        .invoke_tool(pb::InvokeToolRequest {
+            meta: meta(0),
+            tool_name: "get-sum".into(),
+            input: json_to_struct(&json!({"a": 2, "b": 3})),
+            ..Default::default()
+        })
+        .await
+        .expect("summed");
+    assert_eq!(output(sum.get_ref()), json!("The sum of 2 and 3 is 5."));
+    let id = only_id(&everything.log_lines_with("Session initialized with ID: "));
+    assert!(server.terminate().success());
+    let ended = format!("Received session termination request for session {id}");
+    wait_until("the session was ended", || {
+        !everything.log_lines_with(&ended).is_empty()
+    });
+}
+
 /// A session a call still uses when the drain's grace is over is ended as the others are
 /// (here with a `DELETE`), waited for up to their bound, before the process exits. (It was
-/// cancelled and not waited for: the process ended before the session's end was sent.)
+/// cancelled and not waited for: the process often ended before the session's end was sent,
+/// in 4 of 9 runs of this test.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_still_in_use_after_the_grace_is_ended_too() {
     let Some(mcp) = PythonMcpServer::start(0) else {

@@ -1,5 +1,6 @@
-//! An MCP server built with the official MCP Python SDK (`tests/peers/python_mcp_server.py`)
-//! as a child process, for toolplane to import and call.
+//! MCP servers as child processes, for toolplane to import and call: one built with the
+//! official MCP Python SDK (`tests/peers/python_mcp_server.py`), and the TypeScript SDK's
+//! reference server at a URL.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
@@ -127,6 +128,75 @@ impl PythonMcpServer {
     /// Its Streamable HTTP URL.
     pub fn url(&self) -> String {
         format!("{}://127.0.0.1:{}/mcp", self.scheme, self.port)
+    }
+}
+
+/// The TypeScript SDK's reference server (`@modelcontextprotocol/server-everything`) serving
+/// MCP's Streamable HTTP, stopped when dropped.
+pub struct NodeEverythingServer {
+    child: Child,
+    port: u16,
+    /// The lines of its standard output (each request and session it sees) and error.
+    log: KeptLog,
+}
+
+impl Drop for NodeEverythingServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl NodeEverythingServer {
+    /// Starts the server once it says it listens; `None` when the Node peers are not installed
+    /// (the test is skipped).
+    pub fn start() -> Option<Self> {
+        let command = node_reference_server("server-everything", &["streamableHttp"])?;
+        // It takes its port from PORT and does not say which one 0 picked: a free one is found
+        // first.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut child = std::process::Command::new(&command[0])
+            .args(&command[1..])
+            .env("PORT", port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the TypeScript reference server");
+        let log = KeptLog::default();
+        let stdout = child
+            .stdout
+            .take()
+            .map(|out| Box::new(out) as Box<dyn std::io::Read + Send>);
+        let stderr = child
+            .stderr
+            .take()
+            .map(|err| Box::new(err) as Box<dyn std::io::Read + Send>);
+        for output in [stdout, stderr].into_iter().flatten() {
+            let kept = log.clone();
+            std::thread::spawn(move || {
+                (BufReader::new(output).lines())
+                    .map_while(Result::ok)
+                    .for_each(|line| kept.push(line));
+            });
+        }
+        let server = Self { child, port, log };
+        super::process::wait_until("the TypeScript reference server listens", || {
+            !server.log_lines_with("listening on port").is_empty()
+        });
+        Some(server)
+    }
+
+    /// The lines of its log holding `needle`.
+    pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
+        self.log.lines_with(needle)
+    }
+
+    /// Its Streamable HTTP URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
     }
 }
 
