@@ -183,7 +183,7 @@ impl Default for McpCaller {
 /// Ends `session`, waiting for its end up to [`SESSION_CLOSE_WAIT`]: the server toolplane
 /// started stopped, or the `DELETE` of a session at a URL sent. A session a call still uses
 /// (one past the drain's grace) is cancelled, which ends it on rmcp's task as closing does,
-/// and waited for as well: its end was cut short by the process ending.
+/// and waited for as well (it was not, and the process often ended before its end was sent).
 async fn closed(session: Arc<McpSession>) {
     match Arc::try_unwrap(session) {
         Ok(mut session) => {
