@@ -7,6 +7,8 @@
 //!   written into the log as it came). Real servers: the official MCP Python SDK's;
 //! - a server toolplane starts that exits at once: its standard error, and the import's failure
 //!   saying where to find it;
+//! - a server writing to its standard error without pause: logged up to its budget, the rest
+//!   counted;
 //! - a panic, as an ERROR event (Rust's own hook writes it to stderr as lines of text).
 
 use crate::common;
@@ -145,6 +147,62 @@ fn a_started_server_that_exits_at_once_is_reported_with_where_to_look() {
         error.contains("ended before answering the initialize request")
             && error.contains(&format!("mcp_server={endpoint}")),
         "{error}"
+    );
+}
+
+/// A started server writing without pause to its standard error fills toolplane's log only up
+/// to its budget (10,000 lines in 30 s): the rest are counted, a WARN says so as they begin
+/// and another how many were left out once its standard error ended. The server started again
+/// afterwards is logged as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_writing_without_pause_fills_the_log_only_up_to_its_budget() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let chattered = dir.path().join("chattered");
+    // The first start writes 12,000 lines and ends; the next starts the server.
+    let script = format!(
+        "if [ ! -e {0} ]; then touch {0}; i=0; while [ $i -lt 12000 ]; do \
+         echo \"chatter $i\" >&2; i=$((i+1)); done; exit 1; fi; exec \"$@\"",
+        chattered.display()
+    );
+    let Some(command) = PythonMcpServer::stdio_command_launched_by(&script) else {
+        return;
+    };
+    let config = format!(
+        "log_format = \"json\"\n{}",
+        common::mcp_server::stdio_entry("chatty", &command)
+    );
+    let (server, _dir) = ServerProcess::start_with_config(&config, &[], &[]);
+    let mut discovery = DiscoveryServiceClient::connect(server.endpoint())
+        .await
+        .expect("connects");
+    common::mcp_server::wait_for_at(&mut discovery, "chatty", |found| found.is_some()).await;
+    let endpoint = "mcp+stdio://0/chatty";
+    let serving = "python-tools: serving MCP over stdio";
+    wait_until("the server started again is logged", || {
+        !logged_for(&events(&server), endpoint, serving).is_empty()
+    });
+    let events = events(&server);
+    let of_server: Vec<&Value> = (events.iter())
+        .filter(|event| event["fields"]["mcp_server"] == endpoint)
+        .collect();
+    let chatter = (of_server.iter())
+        .filter(|event| {
+            event["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("chatter "))
+        })
+        .count();
+    assert_eq!(chatter, 10_000);
+    let limited: Vec<&&Value> = (of_server.iter())
+        .filter(|event| event["level"] == "WARN")
+        .collect();
+    assert_eq!(limited.len(), 2, "{limited:?}");
+    assert_eq!(limited[0]["fields"]["limit"], 10_000);
+    assert_eq!(limited[1]["fields"]["left_out"], 2_000);
+    assert_eq!(
+        logged_for(&events, endpoint, serving).len(),
+        1,
+        "the server started again has a budget of its own"
     );
 }
 

@@ -32,6 +32,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::import_config::McpImport;
+use super::log_budget::LogBudget;
 use super::progress_routes::{ProgressRoutes, ProgressTap};
 use super::server_logs;
 use super::session_failures::{failure_text, inner_failure, scope_refusal};
@@ -95,6 +96,8 @@ pub struct SessionEvents {
     pub tools_changed: Arc<Notify>,
     /// The calls waiting for the server's `notifications/progress`, by progress token.
     pub(super) progress: Arc<ProgressRoutes>,
+    /// How much of the server's log is logged (shared with its standard error's relay).
+    pub(super) log_budget: Arc<LogBudget>,
 }
 
 impl SessionEvents {
@@ -110,6 +113,7 @@ impl SessionEvents {
             .with_protocol_version(ProtocolVersion::V_2025_11_25),
             tools_changed: Arc::new(Notify::new()),
             progress: Arc::default(),
+            log_budget: Arc::default(),
         }
     }
 
@@ -145,7 +149,9 @@ impl ClientHandler for SessionEvents {
         message: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        server_logs::log_message(&self.server, &message);
+        if self.log_budget.allows(&self.server) {
+            server_logs::log_message(&self.server, &message);
+        }
     }
 }
 

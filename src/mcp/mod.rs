@@ -20,7 +20,8 @@
 //! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
 //! - [`live_imports`]: the imports running, kept as the configuration file says.
 //! - [`list_changed`]: `notifications/tools/list_changed` when the tenant's tools change.
-//! - [`server_logs`]: what MCP servers log, in toolplane's log.
+//! - [`server_logs`]: what MCP servers log, in toolplane's log; [`log_budget`]: how much of
+//!   it, per server.
 //! - [`rtfs`]: tools as RTFS capability definitions (`toolplane export-rtfs`).
 //! - [`sessions`]: the MCP endpoint's sessions, counted in all and by tenant.
 
@@ -38,6 +39,7 @@ mod import_listing;
 mod import_states;
 pub mod list_changed;
 pub mod live_imports;
+pub mod log_budget;
 pub mod progress_routes;
 pub(crate) mod request_bodies;
 pub mod rtfs;

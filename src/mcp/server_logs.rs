@@ -1,7 +1,7 @@
 //! What MCP servers log, in toolplane's own log: each `notifications/message` a server sends
 //! (at its MCP level: `debug` as DEBUG, `info` and `notice` as INFO, `warning` as WARN,
 //! `error` and above as ERROR), and each line a server toolplane started writes to its
-//! standard error (at INFO). Each event names the server (`mcp_server`: the endpoint of the
+//! standard error (at INFO), within the server's [`LogBudget`]. Each event names the server (`mcp_server`: the endpoint of the
 //! session, `mcp+stdio://TENANT/SERVICE` for a server toolplane started), under the target
 //! [`TARGET`], so `RUST_LOG` can select them and a JSON log stays one object per line.
 //!
@@ -15,6 +15,8 @@ use std::sync::Arc;
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+
+use super::log_budget::LogBudget;
 
 /// The target of the events logged for MCP servers.
 pub const TARGET: &str = "toolplane::mcp_server";
@@ -57,18 +59,23 @@ pub fn log_message(server: &str, message: &LoggingMessageNotificationParam) {
     }
 }
 
-/// Logs each line `stderr` (a server's standard error) carries until it ends, from a task of
-/// its own. The stream is read to its end whatever it holds (a line over [`MAX_TEXT`] is
-/// logged in pieces, bytes that are not UTF-8 as U+FFFD), so the server never blocks
-/// writing to a full pipe.
-pub fn relay_stderr(server: Arc<str>, stderr: impl AsyncRead + Send + Unpin + 'static) {
+/// Logs each line `stderr` (a server's standard error) carries until it ends, within the
+/// server's `budget`, from a task of its own. The stream is read to its end whatever it holds
+/// (a line over [`MAX_TEXT`] is logged in pieces, bytes that are not UTF-8 as U+FFFD, lines
+/// past the budget counted), so the server never blocks writing to a full pipe.
+pub fn relay_stderr(
+    server: Arc<str>,
+    stderr: impl AsyncRead + Send + Unpin + 'static,
+    budget: Arc<LogBudget>,
+) {
     tokio::spawn(async move {
         let mut reader = BufReader::new(stderr);
         while let Some(piece) = next_piece(&mut reader).await {
-            if !piece.trim().is_empty() {
+            if !piece.trim().is_empty() && budget.allows(&server) {
                 tracing::info!(target: TARGET, mcp_server = &*server, stream = "stderr", "{piece}");
             }
         }
+        budget.ended(&server);
     });
 }
 

@@ -130,10 +130,12 @@ pub(super) async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSes
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|error| format!("cannot start MCP server {shown:?}: {error}"))?;
+    let events = SessionEvents::of(endpoint);
     if let Some(stderr) = stderr {
-        server_logs::relay_stderr(endpoint.into(), stderr);
+        let budget = Arc::clone(&events.log_budget);
+        server_logs::relay_stderr(endpoint.into(), stderr, budget);
     }
-    let opening = SessionEvents::of(endpoint).open(transport);
+    let opening = events.open(transport);
     initialized(&shown, opening, Via::Stdio { endpoint }).await
 }
 
