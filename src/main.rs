@@ -22,7 +22,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the control plane server (in-memory store). Stops on SIGTERM/SIGINT after draining.
+    /// Run the control plane server (in-memory store). Stops on SIGTERM/SIGINT after draining;
+    /// SIGHUP reads the files it watches (TLS, tenant access, the config file) again at once.
     Serve {
         /// Address to listen on [default: 127.0.0.1:50051, or `listen` from the config file or TOOLPLANE_LISTEN].
         #[arg(long, value_parser = toolplane::config::parse_listen_address)]

@@ -1,7 +1,8 @@
 //! The call limits (`rate_limit_per_second`, `rate_limit_burst`, `[tool_rate_limits]`)
 //! changed in the configuration file of a running `toolplane serve` apply to the calls after,
 //! without a restart, against the example provider: a service limit raised, a tool limit
-//! added, and a file that does not check refused with the limits in force kept.
+//! added, and a file that does not check refused with the limits in force kept; and SIGHUP
+//! reads the file again at once.
 
 use crate::common;
 
@@ -125,5 +126,37 @@ async fn limits_follow_the_configuration_file_without_a_restart() {
         server.log_lines_with("next restart").is_empty(),
         "limits need no restart: {:?}",
         server.log_lines_with("next restart")
+    );
+}
+
+/// With `tls_reload_interval = "0s"` the configuration file is read only at the start and when
+/// the server is sent SIGHUP, which reads it again at once (a limit changed in it is put in
+/// force) and leaves it serving (SIGHUP's default action ended the process, undrained).
+#[test]
+fn sighup_reads_the_configuration_file_again_at_once() {
+    let config =
+        |rate: u32| format!("tls_reload_interval = \"0s\"\nrate_limit_per_second = {rate}\n");
+    let (server, dir) = ServerProcess::start_with_config(&config(1), &[], &[]);
+    replace_file(&dir.path().join("toolplane.toml"), &config(5));
+    let changed = "rate limits changed in the configuration file put in force";
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        server.log_lines_with(changed).is_empty(),
+        "not read again unasked"
+    );
+    server.hang_up();
+    wait_until("the file was read again", || {
+        !server.log_lines_with(changed).is_empty()
+    });
+    assert_eq!(
+        server
+            .log_lines_with("SIGHUP: reading the watched files again")
+            .len(),
+        1
+    );
+    assert_eq!(
+        server.terminate().code(),
+        Some(0),
+        "served on, then drained"
     );
 }

@@ -124,8 +124,11 @@ pub async fn serve(
         tracing::info!(client_certificates, "serving TLS");
     }
     // Listening for SIGTERM from before the address is announced: a stop sent right after it
-    // drains.
+    // drains. So for SIGHUP, which reads the watched files again (its default ends the process).
     let shutdown = crate::grpc::shutdown_signal();
+    if let Err(error) = crate::grpc::hangups::read_again_on_sighup() {
+        tracing::warn!(%error, "cannot listen for SIGHUP: it ends the process");
+    }
     // Tests and scripts read the address from this line.
     tracing::info!(address = %bound, "toolplane serving");
     match crate::grpc::serve_with(listener, side, options, shutdown).await {

@@ -34,8 +34,9 @@ pub(super) struct Reloadable {
     pub limits: Arc<RateLimits>,
 }
 
-/// Watches, every `options.tls_reload_interval` (none when it is zero) until the server stops
-/// serving, the files of `options` that may change while it runs: the MCP imports, the TLS
+/// Watches, every `options.tls_reload_interval` (never when it is zero) and when asked to
+/// (SIGHUP, [`super::hangups`]) until the server stops serving, the files of `options` that
+/// may change while it runs: the MCP imports, the TLS
 /// files, tenant access and the rate limits, each change put in force in `live` and counted in
 /// `stats`.
 pub(super) fn watch_configuration(
@@ -45,9 +46,6 @@ pub(super) fn watch_configuration(
     serving: &ServingState,
 ) {
     let interval = options.tls_reload_interval;
-    if interval.is_zero() {
-        return;
-    }
     if let Some(source) = options.mcp_imports_source.clone() {
         super::import_reload::watch(source, live.imports, interval, stats, &serving.subscribe());
     }

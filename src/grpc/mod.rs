@@ -18,6 +18,7 @@ mod damage;
 pub mod deadline;
 pub mod discovery;
 pub mod discovery_wire;
+pub mod hangups;
 pub mod health;
 mod import_reload;
 pub mod invoke;

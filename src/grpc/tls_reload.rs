@@ -134,17 +134,31 @@ pub async fn watch_changing<P, F>(
                 .unwrap_or_default()
         }
     };
-    // An interval past what the clock counts never comes: the files are read only at the
-    // start. (Adding it to the clock panicked the task, leaving a provider whose
-    // `--tls-reload-interval` was 500000000000y serving without saying so.)
-    let Some(first) = tokio::time::Instant::now().checked_add(interval) else {
-        return;
-    };
-    let mut ticker = tokio::time::interval_at(first, interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // An interval of zero, or past what the clock counts, never comes: the files are read
+    // only at the start, and when asked to (SIGHUP). (Adding a huge one to the clock panicked
+    // the task, leaving a provider whose `--tls-reload-interval` was 500000000000y serving
+    // without saying so.)
+    let mut ticker = (tokio::time::Instant::now().checked_add(interval))
+        .filter(|_| !interval.is_zero())
+        .map(|first| {
+            let mut ticker = tokio::time::interval_at(first, interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker
+        });
+    let mut requests = super::hangups::requests();
     loop {
+        let tick = async {
+            match &mut ticker {
+                Some(ticker) => {
+                    ticker.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = ticker.tick() => {}
+            () = tick => {}
+            // The requests never end (their sender is the process's).
+            Ok(()) = requests.changed() => {}
             () = super::serving::shutting_down(&mut serving) => return,
         }
         let (files, rebuild, previous) = (
@@ -182,8 +196,8 @@ pub async fn watch_changing<P, F>(
 
 /// Watches the files of the served TLS (when there is one), of TLS to providers (when it
 /// names files) and of TLS to the OTLP collector (when there is one and it names files), each
-/// reloaded as [`watch`] says and counted in `stats`, until `serving` turns false. An interval
-/// of zero watches nothing.
+/// reloaded as [`watch`] says and counted in `stats`, until `serving` turns false. With an
+/// interval of zero they are read again only when asked to ([`super::hangups`]).
 pub fn watch_all(
     served: Option<(ServedTls, ServerTlsFiles)>,
     providers: (ProviderTls, OutgoingTlsFiles),
@@ -192,9 +206,6 @@ pub fn watch_all(
     stats: &Arc<ReloadStats>,
     serving: &tokio::sync::watch::Receiver<bool>,
 ) {
-    if interval.is_zero() {
-        return;
-    }
     if let Some((tls, files)) = served {
         let paths = super::server_tls::watched_files(&files);
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
@@ -272,21 +283,53 @@ pub(super) fn spawn_counted<P, F>(
 mod tests {
     use super::*;
 
-    /// A reload interval past what the clock counts reads the files only at the start: the
-    /// watch ends at once, where it panicked adding the interval to the clock.
-    #[tokio::test]
-    async fn an_interval_past_the_clock_reads_the_files_only_at_the_start() {
-        let (_serving, serving_changes) = tokio::sync::watch::channel(true);
-        let watching = watch(
-            "test",
-            Vec::new(),
-            Duration::MAX,
-            || Ok(()),
-            serving_changes,
-        );
-        tokio::time::timeout(Duration::from_secs(10), watching)
-            .await
-            .expect("the watch ends");
+    /// A reload interval past what the clock counts (where the watch panicked adding it to
+    /// the clock) or of zero reads the files only at the start and when asked to (SIGHUP):
+    /// a change is put in force at the request, not before; the watch ends with the server.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn with_no_interval_the_files_are_read_again_only_when_asked() {
+        for interval in [Duration::MAX, Duration::ZERO] {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let file = dir.path().join("cert.pem");
+            std::fs::write(&file, "first").expect("written");
+            let (serving, serving_changes) = tokio::sync::watch::channel(true);
+            let rebuilt = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = Arc::clone(&rebuilt);
+            let rebuild = move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            };
+            let watching = tokio::spawn(watch(
+                "test",
+                vec![file.clone()],
+                interval,
+                rebuild,
+                serving_changes,
+            ));
+            // Once the watch has read the files it starts from.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            std::fs::write(&file, "second").expect("written");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(
+                rebuilt.load(std::sync::atomic::Ordering::Relaxed),
+                0,
+                "{interval:?}"
+            );
+            super::super::hangups::request();
+            let give_up = std::time::Instant::now() + Duration::from_secs(10);
+            while rebuilt.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                assert!(
+                    std::time::Instant::now() < give_up,
+                    "read when asked: {interval:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            serving.send_replace(false);
+            tokio::time::timeout(Duration::from_secs(10), watching)
+                .await
+                .expect("the watch ends with the server")
+                .expect("no panic");
+        }
     }
 
     /// A file rewritten in place, a piece at a time, is read as one of its whole versions,

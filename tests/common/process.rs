@@ -139,6 +139,14 @@ impl ServerProcess {
         format!("http://{}", self.addr)
     }
 
+    /// Sends SIGHUP (the server reads the files it watches again).
+    pub fn hang_up(&self) {
+        Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .expect("send SIGHUP");
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
