@@ -36,9 +36,8 @@ pub(super) struct Reloadable {
 
 /// Watches, every `options.tls_reload_interval` (never when it is zero) and when asked to
 /// (SIGHUP, [`super::hangups`]) until the server stops serving, the files of `options` that
-/// may change while it runs: the MCP imports, the TLS
-/// files, tenant access and the rate limits, each change put in force in `live` and counted in
-/// `stats`.
+/// may change while it runs: the MCP imports, the TLS files, tenant access and the rate
+/// limits, each change put in force in `live` and counted in `stats`.
 pub(super) fn watch_configuration(
     options: &ServerOptions,
     live: Reloadable,

@@ -23,13 +23,14 @@ pub(crate) fn requests() -> watch::Receiver<u64> {
 }
 
 /// Asks every watch of the process to read its files again.
-pub fn request() {
+pub(crate) fn request() {
     REQUESTS.send_modify(|count| *count = count.wrapping_add(1));
 }
 
-/// Makes each SIGHUP the process gets from now on a [`request`], logged at INFO. Call it
-/// within a Tokio runtime, before announcing that the server serves (a SIGHUP before would
-/// end the process). Elsewhere than Unix there is no SIGHUP, and nothing to do.
+/// Makes each SIGHUP the process gets from now on a request to read the watched files again,
+/// logged at INFO. Call it within a Tokio runtime, before announcing that the server serves
+/// (a SIGHUP before would end the process). Elsewhere than Unix there is no SIGHUP, and
+/// nothing to do.
 pub fn read_again_on_sighup() -> std::io::Result<()> {
     #[cfg(unix)]
     {
@@ -47,4 +48,4 @@ pub fn read_again_on_sighup() -> std::io::Result<()> {
 
 // Tested with the watch that follows the requests (`tls_reload`'s tests: the only test that
 // makes requests, as every watch of the test process sees them) and through `toolplane serve`
-// sent SIGHUP (tests/cli.rs).
+// sent SIGHUP (tests/rate_limit_reload.rs).
