@@ -75,6 +75,26 @@ async fn add(
         .map(tonic::Response::into_inner)
 }
 
+/// `tool` of tenant 0 called with `input` through the toolplane at `endpoint`.
+async fn call_at(
+    endpoint: String,
+    tool: &'static str,
+    input: serde_json::Value,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    let mut invoker = ToolInvokeServiceClient::connect(endpoint)
+        .await
+        .expect("connects");
+    invoker
+        .invoke_tool(pb::InvokeToolRequest {
+            meta: meta(0),
+            tool_name: tool.into(),
+            input: json_to_struct(&input),
+            ..Default::default()
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
 /// The next event of `events` (see [`common::next_event`]), as its type and service. Each is
 /// awaited after the change it reports has been seen through GetService, so it has arrived.
 async fn next_event(
@@ -325,19 +345,10 @@ async fn a_clean_stop_ends_the_session_at_a_typescript_server() {
     };
     let config = format!("{HEADER}{}", http_entry("everything", &everything.url()));
     let (server, _dir, _) = serving_imported(&config, &["everything"]).await;
-    let mut invoker = ToolInvokeServiceClient::connect(server.endpoint())
-        .await
-        .expect("connects");
-    let sum = invoker
-        .invoke_tool(pb::InvokeToolRequest {
-            meta: meta(0),
-            tool_name: "get-sum".into(),
-            input: json_to_struct(&json!({"a": 2, "b": 3})),
-            ..Default::default()
-        })
+    let sum = call_at(server.endpoint(), "get-sum", json!({"a": 2, "b": 3}))
         .await
         .expect("summed");
-    assert_eq!(output(sum.get_ref()), json!("The sum of 2 and 3 is 5."));
+    assert_eq!(output(&sum), json!("The sum of 2 and 3 is 5."));
     let id = only_id(&everything.log_lines_with("Session initialized with ID: "));
     assert!(server.terminate().success());
     let ended = format!("Received session termination request for session {id}");
@@ -361,21 +372,9 @@ async fn a_session_still_in_use_after_the_grace_is_ended_too() {
     );
     let (server, dir, _) = serving_imported(&config, &["alpha"]).await;
     let id = only_session(&mcp);
-    let mut invoker = ToolInvokeServiceClient::connect(server.endpoint())
-        .await
-        .expect("connects");
     let marker = dir.path().join("cancelled");
     let input = json!({"seconds": 60, "marker": marker.to_str().expect("UTF-8")});
-    let waiting = tokio::spawn(async move {
-        invoker
-            .invoke_tool(pb::InvokeToolRequest {
-                meta: meta(0),
-                tool_name: "wait".into(),
-                input: json_to_struct(&input),
-                ..Default::default()
-            })
-            .await
-    });
+    let waiting = tokio::spawn(call_at(server.endpoint(), "wait", input));
     let started = dir.path().join("cancelled.started");
     wait_until("the call reached the server", || started.exists());
     assert!(server.terminate().success());
