@@ -1,7 +1,8 @@
 //! Providers at `https://` endpoints: toolplane calls them (and checks their health) over TLS,
 //! checks their certificates against `provider_ca_file` or the public CAs, and presents its
 //! own certificate to providers that ask for one (mutual TLS). And the provider SDK's own TLS
-//! files, renewed on disk, used without a restart.
+//! files, renewed on disk, used without a restart (at once when `structs-provider` is sent
+//! SIGHUP).
 
 use crate::common;
 
@@ -380,4 +381,60 @@ async fn a_provider_uses_its_renewed_control_plane_ca_file_without_a_restart() {
 
     std::fs::write(&ca_file, new_ca.pem()).expect("CA file renewed");
     eventually("the provider registers once it trusts the CA", registered).await;
+}
+
+/// `structs-provider` sent SIGHUP reads its TLS files again at once, also when
+/// `--tls-reload-interval 0s` reads them only at the start otherwise: a renewed certificate is
+/// served from then on, and the provider serves on (SIGHUP's default action ended it).
+#[tokio::test(flavor = "multi_thread")]
+async fn structs_provider_reads_its_renewed_certificate_on_sighup() {
+    use common::process::ChildGuard;
+    let (old_ca, new_ca) = (TestCa::new(), TestCa::new());
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let files = old_ca
+        .server(&["127.0.0.1"])
+        .served_from(dir.path(), "provider");
+    let server = TestServer::start().await;
+    let path = |path: &Path| path.to_string_lossy().into_owned();
+    let (cert, key) = (path(&files.cert_file), path(&files.key_file));
+    let flags = [
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-reload-interval",
+        "0s",
+    ];
+    let mut provider = ChildGuard::structs_provider_with(&server.endpoint(), &flags);
+    wait_registered(&server, "structs").await;
+    let registered = get_service(&mut server.discovery().await, 0, "structs")
+        .await
+        .expect("registered");
+    let addr: std::net::SocketAddr = (registered.endpoint.strip_prefix("https://"))
+        .and_then(|addr| addr.parse().ok())
+        .expect("an https endpoint");
+    assert!(served_trusting(addr, &old_ca.pem()).await);
+
+    let renewed = new_ca.server(&["127.0.0.1"]);
+    std::fs::write(&files.cert_file, &renewed.cert_pem).expect("certificate renewed");
+    std::fs::write(&files.key_file, &renewed.key_pem).expect("key renewed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        served_trusting(addr, &old_ca.pem()).await,
+        "not read again unasked"
+    );
+    let pid = provider.0.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status();
+    assert!(sent.expect("kill").success());
+    let new_ca_pem = new_ca.pem();
+    eventually("the renewed certificate is served", || {
+        served_trusting(addr, &new_ca_pem)
+    })
+    .await;
+    assert!(
+        provider.0.try_wait().expect("polled").is_none(),
+        "it serves on"
+    );
 }

@@ -95,7 +95,8 @@ struct Args {
     )]
     control_plane_token_file: Option<PathBuf>,
     /// How often the TLS files (--tls-*, --control-plane-*-file) are read again, so renewed
-    /// certificates are used without a restart; 0s reads them only at the start.
+    /// certificates are used without a restart; 0s reads them only at the start. SIGHUP reads
+    /// them again at once.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     tls_reload_interval: Duration,
     /// Lease TTL to ask for; heartbeats go every third of it.
@@ -174,8 +175,13 @@ async fn main() -> ExitCode {
     config.control_plane_token = control_plane_token;
     config.control_plane_token_file = args.control_plane_token_file;
     config.tls_reload_interval = args.tls_reload_interval;
+    // Listening from before it serves: SIGHUP's default action would end it undrained.
+    let shutdown = toolplane::grpc::shutdown_signal();
+    if let Err(error) = toolplane::grpc::hangups::read_again_on_sighup() {
+        tracing::warn!(%error, "cannot listen for SIGHUP: it ends the process");
+    }
     match ProviderServer::new(tools, config)
-        .serve(listener, toolplane::grpc::shutdown_signal())
+        .serve(listener, shutdown)
         .await
     {
         Ok(()) => ExitCode::SUCCESS,

@@ -98,9 +98,11 @@ fn channel(config: &ProviderConfig) -> Result<Channel, ProviderError> {
 }
 
 /// Reads the served TLS files and the control-plane TLS files every
-/// `config.tls_reload_interval` until `serving` turns false, and rebuilds what changed (the
-/// control-plane token file is read again by the calls, see [`BearerAuth::from_file`]).
-/// An interval of zero reads them only at the start.
+/// `config.tls_reload_interval`, and when the process asks (SIGHUP, where it listens for it:
+/// [`crate::grpc::hangups::read_again_on_sighup`]), until `serving` turns false, and rebuilds
+/// what changed (the control-plane token file is read again by the calls, see
+/// [`BearerAuth::from_file`]). An interval of zero reads them only at the start and when
+/// asked.
 pub(super) fn reload_tls_files(
     config: &ProviderConfig,
     served: Option<ServedTls>,
@@ -108,9 +110,6 @@ pub(super) fn reload_tls_files(
     serving: &watch::Receiver<bool>,
 ) {
     let interval = config.tls_reload_interval;
-    if interval.is_zero() {
-        return;
-    }
     if let (Some(tls), Some(files)) = (served, config.tls.clone()) {
         let paths = watched_files(&files);
         let rebuild = move || tls.reload(&files).map_err(|error| error.to_string());
