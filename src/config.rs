@@ -69,7 +69,7 @@ pub struct ServerConfig {
     pub tls_client_ca_file: String,
     /// How often the TLS files (served, towards providers and towards the OTLP collector) are
     /// read again, so renewed certificates are used for new connections without a restart;
-    /// `0s` reads them only at the start.
+    /// `0s` reads them only at the start (and on SIGHUP, as any interval does).
     #[serde(with = "humantime_serde")]
     pub tls_reload_interval: Duration,
     /// Which responses are compressed: `mirror` (as the request was), `gzip` (whenever the

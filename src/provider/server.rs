@@ -79,7 +79,8 @@ pub struct ProviderConfig {
     /// restart. Not with `control_plane_token`.
     pub control_plane_token_file: Option<PathBuf>,
     /// How often the TLS files (`tls`, `control_plane_tls`) are read again, so renewed
-    /// certificates are used without a restart; zero reads them only at the start.
+    /// certificates are used without a restart; zero reads them only at the start (and when
+    /// the process asks: [`crate::grpc::hangups::read_again_on_sighup`]).
     pub tls_reload_interval: Duration,
     /// Which replica of the service this is (for example its pod name), so replicas hold
     /// leases side by side; empty registers the service's unnamed instance.
