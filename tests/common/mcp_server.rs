@@ -153,7 +153,17 @@ impl NodeEverythingServer {
     pub fn start() -> Option<Self> {
         let command = node_reference_server("server-everything", &["streamableHttp"])?;
         // It takes its port from PORT and does not say which one 0 picked: a free one is found
-        // first.
+        // first, and another if something took it meanwhile (the server then exits).
+        for _ in 0..3 {
+            if let Some(server) = Self::start_on_a_free_port(&command) {
+                return Some(server);
+            }
+        }
+        panic!("the TypeScript reference server found no free port in 3 tries");
+    }
+
+    /// The server started on a port free a moment before; `None` when it exited first.
+    fn start_on_a_free_port(command: &[String]) -> Option<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
@@ -182,10 +192,23 @@ impl NodeEverythingServer {
                     .for_each(|line| kept.push(line));
             });
         }
-        let server = Self { child, port, log };
-        super::process::wait_until("the TypeScript reference server listens", || {
-            !server.log_lines_with("listening on port").is_empty()
-        });
+        let mut server = Self { child, port, log };
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while server.log_lines_with("listening on port").is_empty() {
+            if server.child.try_wait().expect("polled").is_some() {
+                return None;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "the TypeScript reference server never listened"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // It says it listens also when the port was taken, then says it failed and exits.
+        std::thread::sleep(Duration::from_millis(200));
+        if server.child.try_wait().expect("polled").is_some() {
+            return None;
+        }
         Some(server)
     }
 
