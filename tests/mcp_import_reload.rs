@@ -85,12 +85,7 @@ async fn call_at(
         .await
         .expect("connects");
     invoker
-        .invoke_tool(pb::InvokeToolRequest {
-            meta: meta(0),
-            tool_name: tool.into(),
-            input: json_to_struct(&input),
-            ..Default::default()
-        })
+        .invoke_tool(common::invoke_fixture::request(tool, input))
         .await
         .map(tonic::Response::into_inner)
 }

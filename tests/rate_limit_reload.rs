@@ -9,11 +9,10 @@ use crate::common;
 use common::process::{
     ChildGuard, ServerProcess, replace_file, wait_for_structs_provider, wait_until,
 };
-use common::{meta, reason};
+use common::reason;
 use serde_json::json;
 use tonic::Code;
 use tonic::transport::Channel;
-use toolplane::json::json_to_struct;
 use toolplane::pb;
 use toolplane::pb::tool_invoke_service_client::ToolInvokeServiceClient;
 
@@ -30,12 +29,7 @@ async fn call(
                     "defender": {"armor": 50, "defense": 25}}),
     };
     invoker
-        .invoke_tool(pb::InvokeToolRequest {
-            meta: meta(0),
-            tool_name: tool.into(),
-            input: json_to_struct(&input),
-            ..Default::default()
-        })
+        .invoke_tool(common::invoke_fixture::request(tool, input))
         .await
         .map(tonic::Response::into_inner)
 }

@@ -172,6 +172,7 @@ pub async fn setup() -> Setup {
     .await
 }
 
+/// A request of tenant 0 to invoke `tool` with `input`.
 pub fn request(tool: &str, input: Value) -> pb::InvokeToolRequest {
     pb::InvokeToolRequest {
         meta: meta(0),
