@@ -51,6 +51,19 @@ fn tools_with_token(endpoint: &str, token: &str) -> (i32, String, String) {
     ])
 }
 
+/// Asserts that `toolplane services` with `args` (endpoint, tenant, token) lists the example
+/// provider: its lease was renewed.
+fn assert_provider_still_listed(args: &[&str]) {
+    let mut services = vec!["services"];
+    services.extend_from_slice(args);
+    let (code, stdout, stderr) = toolplane_cli(&services);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("structs"),
+        "the provider's lease lapsed: {stdout}"
+    );
+}
+
 /// The example provider registers in tenant 1 with its token; the CLI, given the token as a
 /// flag or in `TOOLPLANE_TOKEN`, lists and invokes its tools there, and is refused tenant 2
 /// (PERMISSION_DENIED naming the token's variable), refused tenant 1 without the token, and
@@ -275,14 +288,62 @@ fn a_provider_follows_its_rotated_token_file() {
     // Past the provider's 5 s TTL: its lease was renewed with the new token, or it is gone.
     std::thread::sleep(Duration::from_secs(7));
     std::fs::write(dir.path().join("cli-token"), "new-token\n").expect("write");
-    let mut services = vec!["services"];
-    services.extend_from_slice(&with_file);
-    let (code, stdout, stderr) = toolplane_cli(&services);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(
-        stdout.contains("structs"),
-        "the provider's lease lapsed: {stdout}"
+    assert_provider_still_listed(&with_file);
+}
+
+/// SIGHUP reads the token files on both sides, which with `tls_reload_interval = "0s"` are read
+/// only at the start and on SIGHUP: the server, sent SIGHUP, drops the old token from its file;
+/// the provider, sent SIGHUP after its file moved to the new token, sends the new one from its
+/// next heartbeat, so its lease is renewed past its 5 s TTL.
+#[test]
+fn sighup_reads_the_rotated_token_files_on_both_sides() {
+    let (server, dir) = serve_with_config(
+        "tls_reload_interval = \"0s\"\n\
+         [[tenant_access]]\ntoken_file = \"{dir}/tokens\"\ntenants = [1]\n",
+        &[
+            ("tokens", "old-token\nnew-token\n"),
+            ("provider-token", "old-token\n"),
+        ],
     );
+    let (served, sent) = (dir.path().join("tokens"), dir.path().join("provider-token"));
+    let endpoint = server.endpoint();
+    let provider = ChildGuard::structs_provider_with(
+        &endpoint,
+        &[
+            "--tenant",
+            "1",
+            "--tls-reload-interval",
+            "0s",
+            "--control-plane-token-file",
+            sent.to_str().expect("a UTF-8 path"),
+        ],
+    );
+    let with_new = [
+        "--endpoint",
+        &endpoint,
+        "--tenant",
+        "1",
+        "--token",
+        "new-token",
+    ];
+    wait_for_structs_provider_with(&with_new);
+
+    std::fs::write(&sent, "new-token\n").expect("move the provider over");
+    provider.hang_up();
+    std::fs::write(&served, "new-token\n").expect("drop the old token");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        tools_with_token(&endpoint, "old-token").0,
+        0,
+        "not read unasked"
+    );
+    server.hang_up();
+    wait_until("the server never dropped the old token", || {
+        tools_with_token(&endpoint, "old-token").0 == 2
+    });
+    // Past the provider's 5 s TTL: its lease was renewed with the new token, or it is gone.
+    std::thread::sleep(Duration::from_secs(7));
+    assert_provider_still_listed(&with_new);
 }
 
 /// The Rust client reads its token file again (`with_bearer_token_file`): once the server's

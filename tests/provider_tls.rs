@@ -423,11 +423,7 @@ async fn structs_provider_reads_its_renewed_certificate_on_sighup() {
         served_trusting(addr, &old_ca.pem()).await,
         "not read again unasked"
     );
-    let pid = provider.0.id().to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status();
-    assert!(sent.expect("kill").success());
+    provider.hang_up();
     let new_ca_pem = new_ca.pem();
     eventually("the renewed certificate is served", || {
         served_trusting(addr, &new_ca_pem)

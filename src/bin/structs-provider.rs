@@ -87,7 +87,8 @@ struct Args {
     #[arg(long, env = "TOOLPLANE_TOKEN", hide_env_values = true)]
     control_plane_token: Option<String>,
     /// A file holding that token (its first line that is not blank: a mounted Secret), read
-    /// again every --tls-reload-interval, so a rotated token is sent without a restart.
+    /// again every --tls-reload-interval and after SIGHUP (by the next call), so a rotated
+    /// token is sent without a restart.
     #[arg(
         long,
         env = "TOOLPLANE_TOKEN_FILE",

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use tokio::sync::watch;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -87,29 +88,48 @@ impl fmt::Debug for BearerToken {
     }
 }
 
-/// A token file read again once what was read is `every` old, by the call that finds it so
-/// (as Kubernetes' client-go reads a projected service-account token): a rotated token is sent
+/// A token file read again once what was read is `every` old, or the process was asked to
+/// read its files again since (SIGHUP, where it listens for it:
+/// [`crate::grpc::hangups::read_again_on_sighup`]), by the call that finds it so (as
+/// Kubernetes' client-go reads a projected service-account token): a rotated token is sent
 /// without a restart, and no task needs to outlive the client. The read is of a small file,
-/// once per `every`, on the calling thread.
+/// once per `every` or request, on the calling thread.
 struct TokenFile {
     path: PathBuf,
     every: Duration,
-    read: ArcSwap<(Instant, BearerToken)>,
+    /// The requests to read the files again (a count).
+    requests: watch::Receiver<u64>,
+    read: ArcSwap<TokenRead>,
+}
+
+/// A read of a token file.
+struct TokenRead {
+    at: Instant,
+    /// The count of requests to read again when it was made.
+    requests: u64,
+    token: BearerToken,
 }
 
 impl TokenFile {
-    /// The token to send now, read again first when it is `every` old. A file that cannot
-    /// be read then is logged at WARN and the token read before is sent until the next read.
+    /// The token to send now, read again first when it is `every` old or a request was made
+    /// since. A file that cannot be read then is logged at WARN and the token read before is
+    /// sent until the next read.
     fn token(&self) -> BearerToken {
         let read = self.read.load();
-        if self.every.is_zero() || read.0.elapsed() < self.every {
-            return read.1.clone();
+        let requests = *self.requests.borrow();
+        let old = !self.every.is_zero() && read.at.elapsed() >= self.every;
+        if !old && requests == read.requests {
+            return read.token.clone();
         }
         let token = BearerToken::from_file(&self.path).unwrap_or_else(|error| {
             tracing::warn!(%error, "sending the bearer token read before");
-            read.1.clone()
+            read.token.clone()
         });
-        self.read.store(Arc::new((Instant::now(), token.clone())));
+        self.read.store(Arc::new(TokenRead {
+            at: Instant::now(),
+            requests,
+            token: token.clone(),
+        }));
         token
     }
 }
@@ -154,15 +174,32 @@ impl BearerAuth {
     }
 
     /// Sends the token in the file at `path` (see [`BearerToken::from_file`]), read now and
-    /// again once what was read is `every` old (zero: never again), so a token rotated in the
-    /// file (a mounted Kubernetes Secret) is sent from then on. A file that cannot be read now
-    /// is an error naming it; later, the token read before is sent and the problem logged.
+    /// again once what was read is `every` old (zero: only when asked), and by the first call
+    /// after the process was asked to read its files again (SIGHUP, where it listens for it:
+    /// [`crate::grpc::hangups::read_again_on_sighup`]), so a token rotated in the file (a
+    /// mounted Kubernetes Secret) is sent from then on. A file that cannot be read now is an
+    /// error naming it; later, the token read before is sent and the problem logged.
     pub fn from_file(path: &Path, every: Duration) -> Result<Self, InvalidBearerToken> {
+        Self::following(path, every, crate::grpc::hangups::requests())
+    }
+
+    /// As [`Self::from_file`], read again on the requests `requests` counts.
+    fn following(
+        path: &Path,
+        every: Duration,
+        requests: watch::Receiver<u64>,
+    ) -> Result<Self, InvalidBearerToken> {
         let token = BearerToken::from_file(path)?;
+        let read = TokenRead {
+            at: Instant::now(),
+            requests: *requests.borrow(),
+            token,
+        };
         let file = TokenFile {
             path: path.to_owned(),
             every,
-            read: ArcSwap::from_pointee((Instant::now(), token)),
+            requests,
+            read: ArcSwap::from_pointee(read),
         };
         Ok(Self {
             source: Source::File(Arc::new(file)),
@@ -262,9 +299,12 @@ mod tests {
         let path = dir.path().join("token");
         std::fs::write(&path, "first\n").expect("write");
         let hour = Duration::from_secs(3600);
-        let mut slow = BearerAuth::from_file(&path, hour).expect("readable");
-        let mut quick = BearerAuth::from_file(&path, Duration::from_millis(1)).expect("readable");
-        let mut once = BearerAuth::from_file(&path, Duration::ZERO).expect("readable");
+        // Not the process's requests: another test may make one.
+        let (asking, requests) = watch::channel(0);
+        let following = |every| BearerAuth::following(&path, every, requests.clone());
+        let mut slow = following(hour).expect("readable");
+        let mut quick = following(Duration::from_millis(1)).expect("readable");
+        let mut once = following(Duration::ZERO).expect("readable");
         std::fs::write(&path, "second\n").expect("rotate");
         std::thread::sleep(Duration::from_millis(10));
         assert_eq!(
@@ -275,9 +315,19 @@ mod tests {
         assert_eq!(
             sent(&mut once, None).as_deref(),
             Some("Bearer first"),
-            "never again"
+            "only when asked"
         );
         assert_eq!(sent(&mut quick, None).as_deref(), Some("Bearer second"));
+        asking.send_modify(|count| *count += 1);
+        for (auth, what) in [(&mut slow, "slow"), (&mut once, "once")] {
+            assert_eq!(sent(auth, None).as_deref(), Some("Bearer second"), "{what}");
+        }
+        std::fs::write(&path, "third\n").expect("rotate");
+        assert_eq!(
+            sent(&mut once, None).as_deref(),
+            Some("Bearer second"),
+            "once for each request"
+        );
         std::fs::remove_file(&path).expect("remove");
         std::thread::sleep(Duration::from_millis(10));
         assert_eq!(

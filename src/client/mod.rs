@@ -248,8 +248,10 @@ impl ToolplaneClient {
 
     /// Sends the token in the file at `path` (its first line that is not blank) as
     /// [`Self::with_bearer_token`] does, reading the file again once what was read is `every`
-    /// old (zero: never again), so a token rotated in the file (a mounted Kubernetes Secret)
-    /// is sent without building a new client. A file that cannot be read now is an error.
+    /// old (zero: only when asked) and when the process is asked to (SIGHUP, once it listens
+    /// for it: [`crate::grpc::hangups::read_again_on_sighup`]), so a token rotated in the file
+    /// (a mounted Kubernetes Secret) is sent without building a new client. A file that
+    /// cannot be read now is an error.
     pub fn with_bearer_token_file(
         mut self,
         path: &std::path::Path,

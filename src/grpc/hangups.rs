@@ -3,10 +3,11 @@
 //! `[[tenant_access]]` and call limits; see [`super::tls_reload`]) to read them at once, as
 //! `systemctl reload` and `kill -HUP` ask of a daemon: what changed is put in force then,
 //! rather than at the next `tls_reload_interval`, also with an interval of `0s`. Without it,
-//! SIGHUP's default action ended the process at once, undrained.
+//! SIGHUP's default action ended the process at once, undrained. A bearer token file a
+//! client or provider sends from (`BearerAuth::from_file`) is read again by its next call.
 //!
-//! A signal is the process's, so the requests are too: one channel, which every watch of the
-//! process follows.
+//! A signal is the process's, so the requests are too: one channel, which every watch (and
+//! token file) of the process follows.
 
 use std::sync::LazyLock;
 

@@ -8,7 +8,7 @@
 //! served TLS is rebuilt for new connections, and registrations and heartbeats go over a new
 //! connection made with the renewed client certificate; a bearer token file
 //! ([`ProviderConfig::control_plane_token_file`]) is read again by the first call after each
-//! interval, and a changed token sent from then on. Files that
+//! interval or SIGHUP, and a changed token sent from then on. Files that
 //! cannot be used (a certificate written before its key) are logged at WARN and the previous
 //! ones kept.
 
@@ -38,7 +38,8 @@ const CONTROL_PLANE_PING_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub(super) struct ControlPlane {
     channel: Arc<ArcSwap<Channel>>,
-    /// The bearer token calls send (its file read again every `tls_reload_interval`).
+    /// The bearer token calls send (its file read again every `tls_reload_interval` and on
+    /// SIGHUP).
     auth: BearerAuth,
 }
 
@@ -67,7 +68,7 @@ impl ControlPlane {
 }
 
 /// The token `config` gives, read from its file when it names one (and read again every
-/// `tls_reload_interval`).
+/// `tls_reload_interval` and on SIGHUP).
 fn bearer_auth(config: &ProviderConfig) -> Result<BearerAuth, ProviderError> {
     let problem = |error: InvalidBearerToken| ProviderError::ControlPlaneToken(error.to_string());
     match (

@@ -75,8 +75,9 @@ pub struct ProviderConfig {
     /// plane whose `[[tenant_access]]` grants tenants to tokens.
     pub control_plane_token: Option<BearerToken>,
     /// A file holding that token instead (its first line that is not blank: a mounted
-    /// Secret), read again every `tls_reload_interval`, so a rotated token is sent without a
-    /// restart. Not with `control_plane_token`.
+    /// Secret), read again every `tls_reload_interval` and when the process is asked to
+    /// (SIGHUP, where it listens for it), by the next call, so a rotated token is sent without
+    /// a restart. Not with `control_plane_token`.
     pub control_plane_token_file: Option<PathBuf>,
     /// How often the TLS files (`tls`, `control_plane_tls`) are read again, so renewed
     /// certificates are used without a restart; zero reads them only at the start (and when

@@ -256,6 +256,14 @@ impl ChildGuard {
             .expect("start structs-provider");
         Self(child)
     }
+
+    /// Sends SIGHUP (the example provider reads its TLS and token files again).
+    pub fn hang_up(&self) {
+        let sent = Command::new("kill")
+            .args(["-HUP", &self.0.id().to_string()])
+            .status();
+        assert!(sent.expect("send SIGHUP").success());
+    }
 }
 
 impl Drop for ChildGuard {
