@@ -20,9 +20,12 @@
 //!
 //! The rules are read again when the configuration file they came from changes, and calls on
 //! open connections are checked against the new ones (`access::live`).
+//!
+//! Refused calls are logged within a budget for the process (`access::refusals_logged`).
 
 mod forwarded;
 mod live;
+mod refusals_logged;
 mod tokens;
 
 use std::collections::{BTreeSet, HashMap};
@@ -40,6 +43,8 @@ pub use live::{
     ConnectionAccess, IDENTITIES_NEED_CERTIFICATES, LiveTenantAccess, ReadTenantAccess,
     TenantAccessSource,
 };
+pub use refusals_logged::{REFUSALS_BURST, REFUSALS_WINDOW};
+pub(crate) use refusals_logged::{RefusedAt, log_refused};
 use tokens::Tokens;
 
 /// One `[[tenant_access]]` entry: the tenants a certificate identity, or the callers sending a

@@ -23,6 +23,8 @@
 //! - [`client`]: a typed client with pre-flight and a client-side discovery cache.
 //! - [`config`]: defaults < `toolplane.toml` < `TOOLPLANE_*` environment.
 //! - [`trace_context`]: the caller's W3C trace context, passed on to providers.
+//! - [`log_budget`]: how much of the log one source of events may take (an MCP server,
+//!   refused calls).
 //! - [`http_answers`]: answers of the HTTP servers toolplane calls, read within a bound.
 //! - [`otlp`]: where and how spans are exported (OTLP/gRPC or OTLP/HTTP, TLS).
 //! - [`spans`]: the spans exported over OTLP when `otlp_endpoint` is set.
@@ -41,6 +43,7 @@ pub mod grpc;
 pub mod http_answers;
 pub mod invoke;
 pub mod json;
+pub mod log_budget;
 pub mod mcp;
 pub mod metrics;
 pub mod otlp;

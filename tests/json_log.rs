@@ -9,6 +9,7 @@
 //!   saying where to find it;
 //! - a server writing to its standard error without pause: logged up to its budget, the rest
 //!   counted;
+//! - calls refused without pause: logged up to the budget of refusals, the rest counted;
 //! - a panic, as an ERROR event (Rust's own hook writes it to stderr as lines of text).
 
 use crate::common;
@@ -204,6 +205,60 @@ async fn a_server_writing_without_pause_fills_the_log_only_up_to_its_budget() {
         1,
         "the server started again has a budget of its own"
     );
+}
+
+/// Calls refused without pause (a caller sending a token no rule holds) are logged up to the
+/// budget of refusals (100 in 10 s); a WARN says so as the rest begin to be left out, another
+/// how many were left out once the window ended (no refusal follows to say it), and the next
+/// window logs refusals again.
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_refused_without_pause_fill_the_log_only_up_to_the_budget() {
+    use toolplane::client::{BearerToken, ClientError, ToolplaneClient};
+    let config = "log_format = \"json\"\n\
+         [[tenant_access]]\ntoken_env = \"PLANNER_TOKEN\"\ntenants = [1]\n";
+    let (server, _dir) =
+        ServerProcess::start_with_config(config, &[], &[("PLANNER_TOKEN", "right-token")]);
+    let wrong = BearerToken::new("wrong-token").expect("a token");
+    let client = ToolplaneClient::connect(&server.endpoint(), toolplane::envelope::TenantId(1))
+        .await
+        .expect("connects")
+        .with_bearer_token(wrong);
+    let refused = toolplane::access::REFUSALS_BURST + 50;
+    for _ in 0..refused {
+        match client.all_services().await {
+            Err(ClientError::Rpc(status)) => {
+                assert_eq!(status.code(), tonic::Code::Unauthenticated)
+            }
+            other => panic!("refused as unauthenticated, got {other:?}"),
+        }
+    }
+    let refusals_logged = |events: &[Value]| {
+        (events.iter())
+            .filter(|event| event["fields"]["message"] == "call refused")
+            .count()
+    };
+    let left_out = |events: &[Value]| {
+        (events.iter())
+            .filter_map(|event| event["fields"]["left_out"].as_u64())
+            .collect::<Vec<_>>()
+    };
+    wait_until("what the window left out was never said", || {
+        !left_out(&events(&server)).is_empty()
+    });
+    let logged = events(&server);
+    assert_eq!(refusals_logged(&logged), 100);
+    let limits: Vec<&Value> = (logged.iter())
+        .filter(|event| event["fields"]["limit"].is_u64())
+        .collect();
+    assert_eq!(limits.len(), 1, "{limits:?}");
+    assert_eq!(limits[0]["level"], "WARN");
+    assert_eq!(limits[0]["fields"]["limit"], 100);
+    assert_eq!(left_out(&logged), [50]);
+
+    client.all_services().await.expect_err("refused");
+    wait_until("a refusal in the next window was not logged", || {
+        refusals_logged(&events(&server)) == 101
+    });
 }
 
 /// Set in the environment of this test binary run again as a child that sets up toolplane's

@@ -83,7 +83,7 @@ pub(crate) fn accept<T: Enveloped>(request: Request<T>) -> Result<(RequestMeta, 
 pub(crate) fn check_tenant(extensions: &tonic::Extensions, tenant: TenantId) -> Result<(), Status> {
     match extensions.get::<Arc<CallerGrant>>() {
         Some(grant) => grant.check(tenant).map_err(|refused| {
-            tracing::info!(%refused, "call refused");
+            crate::access::log_refused(&refused, crate::access::RefusedAt::Grpc);
             refused.into()
         }),
         None => Ok(()),

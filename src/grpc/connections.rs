@@ -316,7 +316,7 @@ where
                 }
                 Ok(None) => {}
                 Err(refused) => {
-                    tracing::info!(%refused, "call refused");
+                    crate::access::log_refused(&refused, crate::access::RefusedAt::Grpc);
                     let status = Status::from(refused);
                     if let Some(stats) = &self.refusals_counted_in {
                         stats.refused(request.uri().path(), status.code());

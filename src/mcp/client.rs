@@ -32,7 +32,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::import_config::McpImport;
-use super::log_budget::LogBudget;
+use super::log_budget::server_log_budget;
 use super::progress_routes::{ProgressRoutes, ProgressTap};
 use super::server_logs;
 use super::session_failures::{failure_text, inner_failure, scope_refusal};
@@ -45,6 +45,7 @@ use crate::invoke::caller::{
     FailureKind, MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX, ProviderCall, ProviderCaller,
     ProviderFailure, ProviderReply,
 };
+use crate::log_budget::LogBudget;
 
 /// The longest an MCP session with a server at a URL may take to open (connect and
 /// initialize).
@@ -104,8 +105,10 @@ impl SessionEvents {
     /// The events of a session with `server` (the endpoint, as the server's log messages are
     /// to name it).
     pub(super) fn of(server: &str) -> Self {
+        let server: Arc<str> = server.into();
         Self {
-            server: server.into(),
+            log_budget: Arc::new(server_log_budget(Arc::clone(&server))),
+            server,
             config: ClientConfig::new(
                 ClientCapabilities::default(),
                 Implementation::new("toolplane", env!("CARGO_PKG_VERSION")),
@@ -113,7 +116,6 @@ impl SessionEvents {
             .with_protocol_version(ProtocolVersion::V_2025_11_25),
             tools_changed: Arc::new(Notify::new()),
             progress: Arc::default(),
-            log_budget: Arc::default(),
         }
     }
 
@@ -149,7 +151,7 @@ impl ClientHandler for SessionEvents {
         message: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if self.log_budget.allows(&self.server) {
+        if self.log_budget.allows() {
             server_logs::log_message(&self.server, &message);
         }
     }

@@ -356,7 +356,7 @@ fn refused_tenant(
         }
         Err(refused) => refused,
     };
-    tracing::info!(%refused, "MCP request refused");
+    crate::access::log_refused(&refused, crate::access::RefusedAt::Mcp);
     counted_in.count(&refused);
     Some(match refused {
         AccessError::UnknownToken => {

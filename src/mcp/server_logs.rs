@@ -16,7 +16,7 @@ use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 
-use super::log_budget::LogBudget;
+use crate::log_budget::LogBudget;
 
 /// The target of the events logged for MCP servers.
 pub const TARGET: &str = "toolplane::mcp_server";
@@ -71,11 +71,11 @@ pub fn relay_stderr(
     tokio::spawn(async move {
         let mut reader = BufReader::new(stderr);
         while let Some(piece) = next_piece(&mut reader).await {
-            if !piece.trim().is_empty() && budget.allows(&server) {
+            if !piece.trim().is_empty() && budget.allows() {
                 tracing::info!(target: TARGET, mcp_server = &*server, stream = "stderr", "{piece}");
             }
         }
-        budget.ended(&server);
+        budget.ended();
     });
 }
 
