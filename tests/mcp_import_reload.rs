@@ -393,18 +393,45 @@ fn running(pid: &str) -> bool {
 /// alone, and the rest ran on.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_removed_stdio_servers_whole_process_group_is_stopped() {
-    let dir = tempfile::tempdir().expect("a directory");
-    let pid_file = dir.path().join("pid");
-    let script = format!("sleep 300 & echo $! > {}; \"$@\"; wait", pid_file.display());
-    let Some(command) = PythonMcpServer::stdio_command_launched_by(&script) else {
+    let launch = "\"$@\"; wait";
+    let Some((_server, config_dir, pid)) = serving_with_a_sleeper("lingering", launch).await else {
         return;
     };
-    let config = format!("{HEADER}{}", stdio_entry("lingering", &command));
-    let (_server, config_dir, _) = serving_imported(&config, &["lingering"]).await;
-    let pid = std::fs::read_to_string(&pid_file).expect("the pid");
-    let pid = pid.trim();
-    assert!(running(pid));
-
     replace_file(&config_dir.path().join("toolplane.toml"), HEADER);
-    wait_until("the launcher's process stopped", || !running(pid));
+    wait_until("the launcher's process stopped", || !running(&pid));
+}
+
+/// `toolplane serve` importing `service`, a server started by a shell that starts `sleep 300`
+/// in the background, then runs `launch` (which starts the server as `"$@"`), and the pid of
+/// that `sleep`, running; `None` when the Python peers are not installed.
+async fn serving_with_a_sleeper(
+    service: &str,
+    launch: &str,
+) -> Option<(ServerProcess, tempfile::TempDir, String)> {
+    let dir = tempfile::tempdir().expect("a directory");
+    let pid_file = dir.path().join("pid");
+    let script = format!("sleep 300 & echo $! > {}; {launch}", pid_file.display());
+    let command = PythonMcpServer::stdio_command_launched_by(&script)?;
+    let config = format!("{HEADER}{}", stdio_entry(service, &command));
+    let (server, config_dir, _) = serving_imported(&config, &[service]).await;
+    let pid = std::fs::read_to_string(&pid_file).expect("the pid");
+    let pid = pid.trim().to_owned();
+    assert!(running(&pid));
+    Some((server, config_dir, pid))
+}
+
+/// A server toolplane started that ends by itself when its standard input closes (as the
+/// Python SDK's does), leaving a process it started running, has that process ended too at a
+/// clean stop: SIGTERM reaches what is left of its process group. (It ran on, with nothing to
+/// stop it.)
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_stdio_server_leaves_running_is_ended_with_it() {
+    let launch = "exec \"$@\"";
+    let Some((server, _config_dir, pid)) = serving_with_a_sleeper("leaving", launch).await else {
+        return;
+    };
+    assert!(server.terminate().success());
+    wait_until("the process the server left was not ended", || {
+        !running(&pid)
+    });
 }

@@ -15,7 +15,8 @@
 //! - [`session_keys`]: which session a use of an MCP server goes over (an import's own, or
 //!   one shared per URL).
 //! - `session_opening`: opening a session (connecting to a server, or starting one), and
-//!   stopping the openings of a session closed.
+//!   stopping the openings of a session closed; `server_group`: ending what a started
+//!   server left running in its process group.
 //! - [`import`]: the tools of configured MCP servers, registered as services.
 //! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
 //! - [`live_imports`]: the imports running, kept as the configuration file says.
@@ -43,6 +44,7 @@ pub mod log_budget;
 pub mod progress_routes;
 pub(crate) mod request_bodies;
 pub mod rtfs;
+mod server_group;
 pub mod server_logs;
 mod session_failures;
 pub mod session_keys;

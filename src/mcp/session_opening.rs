@@ -13,6 +13,7 @@ use super::access_tokens::AccessTokens;
 use super::authorized_http::WithAccessTokens;
 use super::client::{CONNECT_TIMEOUT, McpSession, SessionEvents};
 use super::import_config::{INHERITED_ENV, ServerAuth, StdioServer};
+use super::server_group::WholeGroup;
 use super::server_logs;
 use super::session_failures::{Via, initialized};
 use super::session_keys::SessionKey;
@@ -103,7 +104,8 @@ pub(super) async fn connect(
 /// Starts the MCP server `server` and opens a session with it over its standard input and
 /// output; its log messages and the lines of its standard error are logged naming it
 /// `endpoint` ([`server_logs`]). It gets the [`INHERITED_ENV`] variables of toolplane's
-/// environment and its own, no others. It is stopped when the session ends.
+/// environment and its own, no others. It is stopped when the session ends, with what it
+/// left running ([`WholeGroup`]).
 pub(super) async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSession, String> {
     let shown = server.command.join(" ");
     let (program, args) = server
@@ -135,7 +137,7 @@ pub(super) async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSes
         let budget = Arc::clone(&events.log_budget);
         server_logs::relay_stderr(endpoint.into(), stderr, budget);
     }
-    let opening = events.open(transport);
+    let opening = events.open(WholeGroup::of(transport, endpoint));
     initialized(&shown, opening, Via::Stdio { endpoint }).await
 }
 
