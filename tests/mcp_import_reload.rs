@@ -314,7 +314,7 @@ fn only_id(opened: &[String]) -> String {
 /// At a clean stop (SIGTERM), toolplane ends its session with a server at a URL as MCP asks of
 /// a client (with a `DELETE` of it), so the server need not keep it until it times out.
 /// (Without `McpCaller::close_all` a session is ended only as it is dropped, racing the
-/// process's end: this test passed so in 3 runs of 3, so it does not guard `close_all` alone.)
+/// process's end: this test passed so in 3 runs of 3; the next test guards `close_all`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clean_stop_ends_the_session_at_a_url() {
     let Some(mcp) = PythonMcpServer::start(0) else {
@@ -329,6 +329,37 @@ async fn a_clean_stop_ends_the_session_at_a_url() {
     wait_until("the session was ended", || {
         !mcp.log_lines_with(&ended).is_empty()
     });
+}
+
+/// At a clean stop, toolplane waits for the answer to its `DELETE` of a session at a URL (up to
+/// 7 s) before it exits: the server here answers 2 s late, and toolplane exits after it began
+/// to answer. This guards `McpCaller::close_all`: left to the session's drop, the `DELETE`
+/// raced the process's end, and the process ended first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clean_stop_waits_for_the_end_of_the_session_at_a_url() {
+    let Some(mcp) = PythonMcpServer::start_with(0, &["--slow-delete", "2"]) else {
+        return;
+    };
+    let config = format!("{HEADER}{}", http_entry("alpha", &mcp.url()));
+    let (server, _dir, _) = serving_imported(&config, &["alpha"]).await;
+    assert!(server.terminate().success());
+    let exited = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs_f64();
+    let answering = "python-tools: answering a DELETE at ";
+    wait_until("the session was never ended", || {
+        !mcp.log_lines_with(answering).is_empty()
+    });
+    let line = &mcp.log_lines_with(answering)[0];
+    let answered: f64 = (line.rsplit(' ').next())
+        .and_then(|time| time.parse().ok())
+        .expect("a time");
+    assert!(
+        answered <= exited,
+        "toolplane exited {:.3} s before the server answered its DELETE",
+        answered - exited
+    );
 }
 
 /// The TypeScript SDK's reference server (`@modelcontextprotocol/server-everything`) at a URL

@@ -47,7 +47,9 @@ between them can). With --endless-pages same|new, every page of its tool list na
 same cursor every time (a cursor loop), or a new one; it counts the pages it was asked for,
 which tool `pages_listed` answers. With --freezable-listing, it also offers `freeze_listing`,
 after which its process leaves every tools/list request unanswered (as a server stuck in its
-listing would), and `listing_frozen`, which says whether it does.
+listing would), and `listing_frozen`, which says whether it does. With --slow-delete SECONDS,
+it answers a DELETE (a client ending its session) SECONDS late, writing `python-tools:
+answering a DELETE at TIME` (seconds since the epoch) to its standard error as it begins to.
 With `stdio`, it speaks MCP over its standard input and output instead.
 """
 
@@ -158,6 +160,21 @@ def require_token(app, token):
         await app(scope, receive, send)
 
     return guarded
+
+
+def slow_delete(app, seconds):
+    """The ASGI app `app`, answering a DELETE (a client ending its session) `seconds` late,
+    saying on standard error when it begins to answer (the time, in seconds since the epoch),
+    so that a test can tell whether the client waited for the answer."""
+
+    async def delayed(scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "DELETE":
+            await anyio.sleep(seconds)
+            print(f"python-tools: answering a DELETE at {time.time():.6f}", file=sys.stderr,
+                  flush=True)
+        await app(scope, receive, send)
+
+    return delayed
 
 
 class TokenIssuer:
@@ -447,6 +464,7 @@ if __name__ == "__main__":
     parser.add_argument("--list-twice")
     parser.add_argument("--endless-pages", choices=["same", "new"])
     parser.add_argument("--freezable-listing", action="store_true")
+    parser.add_argument("--slow-delete", type=float)
     args = parser.parse_args()
     if args.endless_pages:
         endless_pages(args.endless_pages)
@@ -476,6 +494,8 @@ if __name__ == "__main__":
         app = move_resource_metadata(app, args.resource_metadata_path)
     if args.token:
         app = require_token(app, args.token)
+    if args.slow_delete:
+        app = slow_delete(app, args.slow_delete)
     tls = {}
     if args.tls_cert:
         tls = {"ssl_certfile": args.tls_cert, "ssl_keyfile": args.tls_key}
