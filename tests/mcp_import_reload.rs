@@ -312,36 +312,18 @@ fn only_id(opened: &[String]) -> String {
 }
 
 /// At a clean stop (SIGTERM), toolplane ends its session with a server at a URL as MCP asks of
-/// a client (with a `DELETE` of it), so the server need not keep it until it times out.
-/// (Without `McpCaller::close_all` a session is ended only as it is dropped, racing the
-/// process's end: this test passed so in 3 runs of 3; the next test guards `close_all`.)
+/// a client (with a `DELETE` of it), so the server need not keep it until it times out, and
+/// waits for the answer (up to 7 s) before it exits: the server here answers 2 s late, and
+/// toolplane exits after it began to answer. This guards `McpCaller::close_all`: left to the
+/// session's drop, the `DELETE` raced the process's end, and the process ended first.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_clean_stop_ends_the_session_at_a_url() {
-    let Some(mcp) = PythonMcpServer::start(0) else {
-        return;
-    };
-    let config = format!("{HEADER}{}", http_entry("alpha", &mcp.url()));
-    let (server, _dir, _) = serving_imported(&config, &["alpha"]).await;
-    let id = only_session(&mcp);
-    assert!(server.terminate().success());
-    // The server's log is read on a thread of the test's: its line may come a moment later.
-    let ended = format!("Terminating session: {id}");
-    wait_until("the session was ended", || {
-        !mcp.log_lines_with(&ended).is_empty()
-    });
-}
-
-/// At a clean stop, toolplane waits for the answer to its `DELETE` of a session at a URL (up to
-/// 7 s) before it exits: the server here answers 2 s late, and toolplane exits after it began
-/// to answer. This guards `McpCaller::close_all`: left to the session's drop, the `DELETE`
-/// raced the process's end, and the process ended first.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_clean_stop_waits_for_the_end_of_the_session_at_a_url() {
+async fn a_clean_stop_ends_the_session_at_a_url_and_waits_for_its_end() {
     let Some(mcp) = PythonMcpServer::start_with(0, &["--slow-delete", "2"]) else {
         return;
     };
     let config = format!("{HEADER}{}", http_entry("alpha", &mcp.url()));
     let (server, _dir, _) = serving_imported(&config, &["alpha"]).await;
+    let id = only_session(&mcp);
     assert!(server.terminate().success());
     let exited = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -360,6 +342,11 @@ async fn a_clean_stop_waits_for_the_end_of_the_session_at_a_url() {
         "toolplane exited {:.3} s before the server answered its DELETE",
         answered - exited
     );
+    // The server's log is read on a thread of the test's: its line may come a moment later.
+    let ended = format!("Terminating session: {id}");
+    wait_until("the session was ended", || {
+        !mcp.log_lines_with(&ended).is_empty()
+    });
 }
 
 /// The TypeScript SDK's reference server (`@modelcontextprotocol/server-everything`) at a URL
