@@ -93,7 +93,8 @@ pub struct ServerConfig {
     pub mcp_max_sessions_per_tenant: usize,
     /// MCP servers whose tools are imported as services (file only), as `[[mcp_imports]]`
     /// tables with `service`, `url` or `command` (with `env` and `pass_env`), `tenant` (0),
-    /// `refresh_interval` (60s), `bearer_token_env` and `approved_tools`; read again from the
+    /// `refresh_interval` (60s), `bearer_token_env`, `bearer_token_file` or
+    /// `oauth_client_credentials`, and `approved_tools`; read again from the
     /// file when it changes (every `tls_reload_interval`), and put in force without a restart.
     pub mcp_imports: Vec<McpImportConfig>,
     /// [`Self::mcp_imports`], checked when the configuration was loaded (their tokens and

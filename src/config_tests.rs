@@ -351,6 +351,28 @@ fn mcp_imports_are_read_from_the_file_and_checked() {
     .expect("written");
     let error = ServerConfig::load(Some(&file), env(&[])).expect_err("imported twice");
     assert!(error.to_string().contains("imported twice"), "{error}");
+    let token = dir.path().join("token");
+    let with_token_file = format!(
+        "tls_reload_interval = \"7s\"\n{imports}\n[[mcp_imports]]\nservice = \"crm\"\n\
+         url = \"http://crm/mcp\"\nbearer_token_file = {token:?}\n"
+    );
+    std::fs::write(&file, with_token_file).expect("written");
+    let error = ServerConfig::load(Some(&file), env(&[])).expect_err("no token file yet");
+    assert!(
+        error
+            .to_string()
+            .contains("bearer_token_file of service crm"),
+        "{error}"
+    );
+    std::fs::write(&token, "s3cret\n").expect("written");
+    let config = ServerConfig::load(Some(&file), env(&[])).expect("valid");
+    assert_eq!(
+        config.server_options().mcp_imports[3].auth,
+        Some(crate::mcp::import::ServerAuth::BearerFile {
+            path: token,
+            every: std::time::Duration::from_secs(7),
+        })
+    );
 }
 
 #[test]

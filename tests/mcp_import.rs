@@ -8,13 +8,15 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::mcp_server::{PythonMcpServer, importing, invoke, output, register_add_at, wait_for};
+use common::mcp_server::{
+    PythonMcpServer, importing, importing_with, invoke, output, register_add_at, wait_for,
+};
 use common::{TestServer, meta, reason};
 use serde_json::json;
 use tonic::Code;
 use toolplane::grpc::ServerOptions;
 use toolplane::json::struct_to_json;
-use toolplane::mcp::import::{MAX_LISTING_PAGES, McpSource};
+use toolplane::mcp::import::{MAX_LISTING_PAGES, McpSource, ServerAuth};
 use toolplane::pb;
 
 fn import_of(server: &PythonMcpServer, refresh_interval: Duration) -> ServerOptions {
@@ -325,6 +327,53 @@ async fn a_server_asking_for_a_bearer_token_is_sent_the_one_configured() {
     assert_eq!(missing.code(), Code::NotFound);
     with.stop().await;
     without.stop().await;
+}
+
+/// An import's `bearer_token_file` is read again at once when the server refuses the token
+/// read before: a token rotated at the server and then in the file is sent on the session
+/// open, long before the file's reread interval (an hour here) and with no SIGHUP. While the
+/// file holds a token the server no longer takes, calls fail, saying so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bearer_token_rotated_in_its_file_is_sent_once_the_server_refuses_the_old_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (taken, sent) = (dir.path().join("taken"), dir.path().join("sent"));
+    let rotate = |file: &std::path::Path, token: &str| {
+        std::fs::write(file, format!("{token}\n")).expect("write the token");
+    };
+    rotate(&taken, "one");
+    rotate(&sent, "one");
+    let taken_arg = taken.to_str().expect("a UTF-8 path");
+    let Some(mcp) = PythonMcpServer::start_with(0, &["--token-file", taken_arg]) else {
+        return;
+    };
+    let auth = ServerAuth::BearerFile {
+        path: sent.clone(),
+        every: Duration::from_secs(3600),
+    };
+    let source = McpSource::Http(mcp.url());
+    let refresh = Duration::from_secs(60);
+    let server =
+        TestServer::start_with(importing_with("python-tools", source, refresh, Some(auth))).await;
+    wait_for_service(&server, |found| found.is_some()).await;
+    let add = async |a: i64| invoke(&server, "add", json!({"a": a, "b": 1})).await;
+    assert_eq!(output(&add(1).await.expect("added")), json!({"result": 2}));
+    rotate(&taken, "two");
+    rotate(&sent, "two");
+    assert_eq!(
+        output(&add(2).await.expect("sent the token rotated")),
+        json!({"result": 3})
+    );
+    rotate(&taken, "three");
+    let refused = add(3).await.expect_err("the file holds the old token");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("authorization required"),
+        "{}",
+        refused.message()
+    );
+    rotate(&sent, "three");
+    assert_eq!(output(&add(4).await.expect("added")), json!({"result": 5}));
+    server.stop().await;
 }
 
 /// An import's bearer token is sent only for the service the import registered: another

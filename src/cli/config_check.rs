@@ -143,6 +143,9 @@ fn summary(config: &ServerConfig, options: &ServerOptions, agents: &str) -> Stri
             match &import.auth {
                 None => {}
                 Some(ServerAuth::Bearer(_)) => details.push("bearer token".to_owned()),
+                Some(ServerAuth::BearerFile { path, .. }) => {
+                    details.push(format!("bearer token file {}", path.display()));
+                }
                 Some(ServerAuth::ClientCredentials(credentials)) => {
                     details.push(credentials.to_string());
                 }

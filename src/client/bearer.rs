@@ -77,8 +77,19 @@ impl BearerToken {
                 path: path.display().to_string(),
                 reason: error.to_string(),
             })?;
+        Self::from_file_text(&text)
+    }
+
+    /// The token in `text`, a token file's content: its first line that is not blank.
+    pub fn from_file_text(text: &str) -> Result<Self, InvalidBearerToken> {
         let line = text.lines().find(|line| !line.trim().is_empty());
         Self::new(line.unwrap_or_default())
+    }
+
+    /// The token itself, without `Bearer ` (for an HTTP client that adds it).
+    pub fn secret(&self) -> &str {
+        let header = self.header.to_str().unwrap_or_default();
+        header.strip_prefix("Bearer ").unwrap_or(header)
     }
 }
 
@@ -93,8 +104,9 @@ impl fmt::Debug for BearerToken {
 /// [`crate::grpc::hangups::read_again_on_sighup`]), by the call that finds it so (as
 /// Kubernetes' client-go reads a projected service-account token): a rotated token is sent
 /// without a restart, and no task needs to outlive the client. The read is of a small file,
-/// once per `every` or request, on the calling thread.
-struct TokenFile {
+/// once per `every` or request, on the calling thread. [`BearerAuth::from_file`] sends its
+/// token on gRPC calls; toolplane sends an MCP server's with `bearer_token_file`.
+pub struct TokenFile {
     path: PathBuf,
     every: Duration,
     /// The requests to read the files again (a count).
@@ -111,16 +123,60 @@ struct TokenRead {
 }
 
 impl TokenFile {
+    /// The file at `path`, read now (an error names it, never the token) and again as the
+    /// type says, once what was read is `every` old (zero: only when asked) or the process
+    /// was asked to.
+    pub fn open(path: &Path, every: Duration) -> Result<Self, InvalidBearerToken> {
+        Self::following(path, every, crate::grpc::hangups::requests())
+    }
+
+    /// As [`Self::open`], read again on the requests `requests` counts.
+    fn following(
+        path: &Path,
+        every: Duration,
+        requests: watch::Receiver<u64>,
+    ) -> Result<Self, InvalidBearerToken> {
+        let token = BearerToken::from_file(path)?;
+        let read = TokenRead {
+            at: Instant::now(),
+            requests: *requests.borrow(),
+            token,
+        };
+        Ok(Self {
+            path: path.to_owned(),
+            every,
+            requests,
+            read: ArcSwap::from_pointee(read),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The token to send now, read again first when it is `every` old or a request was made
     /// since. A file that cannot be read then is logged at WARN and the token read before is
     /// sent until the next read.
-    fn token(&self) -> BearerToken {
+    pub fn token(&self) -> BearerToken {
         let read = self.read.load();
         let requests = *self.requests.borrow();
         let old = !self.every.is_zero() && read.at.elapsed() >= self.every;
         if !old && requests == read.requests {
             return read.token.clone();
         }
+        self.read_again(&read, requests)
+    }
+
+    /// The token in the file now, read again at once: for a token the other side refused,
+    /// which may have been rotated in the file since it was read. A file that cannot be read
+    /// is logged at WARN and gives the token read before.
+    pub fn token_read_now(&self) -> BearerToken {
+        let read = self.read.load();
+        self.read_again(&read, *self.requests.borrow())
+    }
+
+    fn read_again(&self, read: &TokenRead, requests: u64) -> BearerToken {
         let token = BearerToken::from_file(&self.path).unwrap_or_else(|error| {
             tracing::warn!(%error, "sending the bearer token read before");
             read.token.clone()
@@ -131,6 +187,15 @@ impl TokenFile {
             token: token.clone(),
         }));
         token
+    }
+}
+
+impl fmt::Debug for TokenFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenFile")
+            .field("path", &self.path)
+            .field("every", &self.every)
+            .finish_non_exhaustive()
     }
 }
 
@@ -180,30 +245,13 @@ impl BearerAuth {
     /// mounted Kubernetes Secret) is sent from then on. A file that cannot be read now is an
     /// error naming it; later, the token read before is sent and the problem logged.
     pub fn from_file(path: &Path, every: Duration) -> Result<Self, InvalidBearerToken> {
-        Self::following(path, every, crate::grpc::hangups::requests())
+        Ok(Self::of_file(TokenFile::open(path, every)?))
     }
 
-    /// As [`Self::from_file`], read again on the requests `requests` counts.
-    fn following(
-        path: &Path,
-        every: Duration,
-        requests: watch::Receiver<u64>,
-    ) -> Result<Self, InvalidBearerToken> {
-        let token = BearerToken::from_file(path)?;
-        let read = TokenRead {
-            at: Instant::now(),
-            requests: *requests.borrow(),
-            token,
-        };
-        let file = TokenFile {
-            path: path.to_owned(),
-            every,
-            requests,
-            read: ArcSwap::from_pointee(read),
-        };
-        Ok(Self {
+    fn of_file(file: TokenFile) -> Self {
+        Self {
             source: Source::File(Arc::new(file)),
-        })
+        }
     }
 
     /// `channel` with this token added to its calls.
@@ -301,7 +349,8 @@ mod tests {
         let hour = Duration::from_secs(3600);
         // Not the process's requests: another test may make one.
         let (asking, requests) = watch::channel(0);
-        let following = |every| BearerAuth::following(&path, every, requests.clone());
+        let following =
+            |every| TokenFile::following(&path, every, requests.clone()).map(BearerAuth::of_file);
         let mut slow = following(hour).expect("readable");
         let mut quick = following(Duration::from_millis(1)).expect("readable");
         let mut once = following(Duration::ZERO).expect("readable");
@@ -337,5 +386,32 @@ mod tests {
         );
         assert!(!format!("{quick:?}").contains("second"), "{quick:?}");
         assert!(BearerAuth::from_file(&path, hour).is_err(), "missing now");
+    }
+
+    #[test]
+    fn a_token_file_is_read_at_once_when_its_token_was_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first\n").expect("write");
+        let (_asking, requests) = watch::channel(0);
+        let hour = Duration::from_secs(3600);
+        let file = TokenFile::following(&path, hour, requests).expect("readable");
+        assert_eq!(file.token().secret(), "first");
+        std::fs::write(&path, "second\n").expect("rotate");
+        assert_eq!(file.token().secret(), "first", "not yet old");
+        assert_eq!(file.token_read_now().secret(), "second");
+        assert_eq!(
+            file.token().secret(),
+            "second",
+            "the token read now is kept"
+        );
+        std::fs::remove_file(&path).expect("remove");
+        assert_eq!(
+            file.token_read_now().secret(),
+            "second",
+            "an unreadable file keeps the token read before"
+        );
+        assert!(!format!("{file:?}").contains("second"), "{file:?}");
+        assert!(TokenFile::open(&path, hour).is_err(), "missing now");
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
-pub use bearer::{BearerAuth, BearerToken, ClientChannel, InvalidBearerToken};
+pub use bearer::{BearerAuth, BearerToken, ClientChannel, InvalidBearerToken, TokenFile};
 pub use requirement::{ParseRequirementError, ToolRequirement};
 pub use tls::{ClientTlsError, ClientTlsFiles};
 

@@ -1,6 +1,7 @@
-//! The HTTP client of a session with an MCP server that takes OAuth access tokens got with
-//! client credentials ([`super::access_tokens`]): the SDK's reqwest client, with the current
-//! token put on each request.
+//! The HTTP client of a session with an MCP server whose token may change while the session
+//! lasts: OAuth access tokens got with client credentials ([`super::access_tokens`]), or a
+//! bearer token file (`bearer_token_file`, [`TokenFile`]). The SDK's reqwest client, with the
+//! current token put on each request.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,25 +17,69 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 
 use super::access_tokens::AccessTokens;
+use crate::client::TokenFile;
 
-/// The HTTP client of a session with a server that takes OAuth tokens: each request carries
-/// the current token, and one the server refuses is sent again once: with a new token after
-/// a 401, or with one asked for with more scopes after a 403 `insufficient_scope` naming them.
+/// Where a session's tokens come from.
+#[derive(Debug, Clone)]
+pub enum SessionTokens {
+    /// OAuth access tokens, got with client credentials.
+    OAuth(Arc<AccessTokens>),
+    /// A bearer token file.
+    File(Arc<TokenFile>),
+}
+
+impl SessionTokens {
+    /// The token to send now; the error says why there is none.
+    async fn current(&self) -> Result<String, String> {
+        match self {
+            Self::OAuth(tokens) => tokens.current().await,
+            Self::File(file) => Ok(file.token().secret().to_owned()),
+        }
+    }
+
+    /// A token to send in place of `refused`, which the server answered 401: a new access
+    /// token, or the file's token read again at once; `None` when the file holds `refused`
+    /// still (the server's 401 stands).
+    async fn renewed(&self, refused: &str) -> Result<Option<String>, String> {
+        match self {
+            Self::OAuth(tokens) => tokens.renewed(refused).await.map(Some),
+            Self::File(file) => {
+                let read = file.token_read_now();
+                Ok((read.secret() != refused).then(|| read.secret().to_owned()))
+            }
+        }
+    }
+
+    /// A token with the scopes `challenged` names, for `refused`, which the server answered
+    /// 403 `insufficient_scope`: only an access token can be asked for with them.
+    async fn widened(&self, refused: &str, challenged: &str) -> Result<Option<String>, String> {
+        match self {
+            Self::OAuth(tokens) => tokens.widened(refused, challenged).await,
+            Self::File(_) => Ok(None),
+        }
+    }
+}
+
+/// The HTTP client of a session whose token may change: each request carries the current
+/// token, and one the server refuses is sent again once: with a new token after a 401 (an
+/// access token renewed, or the token file read again if it holds another token now), or
+/// with an access token asked for with more scopes after a 403 `insufficient_scope` naming
+/// them.
 #[derive(Debug, Clone)]
 pub struct WithAccessTokens {
     /// The HTTP client (with the TLS to providers).
     pub http: reqwest::Client,
     /// The session's tokens.
-    pub tokens: Arc<AccessTokens>,
+    pub tokens: SessionTokens,
 }
 
 type HttpError = StreamableHttpError<reqwest::Error>;
 
 impl WithAccessTokens {
     /// Runs `request` with the current token, and once again with a new one if the server
-    /// answers 401, or with one with the scopes it names if it answers 403
-    /// `insufficient_scope` (unless the token was asked for with them already: that 403
-    /// stands).
+    /// answers 401 (unless there is no other: that 401 stands), or with one with the scopes it
+    /// names if it answers 403 `insufficient_scope` (unless the token was asked for with them
+    /// already, or is a file's: that 403 stands).
     async fn authorized<T, F, Fut>(&self, request: F) -> Result<T, HttpError>
     where
         F: Fn(Option<String>) -> Fut,
@@ -44,9 +89,11 @@ impl WithAccessTokens {
         let no_token = |message: String| HttpError::Auth(AuthError::TokenRefreshFailed(message));
         let token = self.tokens.current().await.map_err(no_token)?;
         match request(Some(token.clone())).await {
-            Err(HttpError::AuthRequired(_)) => {
-                let renewed = self.tokens.renewed(&token).await.map_err(no_token)?;
-                request(Some(renewed)).await
+            Err(HttpError::AuthRequired(challenge)) => {
+                match self.tokens.renewed(&token).await.map_err(no_token)? {
+                    Some(renewed) => request(Some(renewed)).await,
+                    None => Err(HttpError::AuthRequired(challenge)),
+                }
             }
             Err(HttpError::InsufficientScope(challenge)) => {
                 let Some(challenged) = challenge.get_required_scope() else {

@@ -15,8 +15,9 @@
 //! definition: see [`CheckedTools`]). While the server cannot be reached, toolplane tries
 //! again (1 s, doubling up to the refresh interval) and the lease is not renewed, so the
 //! service expires after `3 x refresh_interval` (at most `max_ttl`) and comes back when the
-//! server does. A `bearer_token_env` names the environment variable whose value is sent as
-//! `Authorization: Bearer ...` to the server. An entry with
+//! server does. How toolplane authenticates to a server at a URL (a bearer token from the
+//! environment or a file, or OAuth client credentials) is [`super::import_auth`]'s. An entry
+//! with
 //! `approved_tools` registers only the tools approved at the definition listed, holding the
 //! others back ([`super::approval`]); when its approvals change, its server is listed again
 //! at once.

@@ -1,16 +1,19 @@
 //! The `[[mcp_imports]]` entries of the configuration file, and the imports they ask for: a
 //! service name, the MCP server (a Streamable HTTP URL, or a command toolplane starts and
 //! speaks to over stdio, with the environment it is started with), a tenant, a refresh
-//! interval, how toolplane authenticates to it (a bearer token, or OAuth client credentials:
-//! [`super::client_credentials`]), and optionally the tools approved ([`super::approval`]).
+//! interval, how toolplane authenticates to it ([`super::import_auth`]: a bearer token, or
+//! OAuth client credentials: [`super::client_credentials`]), and optionally the tools approved
+//! ([`super::approval`]).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::approval::ApprovedTools;
-use super::client_credentials::{ClientCredentials, ClientCredentialsConfig};
+use super::client_credentials::ClientCredentialsConfig;
+pub use super::import_auth::ServerAuth;
 use crate::envelope::TenantId;
 use crate::invoke::caller::{MCP_ENDPOINT_PREFIX, MCP_STDIO_ENDPOINT_PREFIX};
 use crate::registry::ServiceName;
@@ -44,11 +47,15 @@ pub struct McpImportConfig {
     #[serde(default = "default_refresh_interval", with = "humantime_serde")]
     pub refresh_interval: Duration,
     /// The environment variable holding a bearer token sent to the server
-    /// (`Authorization: Bearer ...`), when it asks for one.
+    /// (`Authorization: Bearer ...`), when it asks for one (`url` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bearer_token_env: Option<String>,
+    /// A file holding the bearer token sent to the server (`url` only), read again as it is
+    /// rotated: see [`ServerAuth::BearerFile`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token_file: Option<PathBuf>,
     /// OAuth client credentials toolplane gets the server's access tokens with (`url` only);
-    /// or set `bearer_token_env`.
+    /// or set `bearer_token_env` or `bearer_token_file`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oauth_client_credentials: Option<ClientCredentialsConfig>,
     /// Variables set for a server toolplane starts (`command` only).
@@ -103,15 +110,6 @@ pub struct McpImport {
     /// The tools it may register, when the entry asks for approval; `None` registers every
     /// tool toolplane can take.
     pub approved_tools: Option<ApprovedTools>,
-}
-
-/// How toolplane authenticates to an imported server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerAuth {
-    /// With this bearer token.
-    Bearer(Secret),
-    /// With access tokens got with these OAuth client credentials.
-    ClientCredentials(ClientCredentials),
 }
 
 /// Where an imported MCP server is.
@@ -182,8 +180,13 @@ impl McpImport {
 }
 
 impl McpImportConfig {
-    /// The import this entry asks for; the error names what to fix.
-    pub fn check(&self, max_ttl: Duration) -> Result<McpImport, String> {
+    /// The import this entry asks for, its lease at most `max_ttl` and its token file read
+    /// again every `token_file_reread` (`tls_reload_interval`); the error names what to fix.
+    pub fn check(
+        &self,
+        max_ttl: Duration,
+        token_file_reread: Duration,
+    ) -> Result<McpImport, String> {
         let service = ServiceName::parse(&self.service)
             .map_err(|problem| format!("mcp_imports: service {:?}: {problem}", self.service))?;
         let source = match (self.url.is_empty(), self.command.is_empty()) {
@@ -215,30 +218,8 @@ impl McpImportConfig {
                 max_ttl / 2
             ));
         }
-        let auth = match (&self.bearer_token_env, &self.oauth_client_credentials) {
-            (None, None) => None,
-            (Some(variable), None) => Some(ServerAuth::Bearer(Secret(
-                std::env::var(variable).map_err(|_| {
-                    format!(
-                        "mcp_imports: bearer_token_env of service {service} names {variable}, \
-                         which is not set (or not UTF-8) in toolplane's environment"
-                    )
-                })?,
-            ))),
-            (None, Some(_)) if matches!(source, McpSource::Stdio(_)) => {
-                return Err(format!(
-                    "mcp_imports: oauth_client_credentials of service {service} are for a \
-                     server at a url, not one toolplane starts (command)"
-                ));
-            }
-            (None, Some(table)) => Some(ServerAuth::ClientCredentials(table.check(&service)?)),
-            (Some(_), Some(_)) => {
-                return Err(format!(
-                    "mcp_imports: service {service} sets both bearer_token_env and \
-                     oauth_client_credentials; a server is sent one kind of token"
-                ));
-            }
-        };
+        let started = matches!(source, McpSource::Stdio(_));
+        let auth = super::import_auth::checked_auth(self, &service, started, token_file_reread)?;
         let approved_tools = self
             .approved_tools
             .as_ref()
@@ -315,6 +296,7 @@ mod tests {
             tenant: 3,
             refresh_interval,
             bearer_token_env: None,
+            bearer_token_file: None,
             oauth_client_credentials: None,
             env: BTreeMap::new(),
             pass_env: Vec::new(),
@@ -330,7 +312,7 @@ mod tests {
             "https://mcp.example.com/mcp",
             DEFAULT_REFRESH_INTERVAL,
         );
-        let import = good.check(max_ttl).expect("valid");
+        let import = good.check(max_ttl, Duration::ZERO).expect("valid");
         assert_eq!(
             (import.service.as_str(), import.tenant),
             ("github", TenantId(3))
@@ -339,13 +321,21 @@ mod tests {
             bearer_token_env: Some("PATH".into()),
             ..good.clone()
         };
-        let token = with_token.check(max_ttl).expect("PATH is set").auth;
+        let token = with_token
+            .check(max_ttl, Duration::ZERO)
+            .expect("PATH is set")
+            .auth;
         assert_eq!(format!("{token:?}"), "Some(Bearer([redacted]))");
         let unset = McpImportConfig {
             bearer_token_env: Some("TOOLPLANE_TEST_VARIABLE_NEVER_SET".into()),
             ..good.clone()
         };
-        assert!(unset.check(max_ttl).expect_err("unset").contains("not set"));
+        assert!(
+            unset
+                .check(max_ttl, Duration::ZERO)
+                .expect_err("unset")
+                .contains("not set")
+        );
         let client_credentials = ClientCredentialsConfig {
             client_id: "toolplane".into(),
             client_secret_env: Some("PATH".into()),
@@ -359,7 +349,10 @@ mod tests {
             ..good.clone()
         };
         assert!(matches!(
-            with_credentials.check(max_ttl).expect("valid").auth,
+            with_credentials
+                .check(max_ttl, Duration::ZERO)
+                .expect("valid")
+                .auth,
             Some(ServerAuth::ClientCredentials(_))
         ));
         let started = McpImportConfig {
@@ -367,14 +360,18 @@ mod tests {
             command: vec!["npx".into(), "server-memory".into()],
             ..entry("memory", "", DEFAULT_REFRESH_INTERVAL)
         };
-        let import = started.check(max_ttl).expect("a command");
+        let import = started.check(max_ttl, Duration::ZERO).expect("a command");
         assert_eq!(import.endpoint(), "mcp+stdio://3/memory");
         let with_env = McpImportConfig {
             env: BTreeMap::from([("LOG_LEVEL".to_owned(), "debug".to_owned())]),
             pass_env: vec!["PATH".into()],
             ..started.clone()
         };
-        let McpSource::Stdio(server) = with_env.check(max_ttl).expect("valid").source else {
+        let McpSource::Stdio(server) = with_env
+            .check(max_ttl, Duration::ZERO)
+            .expect("valid")
+            .source
+        else {
             panic!("a started server");
         };
         let names: Vec<&str> = server.env.iter().map(|(name, _)| name.as_str()).collect();
@@ -421,7 +418,7 @@ mod tests {
                 "sets both",
             ),
         ] {
-            let error = bad.check(max_ttl).expect_err("refused");
+            let error = bad.check(max_ttl, Duration::ZERO).expect_err("refused");
             assert!(error.contains(named), "{error}");
         }
         let both = McpImportConfig {
@@ -429,7 +426,7 @@ mod tests {
             ..entry("memory", "http://h/mcp", DEFAULT_REFRESH_INTERVAL)
         };
         assert!(
-            both.check(max_ttl)
+            both.check(max_ttl, Duration::ZERO)
                 .expect_err("both")
                 .contains("either url")
         );
@@ -455,7 +452,7 @@ mod tests {
                 "refresh_interval",
             ),
         ] {
-            let error = bad.check(max_ttl).expect_err("refused");
+            let error = bad.check(max_ttl, Duration::ZERO).expect_err("refused");
             assert!(error.contains(named), "{error}");
         }
     }

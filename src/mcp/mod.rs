@@ -18,7 +18,8 @@
 //!   stopping the openings of a session closed; `server_group`: ending what a started
 //!   server left running in its process group.
 //! - [`import`]: the tools of configured MCP servers, registered as services.
-//! - [`import_config`]: the `[[mcp_imports]]` entries, checked.
+//! - [`import_config`]: the `[[mcp_imports]]` entries, checked; [`import_auth`]: how toolplane
+//!   authenticates to their servers.
 //! - [`live_imports`]: the imports running, kept as the configuration file says.
 //! - [`list_changed`]: `notifications/tools/list_changed` when the tenant's tools change.
 //! - [`server_logs`]: what MCP servers log, in toolplane's log; [`log_budget`]: how much of
@@ -35,6 +36,7 @@ pub mod client_credentials;
 pub mod handler;
 pub mod http;
 pub mod import;
+pub mod import_auth;
 pub mod import_config;
 mod import_listing;
 mod import_states;

@@ -10,7 +10,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio_util::sync::CancellationToken;
 
 use super::access_tokens::AccessTokens;
-use super::authorized_http::WithAccessTokens;
+use super::authorized_http::{SessionTokens, WithAccessTokens};
 use super::client::{CONNECT_TIMEOUT, McpSession, SessionEvents};
 use super::import_config::{INHERITED_ENV, ServerAuth, StdioServer};
 use super::server_group::WholeGroup;
@@ -18,6 +18,7 @@ use super::server_logs;
 use super::session_failures::{Via, initialized};
 use super::session_keys::SessionKey;
 use super::token_requests::TokenRequests;
+use crate::client::TokenFile;
 use crate::grpc::outgoing_tls::http_client_builder;
 use crate::grpc::provider_tls::ProviderTls;
 
@@ -58,8 +59,9 @@ impl Openings {
 
 /// Opens a session with the MCP server at `url` (an `http://` or `https://` URL), over TLS as
 /// `tls` says (the TLS to providers: `provider_ca_file` and the client certificate),
-/// authenticating as `auth` says: a bearer token sent as `Authorization: Bearer ...`, or access
-/// tokens got with OAuth client credentials ([`AccessTokens`], each request for one counted in
+/// authenticating as `auth` says: a bearer token sent as `Authorization: Bearer ...` (its own,
+/// or a file's, read again as [`TokenFile`] says), or access tokens got with OAuth client
+/// credentials ([`AccessTokens`], each request for one counted in
 /// `token_requests`). The server's log messages name it `endpoint`.
 pub(super) async fn connect(
     endpoint: &str,
@@ -86,7 +88,17 @@ pub(super) async fn connect(
                 })??;
             let client = WithAccessTokens {
                 http: client,
-                tokens: Arc::new(tokens),
+                tokens: SessionTokens::OAuth(Arc::new(tokens)),
+            };
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            initialized(url, events.open(transport), Via::Http(tls)).await
+        }
+        Some(ServerAuth::BearerFile { path, every }) => {
+            let file = TokenFile::open(&path, every)
+                .map_err(|error| format!("no bearer token for MCP server {url}: {error}"))?;
+            let client = WithAccessTokens {
+                http: client,
+                tokens: SessionTokens::File(Arc::new(file)),
             };
             let transport = StreamableHttpClientTransport::with_client(client, config);
             initialized(url, events.open(transport), Via::Http(tls)).await

@@ -22,7 +22,8 @@ With --exponential-schema (with any of the above), it also offers `nested_filter
 schema refers twice to itself under a property, so that validating an input n levels deep
 evaluates 2^n subschemas: a tool toolplane leaves out of the import.
 
-With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401.
+With BEARER_TOKEN, a request without `Authorization: Bearer BEARER_TOKEN` is answered 401; with
+--token-file FILE, one without the token FILE holds as the request comes (a token rotated).
 With --oauth-client, it takes only OAuth access tokens, as the SDK's resource server does it
 (protected resource metadata, RFC 9728, and a 401 with a challenge); it is also their
 authorization server, issuer /issuer (metadata, RFC 8414, and a token endpoint granting client
@@ -148,10 +149,11 @@ async def grow(name: str, ctx: Context) -> str:
 
 
 def require_token(app, token):
-    """The ASGI app `app`, answering 401 to HTTP requests without the bearer token."""
-    expected = f"Bearer {token}".encode()
+    """The ASGI app `app`, answering 401 to HTTP requests without the bearer token `token()`
+    gives as each request comes."""
 
     async def guarded(scope, receive, send):
+        expected = f"Bearer {token()}".encode()
         if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
             await send({"type": "http.response.start", "status": 401,
                         "headers": [(b"www-authenticate", b"Bearer")]})
@@ -465,6 +467,7 @@ if __name__ == "__main__":
     parser.add_argument("--endless-pages", choices=["same", "new"])
     parser.add_argument("--freezable-listing", action="store_true")
     parser.add_argument("--slow-delete", type=float)
+    parser.add_argument("--token-file")
     args = parser.parse_args()
     if args.endless_pages:
         endless_pages(args.endless_pages)
@@ -493,7 +496,9 @@ if __name__ == "__main__":
     if args.resource_metadata_path:
         app = move_resource_metadata(app, args.resource_metadata_path)
     if args.token:
-        app = require_token(app, args.token)
+        app = require_token(app, lambda: args.token)
+    if args.token_file:
+        app = require_token(app, lambda: open(args.token_file).read().strip())
     if args.slow_delete:
         app = slow_delete(app, args.slow_delete)
     tls = {}
