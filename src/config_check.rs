@@ -30,7 +30,8 @@ impl ServerConfig {
         self.mcp_address()?;
         let mut imports = Vec::with_capacity(self.mcp_imports.len());
         for entry in &self.mcp_imports {
-            let import = entry.check(self.max_ttl, self.tls_reload_interval)?;
+            let reread = self.tls_reload_interval;
+            let import = entry.check(self.max_ttl, reread, read_file)?;
             let twice = imports.iter().any(|other: &McpImport| {
                 (other.tenant, &other.service) == (import.tenant, &import.service)
             });

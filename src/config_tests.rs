@@ -373,6 +373,17 @@ fn mcp_imports_are_read_from_the_file_and_checked() {
             every: std::time::Duration::from_secs(7),
         })
     );
+    // The token file is read as the configuration file is, by the reader given.
+    let only_the_configuration = |path: &Path| {
+        if path == file {
+            std::fs::read_to_string(path)
+        } else {
+            Err(std::io::ErrorKind::PermissionDenied.into())
+        }
+    };
+    let error = ServerConfig::load_read_by(Some(&file), env(&[]), only_the_configuration)
+        .expect_err("the token file not read");
+    assert!(error.to_string().contains("permission denied"), "{error}");
 }
 
 #[test]

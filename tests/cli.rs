@@ -207,6 +207,22 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
         ),
         "{stdout}"
     );
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").expect("write the token");
+    let (code, stdout, stderr) = check(&format!(
+        "[[mcp_imports]]\nservice = \"crm\"\nurl = \"https://crm.internal/mcp\"\n\
+         bearer_token_file = {:?}\n",
+        token.display().to_string()
+    ));
+    assert_eq!(code, 0, "{stderr}");
+    let said = format!(
+        "  MCP imports: crm (https://crm.internal/mcp; bearer token file {})",
+        token.display()
+    );
+    assert!(
+        stdout.contains(&said) && !stdout.contains("s3cret"),
+        "{stdout}"
+    );
     for (text, named) in [
         ("max_ttl = \"1s\"\nmin_ttl = \"2s\"\n", "ttl"),
         (
@@ -231,6 +247,12 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
              private_key_file = \"/nonexistent/crm.pem\"\n",
             "oauth_client_credentials of service crm: cannot read private_key_file \
              /nonexistent/crm.pem",
+        ),
+        (
+            "[[mcp_imports]]\nservice = \"crm\"\nurl = \"https://crm.internal/mcp\"\n\
+             bearer_token_file = \"/nonexistent/token\"\n",
+            "bearer_token_file of service crm: the bearer token file /nonexistent/token cannot \
+             be read",
         ),
     ] {
         let (code, _, stderr) = check(text);

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::import_config::Secret;
+use super::import_config::{ReadFile, Secret, read_from_disk};
 use crate::registry::ServiceName;
 
 /// The `oauth_client_credentials` table of an `[[mcp_imports]]` entry.
@@ -174,9 +174,13 @@ impl std::fmt::Display for ClientCredentials {
 
 impl ClientCredentialsConfig {
     /// The credentials this table gives for `service`'s import: the secret read from the
-    /// environment, or the key read from its file and tried (it must sign with the algorithm
-    /// named). The error names what to fix.
-    pub fn check(&self, service: &ServiceName) -> Result<ClientCredentials, String> {
+    /// environment, or the key read from its file (by `read_file`) and tried (it must sign
+    /// with the algorithm named). The error names what to fix.
+    pub fn check(
+        &self,
+        service: &ServiceName,
+        read_file: &ReadFile<'_>,
+    ) -> Result<ClientCredentials, String> {
         let problem = |what: String| {
             format!("mcp_imports: oauth_client_credentials of service {service}: {what}")
         };
@@ -224,7 +228,7 @@ impl ClientCredentialsConfig {
                     ))
                 })?;
                 ClientProof::PrivateKey {
-                    pem: read_key(file, algorithm).map_err(problem)?,
+                    pem: read_key_with(file, algorithm, read_file).map_err(problem)?,
                     file: file.clone(),
                     algorithm,
                 }
@@ -249,7 +253,16 @@ impl ClientCredentialsConfig {
 /// The signing key in the PEM file `file`, once a test signature with `algorithm` has shown
 /// it is one; the error names the file and what is wrong with it.
 pub fn read_key(file: &Path, algorithm: SigningAlgorithm) -> Result<Secret, String> {
-    let pem = std::fs::read_to_string(file)
+    read_key_with(file, algorithm, &read_from_disk)
+}
+
+/// As [`read_key`], the file read by `read_file`.
+fn read_key_with(
+    file: &Path,
+    algorithm: SigningAlgorithm,
+    read_file: &ReadFile<'_>,
+) -> Result<Secret, String> {
+    let pem = read_file(file)
         .map_err(|error| format!("cannot read private_key_file {}: {error}", file.display()))?;
     signs(&pem, algorithm).map_err(|error| {
         format!(
@@ -306,7 +319,9 @@ Fde3GdQKEE/tJbYtk9RbtNKXEuRM4wl0Yvx2gK57cl0j1QqTAAsrGQaA
             scopes: vec!["tools:call".into()],
             ..table("toolplane")
         };
-        let checked = with_secret.check(&service()).expect("PATH is set");
+        let checked = with_secret
+            .check(&service(), &read_from_disk)
+            .expect("PATH is set");
         assert_eq!(checked.scopes, ["tools:call"]);
         assert!(format!("{checked:?}").contains("Secret([redacted])"));
 
@@ -317,8 +332,10 @@ Fde3GdQKEE/tJbYtk9RbtNKXEuRM4wl0Yvx2gK57cl0j1QqTAAsrGQaA
             private_key_file: Some(key_file.clone()),
             ..table("toolplane")
         };
-        let ClientProof::PrivateKey { algorithm, .. } =
-            with_key.check(&service()).expect("a P-256 key").proof
+        let ClientProof::PrivateKey { algorithm, .. } = with_key
+            .check(&service(), &read_from_disk)
+            .expect("a P-256 key")
+            .proof
         else {
             panic!("a private key");
         };
@@ -383,7 +400,7 @@ Fde3GdQKEE/tJbYtk9RbtNKXEuRM4wl0Yvx2gK57cl0j1QqTAAsrGQaA
                 "issuer URL",
             ),
         ] {
-            let error = bad.check(&service()).expect_err("refused");
+            let error = bad.check(&service(), &read_from_disk).expect_err("refused");
             assert!(
                 error.contains(named) && error.contains("service crm"),
                 "{error}"

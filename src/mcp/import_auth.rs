@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::client_credentials::ClientCredentials;
-use super::import_config::{McpImportConfig, Secret};
+use super::import_config::{McpImportConfig, ReadFile, Secret};
 use crate::client::{BearerToken, InvalidBearerToken};
 use crate::registry::ServiceName;
 
@@ -32,13 +32,14 @@ pub enum ServerAuth {
 }
 
 /// How `entry` (of `service`; `started`: a server toolplane starts) authenticates, its token
-/// file to be read again every `token_file_reread`; the error names the setting to fix, never
-/// a token.
+/// file read by `read_file` now and to be read again every `token_file_reread`; the error
+/// names the setting to fix, never a token.
 pub(super) fn checked_auth(
     entry: &McpImportConfig,
     service: &ServiceName,
     started: bool,
     token_file_reread: Duration,
+    read_file: &ReadFile<'_>,
 ) -> Result<Option<ServerAuth>, String> {
     let set: Vec<&str> = [
         ("bearer_token_env", entry.bearer_token_env.is_some()),
@@ -85,14 +86,19 @@ pub(super) fn checked_auth(
         return Ok(Some(ServerAuth::Bearer(Secret(token.secret().to_owned()))));
     }
     if let Some(path) = &entry.bearer_token_file {
-        BearerToken::from_file(path).map_err(bad_token("bearer_token_file".to_owned()))?;
+        let text = read_file(path).map_err(|error| InvalidBearerToken::Unreadable {
+            path: path.display().to_string(),
+            reason: error.to_string(),
+        });
+        (text.and_then(|text| BearerToken::from_file_text(&text)))
+            .map_err(bad_token("bearer_token_file".to_owned()))?;
         return Ok(Some(ServerAuth::BearerFile {
             path: path.clone(),
             every: token_file_reread,
         }));
     }
     let table = entry.oauth_client_credentials.as_ref();
-    let credentials = table.map(|table| table.check(service)).transpose()?;
+    let credentials = (table.map(|table| table.check(service, read_file))).transpose()?;
     Ok(credentials.map(ServerAuth::ClientCredentials))
 }
 
@@ -100,6 +106,7 @@ pub(super) fn checked_auth(
 mod tests {
     use super::*;
     use crate::mcp::client_credentials::ClientCredentialsConfig;
+    use crate::mcp::import_config::read_from_disk;
 
     fn entry(url: &str) -> McpImportConfig {
         let toml = format!("service = \"github\"\nurl = \"{url}\"");
@@ -108,11 +115,13 @@ mod tests {
 
     fn auth_of(entry: &McpImportConfig) -> Result<Option<ServerAuth>, String> {
         let service = ServiceName::parse(&entry.service).expect("a service name");
+        let started = entry.url.is_empty();
         checked_auth(
             entry,
             &service,
-            entry.url.is_empty(),
+            started,
             Duration::from_secs(5),
+            &read_from_disk,
         )
     }
 

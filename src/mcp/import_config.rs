@@ -6,7 +6,7 @@
 //! ([`super::approval`]).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -88,6 +88,16 @@ impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("[redacted]")
     }
+}
+
+/// How the files an entry names (a `bearer_token_file`, a `private_key_file`) are read as it
+/// is checked: from disk as the server reads them ([`read_from_disk`]), or as a check of the
+/// configuration alone has it.
+pub type ReadFile<'a> = dyn Fn(&Path) -> std::io::Result<String> + 'a;
+
+/// Reads the file at `path` from disk.
+pub fn read_from_disk(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
 }
 
 fn default_refresh_interval() -> Duration {
@@ -181,11 +191,13 @@ impl McpImport {
 
 impl McpImportConfig {
     /// The import this entry asks for, its lease at most `max_ttl` and its token file read
-    /// again every `token_file_reread` (`tls_reload_interval`); the error names what to fix.
+    /// again every `token_file_reread` (`tls_reload_interval`), the files it names read by
+    /// `read_file` now; the error names what to fix.
     pub fn check(
         &self,
         max_ttl: Duration,
         token_file_reread: Duration,
+        read_file: &ReadFile<'_>,
     ) -> Result<McpImport, String> {
         let service = ServiceName::parse(&self.service)
             .map_err(|problem| format!("mcp_imports: service {:?}: {problem}", self.service))?;
@@ -219,7 +231,8 @@ impl McpImportConfig {
             ));
         }
         let started = matches!(source, McpSource::Stdio(_));
-        let auth = super::import_auth::checked_auth(self, &service, started, token_file_reread)?;
+        let reread = token_file_reread;
+        let auth = super::import_auth::checked_auth(self, &service, started, reread, read_file)?;
         let approved_tools = self
             .approved_tools
             .as_ref()
@@ -312,7 +325,9 @@ mod tests {
             "https://mcp.example.com/mcp",
             DEFAULT_REFRESH_INTERVAL,
         );
-        let import = good.check(max_ttl, Duration::ZERO).expect("valid");
+        let import = good
+            .check(max_ttl, Duration::ZERO, &read_from_disk)
+            .expect("valid");
         assert_eq!(
             (import.service.as_str(), import.tenant),
             ("github", TenantId(3))
@@ -322,7 +337,7 @@ mod tests {
             ..good.clone()
         };
         let token = with_token
-            .check(max_ttl, Duration::ZERO)
+            .check(max_ttl, Duration::ZERO, &read_from_disk)
             .expect("PATH is set")
             .auth;
         assert_eq!(format!("{token:?}"), "Some(Bearer([redacted]))");
@@ -332,7 +347,7 @@ mod tests {
         };
         assert!(
             unset
-                .check(max_ttl, Duration::ZERO)
+                .check(max_ttl, Duration::ZERO, &read_from_disk)
                 .expect_err("unset")
                 .contains("not set")
         );
@@ -350,7 +365,7 @@ mod tests {
         };
         assert!(matches!(
             with_credentials
-                .check(max_ttl, Duration::ZERO)
+                .check(max_ttl, Duration::ZERO, &read_from_disk)
                 .expect("valid")
                 .auth,
             Some(ServerAuth::ClientCredentials(_))
@@ -360,7 +375,9 @@ mod tests {
             command: vec!["npx".into(), "server-memory".into()],
             ..entry("memory", "", DEFAULT_REFRESH_INTERVAL)
         };
-        let import = started.check(max_ttl, Duration::ZERO).expect("a command");
+        let import = started
+            .check(max_ttl, Duration::ZERO, &read_from_disk)
+            .expect("a command");
         assert_eq!(import.endpoint(), "mcp+stdio://3/memory");
         let with_env = McpImportConfig {
             env: BTreeMap::from([("LOG_LEVEL".to_owned(), "debug".to_owned())]),
@@ -368,7 +385,7 @@ mod tests {
             ..started.clone()
         };
         let McpSource::Stdio(server) = with_env
-            .check(max_ttl, Duration::ZERO)
+            .check(max_ttl, Duration::ZERO, &read_from_disk)
             .expect("valid")
             .source
         else {
@@ -418,7 +435,9 @@ mod tests {
                 "sets both",
             ),
         ] {
-            let error = bad.check(max_ttl, Duration::ZERO).expect_err("refused");
+            let error = bad
+                .check(max_ttl, Duration::ZERO, &read_from_disk)
+                .expect_err("refused");
             assert!(error.contains(named), "{error}");
         }
         let both = McpImportConfig {
@@ -426,7 +445,7 @@ mod tests {
             ..entry("memory", "http://h/mcp", DEFAULT_REFRESH_INTERVAL)
         };
         assert!(
-            both.check(max_ttl, Duration::ZERO)
+            both.check(max_ttl, Duration::ZERO, &read_from_disk)
                 .expect_err("both")
                 .contains("either url")
         );
@@ -452,7 +471,9 @@ mod tests {
                 "refresh_interval",
             ),
         ] {
-            let error = bad.check(max_ttl, Duration::ZERO).expect_err("refused");
+            let error = bad
+                .check(max_ttl, Duration::ZERO, &read_from_disk)
+                .expect_err("refused");
             assert!(error.contains(named), "{error}");
         }
     }
