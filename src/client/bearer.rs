@@ -72,16 +72,18 @@ impl BearerToken {
     /// The token in the file at `path`: its first line that is not blank (a mounted Kubernetes
     /// Secret, or a file a Vault agent writes). An error names the file, never the token.
     pub fn from_file(path: &Path) -> Result<Self, InvalidBearerToken> {
-        let text =
-            std::fs::read_to_string(path).map_err(|error| InvalidBearerToken::Unreadable {
-                path: path.display().to_string(),
-                reason: error.to_string(),
-            })?;
-        Self::from_file_text(&text)
+        Self::from_file_read_by(path, |path| std::fs::read_to_string(path))
     }
 
-    /// The token in `text`, a token file's content: its first line that is not blank.
-    pub fn from_file_text(text: &str) -> Result<Self, InvalidBearerToken> {
+    /// As [`Self::from_file`], the file read by `read` (a configuration check's reader).
+    pub fn from_file_read_by(
+        path: &Path,
+        read: impl FnOnce(&Path) -> std::io::Result<String>,
+    ) -> Result<Self, InvalidBearerToken> {
+        let text = read(path).map_err(|error| InvalidBearerToken::Unreadable {
+            path: path.display().to_string(),
+            reason: error.to_string(),
+        })?;
         let line = text.lines().find(|line| !line.trim().is_empty());
         Self::new(line.unwrap_or_default())
     }

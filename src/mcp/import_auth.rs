@@ -86,11 +86,7 @@ pub(super) fn checked_auth(
         return Ok(Some(ServerAuth::Bearer(Secret(token.secret().to_owned()))));
     }
     if let Some(path) = &entry.bearer_token_file {
-        let text = read_file(path).map_err(|error| InvalidBearerToken::Unreadable {
-            path: path.display().to_string(),
-            reason: error.to_string(),
-        });
-        (text.and_then(|text| BearerToken::from_file_text(&text)))
+        BearerToken::from_file_read_by(path, read_file)
             .map_err(bad_token("bearer_token_file".to_owned()))?;
         return Ok(Some(ServerAuth::BearerFile {
             path: path.clone(),
