@@ -152,11 +152,6 @@ impl TokenFile {
         })
     }
 
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The token to send now, read again first when it is `every` old or a request was made
     /// since. A file that cannot be read then is logged at WARN and the token read before is
     /// sent until the next read.

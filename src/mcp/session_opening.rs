@@ -75,7 +75,9 @@ pub(super) async fn connect(
         .build()
         .map_err(|error| format!("cannot make an HTTP client for {url}: {error}"))?;
     let events = SessionEvents::of(endpoint);
-    match auth {
+    // Tokens that may change while the session lasts go on each request through
+    // `WithAccessTokens`; a fixed token is the transport's own header.
+    let tokens = match auth {
         Some(ServerAuth::ClientCredentials(credentials)) => {
             let obtaining = AccessTokens::obtain(url, &credentials, tls, token_requests);
             let tokens = tokio::time::timeout(CONNECT_TIMEOUT, obtaining)
@@ -86,27 +88,29 @@ pub(super) async fn connect(
                          within {CONNECT_TIMEOUT:?}"
                     )
                 })??;
-            let client = WithAccessTokens {
-                http: client,
-                tokens: SessionTokens::OAuth(Arc::new(tokens)),
-            };
-            let transport = StreamableHttpClientTransport::with_client(client, config);
-            initialized(url, events.open(transport), Via::Http(tls)).await
+            Some(SessionTokens::OAuth(Arc::new(tokens)))
         }
         Some(ServerAuth::BearerFile { path, every }) => {
             let file = TokenFile::open(&path, every)
                 .map_err(|error| format!("no bearer token for MCP server {url}: {error}"))?;
+            Some(SessionTokens::File(Arc::new(file)))
+        }
+        Some(ServerAuth::Bearer(token)) => {
+            config = config.auth_header(token.0);
+            None
+        }
+        None => None,
+    };
+    match tokens {
+        Some(tokens) => {
             let client = WithAccessTokens {
                 http: client,
-                tokens: SessionTokens::File(Arc::new(file)),
+                tokens,
             };
             let transport = StreamableHttpClientTransport::with_client(client, config);
             initialized(url, events.open(transport), Via::Http(tls)).await
         }
-        bearer => {
-            if let Some(ServerAuth::Bearer(token)) = bearer {
-                config = config.auth_header(token.0);
-            }
+        None => {
             let transport = StreamableHttpClientTransport::with_client(client, config);
             initialized(url, events.open(transport), Via::Http(tls)).await
         }
