@@ -248,9 +248,9 @@ impl McpCaller {
 
     /// Closes the session `key`, if it is open (stopping a server toolplane started, once the
     /// calls on it have ended), and stops its openings under way (a server being started is
-    /// stopped): the next use opens another.
+    /// stopped), waiting until they have ended: the next use opens another.
     pub async fn close(&self, key: &SessionKey) {
-        self.openings.stop(key);
+        self.openings.stop(key).await;
         self.drop_session(key).await;
     }
 
@@ -310,6 +310,7 @@ impl McpCaller {
         let token_requests = Arc::clone(&self.token_requests);
         let stdio = endpoint.starts_with(MCP_STDIO_ENDPOINT_PREFIX);
         let stop = self.openings.stop_signal(key);
+        let stopped = stop.signal();
         let (endpoint, sessions, key) = (endpoint.clone(), self.sessions.clone(), key.clone());
         let opening = async move {
             let open = async {
@@ -324,7 +325,7 @@ impl McpCaller {
             };
             tokio::select! {
                 biased;
-                () = stop.cancelled() => {
+                () = stopped.cancelled() => {
                     tracing::info!(mcp_server = %endpoint, "an MCP session was closed while it was opening: its opening is stopped");
                     Err(format!(
                         "the MCP session with {endpoint} was closed while it was opening (its \
@@ -342,6 +343,10 @@ impl McpCaller {
         // `stop_openings` (the server ending).
         let opened = tokio::spawn(async move {
             let opened = sessions.try_get_with(key, opening).await;
+            // Held until the cache has given out the opening's outcome (which happens after
+            // the opening has ended), so that a close waits for that: a use of the session
+            // after the close otherwise joined the opening it stopped, and failed with it.
+            drop(stop);
             opened.map_err(|error| error.to_string())
         });
         opened

@@ -49,7 +49,7 @@ use crate::registry::validate::is_service_version;
 use crate::registry::{LeaseId, PreparedRegistration, Registry, RegistryError};
 
 /// The first wait before trying an unreachable server again.
-const FIRST_RETRY: Duration = Duration::from_secs(1);
+pub(super) const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// How often an import checks that its session is still open.
 const SESSION_CHECK: Duration = Duration::from_secs(1);
 /// The shortest time between two listings a server's `list_changed` asks for: a server

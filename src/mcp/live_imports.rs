@@ -12,10 +12,15 @@
 //!   (its tools would otherwise still be called at the old server);
 //! - an entry whose `approved_tools` alone changed keeps running with the new approvals, and
 //!   lists its server again at once.
+//!
+//! An import started where another of the same tenant and service was stopped (one started
+//! again, or one removed and added back) begins once that one's session is closed and its
+//! registration gone: otherwise the close could stop the new import's own session as it opened.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::client::McpCaller;
@@ -38,6 +43,8 @@ struct Shared {
     /// Where listings are worked out.
     heavy_work: HeavyWork,
     running: Mutex<BTreeMap<(TenantId, ServiceName), Running>>,
+    /// The imports removed whose retire has not ended, which an import added back waits for.
+    retiring: Mutex<BTreeMap<(TenantId, ServiceName), Retiring>>,
 }
 
 /// One import running.
@@ -46,6 +53,27 @@ struct Running {
     import: McpImport,
     state: Arc<ImportState>,
     task: JoinHandle<()>,
+    /// The retire of the import it replaced, which its task waits for before it begins.
+    after: Option<Retiring>,
+}
+
+/// The retire of an import (see [`Shared::retire`]), which ends when its task does: it holds
+/// the sender, which nothing sends on, so every receiver sees it gone then (also when it
+/// panicked).
+#[derive(Debug, Clone)]
+struct Retiring(watch::Receiver<()>);
+
+impl Retiring {
+    /// Completes once the retire has ended.
+    async fn ended(mut self) {
+        // Nothing is sent: `changed` answers only once the sender is gone.
+        while self.0.changed().await.is_ok() {}
+    }
+
+    /// Whether the retire has ended.
+    fn has_ended(&self) -> bool {
+        self.0.has_changed().is_err()
+    }
 }
 
 /// What [`LiveImports::apply`] changed: how many imports it started, started again with other
@@ -84,6 +112,7 @@ impl LiveImports {
             caller: caller.clone(),
             heavy_work: heavy_work.clone(),
             running: Mutex::default(),
+            retiring: Mutex::default(),
         }));
         live.apply(imports);
         live
@@ -95,6 +124,8 @@ impl LiveImports {
         let shared = &self.0;
         let mut changes = ImportChanges::default();
         let mut running = self.running();
+        let mut retiring = lock(&shared.retiring);
+        retiring.retain(|_, retire| !retire.has_ended());
         // Sessions opened from now on use the settings of `now`.
         shared.caller.set_imports(now);
         let wanted: BTreeMap<_, _> = now
@@ -108,7 +139,7 @@ impl LiveImports {
             .collect();
         for key in gone {
             if let Some(old) = running.remove(&key) {
-                shared.retire(old, true);
+                retiring.insert(key, shared.retire(old, true));
                 changes.stopped += 1;
             }
         }
@@ -116,7 +147,7 @@ impl LiveImports {
             let started = match running.remove(&key) {
                 None => {
                     changes.started += 1;
-                    shared.spawn(import, None)
+                    shared.spawn(import, retiring.remove(&key))
                 }
                 Some(mut current) if current.import.same_server_as(import) => {
                     if current.state.approve(&import.approved_tools) {
@@ -128,7 +159,10 @@ impl LiveImports {
                 Some(old) => {
                     changes.restarted += 1;
                     let moved = old.import.endpoint() != import.endpoint();
-                    shared.spawn(import, Some((old, moved)))
+                    // Retired on a task of its own, so that it completes even when this
+                    // import is replaced in turn before it has.
+                    let retire = shared.retire(old, moved);
+                    shared.spawn(import, Some(retire))
                 }
             };
             running.insert(key, started);
@@ -180,28 +214,27 @@ impl LiveImports {
     }
 
     fn running(&self) -> MutexGuard<'_, BTreeMap<(TenantId, ServiceName), Running>> {
-        self.0
-            .running
-            .lock()
-            .unwrap_or_else(|error| error.into_inner())
+        lock(&self.0.running)
     }
 }
 
+/// `mutex` locked: every change under these locks is one map operation, so nothing is left
+/// half-done by a panic.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|error| error.into_inner())
+}
+
 impl Shared {
-    /// Runs `import`, once `replaced` (the import it replaces, and whether its registration is
-    /// to go at once) has been retired.
-    fn spawn(self: &Arc<Self>, import: &McpImport, replaced: Option<(Running, bool)>) -> Running {
-        // Retired on a task of its own, so that it completes even when this import is
-        // replaced in turn before it has.
-        let retiring = replaced.map(|(old, deregister)| self.retire(old, deregister));
+    /// Runs `import`, once the retire `after` (of the import it replaces) has ended.
+    fn spawn(self: &Arc<Self>, import: &McpImport, after: Option<Retiring>) -> Running {
         let state = Arc::new(ImportState::new(import.approved_tools.clone()));
         let (registry, caller) = (self.registry.clone(), self.caller.clone());
         let heavy_work = self.heavy_work.clone();
         let (task_import, task_state) = (import.clone(), Arc::clone(&state));
+        let waited = after.clone();
         let task = tokio::spawn(async move {
-            if let Some(retiring) = retiring {
-                // It cannot fail but by panicking, which the log shows.
-                let _retired = retiring.await;
+            if let Some(retire) = waited {
+                retire.ended().await;
             }
             run(task_import, registry, caller, task_state, heavy_work).await;
         });
@@ -209,18 +242,27 @@ impl Shared {
             import: import.clone(),
             state,
             task,
+            after,
         }
     }
 
-    /// Stops `old` now, and on a task answered: waits for its task to end, closes its session
-    /// and, with `deregister`, deregisters its service (a registration made since by another
-    /// import or provider stays: its lease differs).
-    fn retire(self: &Arc<Self>, old: Running, deregister: bool) -> JoinHandle<()> {
+    /// Stops `old` now, and on a task of its own: waits for its task to end, closes its
+    /// session and, with `deregister`, deregisters its service (a registration made since by
+    /// another import or provider stays: its lease differs). The retire answered ends then.
+    fn retire(self: &Arc<Self>, old: Running, deregister: bool) -> Retiring {
         old.task.abort();
-        tokio::spawn(Arc::clone(self).retired(old, deregister))
+        let (ended, retiring) = watch::channel(());
+        tokio::spawn(Arc::clone(self).retired(old, deregister, ended));
+        Retiring(retiring)
     }
 
-    async fn retired(self: Arc<Self>, old: Running, deregister: bool) {
+    /// What [`Self::retire`] does on its task; `_ended` is dropped as it ends.
+    async fn retired(self: Arc<Self>, old: Running, deregister: bool, _ended: watch::Sender<()>) {
+        // Stopped while it waited for the import it replaced: that one's retire may still be
+        // closing the session, so this one ends after it.
+        if let Some(before) = old.after {
+            before.ended().await;
+        }
         // Ended (aborted, or it panicked): it registers nothing more.
         let _ended = old.task.await;
         self.caller.close(&SessionKey::of_import(&old.import)).await;
@@ -246,8 +288,12 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
+    use tokio::net::TcpListener;
+    use tokio::time::Instant;
+
     use super::*;
     use crate::mcp::approval::ApprovedTools;
+    use crate::mcp::import::FIRST_RETRY;
     use crate::mcp::import_config::McpSource;
     use crate::registry::memory::MemoryStore;
 
@@ -298,5 +344,39 @@ mod tests {
         assert_eq!(live.counts(), (0, 2));
         live.stop_all();
         assert_eq!(live.counts(), (0, 0));
+    }
+
+    /// An import removed and added back at once opens its session only after the removed
+    /// one's session is closed. That close used to stop the new import's opening as it began
+    /// (in some of 30 rounds here, every run), which logged that the server could not be
+    /// reached and tried again [`FIRST_RETRY`] later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_import_added_back_at_once_opens_its_session_the_first_time() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let port = listener.local_addr().expect("its address").port();
+        let registry = Registry::new(MemoryStore::start(16, 16), Default::default(), 16);
+        let alpha = [import("alpha", port)];
+        let caller = McpCaller::default();
+        let live = LiveImports::start(&alpha, &registry, &caller, &HeavyWork::new(1));
+        // Each import sends its initialize request and waits for an answer; none comes. The
+        // connections are kept open: one closed would fail its opening.
+        let mut openings = vec![listener.accept().await.expect("the import connects")];
+        for round in 0..30 {
+            live.apply(&[]);
+            live.apply(&alpha);
+            let begun = Instant::now();
+            openings.push(
+                listener
+                    .accept()
+                    .await
+                    .expect("the import added back connects"),
+            );
+            // A stopped opening is tried again after FIRST_RETRY: one sooner is the first.
+            assert!(
+                begun.elapsed() < FIRST_RETRY,
+                "round {round}: its first opening was stopped"
+            );
+        }
+        live.stop_all();
     }
 }

@@ -8,6 +8,8 @@ use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::access_tokens::AccessTokens;
 use super::authorized_http::{SessionTokens, WithAccessTokens};
@@ -28,7 +30,31 @@ use crate::grpc::provider_tls::ProviderTls;
 /// as many sessions as the caller keeps: an opening whose session was pushed out by 10,000
 /// others opened since is no longer stopped by closing it, and ends as any other.
 #[derive(Debug, Clone)]
-pub(super) struct Openings(moka::sync::Cache<SessionKey, CancellationToken>);
+pub(super) struct Openings(moka::sync::Cache<SessionKey, Stop>);
+
+/// What stops the openings of one session begun since it was last closed, and tells when
+/// they have ended.
+#[derive(Debug, Clone, Default)]
+struct Stop {
+    signal: CancellationToken,
+    openings: TaskTracker,
+}
+
+/// What a use of a session that opens it (or joins its opening) holds until the opening's
+/// outcome is out: the signal that stops the opening, and the use's place among those a close
+/// waits for ([`Openings::stop`]).
+#[derive(Debug)]
+pub(super) struct OpeningStop {
+    signal: CancellationToken,
+    _going_on: TaskTrackerToken,
+}
+
+impl OpeningStop {
+    /// What stops the opening: cancelled once its session is closed.
+    pub(super) fn signal(&self) -> CancellationToken {
+        self.signal.clone()
+    }
+}
 
 impl Openings {
     /// Openings of at most `sessions` sessions known at once.
@@ -36,22 +62,31 @@ impl Openings {
         Self(moka::sync::Cache::new(sessions))
     }
 
-    /// What stops an opening of `key` begun now: cancelled once `key` is closed.
-    pub(super) fn stop_signal(&self, key: &SessionKey) -> CancellationToken {
-        self.0.get_with_by_ref(key, CancellationToken::new)
+    /// What an opening of `key` begun now holds until it ends (dropped unused when the
+    /// opening joins one under way).
+    pub(super) fn stop_signal(&self, key: &SessionKey) -> OpeningStop {
+        let stop = self.0.get_with_by_ref(key, Stop::default);
+        OpeningStop {
+            signal: stop.signal,
+            _going_on: stop.openings.token(),
+        }
     }
 
-    /// Stops the openings of `key` under way.
-    pub(super) fn stop(&self, key: &SessionKey) {
+    /// Stops the openings of `key` under way, and completes once each has ended: a use of
+    /// the session after it opens another, rather than joining one stopped whose task has not
+    /// yet seen the stop (and failing with it).
+    pub(super) async fn stop(&self, key: &SessionKey) {
         if let Some(stop) = self.0.remove(key) {
-            stop.cancel();
+            stop.signal.cancel();
+            stop.openings.close();
+            stop.openings.wait().await;
         }
     }
 
     /// Stops every opening under way.
     pub(super) fn stop_all(&self) {
         for (_, stop) in &self.0 {
-            stop.cancel();
+            stop.signal.cancel();
         }
         self.0.invalidate_all();
     }

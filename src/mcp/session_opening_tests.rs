@@ -1,6 +1,6 @@
 //! Openings stopped: a server toolplane is starting (a real process, which never answers) is
-//! stopped when its session is closed or every opening is stopped, and a close stops no
-//! opening begun after it.
+//! stopped when its session is closed or every opening is stopped, a close stops no opening
+//! begun after it, and a use right after a close opens the session anew.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -45,6 +45,25 @@ async fn wait_until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// A caller whose import's server is `script`, the session's key, and its opening begun (on a
+/// task).
+fn opening(
+    script: &str,
+) -> (
+    McpCaller,
+    SessionKey,
+    tokio::task::JoinHandle<Result<Arc<McpSession>, String>>,
+) {
+    let import = import(script);
+    let caller = McpCaller::for_imports(std::slice::from_ref(&import), ProviderTls::default());
+    let key = SessionKey::of_import(&import);
+    let opening = tokio::spawn({
+        let (caller, key) = (caller.clone(), key.clone());
+        async move { caller.session(&key).await }
+    });
+    (caller, key, opening)
+}
+
 /// A caller starting a server that writes its pid to a file in `dir` and never answers,
 /// the session's key, the opening (on a task) and the server's pid once it runs.
 async fn start_silent_server(
@@ -56,13 +75,8 @@ async fn start_silent_server(
     String,
 ) {
     let pid_file = dir.join("pid");
-    let import = import(&format!("echo $$ > {}; exec sleep 60", pid_file.display()));
-    let caller = McpCaller::for_imports(std::slice::from_ref(&import), ProviderTls::default());
-    let key = SessionKey::of_import(&import);
-    let opening = tokio::spawn({
-        let (caller, key) = (caller.clone(), key.clone());
-        async move { caller.session(&key).await }
-    });
+    let (caller, key, opening) =
+        opening(&format!("echo $$ > {}; exec sleep 60", pid_file.display()));
     wait_until("the server started", || pid_file.exists()).await;
     let pid = std::fs::read_to_string(&pid_file)
         .expect("the pid")
@@ -115,5 +129,27 @@ async fn a_close_stops_no_opening_begun_after_it() {
         assert!(!error.contains("closed while it was opening"), "{error}");
         assert!(error.contains("exit 3"), "names the server: {error}");
         caller.close(&key).await;
+    }
+}
+
+/// A session used right after a close opens anew: it joined the opening the close had
+/// stopped when that opening's task had not yet seen the stop, and failed with it. The server
+/// here never answers its first start and exits at its second.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_used_right_after_a_close_opens_anew() {
+    let dir = tempfile::tempdir().expect("a directory");
+    for round in 0..60 {
+        let started = dir.path().join(format!("started-{round}"));
+        let script = format!(
+            "if [ -e {started} ]; then exit 3; fi; touch {started}; exec sleep 60",
+            started = started.display()
+        );
+        let (caller, key, opening) = opening(&script);
+        wait_until("the server started", || started.exists()).await;
+        caller.close(&key).await;
+        let error = caller.session(&key).await.expect_err("it exits");
+        assert!(error.contains("exit 3"), "round {round}: {error}");
+        let first = opening.await.expect("no panic").expect_err("stopped");
+        assert!(first.contains("closed while it was opening"), "{first}");
     }
 }
