@@ -5,6 +5,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -114,6 +115,8 @@ pub struct TokenFile {
     /// The requests to read the files again (a count).
     requests: watch::Receiver<u64>,
     read: ArcSwap<TokenRead>,
+    /// Whether the last read failed.
+    unreadable: AtomicBool,
 }
 
 /// A read of a token file.
@@ -149,12 +152,13 @@ impl TokenFile {
             every,
             requests,
             read: ArcSwap::from_pointee(read),
+            unreadable: AtomicBool::new(false),
         })
     }
 
     /// The token to send now, read again first when it is `every` old or a request was made
-    /// since. A file that cannot be read then is logged at WARN and the token read before is
-    /// sent until the next read.
+    /// since. A file that cannot be read then is logged (see [`Self::token_read_now`]) and the
+    /// token read before is sent until the next read.
     pub fn token(&self) -> BearerToken {
         let read = self.read.load();
         let requests = *self.requests.borrow();
@@ -167,17 +171,32 @@ impl TokenFile {
 
     /// The token in the file now, read again at once: for a token the other side refused,
     /// which may have been rotated in the file since it was read. A file that cannot be read
-    /// is logged at WARN and gives the token read before.
+    /// gives the token read before, and is logged at WARN the first time, then at DEBUG until
+    /// it is read again (logged at INFO): a server refusing every request while the file
+    /// cannot be read would otherwise have a WARN logged for each.
     pub fn token_read_now(&self) -> BearerToken {
         let read = self.read.load();
         self.read_again(&read, *self.requests.borrow())
     }
 
     fn read_again(&self, read: &TokenRead, requests: u64) -> BearerToken {
-        let token = BearerToken::from_file(&self.path).unwrap_or_else(|error| {
-            tracing::warn!(%error, "sending the bearer token read before");
-            read.token.clone()
-        });
+        let token = match BearerToken::from_file(&self.path) {
+            Ok(token) => {
+                if self.unreadable.swap(false, Ordering::Relaxed) {
+                    let path = self.path.display();
+                    tracing::info!(%path, "the bearer token file can be read again");
+                }
+                token
+            }
+            Err(error) if self.unreadable.swap(true, Ordering::Relaxed) => {
+                tracing::debug!(%error, "sending the bearer token read before");
+                read.token.clone()
+            }
+            Err(error) => {
+                tracing::warn!(%error, "sending the bearer token read before (while the file cannot be read, again at DEBUG)");
+                read.token.clone()
+            }
+        };
         self.read.store(Arc::new(TokenRead {
             at: Instant::now(),
             requests,
@@ -410,5 +429,36 @@ mod tests {
         );
         assert!(!format!("{file:?}").contains("second"), "{file:?}");
         assert!(TokenFile::open(&path, hour).is_err(), "missing now");
+    }
+
+    /// A file that cannot be read is logged at WARN once, then at DEBUG until it is read
+    /// again, which is logged at INFO; then once more at WARN.
+    #[test]
+    fn a_token_file_that_cannot_be_read_is_warned_of_once_until_it_is_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first\n").expect("write");
+        let (_asking, requests) = watch::channel(0);
+        let file = TokenFile::following(&path, Duration::ZERO, requests).expect("readable");
+        let ((), log) = crate::test_logs::logged(|| {
+            std::fs::remove_file(&path).expect("remove");
+            for _ in 0..3 {
+                assert_eq!(file.token_read_now().secret(), "first");
+            }
+            std::fs::write(&path, "second\n").expect("write");
+            assert_eq!(file.token_read_now().secret(), "second");
+            std::fs::remove_file(&path).expect("remove");
+            assert_eq!(file.token_read_now().secret(), "second");
+        });
+        let levels: Vec<&str> = log
+            .lines()
+            .filter_map(|line| line.split("\"level\":\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(levels, ["WARN", "DEBUG", "DEBUG", "INFO", "WARN"], "{log}");
+        assert!(
+            log.contains(&*path.to_string_lossy()),
+            "names the file: {log}"
+        );
+        assert!(!log.contains("second"), "never the token: {log}");
     }
 }
