@@ -42,6 +42,7 @@ mod mcp_import_tls;
 mod metrics;
 mod model_failures;
 mod openai;
+mod pid_one;
 mod polyglot;
 mod polyglot_providers;
 mod preflight;

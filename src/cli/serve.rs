@@ -129,6 +129,9 @@ pub async fn serve(
     if let Err(error) = crate::grpc::hangups::read_again_on_sighup() {
         tracing::warn!(%error, "cannot listen for SIGHUP: it ends the process");
     }
+    if let Err(error) = crate::mcp::orphans::reap_when_init() {
+        tracing::warn!(%error, "cannot listen for SIGCHLD: as PID 1, orphans stay zombies");
+    }
     // Tests and scripts read the address from this line.
     tracing::info!(address = %bound, "toolplane serving");
     match crate::grpc::serve_with(listener, side, options, shutdown).await {

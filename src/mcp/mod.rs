@@ -43,6 +43,7 @@ mod import_states;
 pub mod list_changed;
 pub mod live_imports;
 pub mod log_budget;
+pub mod orphans;
 pub mod progress_routes;
 pub(crate) mod request_bodies;
 pub mod rtfs;

@@ -16,6 +16,8 @@ use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::{TokioChildProcess, Transport};
 
+use super::orphans::Started;
+
 /// How long what a server left running has to end after SIGTERM before it is killed.
 pub(super) const GROUP_END_WAIT: Duration = Duration::from_secs(1);
 /// How often, meanwhile, the group is checked for processes still running.
@@ -26,6 +28,9 @@ pub(super) struct WholeGroup {
     server: TokioChildProcess,
     /// The server's process group (its process id), until it has been ended.
     group: Option<u32>,
+    /// The server's process id, which the reaper leaves to it while it lasts
+    /// ([`super::orphans`]).
+    pid: Option<u32>,
     /// The server, as toolplane's log names it.
     endpoint: String,
 }
@@ -35,6 +40,7 @@ impl WholeGroup {
     pub(super) fn of(server: TokioChildProcess, endpoint: &str) -> Self {
         Self {
             group: server.id(),
+            pid: server.id(),
             server,
             endpoint: endpoint.to_owned(),
         }
@@ -63,6 +69,14 @@ impl Transport<RoleClient> for WholeGroup {
             end_group(group, &self.endpoint).await;
         }
         closed
+    }
+}
+
+impl Drop for WholeGroup {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid {
+            Started::forget(pid);
+        }
     }
 }
 

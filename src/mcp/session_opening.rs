@@ -15,6 +15,7 @@ use super::access_tokens::AccessTokens;
 use super::authorized_http::{SessionTokens, WithAccessTokens};
 use super::client::{CONNECT_TIMEOUT, McpSession, SessionEvents};
 use super::import_config::{INHERITED_ENV, ServerAuth, StdioServer};
+use super::orphans::Started;
 use super::server_group::WholeGroup;
 use super::server_logs;
 use super::session_failures::{Via, initialized};
@@ -179,10 +180,13 @@ pub(super) async fn start(endpoint: &str, server: &StdioServer) -> Result<McpSes
     // its launcher; without, SIGTERM reached the launcher alone, and the server ran on.
     let mut process = CommandWrap::from(process);
     process.wrap(ProcessGroup::leader());
+    let starting = Started::starting();
     let (transport, stderr) = TokioChildProcess::builder(process)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|error| format!("cannot start MCP server {shown:?}: {error}"))?;
+    // Its session waits for it (forgotten when the session's transport goes, `WholeGroup`).
+    starting.note(transport.id());
     let events = SessionEvents::of(endpoint);
     if let Some(stderr) = stderr {
         let budget = Arc::clone(&events.log_budget);
