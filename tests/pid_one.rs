@@ -44,7 +44,10 @@ fn children_of(parent: &str) -> Vec<(String, String)> {
 }
 
 /// The orphans a started server leaves (one in its process group, one in a session of its own)
-/// are reaped once they end, and the server is imported and stays so.
+/// are reaped once they end, and the server is imported; killed, it is reaped and another
+/// started in its place. (Whether the reaper or the server's session waits for the server is
+/// not seen from outside: the reaper leaves it to the session, so that its status is not taken
+/// from it.)
 #[test]
 fn as_pid_one_toolplane_reaps_the_orphans_of_the_servers_it_starts() {
     let Some(server) = PythonMcpServer::stdio_command() else {
@@ -100,6 +103,15 @@ fn as_pid_one_toolplane_reaps_the_orphans_of_the_servers_it_starts() {
         children_of(toolplane).iter().all(|(_, state)| state != "Z")
     });
     let children = children_of(toolplane);
-    assert_eq!(children.len(), 1, "the server alone runs: {children:?}");
+    let [(server, _)] = &children[..] else {
+        panic!("the server alone runs: {children:?}");
+    };
     assert!(!logged().contains("cannot list"), "{}", logged());
+    // The server ends: its session waits for it, and the import starts another.
+    let killed = Command::new("kill").args(["-KILL", server]).status();
+    assert!(killed.expect("kill runs").success());
+    wait_until("another server started, the ended one reaped", || {
+        let children = children_of(toolplane);
+        children.len() == 1 && children[0].0 != *server && children[0].1 != "Z"
+    });
 }
