@@ -38,7 +38,7 @@ impl Started {
         Self(started())
     }
 
-    /// Notes the server `pid`, which its session waits for.
+    /// Notes the server `pid`, which its session waits for, and lets the reaper go on.
     pub(super) fn note(mut self, pid: Option<u32>) {
         self.0.extend(pid);
     }
@@ -65,9 +65,7 @@ pub fn reap_when_init() -> std::io::Result<()> {
                 reap();
             }
         });
-        tracing::info!(
-            "toolplane runs as PID 1: it reaps the orphans of the MCP servers it starts"
-        );
+        tracing::info!("toolplane runs as PID 1: it reaps the processes orphaned under it");
     }
     Ok(())
 }
@@ -107,6 +105,7 @@ fn reap() {
 /// Whether `/proc/PID/stat`'s `stat` is of a zombie whose parent is `parent`. The command's
 /// name, in parentheses, may hold anything: the fields after its last `)` are the state, then
 /// the parent's id.
+#[cfg(any(target_os = "linux", test))]
 fn is_zombie_of(stat: &str, parent: u32) -> bool {
     let Some((_, after)) = stat.rsplit_once(')') else {
         return false;
