@@ -60,9 +60,9 @@ pub fn reap_when_init() -> std::io::Result<()> {
         let mut ended = signal(SignalKind::child())?;
         tokio::spawn(async move {
             // Those ended before it listened too.
-            reap();
+            reap(|_| true);
             while ended.recv().await.is_some() {
-                reap();
+                reap(|_| true);
             }
         });
         tracing::info!("toolplane runs as PID 1: it reaps the processes orphaned under it");
@@ -70,9 +70,11 @@ pub fn reap_when_init() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Waits for each zombie whose parent is this process and that is not a server it started.
+/// Waits for each zombie whose parent is this process and that is not a server it started,
+/// of those `among` takes (every one, but in a test, where other tests' children are not to
+/// be waited for).
 #[cfg(target_os = "linux")]
-fn reap() {
+fn reap(among: impl Fn(u32) -> bool) {
     let me = std::process::id();
     let started = started();
     let Ok(processes) = std::fs::read_dir("/proc") else {
@@ -89,7 +91,7 @@ fn reap() {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        if is_zombie_of(&stat, me) && !started.contains(&pid) {
+        if among(pid) && is_zombie_of(&stat, me) && !started.contains(&pid) {
             let Ok(pid) = libc::pid_t::try_from(pid) else {
                 continue;
             };
@@ -139,5 +141,39 @@ mod tests {
         Started::forget(4_000_001);
         assert!(!started().contains(&4_000_001));
         Started::starting().note(None);
+    }
+
+    /// The state of the process `pid` (`Z` for a zombie), or `None` once it is gone.
+    #[cfg(target_os = "linux")]
+    fn state(pid: u32) -> Option<String> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, after) = stat.rsplit_once(')')?;
+        after.split_whitespace().next().map(str::to_owned)
+    }
+
+    /// A zombie child is waited for, unless it is a server started (left to its session)
+    /// until that is forgotten.
+    #[cfg(target_os = "linux")]
+    #[test]
+    #[expect(clippy::zombie_processes, reason = "the reaper is to wait for them")]
+    fn zombies_are_reaped_but_the_servers_started() {
+        use std::process::Command;
+        let orphan = Command::new("true").spawn().expect("starts");
+        let starting = Started::starting();
+        let server = Command::new("true").spawn().expect("starts");
+        starting.note(Some(server.id()));
+        let (orphan, server) = (orphan.id(), server.id());
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while [orphan, server].map(state) != [Some("Z".into()), Some("Z".into())] {
+            assert!(std::time::Instant::now() < give_up, "both end");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let these = |pid| pid == orphan || pid == server;
+        reap(these);
+        assert_eq!(state(orphan), None, "the orphan is waited for");
+        assert_eq!(state(server).as_deref(), Some("Z"), "the server is left");
+        Started::forget(server);
+        reap(these);
+        assert_eq!(state(server), None);
     }
 }
