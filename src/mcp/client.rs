@@ -183,7 +183,7 @@ impl Default for McpCaller {
             imports: Arc::default(),
             tls: ProviderTls::default(),
             token_requests: Arc::default(),
-            openings: Openings::new(SESSIONS_KEPT),
+            openings: Openings::default(),
         }
     }
 }

@@ -2,7 +2,8 @@
 //! one toolplane runs itself ([`start`]); and the openings under way ([`Openings`]), which
 //! closing their session stops.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -27,11 +28,14 @@ use crate::grpc::provider_tls::ProviderTls;
 
 /// What stops the openings under way, by session: closing a session stops the openings of it
 /// begun before (a server being started is stopped), so that an import removed while its
-/// server starts, which may take a minute, leaves no server running that nothing uses. Kept for
-/// as many sessions as the caller keeps: an opening whose session was pushed out by 10,000
-/// others opened since is no longer stopped by closing it, and ends as any other.
-#[derive(Debug, Clone)]
-pub(super) struct Openings(moka::sync::Cache<SessionKey, Stop>);
+/// server starts, which may take a minute, leaves no server running that nothing uses. A
+/// session is known here while an opening of it is under way (from [`Openings::stop_signal`]
+/// until the last [`OpeningStop`] of it is dropped), and forgotten after: it holds no more
+/// sessions than there are openings under way, so none is pushed out by others (a bounded
+/// cache did, after 10,000 others, and a close then neither stopped the opening nor waited
+/// for less than its end, up to the start timeout).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Openings(Arc<Mutex<HashMap<SessionKey, Stop>>>);
 
 /// What stops the openings of one session begun since it was last closed, and tells when
 /// they have ended.
@@ -43,11 +47,13 @@ struct Stop {
 
 /// What a use of a session that opens it (or joins its opening) holds until the opening's
 /// outcome is out: the signal that stops the opening, and the use's place among those a close
-/// waits for ([`Openings::stop`]).
+/// waits for ([`Openings::stop`]). The last one of a session dropped forgets the session.
 #[derive(Debug)]
 pub(super) struct OpeningStop {
     signal: CancellationToken,
-    _going_on: TaskTrackerToken,
+    going_on: Option<TaskTrackerToken>,
+    key: SessionKey,
+    openings: Openings,
 }
 
 impl OpeningStop {
@@ -57,19 +63,45 @@ impl OpeningStop {
     }
 }
 
+impl Drop for OpeningStop {
+    fn drop(&mut self) {
+        let mut known = self.openings.known();
+        let Some(going_on) = self.going_on.take() else {
+            return;
+        };
+        // Only while the session's entry is the one this was taken from (a close removes it,
+        // and a later opening makes another), and under the lock that new places are taken
+        // under, so that none is taken between this check and the removal.
+        let ours = (known.get(&self.key))
+            .is_some_and(|stop| TaskTracker::ptr_eq(&stop.openings, going_on.task_tracker()));
+        drop(going_on);
+        if ours
+            && known
+                .get(&self.key)
+                .is_some_and(|stop| stop.openings.is_empty())
+        {
+            known.remove(&self.key);
+        }
+    }
+}
+
 impl Openings {
-    /// Openings of at most `sessions` sessions known at once.
-    pub(super) fn new(sessions: u64) -> Self {
-        Self(moka::sync::Cache::new(sessions))
+    /// The sessions with openings under way (a panic while the lock was held left nothing
+    /// half-changed: each change is one map operation).
+    fn known(&self) -> MutexGuard<'_, HashMap<SessionKey, Stop>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// What an opening of `key` begun now holds until it ends (dropped unused when the
     /// opening joins one under way).
     pub(super) fn stop_signal(&self, key: &SessionKey) -> OpeningStop {
-        let stop = self.0.get_with_by_ref(key, Stop::default);
+        let mut known = self.known();
+        let stop = known.entry(key.clone()).or_default();
         OpeningStop {
-            signal: stop.signal,
-            _going_on: stop.openings.token(),
+            signal: stop.signal.clone(),
+            going_on: Some(stop.openings.token()),
+            key: key.clone(),
+            openings: self.clone(),
         }
     }
 
@@ -77,7 +109,8 @@ impl Openings {
     /// the session after it opens another, rather than joining one stopped whose task has not
     /// yet seen the stop (and failing with it).
     pub(super) async fn stop(&self, key: &SessionKey) {
-        if let Some(stop) = self.0.remove(key) {
+        let stop = self.known().remove(key);
+        if let Some(stop) = stop {
             stop.signal.cancel();
             stop.openings.close();
             stop.openings.wait().await;
@@ -86,10 +119,15 @@ impl Openings {
 
     /// Stops every opening under way.
     pub(super) fn stop_all(&self) {
-        for (_, stop) in &self.0 {
+        for (_, stop) in self.known().drain() {
             stop.signal.cancel();
         }
-        self.0.invalidate_all();
+    }
+
+    /// How many sessions have openings under way.
+    #[cfg(test)]
+    fn sessions(&self) -> usize {
+        self.known().len()
     }
 }
 

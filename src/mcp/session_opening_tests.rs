@@ -1,6 +1,7 @@
 //! Openings stopped: a server toolplane is starting (a real process, which never answers) is
 //! stopped when its session is closed or every opening is stopped, a close stops no opening
-//! begun after it, and a use right after a close opens the session anew.
+//! begun after it, and a use right after a close opens the session anew; the sessions known to
+//! be opening are those with openings under way.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -152,4 +153,67 @@ async fn a_session_used_right_after_a_close_opens_anew() {
         let first = opening.await.expect("no panic").expect_err("stopped");
         assert!(first.contains("closed while it was opening"), "{first}");
     }
+}
+
+/// Waits (up to 5 s) for `stopping` (a close on a task) to complete.
+async fn completes(stopping: tokio::task::JoinHandle<()>) {
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("the close completes")
+        .expect("no panic");
+}
+
+/// A session is known while an opening of it is under way, however many other sessions were
+/// opened since (a cache of 10,000 pushed it out, and closing it then stopped nothing), and
+/// forgotten once every use that began or joined the opening has let it go; the close waits
+/// for those.
+#[tokio::test]
+async fn an_opening_is_known_until_its_uses_end_however_many_others_began() {
+    let openings = Openings::default();
+    let key = SessionKey::shared("mcp+http://127.0.0.1:1/first");
+    let began = openings.stop_signal(&key);
+    let joined = openings.stop_signal(&key);
+    for n in 0..20_000 {
+        drop(openings.stop_signal(&SessionKey::shared(&format!("mcp+http://other/{n}"))));
+    }
+    assert_eq!(openings.sessions(), 1, "only the session opening now");
+    drop(joined);
+    assert_eq!(openings.sessions(), 1, "a use of the opening remains");
+    let stopping = tokio::spawn({
+        let (openings, key) = (openings.clone(), key.clone());
+        async move { openings.stop(&key).await }
+    });
+    let signal = began.signal();
+    tokio::time::timeout(Duration::from_secs(5), signal.cancelled())
+        .await
+        .expect("the close stops the opening");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!stopping.is_finished(), "the close waits for the use");
+    drop(began);
+    completes(stopping).await;
+    assert_eq!(openings.sessions(), 0);
+}
+
+/// A use of an opening a close stopped, let go after the session's next opening began, leaves
+/// that opening known and unstopped.
+#[tokio::test]
+async fn a_stopped_opening_let_go_late_leaves_the_next_one_known() {
+    let openings = Openings::default();
+    let key = SessionKey::shared("mcp+http://127.0.0.1:1/late");
+    let stopped = openings.stop_signal(&key);
+    let stopping = tokio::spawn({
+        let (openings, key) = (openings.clone(), key.clone());
+        async move { openings.stop(&key).await }
+    });
+    let signal = stopped.signal();
+    tokio::time::timeout(Duration::from_secs(5), signal.cancelled())
+        .await
+        .expect("the close stops the opening");
+    let next = openings.stop_signal(&key);
+    drop(stopped);
+    completes(stopping).await;
+    assert_eq!(openings.sessions(), 1, "the next opening is known");
+    assert!(!next.signal().is_cancelled());
+    drop(next);
+    assert_eq!(openings.sessions(), 0);
 }
