@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::mcp_server::{NodeEverythingServer, PythonMcpServer, output, stdio_entry, wait_for_at};
 use common::meta;
-use common::process::{ServerProcess, replace_file, wait_until};
+use common::process::{ServerProcess, replace_file, running, wait_until};
 use serde_json::json;
 use tonic::transport::Channel;
 use toolplane::json::json_to_struct;
@@ -396,13 +396,6 @@ async fn a_session_still_in_use_after_the_grace_is_ended_too() {
     wait_until("the session was ended", || {
         !mcp.log_lines_with(&ended).is_empty()
     });
-}
-
-/// Whether the process `pid` runs (is neither gone nor ended and waiting to be reaped).
-fn running(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !(stat.rsplit_once(')')).is_some_and(|(_, state)| state.trim_start().starts_with('Z'))
-    })
 }
 
 /// A server toolplane started through a launcher (here a shell) that does not end when its

@@ -9,7 +9,7 @@ use crate::common;
 use std::process::{Command, Stdio};
 
 use common::mcp_server::PythonMcpServer;
-use common::process::{ChildGuard, wait_until};
+use common::process::{ChildGuard, stat_fields, wait_until};
 
 /// Whether `unshare` makes a PID namespace here (it needs root).
 fn namespaces_can_be_made() -> bool {
@@ -19,13 +19,6 @@ fn namespaces_can_be_made() -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|status| status.success())
-}
-
-/// The fields of `/proc/PID/stat` after the command's name: the state, the parent, ...
-fn stat_fields(pid: &str) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, after) = stat.rsplit_once(')')?;
-    Some(after.split_whitespace().map(str::to_owned).collect())
 }
 
 /// The processes whose parent is `parent`, with their states.

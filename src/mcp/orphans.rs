@@ -77,83 +77,37 @@ pub fn reap_when_init() -> std::io::Result<()> {
 fn reap(among: impl Fn(u32) -> bool) {
     let me = std::process::id();
     let started = started();
-    let Ok(processes) = std::fs::read_dir("/proc") else {
+    let Ok(processes) = procfs::process::all_processes() else {
         return;
     };
-    for entry in processes.map_while(Result::ok) {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse().ok())
-        else {
+    // A process gone since the listing, or unreadable, is passed over.
+    for stat in processes.filter_map(|process| process.ok()?.stat().ok()) {
+        let Ok(pid) = u32::try_from(stat.pid) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        if among(pid) && is_zombie_of(&stat, me) && !started.contains(&pid) {
-            let Ok(pid) = libc::pid_t::try_from(pid) else {
-                continue;
-            };
+        let zombie_of_mine = stat.state == 'Z' && u32::try_from(stat.ppid) == Ok(me);
+        if zombie_of_mine && among(pid) && !started.contains(&pid) {
             let mut status = 0;
             // SAFETY: waits for one process, a zombie child of this one no session waits for.
-            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            if unsafe { libc::waitpid(stat.pid, &mut status, libc::WNOHANG) } == stat.pid {
                 tracing::debug!(pid, "reaped an orphan");
             }
         }
     }
 }
 
-/// Whether `/proc/PID/stat`'s `stat` is of a zombie whose parent is `parent`. The command's
-/// name, in parentheses, may hold anything: the fields after its last `)` are the state, then
-/// the parent's id.
-#[cfg(any(target_os = "linux", test))]
-fn is_zombie_of(stat: &str, parent: u32) -> bool {
-    let Some((_, after)) = stat.rsplit_once(')') else {
-        return false;
-    };
-    let mut fields = after.split_ascii_whitespace();
-    fields.next() == Some("Z") && fields.next().and_then(|ppid| ppid.parse().ok()) == Some(parent)
-}
-
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
-    /// The state and parent are read after the name's last `)`, whatever the name holds.
-    #[test]
-    fn a_zombie_is_told_by_its_state_and_parent() {
-        assert!(is_zombie_of("17 (sleep) Z 1 17 17 0 -1", 1));
-        assert!(!is_zombie_of("17 (sleep) S 1 17 17 0 -1", 1), "running");
-        assert!(!is_zombie_of("17 (sleep) Z 9 17 17 0 -1", 1), "another's");
-        assert!(
-            is_zombie_of("17 (a) Z 9 (b) Z 1 17 17", 1),
-            "a name with ) Z 9 in it"
-        );
-        assert!(!is_zombie_of("17 (sleep", 1), "cut short");
-    }
-
-    /// A server noted is left to its session until forgotten.
-    #[test]
-    fn servers_started_are_noted_until_forgotten() {
-        Started::starting().note(Some(4_000_001));
-        assert!(started().contains(&4_000_001));
-        Started::forget(4_000_001);
-        assert!(!started().contains(&4_000_001));
-        Started::starting().note(None);
-    }
-
     /// The state of the process `pid` (`Z` for a zombie), or `None` once it is gone.
-    #[cfg(target_os = "linux")]
-    fn state(pid: u32) -> Option<String> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (_, after) = stat.rsplit_once(')')?;
-        after.split_whitespace().next().map(str::to_owned)
+    fn state(pid: u32) -> Option<char> {
+        let pid = i32::try_from(pid).ok()?;
+        Some(procfs::process::Process::new(pid).ok()?.stat().ok()?.state)
     }
 
     /// A zombie child is waited for, unless it is a server started (left to its session)
     /// until that is forgotten.
-    #[cfg(target_os = "linux")]
     #[test]
     #[expect(clippy::zombie_processes, reason = "the reaper is to wait for them")]
     fn zombies_are_reaped_but_the_servers_started() {
@@ -164,14 +118,14 @@ mod tests {
         starting.note(Some(server.id()));
         let (orphan, server) = (orphan.id(), server.id());
         let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while [orphan, server].map(state) != [Some("Z".into()), Some("Z".into())] {
+        while [orphan, server].map(state) != [Some('Z'), Some('Z')] {
             assert!(std::time::Instant::now() < give_up, "both end");
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let these = |pid| pid == orphan || pid == server;
         reap(these);
         assert_eq!(state(orphan), None, "the orphan is waited for");
-        assert_eq!(state(server).as_deref(), Some("Z"), "the server is left");
+        assert_eq!(state(server), Some('Z'), "the server is left");
         Started::forget(server);
         reap(these);
         assert_eq!(state(server), None);

@@ -220,6 +220,18 @@ pub fn replace_file(path: &std::path::Path, text: &str) {
     std::fs::rename(&next, path).expect("replace the file");
 }
 
+/// The fields of `/proc/PID/stat` after the command's name: the state, the parent, ...
+pub fn stat_fields(pid: &str) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after) = stat.rsplit_once(')')?;
+    Some(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Whether the process `pid` runs (is neither gone nor ended and waiting to be reaped).
+pub fn running(pid: &str) -> bool {
+    stat_fields(pid).is_some_and(|fields| fields.first().is_some_and(|state| state != "Z"))
+}
+
 /// Polls `done` every 50 ms until it holds; fails the test with `what` after 20 s.
 pub fn wait_until(what: &str, done: impl Fn() -> bool) {
     let give_up = Instant::now() + Duration::from_secs(20);
