@@ -155,6 +155,22 @@ async fn a_session_used_right_after_a_close_opens_anew() {
     }
 }
 
+/// Closes `key` on a task, and waits (up to 5 s) until the close has stopped `opening`.
+async fn closing(
+    openings: &Openings,
+    key: &SessionKey,
+    opening: &OpeningStop,
+) -> tokio::task::JoinHandle<()> {
+    let stopping = tokio::spawn({
+        let (openings, key) = (openings.clone(), key.clone());
+        async move { openings.stop(&key).await }
+    });
+    tokio::time::timeout(Duration::from_secs(5), opening.signal().cancelled())
+        .await
+        .expect("the close stops the opening");
+    stopping
+}
+
 /// Waits (up to 5 s) for `stopping` (a close on a task) to complete.
 async fn completes(stopping: tokio::task::JoinHandle<()>) {
     tokio::time::timeout(Duration::from_secs(5), stopping)
@@ -179,14 +195,7 @@ async fn an_opening_is_known_until_its_uses_end_however_many_others_began() {
     assert_eq!(openings.sessions(), 1, "only the session opening now");
     drop(joined);
     assert_eq!(openings.sessions(), 1, "a use of the opening remains");
-    let stopping = tokio::spawn({
-        let (openings, key) = (openings.clone(), key.clone());
-        async move { openings.stop(&key).await }
-    });
-    let signal = began.signal();
-    tokio::time::timeout(Duration::from_secs(5), signal.cancelled())
-        .await
-        .expect("the close stops the opening");
+    let stopping = closing(&openings, &key, &began).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!stopping.is_finished(), "the close waits for the use");
     drop(began);
@@ -201,14 +210,7 @@ async fn a_stopped_opening_let_go_late_leaves_the_next_one_known() {
     let openings = Openings::default();
     let key = SessionKey::shared("mcp+http://127.0.0.1:1/late");
     let stopped = openings.stop_signal(&key);
-    let stopping = tokio::spawn({
-        let (openings, key) = (openings.clone(), key.clone());
-        async move { openings.stop(&key).await }
-    });
-    let signal = stopped.signal();
-    tokio::time::timeout(Duration::from_secs(5), signal.cancelled())
-        .await
-        .expect("the close stops the opening");
+    let stopping = closing(&openings, &key, &stopped).await;
     let next = openings.stop_signal(&key);
     drop(stopped);
     completes(stopping).await;
