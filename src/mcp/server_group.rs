@@ -26,11 +26,11 @@ const GROUP_END_CHECK: Duration = Duration::from_millis(20);
 /// A started server's transport that ends the rest of its process group once it has closed.
 pub(super) struct WholeGroup {
     server: TokioChildProcess,
-    /// The server's process group (its process id), until it has been ended.
-    group: Option<u32>,
-    /// The server's process id, which the reaper leaves to it while it lasts
-    /// ([`super::orphans`]).
+    /// The server's process id, its process group's too, which the reaper leaves to it while
+    /// it lasts ([`super::orphans`]).
     pid: Option<u32>,
+    /// Whether what the server left in its group has been ended.
+    group_ended: bool,
     /// The server, as toolplane's log names it.
     endpoint: String,
 }
@@ -39,8 +39,8 @@ impl WholeGroup {
     /// The transport of `server`, started as a process group's leader, named `endpoint`.
     pub(super) fn of(server: TokioChildProcess, endpoint: &str) -> Self {
         Self {
-            group: server.id(),
             pid: server.id(),
+            group_ended: false,
             server,
             endpoint: endpoint.to_owned(),
         }
@@ -65,7 +65,9 @@ impl Transport<RoleClient> for WholeGroup {
     /// transport dropped without closing has rmcp kill the server's group at once.)
     async fn close(&mut self) -> Result<(), Self::Error> {
         let closed = self.server.close().await;
-        if let Some(group) = self.group.take() {
+        if !std::mem::replace(&mut self.group_ended, true)
+            && let Some(group) = self.pid
+        {
             end_group(group, &self.endpoint).await;
         }
         closed
