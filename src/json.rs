@@ -226,6 +226,11 @@ fn write_str(text: &str, out: &mut impl std::io::Write) -> std::io::Result<()> {
 pub struct Sha256Writer(Sha256);
 
 impl Sha256Writer {
+    /// Adds `bytes` to what is hashed.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
     /// The lowercase hex digest of everything written.
     pub fn finish_hex(self) -> String {
         lower_hex(&self.0.finalize().into())

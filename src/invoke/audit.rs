@@ -13,8 +13,9 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
+use super::record_canonical::is_canonical_line_of;
 use super::record_file::rotated_path;
-use super::records::{GENESIS_SHA256, InvocationRecord, content_sha256, record_line};
+use super::records::{GENESIS_SHA256, InvocationRecord};
 
 /// A log that verifies: how many records, and the hash of the last one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,6 +168,15 @@ impl Default for ChainCheck {
     }
 }
 
+/// What is wrong with `record`, read from `line` (without its line ending), by itself: a line
+/// other than the record as the log writes it, or a hash other than its content's. It does not
+/// depend on the lines around it, so lines can be checked so on several threads at once, and
+/// then in order with [`ChainCheck::follows`].
+pub(crate) fn content_fault(line: &str, record: &InvocationRecord) -> Option<String> {
+    (!is_canonical_line_of(line, record))
+        .then(|| "the record does not match its record_sha256: the line was edited".to_owned())
+}
+
 impl ChainCheck {
     /// A check of lines that continue the chain after `record` (the last of a rotated file).
     pub(crate) fn after(record: &InvocationRecord) -> Self {
@@ -190,11 +200,15 @@ impl ChainCheck {
     /// Checks the next `record`, read from `line` (without its line ending): what is wrong
     /// with it, if anything.
     pub(crate) fn check(&mut self, line: &str, record: &InvocationRecord) -> Result<(), String> {
-        if record_line(record) != line || content_sha256(record) != record.record_sha256 {
-            return Err(
-                "the record does not match its record_sha256: the line was edited".to_owned(),
-            );
+        if let Some(fault) = content_fault(line, record) {
+            return Err(fault);
         }
+        self.follows(record)
+    }
+
+    /// Checks that `record`, whose line [`content_fault`] found nothing wrong with, continues
+    /// the chain after the records checked so far: what is wrong with it, if anything.
+    pub(crate) fn follows(&mut self, record: &InvocationRecord) -> Result<(), String> {
         if record.prev_record_sha256 != self.previous
             && self.count == 0
             && self.previous == GENESIS_SHA256

@@ -20,6 +20,7 @@ mod record_guard;
 mod record_index;
 mod record_lookup;
 mod record_readers;
+mod record_replay;
 mod record_ring;
 pub mod record_stats;
 mod record_status;

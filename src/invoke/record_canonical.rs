@@ -1,5 +1,8 @@
 //! A record's canonical JSON, the form its line is written in and its hash is taken over.
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use serde::Serialize;
 
 use super::records::{InvocationRecord, InvocationStatus};
@@ -71,6 +74,77 @@ pub fn content_sha256(record: &InvocationRecord) -> String {
     hasher.finish_hex()
 }
 
+/// Whether `line` is `record`'s canonical JSON line ([`record_line`]) and `record`'s hash its
+/// content's ([`content_sha256`]). Done from the line itself, as a start reads every line of
+/// the current file back: the record is written once, compared with the line as it is written
+/// rather than into a string, and the content hashed is the line without its
+/// `,"record_sha256":"..."` (the canonical JSON without that field is the same bytes around
+/// it), rather than the record written a second time.
+pub(super) fn is_canonical_line_of(line: &str, record: &InvocationRecord) -> bool {
+    let mut compared = SameBytes {
+        rest: line.as_bytes(),
+        same: true,
+    };
+    let written = serde_json::to_writer(&mut compared, &CanonicalRecord::of(record, true));
+    if written.is_err() || !compared.same || !compared.rest.is_empty() {
+        return false;
+    }
+    // The line is canonical, so its field is there once (its quotes are not escaped, as every
+    // quote inside a string value is), followed by the hash written as a JSON string.
+    static FIELD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(HASH_FIELD));
+    let Some(at) = FIELD.find(line.as_bytes()) else {
+        return false;
+    };
+    let mut value = ByteCount(0);
+    if serde_json::to_writer(&mut value, &record.record_sha256).is_err() {
+        return false;
+    }
+    let Some(rest) = line.as_bytes().get(at + HASH_FIELD.len() + value.0..) else {
+        return false;
+    };
+    let mut hasher = Sha256Writer::default();
+    hasher.update(&line.as_bytes()[..at]);
+    hasher.update(rest);
+    hasher.finish_hex() == record.record_sha256
+}
+
+/// How the hash's field starts in a record's line.
+const HASH_FIELD: &str = ",\"record_sha256\":";
+
+/// Counts the bytes written.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Compares what is written with the bytes of `rest`, in order.
+struct SameBytes<'a> {
+    rest: &'a [u8],
+    same: bool,
+}
+
+impl std::io::Write for SameBytes<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self.rest.strip_prefix(bytes) {
+            Some(rest) if self.same => self.rest = rest,
+            _ => self.same = false,
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A record's time as RFC 3339 text with nanoseconds, as its line holds it.
 pub(super) fn rfc3339(time: std::time::SystemTime) -> String {
     use std::fmt::Write;
@@ -79,4 +153,75 @@ pub(super) fn rfc3339(time: std::time::SystemTime) -> String {
     let mut text = String::with_capacity(30);
     let _ = write!(text, "{}", humantime::format_rfc3339_nanos(time));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record with `record_sha256` its content's, whose strings hold `text`.
+    fn record(text: &str, trace_id: &str) -> InvocationRecord {
+        let mut record = InvocationRecord {
+            sequence: 7,
+            invocation_id: "0b6e0c8e-5f5e-4a43-9b49-5f3f6f0c2a11".to_owned(),
+            tenant_id: 3,
+            correlation_id: text.to_owned(),
+            tool_name: "echo".to_owned(),
+            service_name: "testing".to_owned(),
+            definition_sha256: "d".repeat(64),
+            input_sha256: "i".repeat(64),
+            output_sha256: String::new(),
+            started_at: "2026-12-01T10:00:00.000000001Z".to_owned(),
+            finished_at: "2026-12-01T10:00:00.000300001Z".to_owned(),
+            duration_us: 300,
+            attempts: 1,
+            status: InvocationStatus::Succeeded,
+            error_reason: text.to_owned(),
+            prev_record_sha256: "p".repeat(64),
+            record_sha256: String::new(),
+            trace_id: trace_id.to_owned(),
+        };
+        record.record_sha256 = content_sha256(&record);
+        record
+    }
+
+    /// The check from the line agrees with writing the record twice (its line, then its
+    /// content for the hash), also for strings holding quotes, escapes, other scripts and the
+    /// field's own name.
+    #[test]
+    fn a_line_is_the_records_exactly_when_written_out_it_is() {
+        let texts = [
+            "",
+            "plain",
+            "quote \" and backslash \\ and tab \t",
+            "Straße ✓ \u{1F600}",
+            ",\"record_sha256\":\"0000\"",
+        ];
+        for text in texts {
+            for trace_id in ["", "4bf92f3577b34da6a3ce929d0e0e4736"] {
+                let record = record(text, trace_id);
+                let line = record_line(&record);
+                assert!(is_canonical_line_of(&line, &record), "{line}");
+                let mut rehashed = record.clone();
+                rehashed.record_sha256 = "0".repeat(64);
+                let line_of_rehashed = record_line(&rehashed);
+                assert!(
+                    !is_canonical_line_of(&line_of_rehashed, &rehashed),
+                    "its hash"
+                );
+                let spaced = line.replacen(':', ": ", 1);
+                assert!(!is_canonical_line_of(&spaced, &record), "not canonical");
+                let edited = line.replace("testing", "testinG");
+                assert!(!is_canonical_line_of(&edited, &record), "another record");
+                assert!(
+                    !is_canonical_line_of(&line[..line.len() - 1], &record),
+                    "cut"
+                );
+                assert!(
+                    !is_canonical_line_of(&format!("{line} "), &record),
+                    "longer"
+                );
+            }
+        }
+    }
 }

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
-use super::audit::{ChainBroken, ChainCheck};
+use super::audit::ChainCheck;
 use super::record_canonical::rfc3339;
 pub use super::record_canonical::{content_sha256, record_line};
 pub(super) use super::record_file::parse_line;
@@ -31,6 +31,7 @@ pub use super::record_filter::RecordFilter;
 use super::record_index::{CurrentHoldings, FileIndexes, Wanted};
 use super::record_lookup::{CurrentFile, HeldPage, continue_below};
 use super::record_readers::{FileRead, FileReaders};
+use super::record_replay::Replay;
 use super::record_ring::RecordRing;
 use super::record_stats::InvocationStats;
 pub use super::record_status::InvocationStatus;
@@ -218,45 +219,30 @@ impl RecordLog {
                 }
             }
         }
-        // Each whole line is read once: into the ring, what the file holds, and through the
-        // chain's check.
-        let mut broken: Option<ChainBroken> = None;
+        // Each whole line is read once: through the chain's check, into what the file holds,
+        // and the latest into the ring.
+        let state = log.state_mut();
+        state.rotate_bytes = rotate_bytes;
+        state.file_first_sequence = state.next_sequence;
+        let room = state.ring.room();
+        let holdings = CurrentHoldings::for_file(rotate_bytes);
         let keys = log.file_indexes.keys().clone();
-        let file = {
-            let state = log.state_mut();
-            state.rotate_bytes = rotate_bytes;
-            state.holdings = CurrentHoldings::for_file(rotate_bytes);
-            state.file_first_sequence = state.next_sequence;
-            let (mut number, mut offset) = (0, 0);
-            LogFile::open(path, |bytes| {
-                number += 1;
-                let at = offset;
-                offset += bytes.len() as u64;
-                state.holdings.line(&keys, bytes);
-                let fault = match parse_line(bytes) {
-                    Ok((text, record)) => {
-                        state.holdings.place(record.sequence, at);
-                        let fault = chain.check(text, &record).err();
-                        if number == 1 {
-                            state.file_first_sequence = record.sequence;
-                        }
-                        state.last_sha256 = record.record_sha256.clone();
-                        state.next_sequence = record.sequence + 1;
-                        state.ring.push_newest(Arc::new(record));
-                        fault
-                    }
-                    Err(problem) => Some(problem),
-                };
-                if let (Some(problem), None) = (fault, &broken) {
-                    broken = Some(ChainBroken {
-                        line: number,
-                        problem,
-                    });
-                }
-            })
-            .map_err(io(path))?
-        };
-        if let Some(problem) = broken {
+        let mut replay = Replay::new(keys, chain, holdings, room);
+        let file = LogFile::open(path, |bytes| replay.line(bytes)).map_err(io(path))?;
+        let replayed = replay.finish();
+        let state = log.state_mut();
+        state.holdings = replayed.holdings;
+        if let Some(first) = replayed.first_sequence {
+            state.file_first_sequence = first;
+        }
+        if let Some(last) = replayed.latest.back() {
+            state.last_sha256.clone_from(&last.record_sha256);
+            state.next_sequence = last.sequence + 1;
+        }
+        for record in replayed.latest {
+            state.ring.push_newest(record);
+        }
+        if let Some(problem) = replayed.broken {
             tracing::warn!(path = %path.display(), %problem, "existing invocation record log does not verify; continuing its chain from the last line");
         }
         let written = log.state_mut().next_sequence - 1;

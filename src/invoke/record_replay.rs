@@ -1,0 +1,309 @@
+//! Reading the current record file back as the log opens (a restart): each line parsed and
+//! checked against the chain, what the file holds noted ([`CurrentHoldings`]), and the latest
+//! records kept for the ring.
+//!
+//! The server serves no call until the file is read, and a full file of the default 256 MiB
+//! holds some 350,000 records. Each line's own check (its parse, its canonical form and its
+//! hash: most of the work, and independent of the other lines) runs for a batch of lines on
+//! every core (a rayon pool of the reading's own), while the batch before it is put in order
+//! on the reading's thread (the links between lines checked, what the file holds noted), and
+//! only the records the ring keeps are put in it. Against reading one line at a time on one
+//! thread, this halves the time to open a full file and costs memory while it runs (2 cores,
+//! BENCHMARKS.md item 55: 0.89-1.13 s against 1.59-2.26 s; a peak of 65-70 MiB against 26).
+//! A batch is 1 MiB: 8 MiB batches were a little faster and peaked at 143-149 MiB.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::{Arc, mpsc};
+
+use rayon::prelude::*;
+
+use super::audit::{ChainBroken, ChainCheck, content_fault};
+use super::record_file::parse_line;
+use super::record_index::{CurrentHoldings, LineKeys};
+use super::records::InvocationRecord;
+
+/// At most how many bytes of lines are checked together (a longer line is a batch of its own).
+const BATCH_BYTES: usize = 1024 * 1024;
+
+/// A line's own check: its record and what is wrong with it by itself, or why it is no record.
+type Checked = Result<(InvocationRecord, Option<String>), String>;
+
+/// Lines read one after another, and where each lies among them.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    lines: Vec<Range<usize>>,
+}
+
+/// A batch and each of its lines' own checks, in order.
+type CheckedBatch = (Batch, Vec<Checked>);
+
+/// The current file being read back, a line at a time ([`Replay::line`]).
+pub(super) struct Replay {
+    keys: LineKeys,
+    chain: ChainCheck,
+    replayed: Replayed,
+    /// The most records [`Replayed::latest`] keeps.
+    keep: usize,
+    /// The lines read since the last batch was handed to the pool.
+    batch: Batch,
+    /// The batch before it, being checked on the pool meanwhile.
+    checking: Option<mpsc::Receiver<CheckedBatch>>,
+    /// The lines put in order so far.
+    count: u64,
+    /// Where the next line to put in order starts in the file.
+    offset: u64,
+    /// Checks the lines of a batch on every core, while the batch before is put in order on
+    /// this thread; `None` when no thread could be started (each batch is checked here).
+    pool: Option<rayon::ThreadPool>,
+}
+
+/// What reading the file back found.
+pub(super) struct Replayed {
+    /// What the file holds.
+    pub(super) holdings: CurrentHoldings,
+    /// The sequence of the file's first line, when that is a record.
+    pub(super) first_sequence: Option<u64>,
+    /// The latest records read, oldest first: the last one continues the chain.
+    pub(super) latest: VecDeque<Arc<InvocationRecord>>,
+    /// The first line that does not verify, if any.
+    pub(super) broken: Option<ChainBroken>,
+}
+
+impl Replay {
+    /// A reading checked by `chain`, its lines keyed by `keys` into `holdings`, keeping the
+    /// latest `keep` records (at least one, so that the last continues the chain).
+    pub(super) fn new(
+        keys: LineKeys,
+        chain: ChainCheck,
+        holdings: CurrentHoldings,
+        keep: usize,
+    ) -> Self {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .thread_name(|n| format!("record-replay-{n}"))
+            .build()
+            .ok();
+        Self {
+            keys,
+            chain,
+            replayed: Replayed {
+                holdings,
+                first_sequence: None,
+                latest: VecDeque::new(),
+                broken: None,
+            },
+            keep: keep.max(1),
+            batch: Batch::default(),
+            checking: None,
+            count: 0,
+            offset: 0,
+            pool,
+        }
+    }
+
+    /// Takes the file's next whole line (with its line ending).
+    pub(super) fn line(&mut self, bytes: &[u8]) {
+        if self.batch.bytes.len() + bytes.len() > BATCH_BYTES {
+            self.hand_over();
+        }
+        if self.batch.bytes.capacity() == 0 {
+            self.batch.bytes.reserve_exact(BATCH_BYTES.max(bytes.len()));
+        }
+        let start = self.batch.bytes.len();
+        self.batch.bytes.extend_from_slice(bytes);
+        self.batch.lines.push(start..self.batch.bytes.len());
+    }
+
+    /// What the lines handed over come to.
+    pub(super) fn finish(mut self) -> Replayed {
+        self.hand_over();
+        if let Some(checking) = self.checking.take() {
+            self.put_in_order(checking);
+        }
+        self.replayed
+    }
+
+    /// Hands the lines read to the pool to be checked, and puts the batch before them in
+    /// order meanwhile.
+    fn hand_over(&mut self) {
+        if self.batch.lines.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let (sent, checked) = mpsc::sync_channel(1);
+        let on_the_pool = self.pool.is_some();
+        let check = move || {
+            let own_check = |range: &Range<usize>| -> Checked {
+                let (text, record) = parse_line(&batch.bytes[range.clone()])?;
+                let fault = content_fault(text, &record);
+                Ok((record, fault))
+            };
+            let checks = if on_the_pool {
+                batch.lines.par_iter().map(own_check).collect()
+            } else {
+                batch.lines.iter().map(own_check).collect()
+            };
+            // The receiver waits for it unless the reading was given up (an I/O error).
+            let _ = sent.send((batch, checks));
+        };
+        match &self.pool {
+            Some(pool) => pool.spawn(check),
+            None => check(),
+        }
+        if let Some(before) = self.checking.replace(checked) {
+            self.put_in_order(before);
+        }
+    }
+
+    /// Puts the lines of the batch being checked in order, once checked: each against the
+    /// chain, into what the file holds and among the latest records.
+    fn put_in_order(&mut self, checking: mpsc::Receiver<CheckedBatch>) {
+        // A check that panicked (out of memory) drops its sender: the open fails with it.
+        let (batch, checks) = checking
+            .recv()
+            .expect("a batch of record lines is checked unless its check panicked");
+        let mut let_go = Vec::new();
+        for (range, checked) in batch.lines.iter().zip(checks) {
+            let bytes = &batch.bytes[range.clone()];
+            self.count += 1;
+            let at = self.offset;
+            self.offset += bytes.len() as u64;
+            let replayed = &mut self.replayed;
+            replayed.holdings.line(&self.keys, bytes);
+            let fault = match checked {
+                Ok((record, own_fault)) => {
+                    replayed.holdings.place(record.sequence, at);
+                    // As `ChainCheck::check`: a line wrong by itself is not linked to.
+                    let fault = own_fault.or_else(|| self.chain.follows(&record).err());
+                    if self.count == 1 {
+                        replayed.first_sequence = Some(record.sequence);
+                    }
+                    if replayed.latest.len() == self.keep {
+                        let_go.extend(replayed.latest.pop_front());
+                    }
+                    replayed.latest.push_back(Arc::new(record));
+                    fault
+                }
+                Err(problem) => Some(problem),
+            };
+            if let (Some(problem), None) = (fault, &replayed.broken) {
+                replayed.broken = Some(ChainBroken {
+                    line: self.count,
+                    problem,
+                });
+            }
+        }
+        // Freed on the pool, whose threads made them, while this thread goes on.
+        let free = move || drop((batch, let_go));
+        match &self.pool {
+            Some(pool) => pool.spawn(free),
+            None => free(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::invoke::record_index::{FileIndexes, Wanted};
+    use crate::invoke::records::{
+        DEFAULT_ROTATE_BYTES, GENESIS_SHA256, InvocationStatus, content_sha256, record_line,
+    };
+
+    /// The lines (each with its line ending) of a chain of `count` records.
+    fn chain_of(count: u64) -> Vec<String> {
+        let mut previous = GENESIS_SHA256.to_owned();
+        (1..=count)
+            .map(|sequence| {
+                let mut record = InvocationRecord {
+                    sequence,
+                    invocation_id: format!("0b6e0c8e-5f5e-4a43-9b49-{sequence:012x}"),
+                    tenant_id: sequence % 3,
+                    correlation_id: format!("call-{sequence}"),
+                    tool_name: "echo".to_owned(),
+                    service_name: "testing".to_owned(),
+                    definition_sha256: "d".repeat(64),
+                    input_sha256: "i".repeat(64),
+                    output_sha256: "o".repeat(64),
+                    started_at: "2026-12-01T10:00:00.000000001Z".to_owned(),
+                    finished_at: "2026-12-01T10:00:00.000300001Z".to_owned(),
+                    duration_us: 300,
+                    attempts: 1,
+                    status: InvocationStatus::Succeeded,
+                    error_reason: String::new(),
+                    prev_record_sha256: std::mem::take(&mut previous),
+                    record_sha256: String::new(),
+                    trace_id: String::new(),
+                };
+                record.record_sha256 = content_sha256(&record);
+                previous.clone_from(&record.record_sha256);
+                record_line(&record) + "\n"
+            })
+            .collect()
+    }
+
+    /// `lines` read back keeping `keep` records, and the keys they were noted by.
+    fn read_back(lines: &[String], keep: usize) -> (Replayed, LineKeys) {
+        let keys = FileIndexes::default().keys().clone();
+        let holdings = CurrentHoldings::for_file(DEFAULT_ROTATE_BYTES);
+        let mut replay = Replay::new(keys.clone(), ChainCheck::default(), holdings, keep);
+        for line in lines {
+            replay.line(line.as_bytes());
+        }
+        (replay.finish(), keys)
+    }
+
+    /// The sequences of the records kept.
+    fn sequences(replayed: &Replayed) -> Vec<u64> {
+        replayed
+            .latest
+            .iter()
+            .map(|record| record.sequence)
+            .collect()
+    }
+
+    /// Lines of several batches, checked on the pool, come back in the file's order: the
+    /// chain verifies across the batches, the latest records are kept, every id is noted.
+    #[test]
+    fn lines_of_several_batches_are_put_back_in_order() {
+        let lines = chain_of(5_000);
+        let bytes: usize = lines.iter().map(String::len).sum();
+        assert!(
+            bytes > 3 * BATCH_BYTES,
+            "{bytes} bytes make more than 3 batches"
+        );
+        let (replayed, keys) = read_back(&lines, 10);
+        assert!(
+            replayed.broken.is_none(),
+            "{:?}",
+            replayed.broken.map(|b| b.problem)
+        );
+        assert_eq!(replayed.first_sequence, Some(1));
+        assert_eq!(sequences(&replayed), (4_991..=5_000).collect::<Vec<_>>());
+        for sequence in [1_u64, 2_500, 5_000] {
+            let id = format!("0b6e0c8e-5f5e-4a43-9b49-{sequence:012x}");
+            assert!(
+                replayed.holdings.may_hold(Wanted::Id(keys.id_key(&id))),
+                "{id}"
+            );
+        }
+    }
+
+    /// The first line that does not verify is named by its number in the file, also when it
+    /// lies in a later batch; the lines after it are still read.
+    #[test]
+    fn the_first_line_that_does_not_verify_is_named_in_a_later_batch() {
+        let mut lines = chain_of(5_000);
+        lines[3_999] = lines[3_999].replace("\"echo\"", "\"ECHO\"");
+        lines[4_499] = "not a record\n".to_owned();
+        let (replayed, _) = read_back(&lines, 3);
+        let broken = replayed
+            .broken
+            .as_ref()
+            .expect("the edited line does not verify");
+        assert_eq!(broken.line, 4_000);
+        assert!(broken.problem.contains("edited"), "{}", broken.problem);
+        assert_eq!(sequences(&replayed), [4_998, 4_999, 5_000]);
+    }
+}
