@@ -6,7 +6,7 @@ use memchr::memmem::Finder;
 use serde::Serialize;
 
 use super::records::{InvocationRecord, InvocationStatus};
-use crate::json::Sha256Writer;
+use crate::json::{Sha256Writer, compact_len};
 
 /// A record's fields in canonical (sorted) order, so serde_json writes its canonical JSON
 /// directly: no intermediate `serde_json::Value`, and for the hash no intermediate string. A
@@ -95,11 +95,8 @@ pub(super) fn is_canonical_line_of(line: &str, record: &InvocationRecord) -> boo
     let Some(at) = FIELD.find(line.as_bytes()) else {
         return false;
     };
-    let mut value = ByteCount(0);
-    if serde_json::to_writer(&mut value, &record.record_sha256).is_err() {
-        return false;
-    }
-    let Some(rest) = line.as_bytes().get(at + HASH_FIELD.len() + value.0..) else {
+    let value = compact_len(&record.record_sha256);
+    let Some(rest) = line.as_bytes().get(at + HASH_FIELD.len() + value..) else {
         return false;
     };
     let mut hasher = Sha256Writer::default();
@@ -110,20 +107,6 @@ pub(super) fn is_canonical_line_of(line: &str, record: &InvocationRecord) -> boo
 
 /// How the hash's field starts in a record's line.
 const HASH_FIELD: &str = ",\"record_sha256\":";
-
-/// Counts the bytes written.
-struct ByteCount(usize);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 += bytes.len();
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Compares what is written with the bytes of `rest`, in order.
 struct SameBytes<'a> {
