@@ -9,8 +9,9 @@
 //! on the reading's thread (the links between lines checked, what the file holds noted), and
 //! only the records the ring keeps are put in it. Against reading one line at a time on one
 //! thread, this halves the time to open a full file and costs memory while it runs (2 cores,
-//! BENCHMARKS.md item 55: 0.89-1.13 s against 1.59-2.26 s; a peak of 65-70 MiB against 26).
-//! A batch is 1 MiB: 8 MiB batches were a little faster and peaked at 143-149 MiB.
+//! BENCHMARKS.md item 55: 0.67-1.07 s against 1.59-2.26 s; a peak of 41-53 MiB against 26).
+//! A batch is 256 KiB: batches of 128 KiB to 1 MiB took as long, and the larger ones held
+//! more (1 MiB: a peak of 65-71 MiB; 8 MiB: 143-149 MiB).
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -24,7 +25,7 @@ use super::record_index::{CurrentHoldings, LineKeys};
 use super::records::InvocationRecord;
 
 /// At most how many bytes of lines are checked together (a longer line is a batch of its own).
-const BATCH_BYTES: usize = 1024 * 1024;
+const BATCH_BYTES: usize = 256 * 1024;
 
 /// A line's own check: its record and what is wrong with it by itself, or why it is no record.
 type Checked = Result<(InvocationRecord, Option<String>), String>;
