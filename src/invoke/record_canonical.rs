@@ -141,31 +141,19 @@ pub(super) fn rfc3339(time: std::time::SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::invoke::records::RecordLog;
+    use crate::invoke::records::tests::draft;
 
-    /// A record with `record_sha256` its content's, whose strings hold `text`.
+    /// A record as the log appends it, whose strings hold `text`.
     fn record(text: &str, trace_id: &str) -> InvocationRecord {
-        let mut record = InvocationRecord {
-            sequence: 7,
-            invocation_id: "0b6e0c8e-5f5e-4a43-9b49-5f3f6f0c2a11".to_owned(),
-            tenant_id: 3,
-            correlation_id: text.to_owned(),
-            tool_name: "echo".to_owned(),
-            service_name: "testing".to_owned(),
-            definition_sha256: "d".repeat(64),
-            input_sha256: "i".repeat(64),
-            output_sha256: String::new(),
-            started_at: "2026-12-01T10:00:00.000000001Z".to_owned(),
-            finished_at: "2026-12-01T10:00:00.000300001Z".to_owned(),
-            duration_us: 300,
-            attempts: 1,
-            status: InvocationStatus::Succeeded,
-            error_reason: text.to_owned(),
-            prev_record_sha256: "p".repeat(64),
-            record_sha256: String::new(),
-            trace_id: trace_id.to_owned(),
-        };
-        record.record_sha256 = content_sha256(&record);
-        record
+        let mut draft = draft("echo");
+        draft.service_name = "testing".to_owned();
+        draft.correlation_id = text.to_owned();
+        draft.error_reason = text.to_owned();
+        draft.trace_id = trace_id.to_owned();
+        let log = RecordLog::in_memory(1);
+        let record = log.append(draft).expect("an in-memory log appends");
+        InvocationRecord::clone(&record)
     }
 
     /// The check from the line agrees with writing the record twice (its line, then its

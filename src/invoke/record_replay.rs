@@ -13,6 +13,7 @@
 //! A batch is 256 KiB: batches of 128 KiB to 1 MiB took as long, and the larger ones held
 //! more (1 MiB: a peak of 65-71 MiB; 8 MiB: 143-149 MiB).
 
+use std::cell::OnceCell;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::{Arc, mpsc};
@@ -56,8 +57,9 @@ pub(super) struct Replay {
     /// Where the next line to put in order starts in the file.
     offset: u64,
     /// Checks the lines of a batch on every core, while the batch before is put in order on
-    /// this thread; `None` when no thread could be started (each batch is checked here).
-    pool: Option<rayon::ThreadPool>,
+    /// this thread; started with the first batch (an empty file starts no thread), `None`
+    /// when no thread could be started (each batch is checked here).
+    pool: OnceCell<Option<rayon::ThreadPool>>,
 }
 
 /// What reading the file back found.
@@ -81,10 +83,6 @@ impl Replay {
         holdings: CurrentHoldings,
         keep: usize,
     ) -> Self {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .thread_name(|n| format!("record-replay-{n}"))
-            .build()
-            .ok();
         Self {
             keys,
             chain,
@@ -99,8 +97,20 @@ impl Replay {
             checking: None,
             count: 0,
             offset: 0,
-            pool,
+            pool: OnceCell::new(),
         }
+    }
+
+    /// The pool the batches are checked on, started the first time.
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool
+            .get_or_init(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .thread_name(|n| format!("record-replay-{n}"))
+                    .build()
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// Takes the file's next whole line (with its line ending).
@@ -133,7 +143,8 @@ impl Replay {
         }
         let batch = std::mem::take(&mut self.batch);
         let (sent, checked) = mpsc::sync_channel(1);
-        let on_the_pool = self.pool.is_some();
+        let pool = self.pool();
+        let on_the_pool = pool.is_some();
         let check = move || {
             let own_check = |range: &Range<usize>| -> Checked {
                 let (text, record) = parse_line(&batch.bytes[range.clone()])?;
@@ -148,7 +159,7 @@ impl Replay {
             // The receiver waits for it unless the reading was given up (an I/O error).
             let _ = sent.send((batch, checks));
         };
-        match &self.pool {
+        match pool {
             Some(pool) => pool.spawn(check),
             None => check(),
         }
@@ -197,7 +208,7 @@ impl Replay {
         }
         // Freed on the pool, whose threads made them, while this thread goes on.
         let free = move || drop((batch, let_go));
-        match &self.pool {
+        match self.pool() {
             Some(pool) => pool.spawn(free),
             None => free(),
         }
@@ -208,40 +219,21 @@ impl Replay {
 mod tests {
     use super::*;
     use crate::invoke::record_index::{FileIndexes, Wanted};
-    use crate::invoke::records::{
-        DEFAULT_ROTATE_BYTES, GENESIS_SHA256, InvocationStatus, content_sha256, record_line,
-    };
+    use crate::invoke::records::tests::draft;
+    use crate::invoke::records::{DEFAULT_ROTATE_BYTES, RecordLog, record_line};
 
-    /// The lines (each with its line ending) of a chain of `count` records.
-    fn chain_of(count: u64) -> Vec<String> {
-        let mut previous = GENESIS_SHA256.to_owned();
-        (1..=count)
-            .map(|sequence| {
-                let mut record = InvocationRecord {
-                    sequence,
-                    invocation_id: format!("0b6e0c8e-5f5e-4a43-9b49-{sequence:012x}"),
-                    tenant_id: sequence % 3,
-                    correlation_id: format!("call-{sequence}"),
-                    tool_name: "echo".to_owned(),
-                    service_name: "testing".to_owned(),
-                    definition_sha256: "d".repeat(64),
-                    input_sha256: "i".repeat(64),
-                    output_sha256: "o".repeat(64),
-                    started_at: "2026-12-01T10:00:00.000000001Z".to_owned(),
-                    finished_at: "2026-12-01T10:00:00.000300001Z".to_owned(),
-                    duration_us: 300,
-                    attempts: 1,
-                    status: InvocationStatus::Succeeded,
-                    error_reason: String::new(),
-                    prev_record_sha256: std::mem::take(&mut previous),
-                    record_sha256: String::new(),
-                    trace_id: String::new(),
-                };
-                record.record_sha256 = content_sha256(&record);
-                previous.clone_from(&record.record_sha256);
-                record_line(&record) + "\n"
-            })
-            .collect()
+    /// The records of a chain of `count` calls, as the log appends them, and their lines
+    /// (each with its line ending).
+    fn chain_of(count: u64) -> (Vec<Arc<InvocationRecord>>, Vec<String>) {
+        let log = RecordLog::in_memory(1);
+        let records: Vec<_> = (0..count)
+            .map(|_| log.append(draft("echo")).expect("an in-memory log appends"))
+            .collect();
+        let lines = records
+            .iter()
+            .map(|record| record_line(record) + "\n")
+            .collect();
+        (records, lines)
     }
 
     /// `lines` read back keeping `keep` records, and the keys they were noted by.
@@ -268,7 +260,7 @@ mod tests {
     /// chain verifies across the batches, the latest records are kept, every id is noted.
     #[test]
     fn lines_of_several_batches_are_put_back_in_order() {
-        let lines = chain_of(5_000);
+        let (records, lines) = chain_of(5_000);
         let bytes: usize = lines.iter().map(String::len).sum();
         assert!(
             bytes > 3 * BATCH_BYTES,
@@ -282,10 +274,10 @@ mod tests {
         );
         assert_eq!(replayed.first_sequence, Some(1));
         assert_eq!(sequences(&replayed), (4_991..=5_000).collect::<Vec<_>>());
-        for sequence in [1_u64, 2_500, 5_000] {
-            let id = format!("0b6e0c8e-5f5e-4a43-9b49-{sequence:012x}");
+        for sequence in [1, 2_500, 5_000] {
+            let id = &records[sequence - 1].invocation_id;
             assert!(
-                replayed.holdings.may_hold(Wanted::Id(keys.id_key(&id))),
+                replayed.holdings.may_hold(Wanted::Id(keys.id_key(id))),
                 "{id}"
             );
         }
@@ -295,7 +287,7 @@ mod tests {
     /// lies in a later batch; the lines after it are still read.
     #[test]
     fn the_first_line_that_does_not_verify_is_named_in_a_later_batch() {
-        let mut lines = chain_of(5_000);
+        let (_, mut lines) = chain_of(5_000);
         lines[3_999] = lines[3_999].replace("\"echo\"", "\"ECHO\"");
         lines[4_499] = "not a record\n".to_owned();
         let (replayed, _) = read_back(&lines, 3);
