@@ -1,10 +1,12 @@
 """toolplane's Python stubs, generated from proto/ by grpcio-tools' bundled protoc into a
-temporary directory and imported from there, as a Python team would generate them."""
+temporary directory and imported from there, as a Python team would generate them. The
+directory is removed once the modules are imported, so a test run leaves nothing in /tmp."""
 
 import glob
 import importlib
 import importlib.resources
 import os
+import shutil
 import sys
 import tempfile
 
@@ -17,6 +19,17 @@ def generate(proto_dir):
     """Compiles proto/toolplane/v1/*.proto and answers the generated modules by name:
     `meta_pb2`, `tool_pb2`, and `X_pb2` and `X_pb2_grpc` for each service file X."""
     out = tempfile.mkdtemp(prefix="toolplane-python-stubs-")
+    try:
+        return _compile_and_import(proto_dir, out)
+    finally:
+        # Every generated module is imported by now (they import each other while loading),
+        # so nothing reads the directory again.
+        if out in sys.path:
+            sys.path.remove(out)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _compile_and_import(proto_dir, out):
     well_known = str(importlib.resources.files("grpc_tools") / "_proto")
     files = sorted(glob.glob(os.path.join(proto_dir, "toolplane", "v1", "*.proto")))
     if not files:
