@@ -126,6 +126,23 @@ pub fn names_and_queries(data: &[u8]) {
     }
 }
 
+/// The invocation record files, as a start reads the current one back and `audit verify`
+/// reads any: the bytes are `EDIT` (3 bytes: a position, little-endian, and a byte) then
+/// `LINES`. Reading the lines never panics, and:
+/// - a line is taken as its record's exactly when writing the record out gives the line and
+///   its hash (the check from the line is the record's definition), and a canonical line's
+///   sequence, id key and tenant, read from its bytes for the rotated files' checkpoints and
+///   indexes, are its record's;
+/// - a start's reading back (its lines checked in batches on a pool) names the same first bad
+///   line as `audit verify`, with the same problem, keeps the latest records, and notes the
+///   id and tenant of every canonical line, for the lines as given and for the records they
+///   hold chained again as the log writes them;
+/// - in that chain, one byte edited (at `EDIT`'s position, modulo the chain's length) is
+///   found at its line by both, and nothing is found when the byte is the same.
+pub fn record_lines(data: &[u8]) {
+    crate::invoke::record_lines_check::record_lines(data);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,7 +151,7 @@ mod tests {
     type Check = fn(&[u8]);
 
     /// Every check, by the name of its fuzz target (and of its folder in `fuzz/seeds/`).
-    const CHECKS: [(&str, Check); 8] = [
+    const CHECKS: [(&str, Check); 9] = [
         ("schema_registration", schema_registration),
         ("wire_readers", wire_readers),
         ("canonical_json", canonical_json_round_trip),
@@ -143,6 +160,7 @@ mod tests {
         ("config_file", config_file),
         ("model_answers", model_answers),
         ("mcp_listings", mcp_listings),
+        ("record_lines", record_lines),
     ];
 
     /// Every input kept in `fuzz/seeds/` passes its check: the starting inputs, and each

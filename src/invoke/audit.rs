@@ -112,7 +112,7 @@ fn check_path(
 /// Puts each line of a file through `chain`; the first bad one is named. In the `last` file, a
 /// last line without its newline that is not a whole record is left unchecked: its size is
 /// answered.
-fn check_file(
+pub(super) fn check_file(
     chain: &mut ChainCheck,
     mut reader: impl BufRead,
     last: bool,

@@ -18,6 +18,7 @@ mod record_file;
 mod record_filter;
 mod record_guard;
 mod record_index;
+pub(crate) mod record_lines_check;
 mod record_lookup;
 mod record_readers;
 mod record_replay;

@@ -292,7 +292,7 @@ impl LineKeys {
 
     /// Calls `id` with the key of every JSON string following `"invocation_id":` in `line`,
     /// and `tenant` with every number following `"tenant_id":`.
-    fn each(&self, line: &[u8], mut id: impl FnMut(u64), mut tenant: impl FnMut(u64)) {
+    pub(super) fn each(&self, line: &[u8], mut id: impl FnMut(u64), mut tenant: impl FnMut(u64)) {
         for at in self.id_field.find_iter(line) {
             if let Some(text) = json_string(&line[at + ID_FIELD.len()..]) {
                 id(self.hasher.hash_one(text));
