@@ -11,7 +11,9 @@
 //! thread, this halves the time to open a full file and costs memory while it runs (2 cores,
 //! BENCHMARKS.md item 55: 0.67-1.07 s against 1.59-2.26 s; a peak of 41-53 MiB against 26).
 //! A batch is 256 KiB: batches of 128 KiB to 1 MiB took as long, and the larger ones held
-//! more (1 MiB: a peak of 65-71 MiB; 8 MiB: 143-149 MiB).
+//! more (1 MiB: a peak of 65-71 MiB; 8 MiB: 143-149 MiB). Most of the peak is what mimalloc
+//! keeps rather than what the reading holds (item 55: the live heap peaked at about 17 MiB,
+//! profiled under glibc's allocator).
 
 use std::cell::OnceCell;
 use std::collections::VecDeque;
