@@ -173,9 +173,11 @@ impl Default for ChainCheck {
 /// depend on the lines around it, so lines can be checked so on several threads at once, and
 /// then in order with [`ChainCheck::follows`].
 pub(crate) fn content_fault(line: &str, record: &InvocationRecord) -> Option<String> {
-    (!is_canonical_line_of(line, record))
-        .then(|| "the record does not match its record_sha256: the line was edited".to_owned())
+    (!is_canonical_line_of(line, record)).then(|| EDITED.to_owned())
 }
+
+/// What [`content_fault`] says of a line that is not its record's.
+pub(crate) const EDITED: &str = "the record does not match its record_sha256: the line was edited";
 
 impl ChainCheck {
     /// A check of lines that continue the chain after `record` (the last of a rotated file).
@@ -209,35 +211,43 @@ impl ChainCheck {
     /// Checks that `record`, whose line [`content_fault`] found nothing wrong with, continues
     /// the chain after the records checked so far: what is wrong with it, if anything.
     pub(crate) fn follows(&mut self, record: &InvocationRecord) -> Result<(), String> {
-        if record.prev_record_sha256 != self.previous
+        self.links(
+            &record.prev_record_sha256,
+            record.sequence,
+            &record.record_sha256,
+        )
+    }
+
+    /// As [`Self::follows`], for the record of `sequence` whose `prev_record_sha256` is
+    /// `previous` and whose `record_sha256` is `own`.
+    pub(crate) fn links(&mut self, previous: &str, sequence: u64, own: &str) -> Result<(), String> {
+        if previous != self.previous
             && self.count == 0
             && self.previous == GENESIS_SHA256
-            && record.sequence > 1
+            && sequence > 1
         {
             return Err(format!(
-                "the first record is sequence {}: the records before it are not in the files \
+                "the first record is sequence {sequence}: the records before it are not in the files \
                  named; name the earlier files first, or, if they are gone, give the head hash \
-                 their verification printed (`audit verify --after HASH`)",
-                record.sequence
+                 their verification printed (`audit verify --after HASH`)"
             ));
         }
-        if record.prev_record_sha256 != self.previous {
+        if previous != self.previous {
             return Err(format!(
-                "prev_record_sha256 is {} but the record before is {}: a record before it was removed or reordered",
-                record.prev_record_sha256, self.previous
+                "prev_record_sha256 is {previous} but the record before is {}: a record before it was removed or reordered",
+                self.previous
             ));
         }
         if let Some(expected) = self.expected_sequence
-            && record.sequence != expected
+            && sequence != expected
         {
             return Err(format!(
-                "sequence {} follows {}: a record is missing",
-                record.sequence,
+                "sequence {sequence} follows {}: a record is missing",
                 expected - 1
             ));
         }
-        self.expected_sequence = Some(record.sequence + 1);
-        self.previous.clone_from(&record.record_sha256);
+        self.expected_sequence = Some(sequence + 1);
+        own.clone_into(&mut self.previous);
         self.count += 1;
         Ok(())
     }

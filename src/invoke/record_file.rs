@@ -157,13 +157,18 @@ pub(super) fn rotated_first_sequence(path: &Path) -> Option<u64> {
 /// A whole line of a log file (with its line ending) read as a record, and its text without
 /// the line ending.
 pub(super) fn parse_line(bytes: &[u8]) -> Result<(&str, InvocationRecord), String> {
-    let text = std::str::from_utf8(bytes).map_err(|error| format!("cannot read: {error}"))?;
-    // As `BufRead::lines` ends a line, which `audit verify` reads with.
-    let text = text.strip_suffix('\n').unwrap_or(text);
-    let text = text.strip_suffix('\r').unwrap_or(text);
+    let text = line_text(bytes)?;
     let record = serde_json::from_str::<InvocationRecord>(text)
         .map_err(|error| format!("not an invocation record: {error}"))?;
     Ok((text, record))
+}
+
+/// The text of a whole line of a log file, without its line ending.
+pub(super) fn line_text(bytes: &[u8]) -> Result<&str, String> {
+    let text = std::str::from_utf8(bytes).map_err(|error| format!("cannot read: {error}"))?;
+    // As `BufRead::lines` ends a line, which `audit verify` reads with.
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    Ok(text.strip_suffix('\r').unwrap_or(text))
 }
 
 /// The files rotated from the log at `path`, oldest first (by the first sequence in their

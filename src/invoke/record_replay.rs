@@ -1,19 +1,21 @@
-//! Reading the current record file back as the log opens (a restart): each line parsed and
-//! checked against the chain, what the file holds noted ([`CurrentHoldings`]), and the latest
-//! records kept for the ring.
+//! Reading the current record file back as the log opens (a restart): each line checked by
+//! itself and against the chain, what the file holds noted ([`CurrentHoldings`]), and the
+//! latest records kept for the ring.
 //!
 //! The server serves no call until the file is read, and a full file of the default 256 MiB
 //! holds some 350,000 records. Each line's own check (its parse, its canonical form and its
 //! hash: most of the work, and independent of the other lines) runs for a batch of lines on
 //! every core (a rayon pool of the reading's own), while the batch before it is put in order
-//! on the reading's thread (the links between lines checked, what the file holds noted), and
-//! only the records the ring keeps are put in it. Against reading one line at a time on one
-//! thread, this halves the time to open a full file and costs memory while it runs (2 cores,
-//! BENCHMARKS.md item 55: 0.67-1.07 s against 1.59-2.26 s; a peak of 41-53 MiB against 26).
-//! A batch is 256 KiB: batches of 128 KiB to 1 MiB took as long, and the larger ones held
-//! more (1 MiB: a peak of 65-71 MiB; 8 MiB: 143-149 MiB). Most of the peak is what mimalloc
-//! keeps rather than what the reading holds (item 55: the live heap peaked at about 17 MiB,
-//! profiled under glibc's allocator).
+//! on the reading's thread (the links between lines checked, what the file holds noted). A
+//! line's record is read with its strings borrowed from the line ([`CanonicalRecord`]), and
+//! only the lines of the records the ring keeps are read into records, once the file is
+//! read. Against reading one line at a time on one thread, this halves the time to open a
+//! full file and costs memory while it runs (2 cores, BENCHMARKS.md item 55: 0.67-1.07 s
+//! against 1.59-2.26 s; a peak of 41-53 MiB against 26). A batch is 256 KiB: batches of 128
+//! KiB to 1 MiB took as long, and the larger ones held more (1 MiB: a peak of 65-71 MiB;
+//! 8 MiB: 143-149 MiB). Most of the peak is what mimalloc keeps rather than what the reading
+//! holds (the live heap peaked at about 21 MiB, profiled under glibc's allocator). Reading
+//! the records with borrowed strings took a sixth off the CPU an open takes (item 55).
 
 use std::cell::OnceCell;
 use std::collections::VecDeque;
@@ -22,16 +24,27 @@ use std::sync::{Arc, mpsc};
 
 use rayon::prelude::*;
 
-use super::audit::{ChainBroken, ChainCheck, content_fault};
-use super::record_file::parse_line;
+use super::audit::{ChainBroken, ChainCheck, EDITED, content_fault};
+use super::record_canonical::CanonicalRecord;
+use super::record_file::{line_text, parse_line};
 use super::record_index::{CurrentHoldings, LineKeys};
 use super::records::InvocationRecord;
 
 /// At most how many bytes of lines are checked together (a longer line is a batch of its own).
 const BATCH_BYTES: usize = 256 * 1024;
 
-/// A line's own check: its record and what is wrong with it by itself, or why it is no record.
-type Checked = Result<(InvocationRecord, Option<String>), String>;
+/// A line's own check: how its record links into the chain and what is wrong with it by
+/// itself, or why it is no record.
+type Checked = Result<Link, String>;
+
+/// What putting a record's line in order takes of its record.
+struct Link {
+    sequence: u64,
+    prev_record_sha256: Box<str>,
+    record_sha256: Box<str>,
+    /// What is wrong with the line by itself.
+    fault: Option<String>,
+}
 
 /// Lines read one after another, and where each lies among them.
 #[derive(Default)]
@@ -50,6 +63,8 @@ pub(super) struct Replay {
     replayed: Replayed,
     /// The most records [`Replayed::latest`] keeps.
     keep: usize,
+    /// The lines of the latest records, read into records once the file is read.
+    kept: VecDeque<(Arc<Batch>, Range<usize>)>,
     /// The lines read since the last batch was handed to the pool.
     batch: Batch,
     /// The batch before it, being checked on the pool meanwhile.
@@ -95,6 +110,7 @@ impl Replay {
                 broken: None,
             },
             keep: keep.max(1),
+            kept: VecDeque::new(),
             batch: Batch::default(),
             checking: None,
             count: 0,
@@ -128,12 +144,21 @@ impl Replay {
         self.batch.lines.push(start..self.batch.bytes.len());
     }
 
-    /// What the lines handed over come to.
+    /// What the lines handed over come to. The latest records are read from their lines
+    /// here, on the pool when there is one.
     pub(super) fn finish(mut self) -> Replayed {
         self.hand_over();
         if let Some(checking) = self.checking.take() {
             self.put_in_order(checking);
         }
+        let read = |(batch, range): &(Arc<Batch>, Range<usize>)| {
+            let (_, record) = parse_line(&batch.bytes[range.clone()]).ok()?;
+            Some(Arc::new(record))
+        };
+        self.replayed.latest = match self.pool.get().and_then(Option::as_ref) {
+            Some(pool) => pool.install(|| self.kept.par_iter().filter_map(read).collect()),
+            None => self.kept.iter().filter_map(read).collect(),
+        };
         self.replayed
     }
 
@@ -148,11 +173,7 @@ impl Replay {
         let pool = self.pool();
         let on_the_pool = pool.is_some();
         let check = move || {
-            let own_check = |range: &Range<usize>| -> Checked {
-                let (text, record) = parse_line(&batch.bytes[range.clone()])?;
-                let fault = content_fault(text, &record);
-                Ok((record, fault))
-            };
+            let own_check = |range: &Range<usize>| own_check(&batch.bytes[range.clone()]);
             let checks = if on_the_pool {
                 batch.lines.par_iter().map(own_check).collect()
             } else {
@@ -177,8 +198,8 @@ impl Replay {
         let (batch, checks) = checking
             .recv()
             .expect("a batch of record lines is checked unless its check panicked");
-        let mut let_go = Vec::new();
-        for (range, checked) in batch.lines.iter().zip(checks) {
+        let batch = Arc::new(batch);
+        for (range, checked) in batch.lines.iter().zip(&checks) {
             let bytes = &batch.bytes[range.clone()];
             self.count += 1;
             let at = self.offset;
@@ -186,20 +207,27 @@ impl Replay {
             let replayed = &mut self.replayed;
             replayed.holdings.line(&self.keys, bytes);
             let fault = match checked {
-                Ok((record, own_fault)) => {
-                    replayed.holdings.place(record.sequence, at);
+                Ok(link) => {
+                    replayed.holdings.place(link.sequence, at);
                     // As `ChainCheck::check`: a line wrong by itself is not linked to.
-                    let fault = own_fault.or_else(|| self.chain.follows(&record).err());
+                    let fault = link.fault.clone().or_else(|| {
+                        let Link {
+                            prev_record_sha256: previous,
+                            record_sha256: own,
+                            ..
+                        } = link;
+                        self.chain.links(previous, link.sequence, own).err()
+                    });
                     if self.count == 1 {
-                        replayed.first_sequence = Some(record.sequence);
+                        replayed.first_sequence = Some(link.sequence);
                     }
-                    if replayed.latest.len() == self.keep {
-                        let_go.extend(replayed.latest.pop_front());
+                    if self.kept.len() == self.keep {
+                        self.kept.pop_front();
                     }
-                    replayed.latest.push_back(Arc::new(record));
+                    self.kept.push_back((Arc::clone(&batch), range.clone()));
                     fault
                 }
-                Err(problem) => Some(problem),
+                Err(problem) => Some(problem.clone()),
             };
             if let (Some(problem), None) = (fault, &replayed.broken) {
                 replayed.broken = Some(ChainBroken {
@@ -209,12 +237,34 @@ impl Replay {
             }
         }
         // Freed on the pool, whose threads made them, while this thread goes on.
-        let free = move || drop((batch, let_go));
+        let free = move || drop(checks);
         match self.pool() {
             Some(pool) => pool.spawn(free),
             None => free(),
         }
     }
+}
+
+/// A line's own check (its parse, its canonical form, its hash): its record read with its
+/// strings borrowed from the line, so that a line takes no allocation but its two hashes.
+fn own_check(bytes: &[u8]) -> Checked {
+    let text = line_text(bytes)?;
+    if let Some(record) = CanonicalRecord::read(text) {
+        return Ok(Link {
+            sequence: record.sequence(),
+            prev_record_sha256: record.prev_record_sha256().into(),
+            record_sha256: record.record_sha256().into(),
+            fault: (!record.is_its_line(text)).then(|| EDITED.to_owned()),
+        });
+    }
+    // Read as the record it is not, for why not (as `audit verify` says it).
+    let (text, record) = parse_line(bytes)?;
+    Ok(Link {
+        sequence: record.sequence,
+        fault: content_fault(text, &record),
+        prev_record_sha256: record.prev_record_sha256.into(),
+        record_sha256: record.record_sha256.into(),
+    })
 }
 
 #[cfg(test)]
