@@ -350,9 +350,11 @@ mod tests {
                 // The longest the file was left half-written between two steps of a rewrite.
                 let mut longest_stall = Duration::ZERO;
                 for round in 0..6 {
-                    // Truncated, then written in four pieces 5 ms apart, then left alone.
-                    let mut rewritten = std::fs::File::create(&file).expect("truncate");
+                    // Truncated, then written in four pieces 5 ms apart, then left alone. The
+                    // clock starts before the truncation: a writer held up between truncating
+                    // (inside `create`) and reading the clock leaves the file empty that long.
                     let mut last_step = std::time::Instant::now();
+                    let mut rewritten = std::fs::File::create(&file).expect("truncate");
                     for piece in versions[round % 2].as_bytes().chunks(250) {
                         std::thread::sleep(Duration::from_millis(5));
                         rewritten.write_all(piece).expect("write");
