@@ -211,11 +211,7 @@ impl Replay {
                     replayed.holdings.place(link.sequence, at);
                     // As `ChainCheck::check`: a line wrong by itself is not linked to.
                     let fault = link.fault.clone().or_else(|| {
-                        let Link {
-                            prev_record_sha256: previous,
-                            record_sha256: own,
-                            ..
-                        } = link;
+                        let (previous, own) = (&link.prev_record_sha256, &link.record_sha256);
                         self.chain.links(previous, link.sequence, own).err()
                     });
                     if self.count == 1 {
