@@ -82,8 +82,27 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo doc (broken or private doc links fail)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
+# The start of each failing test's panic message (up to 12 lines, the backtrace left out), from
+# the failures cargo test lists in the log it wrote: CI shows the end of a run's output, where
+# a failure's backtrace would otherwise hide what the test said.
+failures_again() {
+  awk '
+    /^running [0-9]+ tests?$/ { listing = 0 }
+    /^failures:$/ { listing = 1; next }
+    !listing { next }
+    /^---- .* stdout ----$/ { print ""; print; showing = 0; next }
+    / panicked at / { showing = 12 }
+    /^stack backtrace:$/ || /^note: run with/ { showing = 0 }
+    showing > 0 { print; showing-- }
+  ' "$1"
+}
+
 step "cargo test"
-TOOLPLANE_REQUIRE_PEERS=1 cargo test --all-targets
+if ! TOOLPLANE_REQUIRE_PEERS=1 cargo test --all-targets 2>&1 | tee "$TOOLS/cargo-test.log"; then
+  step "failed; what each failing test said, again"
+  failures_again "$TOOLS/cargo-test.log"
+  exit 1
+fi
 cargo test --doc
 
 step "toolplane-bench run --quick (checks the benchmark harness still works; its numbers mean nothing)"

@@ -52,9 +52,30 @@ async fn run_scenario(node: &PathBuf, suite: &PathBuf, args: &[&str], scenario: 
             && printed.contains(", 0 failed, 0 warnings")
             && !printed.contains("Passed: 0/")
             && !printed.contains("Client exited with code"),
-        "scenario {scenario} failed ({}):\n{printed}",
+        "scenario {scenario} failed ({}):\n{}\n\nwhat the suite printed:\n{printed}",
         output.status,
+        checks_not_passed(&printed),
     );
+}
+
+/// The checks that failed or warned, and a client that timed out or exited with an error, as
+/// the suite lists them at the end of a run, on a few lines ahead of its whole printout: the
+/// printout, with each scenario's description, is long, and the test script repeats only the
+/// first lines of a failure at the end of its output (which is what CI shows).
+fn checks_not_passed(printed: &str) -> String {
+    let listed: Vec<&str> = (printed.lines())
+        .filter(|line| {
+            line.starts_with("  - ")
+                || line.starts_with("    Error: ")
+                || line.starts_with("    Warning: ")
+                || line.contains("CLIENT TIMED OUT")
+                || line.contains("CLIENT EXITED WITH ERROR")
+        })
+        .collect();
+    if listed.is_empty() {
+        return "(the suite listed no failed check)".to_owned();
+    }
+    listed.join("\n")
 }
 
 /// The scenarios of the MCP conformance suite that toolplane's endpoint passes: those of a
