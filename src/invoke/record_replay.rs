@@ -145,19 +145,21 @@ impl Replay {
     }
 
     /// What the lines handed over come to. The latest records are read from their lines
-    /// here, on the pool when there is one.
+    /// here, on the pool when there is one; each batch is freed once its last kept line is
+    /// read, so the batches and the records read from them are not all held at once.
     pub(super) fn finish(mut self) -> Replayed {
         self.hand_over();
         if let Some(checking) = self.checking.take() {
             self.put_in_order(checking);
         }
-        let read = |(batch, range): &(Arc<Batch>, Range<usize>)| {
-            let (_, record) = parse_line(&batch.bytes[range.clone()]).ok()?;
+        let read = |(batch, range): (Arc<Batch>, Range<usize>)| {
+            let (_, record) = parse_line(&batch.bytes[range]).ok()?;
             Some(Arc::new(record))
         };
+        let kept = std::mem::take(&mut self.kept);
         self.replayed.latest = match self.pool.get().and_then(Option::as_ref) {
-            Some(pool) => pool.install(|| self.kept.par_iter().filter_map(read).collect()),
-            None => self.kept.iter().filter_map(read).collect(),
+            Some(pool) => pool.install(|| kept.into_par_iter().filter_map(read).collect()),
+            None => kept.into_iter().filter_map(read).collect(),
         };
         self.replayed
     }
