@@ -130,7 +130,7 @@ async fn a_server_slow_to_start_is_imported_and_its_restart_not_waited_for() {
     health_becomes(&health, pb::HealthState::Unhealthy).await;
     // A check that pinged the session before it saw its process end fails first with the
     // ping's reason (the transport closed); the check after it starts the server again.
-    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    let give_up = Instant::now() + Duration::from_secs(30);
     loop {
         let refused = invoke(&server, "add", json!({"a": 1, "b": 1}))
             .await
@@ -142,7 +142,7 @@ async fn a_server_slow_to_start_is_imported_and_its_restart_not_waited_for() {
         {
             break;
         }
-        assert!(std::time::Instant::now() < give_up, "{refused:?}");
+        assert!(Instant::now() < give_up, "{refused:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     health_becomes(&health, pb::HealthState::Healthy).await;
