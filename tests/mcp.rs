@@ -25,7 +25,7 @@ const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","param
 
 /// Runs a peer to the end, killed past [`SCRIPT_LIMIT`], and answers what it printed.
 async fn run_to_end(command: Command) -> Output {
-    tokio::task::spawn_blocking(move || common::process::run_to_end(command, SCRIPT_LIMIT))
+    tokio::task::spawn_blocking(move || common::peer_run::run_to_end(command, SCRIPT_LIMIT))
         .await
         .expect("the peer ran")
 }

@@ -38,7 +38,7 @@ async fn run_scenario(node: &PathBuf, suite: &PathBuf, args: &[&str], scenario: 
     let mut command = Command::new(node);
     command.arg(suite).args(args).args(["--scenario", scenario]);
     let output =
-        tokio::task::spawn_blocking(move || common::process::run_to_end(command, SCENARIO_LIMIT))
+        tokio::task::spawn_blocking(move || common::peer_run::run_to_end(command, SCENARIO_LIMIT))
             .await
             .expect("the suite ran");
     // The server scenarios report on stdout, the client ones on stderr.

@@ -20,7 +20,7 @@ const SCRIPT_LIMIT: Duration = Duration::from_secs(120);
 /// Runs a peer's script to the end (killed past [`SCRIPT_LIMIT`]) and fails the test, with
 /// everything it printed, unless it exits 0 and its last line says how many checks passed.
 fn run_checks(command: Command, peer_name: &str) {
-    let output = common::process::run_to_end(command, SCRIPT_LIMIT);
+    let output = common::peer_run::run_to_end(command, SCRIPT_LIMIT);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr),

@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::process::{Runtime, peer, peer_script, proto_dir, run_to_end};
+use common::peer_run::run_to_end;
+use common::process::{Runtime, peer, peer_script, proto_dir};
 use common::tls::{Issued, TestCa};
 use common::*;
 use serde_json::json;

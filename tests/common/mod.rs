@@ -347,6 +347,7 @@ pub mod collector;
 pub mod invoke_fixture;
 pub mod mcp_server;
 pub mod model_server;
+pub mod peer_run;
 pub mod process;
 pub mod provider;
 pub mod proxy;

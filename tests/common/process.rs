@@ -1,9 +1,9 @@
 //! The real `toolplane` binary as a child process on 127.0.0.1:0, and the test-only peers
 //! installed by `scripts/test.sh` into `.tools/`.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A `toolplane serve` child process; killed when dropped if still running.
@@ -409,63 +409,4 @@ pub fn peer_script(runtime: Runtime, script: &str) -> Option<Command> {
     };
     command.arg(script);
     Some(command)
-}
-
-/// Runs a peer's script to the end, killed once it has run `limit`, and answers what it
-/// printed (stdout and stderr captured). Blocking: call it off the test's runtime threads.
-pub fn run_to_end(mut command: Command, limit: Duration) -> Output {
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = command.spawn().expect("start the peer");
-    // Read while it runs: a peer printing more than a pipe holds (64 KiB on Linux) would wait
-    // for a reader, and be killed at `limit` as if it had hung.
-    let stdout = read_to_end_on_a_thread(child.stdout.take().expect("piped"));
-    let stderr = read_to_end_on_a_thread(child.stderr.take().expect("piped"));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("poll the peer") {
-            break status;
-        }
-        if started.elapsed() > limit {
-            child.kill().expect("kill the peer");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Output {
-        status,
-        stdout: stdout.join().expect("read the peer's stdout"),
-        stderr: stderr.join().expect("read the peer's stderr"),
-    }
-}
-
-/// Everything `pipe` gives until it closes, read on a thread of its own.
-fn read_to_end_on_a_thread(
-    mut pipe: impl Read + Send + 'static,
-) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut read = Vec::new();
-        pipe.read_to_end(&mut read).expect("read the peer's output");
-        read
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A peer printing more than a pipe holds, on both outputs, runs to its end with all of it
-    /// read (it was killed at the limit when its output was read only once it had ended).
-    #[test]
-    fn a_peer_printing_more_than_a_pipe_holds_runs_to_its_end() {
-        let mut command = Command::new("sh");
-        command.args([
-            "-c",
-            "head -c 300000 /dev/zero; head -c 200000 /dev/zero >&2",
-        ]);
-        let output = run_to_end(command, Duration::from_secs(60));
-        assert!(output.status.success(), "{}", output.status);
-        assert_eq!(
-            (output.stdout.len(), output.stderr.len()),
-            (300_000, 200_000)
-        );
-    }
 }
