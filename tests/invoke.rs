@@ -128,6 +128,19 @@ async fn schema_rejection_never_reaches_the_provider() {
             .iter()
             .all(|r| r.status == pb::InvocationStatus::InvalidInput as i32 && r.attempts == 0)
     );
+    // Each refusal names its record; validation alone writes none, so names none.
+    let mut named = vec![
+        error_metadata(&error, "invocation_id"),
+        error_metadata(&missing, "invocation_id"),
+    ];
+    let mut ids: Vec<_> = written
+        .iter()
+        .map(|r| Some(r.invocation_id.clone()))
+        .collect();
+    named.sort();
+    ids.sort();
+    assert_eq!(named, ids);
+    assert_eq!(error_metadata(&validated, "invocation_id"), None);
     let mut digests: Vec<_> = written.iter().map(|r| r.input_sha256.clone()).collect();
     let mut expected = vec![
         canonical_sha256(&json!({"n": 3})),
@@ -273,6 +286,16 @@ async fn unknown_tool_is_recorded_and_records_are_per_tenant() {
     let written = records(&mut client, "nope").await;
     assert_eq!(written[0].status, pb::InvocationStatus::Rejected as i32);
     let id = &written[0].invocation_id;
+    assert_eq!(
+        error_metadata(&error, "invocation_id").as_ref(),
+        Some(id),
+        "the refusal names its record"
+    );
+    assert_eq!(
+        error_metadata(&error, "service_name"),
+        None,
+        "no service was named"
+    );
     let fetched = get_record(&setup.server, 0, id).await.expect("get");
     assert_eq!(fetched.sequence, written[0].sequence);
     let other_tenant = get_record(&setup.server, 5, id)
@@ -387,4 +410,11 @@ async fn an_input_is_refused_with_its_first_violation() {
         x.insert(0, json!("a"));
         refused_input_at(&mut client, "strings", json!(x), "input/x/1").await;
     }
+}
+
+/// The value of `key` in `error`'s ErrorInfo metadata.
+fn error_metadata(error: &tonic::Status, key: &str) -> Option<String> {
+    use tonic_types::StatusExt;
+    let info = error.get_error_details().error_info().cloned();
+    info.expect("ErrorInfo").metadata.get(key).cloned()
 }

@@ -207,6 +207,7 @@ async fn an_output_check_that_outlasts_the_deadline_is_answered_and_recorded() {
     assert_eq!(recorded[0].error_reason, "VALIDATION_TIMEOUT");
     assert_eq!(recorded[0].attempts, 1);
     assert!(recorded[0].output_sha256.is_empty(), "{:?}", recorded[0]);
+    assert_eq!(details.metadata["invocation_id"], recorded[0].invocation_id);
     provider.stop().await;
 }
 

@@ -52,10 +52,14 @@ fn status(
 }
 
 fn bad_request(message: String, violations: &[FieldViolation]) -> Status {
-    let reason = violations
+    bad_request_with_reason(message, violations, first_reason(violations), Vec::new())
+}
+
+/// The ErrorInfo reason of a request refused for `violations`: that of the first.
+fn first_reason(violations: &[FieldViolation]) -> &'static str {
+    violations
         .first()
-        .map_or("VALIDATION_FIELD", |first| reason_of(first.kind));
-    bad_request_with_reason(message, violations, reason, Vec::new())
+        .map_or("VALIDATION_FIELD", |first| reason_of(first.kind))
 }
 
 fn bad_request_with_reason(
@@ -122,99 +126,116 @@ fn answer(code: Code, message: String, details: ErrorDetails) -> Status {
 
 impl From<RegistryError> for Status {
     fn from(error: RegistryError) -> Self {
-        let message = error.to_string();
-        let (code, message, details) = match error {
-            RegistryError::InvalidArgument(violations) => return bad_request(message, &violations),
-            RegistryError::ServiceNotFound { service } => status(
-                Code::NotFound,
+        registry_status(error, Vec::new())
+    }
+}
+
+/// The status of `error`, its ErrorInfo's metadata with `extra` added (an invocation's id).
+fn registry_status(error: RegistryError, extra: Vec<(&str, String)>) -> Status {
+    let message = error.to_string();
+    let (code, message, mut details) = match error {
+        RegistryError::InvalidArgument(violations) => {
+            let reason = first_reason(&violations);
+            return bad_request_with_reason(message, &violations, reason, extra);
+        }
+        RegistryError::ServiceNotFound { service } => status(
+            Code::NotFound,
+            message,
+            "RESOURCE_NOT_FOUND",
+            vec![("service_name", service.to_string())],
+        ),
+        RegistryError::ToolNotFound { tool, service } => status(
+            Code::NotFound,
+            message,
+            "RESOURCE_NOT_FOUND",
+            [("tool_name", tool.to_string())]
+                .into_iter()
+                .chain(service.map(|service| ("service_name", service.to_string())))
+                .collect(),
+        ),
+        RegistryError::LeaseNotFound { service, lease_id } => status(
+            Code::NotFound,
+            message,
+            "RESOURCE_LEASE_NOT_FOUND",
+            vec![
+                ("service_name", service.to_string()),
+                ("lease_id", lease_id),
+            ],
+        ),
+        RegistryError::AmbiguousTool { tool, candidates } => {
+            let names: Vec<String> = candidates.iter().map(ToString::to_string).collect();
+            let (code, message, mut details) = status(
+                Code::FailedPrecondition,
                 message,
-                "RESOURCE_NOT_FOUND",
-                vec![("service_name", service.to_string())],
-            ),
-            RegistryError::ToolNotFound { tool, service } => status(
-                Code::NotFound,
-                message,
-                "RESOURCE_NOT_FOUND",
+                "RESOURCE_AMBIGUOUS",
                 vec![
                     ("tool_name", tool.to_string()),
-                    (
-                        "service_name",
-                        service.map(|s| s.to_string()).unwrap_or_default(),
-                    ),
+                    ("candidates", names.join(",")),
                 ],
-            ),
-            RegistryError::LeaseNotFound { service, lease_id } => status(
-                Code::NotFound,
+            );
+            details.set_precondition_failure(
+                names
+                    .iter()
+                    .map(|name| {
+                        PreconditionViolation::new(
+                            "AMBIGUOUS_TOOL",
+                            format!("services/{name}/tools/{tool}"),
+                            format!("service {name} offers tool {tool}"),
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            (code, message, details)
+        }
+        RegistryError::QuotaExceeded {
+            tenant,
+            service,
+            breach,
+        } => {
+            let QuotaBreach {
+                resource,
+                limit,
+                would_have,
+            } = breach;
+            quota_exceeded(
                 message,
-                "RESOURCE_LEASE_NOT_FOUND",
                 vec![
                     ("service_name", service.to_string()),
-                    ("lease_id", lease_id),
+                    (resource.setting(), limit.to_string()),
+                    ("would_have", would_have.to_string()),
                 ],
-            ),
-            RegistryError::AmbiguousTool { tool, candidates } => {
-                let names: Vec<String> = candidates.iter().map(ToString::to_string).collect();
-                let (code, message, mut details) = status(
-                    Code::FailedPrecondition,
-                    message,
-                    "RESOURCE_AMBIGUOUS",
-                    vec![
-                        ("tool_name", tool.to_string()),
-                        ("candidates", names.join(",")),
-                    ],
-                );
-                details.set_precondition_failure(
-                    names
-                        .iter()
-                        .map(|name| {
-                            PreconditionViolation::new(
-                                "AMBIGUOUS_TOOL",
-                                format!("services/{name}/tools/{tool}"),
-                                format!("service {name} offers tool {tool}"),
-                            )
-                        })
-                        .collect::<Vec<_>>(),
-                );
-                (code, message, details)
-            }
-            RegistryError::QuotaExceeded {
-                tenant,
-                service,
-                breach,
-            } => {
-                let QuotaBreach {
-                    resource,
-                    limit,
-                    would_have,
-                } = breach;
-                quota_exceeded(
-                    message,
-                    vec![
-                        ("service_name", service.to_string()),
-                        (resource.setting(), limit.to_string()),
-                        ("would_have", would_have.to_string()),
-                    ],
-                    QuotaViolation::new(
-                        format!("tenants/{tenant}/{}", resource.subject(service.as_str())),
-                        format!("at most {limit} {} registered at once", resource.unit()),
-                    ),
-                )
-            }
-            RegistryError::WatchLagged { missed } => status(
-                Code::Aborted,
-                message,
-                "RESOURCE_WATCH_LAGGED",
-                vec![("missed_events", missed.to_string())],
-            ),
-            RegistryError::WatchLaggedBytes { max_bytes } => status(
-                Code::Aborted,
-                message,
-                "RESOURCE_WATCH_LAGGED",
-                vec![("max_buffered_bytes", max_bytes.to_string())],
-            ),
-        };
-        answer(code, message, details)
+                QuotaViolation::new(
+                    format!("tenants/{tenant}/{}", resource.subject(service.as_str())),
+                    format!("at most {limit} {} registered at once", resource.unit()),
+                ),
+            )
+        }
+        RegistryError::WatchLagged { missed } => status(
+            Code::Aborted,
+            message,
+            "RESOURCE_WATCH_LAGGED",
+            vec![("missed_events", missed.to_string())],
+        ),
+        RegistryError::WatchLaggedBytes { max_bytes } => status(
+            Code::Aborted,
+            message,
+            "RESOURCE_WATCH_LAGGED",
+            vec![("max_buffered_bytes", max_bytes.to_string())],
+        ),
+    };
+    if !extra.is_empty()
+        && let Some(info) = details.error_info()
+    {
+        let mut metadata = info.metadata.clone();
+        metadata.extend(
+            extra
+                .into_iter()
+                .map(|(key, value)| (key.to_owned(), value)),
+        );
+        let reason = info.reason.clone();
+        details.set_error_info(reason, ERROR_DOMAIN, metadata);
     }
+    answer(code, message, details)
 }
 
 /// RESOURCE_EXHAUSTED with reason RESOURCE_QUOTA_EXCEEDED and the QuotaFailure `violation`.
@@ -243,9 +264,14 @@ pub fn not_found(reason: &str, message: String, metadata: Vec<(&str, String)>) -
 pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Status {
     let message = error.to_string();
     let reason = invoke::reason_of(&error);
-    let mut metadata = vec![("invocation_id", invocation_id.unwrap_or_default())];
+    let mut metadata: Vec<(&str, String)> = invocation_id
+        .map(|id| ("invocation_id", id))
+        .into_iter()
+        .collect();
     let (code, extra_details): (Code, Option<Duration>) = match error {
-        InvokeError::Request(inner) | InvokeError::Resolve(inner) => return Status::from(inner),
+        InvokeError::Request(inner) | InvokeError::Resolve(inner) => {
+            return registry_status(inner, metadata);
+        }
         InvokeError::InvalidInput { tool, violations } => {
             metadata.push(("tool_name", tool));
             return bad_request_with_reason(message, &violations, &reason, metadata);
