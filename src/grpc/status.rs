@@ -269,7 +269,7 @@ pub fn invoke_status(error: InvokeError, invocation_id: Option<String>) -> Statu
         .into_iter()
         .collect();
     let (code, extra_details): (Code, Option<Duration>) = match error {
-        InvokeError::Request(inner) | InvokeError::Resolve(inner) => {
+        InvokeError::Resolve(inner) => {
             return registry_status(inner, metadata);
         }
         InvokeError::InvalidInput { tool, violations } => {

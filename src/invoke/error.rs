@@ -9,9 +9,6 @@ use crate::registry::{FieldViolation, RegistryError};
 /// Everything that can stop an invocation.
 #[derive(Debug, thiserror::Error)]
 pub enum InvokeError {
-    /// The request itself is malformed (names, retry policy, input that is not JSON).
-    #[error(transparent)]
-    Request(RegistryError),
     /// The tool could not be resolved: not registered, or ambiguous.
     #[error(transparent)]
     Resolve(RegistryError),

@@ -73,7 +73,7 @@ impl Drop for RecordGuard {
 /// The reason written to a record for an engine error.
 pub fn reason_of(error: &InvokeError) -> String {
     match error {
-        InvokeError::Request(_) | InvokeError::InvalidInput { .. } => "VALIDATION_INPUT".to_owned(),
+        InvokeError::InvalidInput { .. } => "VALIDATION_INPUT".to_owned(),
         InvokeError::Resolve(crate::registry::RegistryError::AmbiguousTool { .. }) => {
             "RESOURCE_AMBIGUOUS".to_owned()
         }

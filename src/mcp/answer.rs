@@ -102,9 +102,6 @@ pub fn failed(failed: Failed) -> Result<CallToolResult, ErrorData> {
         .unwrap_or_default();
     let data = Some(json!({ "reason": reason, "invocation_id": invocation_id }));
     let text = match failed.error {
-        InvokeError::Request(inner) => {
-            return Err(ErrorData::invalid_params(inner.to_string(), data));
-        }
         InvokeError::Resolve(RegistryError::AmbiguousTool { tool, candidates }) => {
             let names: Vec<String> = candidates
                 .iter()
