@@ -57,6 +57,21 @@ pub enum EnvelopeError {
         "meta.correlation_id must be at most {MAX_CORRELATION_ID_LEN} printable ASCII characters"
     )]
     InvalidCorrelationId,
+    /// The [`TENANT_HEADER`] header was sent but is not an unsigned integer.
+    #[error("header {TENANT_HEADER} must be an unsigned integer")]
+    InvalidTenantHeader,
+    /// The [`TENANT_HEADER`] header names another tenant than the envelope does.
+    #[error(
+        "header {TENANT_HEADER} names tenant {header}, but the envelope names tenant {envelope} \
+         (meta.tenant_id; a request without meta is tenant 0): this API takes the tenant from \
+         meta.tenant_id, so set it to {header}, or leave the header out"
+    )]
+    TenantHeaderDisagrees {
+        /// The tenant the header names.
+        header: TenantId,
+        /// The tenant the envelope names.
+        envelope: TenantId,
+    },
 }
 
 impl RequestMeta {
@@ -81,6 +96,23 @@ impl RequestMeta {
             TenantId(meta.tenant_id),
             Some(correlation).filter(|c| !c.is_empty()),
         ))
+    }
+
+    /// Checks a [`TENANT_HEADER`] value sent with an enveloped request: a caller may send the
+    /// header (as its grpc.health.v1 and MCP calls need it), but it must name the tenant the
+    /// envelope does, so that no call acts for another tenant than its caller meant.
+    pub fn check_tenant_header(&self, header: Option<&[u8]>) -> Result<(), EnvelopeError> {
+        let Some(value) = header else {
+            return Ok(());
+        };
+        let named = TenantId::from_header(Some(value)).ok_or(EnvelopeError::InvalidTenantHeader)?;
+        if named == self.tenant {
+            return Ok(());
+        }
+        Err(EnvelopeError::TenantHeaderDisagrees {
+            header: named,
+            envelope: self.tenant,
+        })
     }
 
     /// A request meta for `tenant`, generating a correlation id when none is given.
@@ -131,6 +163,28 @@ mod tests {
         assert_eq!(answer.correlation_id, "work-1");
         assert_eq!(answer.tenant_id, 7);
         assert_ne!(answer.envelope_id, sent.envelope_id);
+    }
+
+    #[test]
+    fn a_tenant_header_must_name_the_envelopes_tenant() {
+        let meta = RequestMeta::new(TenantId(4), None);
+        assert_eq!(meta.check_tenant_header(None), Ok(()));
+        assert_eq!(meta.check_tenant_header(Some(b"4")), Ok(()));
+        assert_eq!(meta.check_tenant_header(Some(b" 4 ")), Ok(()));
+        assert_eq!(
+            meta.check_tenant_header(Some(b"3")),
+            Err(EnvelopeError::TenantHeaderDisagrees {
+                header: TenantId(3),
+                envelope: TenantId(4)
+            })
+        );
+        for junk in [&b"abc"[..], b"-1", b"", b"\xff"] {
+            assert_eq!(
+                meta.check_tenant_header(Some(junk)),
+                Err(EnvelopeError::InvalidTenantHeader),
+                "{junk:?}"
+            );
+        }
     }
 
     #[test]

@@ -222,6 +222,62 @@ fn grpcurl_lists_describes_and_calls() {
     assert!(!err.contains("not recognized"), "{err}");
 }
 
+/// A `toolplane-tenant-id` header sent with an enveloped call (as a client sending it for its
+/// grpc.health.v1 calls may) must name the envelope's tenant: one naming another tenant, or no
+/// tenant at all, is refused with the field to fix, and nothing is registered anywhere.
+#[test]
+fn a_tenant_header_must_agree_with_the_envelope() {
+    if peer("venv/bin/grpcurl").is_none() {
+        return;
+    }
+    let server = ServerProcess::start(&[]);
+    let addr = server.addr.clone();
+    let register = |header: &str| {
+        grpcurl(&[
+            "-plaintext",
+            "-H",
+            header,
+            "-d",
+            REGISTRATION,
+            &addr,
+            "toolplane.v1.DiscoveryService/RegisterService",
+        ])
+    };
+    let services_of = |tenant: &str| {
+        let (ok, listed, err) = grpcurl(&[
+            "-plaintext",
+            "-d",
+            &format!(r#"{{"meta": {{"tenant_id": {tenant}}}}}"#),
+            &addr,
+            "toolplane.v1.DiscoveryService/ListServices",
+        ]);
+        assert!(ok, "{err}");
+        listed.contains("story-generator")
+    };
+
+    let (ok, _, err) = register("toolplane-tenant-id: 3");
+    assert!(!ok);
+    for said in [
+        "InvalidArgument",
+        "names tenant 3, but the envelope names tenant 7",
+        r#""field":"meta.tenant_id""#,
+        r#""reason":"VALIDATION_FIELD""#,
+    ] {
+        assert!(err.contains(said), "{said} not in {err}");
+    }
+    let (ok, _, err) = register("toolplane-tenant-id: seven");
+    assert!(!ok);
+    assert!(
+        err.contains("InvalidArgument") && err.contains(r#""field":"toolplane-tenant-id""#),
+        "{err}"
+    );
+    assert!(!services_of("3") && !services_of("7"), "nothing registered");
+
+    let (ok, _, err) = register("toolplane-tenant-id: 7");
+    assert!(ok, "{err}");
+    assert!(services_of("7"));
+}
+
 /// The README's walk-through: server, example provider, preflight, invoke with the CLI and with
 /// grpcurl, records; an invocation whose deadline passes.
 #[test]

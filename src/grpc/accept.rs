@@ -13,7 +13,7 @@ use tonic::{Request, Status};
 use tracing::Span;
 
 use crate::access::CallerGrant;
-use crate::envelope::{RequestMeta, TenantId};
+use crate::envelope::{RequestMeta, TENANT_HEADER, TenantId};
 use crate::pb;
 
 /// A request message that carries the seed 000 envelope in its `meta` field.
@@ -69,8 +69,9 @@ enveloped!(
 /// (BENCHMARKS.md, item 18). Their few events at INFO and above name the tenant, correlation id and
 /// tool themselves.
 pub(crate) fn accept<T: Enveloped>(request: Request<T>) -> Result<(RequestMeta, T), Status> {
-    let (_, extensions, message) = request.into_parts();
+    let (headers, extensions, message) = request.into_parts();
     let meta = RequestMeta::from_pb(message.meta())?;
+    meta.check_tenant_header(headers.get(TENANT_HEADER).map(|value| value.as_bytes()))?;
     let span = Span::current();
     span.record("tenant", meta.tenant.0);
     span.record("correlation_id", meta.correlation_id.as_str());

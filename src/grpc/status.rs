@@ -440,6 +440,8 @@ impl From<EnvelopeError> for Status {
         let field = match &error {
             EnvelopeError::InvalidEnvelopeId(_) => "meta.envelope_id",
             EnvelopeError::InvalidCorrelationId => "meta.correlation_id",
+            EnvelopeError::InvalidTenantHeader => crate::envelope::TENANT_HEADER,
+            EnvelopeError::TenantHeaderDisagrees { .. } => "meta.tenant_id",
         };
         bad_request(
             error.to_string(),
