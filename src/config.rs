@@ -70,7 +70,7 @@ pub struct ServerConfig {
     /// How often the TLS files (served, towards providers and towards the OTLP collector) are
     /// read again, so renewed certificates are used for new connections without a restart;
     /// `0s` reads them only at the start (and on SIGHUP, as any interval does).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub tls_reload_interval: Duration,
     /// Which responses are compressed: `mirror` (as the request was), `gzip` (whenever the
     /// caller accepts gzip) or `off`.
@@ -148,13 +148,13 @@ pub struct ServerConfig {
     /// The private key (PEM) of `provider_client_cert_file`.
     pub provider_client_key_file: String,
     /// Lease TTL granted when a registration asks for none.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub default_ttl: Duration,
     /// Shortest lease TTL a registration may ask for.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub min_ttl: Duration,
     /// Longest lease TTL a registration may ask for.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub max_ttl: Duration,
     /// Most tools in one registration.
     pub max_tools_per_service: usize,
@@ -190,7 +190,7 @@ pub struct ServerConfig {
     /// name that went longest ago is forgotten first; 0 remembers none.
     pub gone_services_remembered: usize,
     /// How long in-flight calls may take to finish after SIGTERM/SIGINT.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub drain_grace: Duration,
     /// Log format: `text` or `json`.
     pub log_format: LogFormat,
@@ -215,17 +215,17 @@ pub struct ServerConfig {
     /// at once. 0 sets no bound.
     pub max_in_flight_per_service: usize,
     /// The longest any tool call may take.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub max_invoke_timeout: Duration,
     /// How often each provider endpoint's grpc.health.v1 is checked.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub provider_health_interval: Duration,
     /// How long a caller's connection may be silent before it is sent an HTTP/2 PING; `0s`
     /// sends none.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub keepalive_interval: Duration,
     /// How long that PING may go unanswered before the connection is closed.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub keepalive_timeout: Duration,
     /// The most streams (calls and watches) one caller connection may have open at once; 0
     /// sets no limit.
@@ -246,7 +246,7 @@ pub struct ServerConfig {
     /// (`TOOLPLANE_MODEL_API_KEY`) to the file for this one.
     pub model_api_key: String,
     /// How long one model call may take.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config_duration")]
     pub model_timeout: Duration,
     /// How many times a model call that failed for want of a connection, or with 408, 409,
     /// 429 or 5xx, is tried again (0 to 10; see [`crate::agent::model_retries`]).

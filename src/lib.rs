@@ -37,6 +37,7 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod config_duration;
 pub mod envelope;
 pub mod fuzz_checks;
 pub mod grpc;

@@ -242,6 +242,11 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
             "listen: \"localhost:50051\" is not an IP address and port such as 0.0.0.0:50051",
         ),
         (
+            "max_invoke_timeout = \"5 parsecs\"\n",
+            "max_invoke_timeout: \"5 parsecs\" is not a duration written as text, such as \
+             \"30s\", \"500ms\" or \"5m\": unknown time unit \"parsecs\"",
+        ),
+        (
             "[[mcp_imports]]\nservice = \"crm\"\nurl = \"https://crm.internal/mcp\"\n\
              [mcp_imports.oauth_client_credentials]\nclient_id = \"toolplane\"\n\
              private_key_file = \"/nonexistent/crm.pem\"\n",

@@ -44,7 +44,7 @@ pub struct McpImportConfig {
     #[serde(default)]
     pub tenant: u64,
     /// How often the server's tools are listed again.
-    #[serde(default = "default_refresh_interval", with = "humantime_serde")]
+    #[serde(default = "default_refresh_interval", with = "crate::config_duration")]
     pub refresh_interval: Duration,
     /// The environment variable holding a bearer token sent to the server
     /// (`Authorization: Bearer ...`), when it asks for one (`url` only).
