@@ -105,6 +105,10 @@ enum Command {
     },
     /// List recent invocation records, newest first.
     Records {
+        /// Only the record of this invocation id (as a failed call's error names it), whether
+        /// among the latest in the server's memory or older, in its record files.
+        #[arg(long, conflicts_with_all = ["tool", "trace_id", "correlation_id", "limit"])]
+        id: Option<String>,
         /// Only records of this tool.
         #[arg(long)]
         tool: Option<String>,
@@ -348,6 +352,14 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
                 Ok(answer) => answer,
                 Err(ClientError::Rpc(status)) => {
                     eprintln!("error: {}", toolplane::client::describe_status(&status));
+                    use tonic_types::StatusExt;
+                    let details = status.get_error_details();
+                    if let Some(id) = details
+                        .error_info()
+                        .and_then(|info| info.metadata.get("invocation_id"))
+                    {
+                        eprintln!("  the call's record: toolplane records --id {id}");
+                    }
                     return Ok(ExitCode::from(1));
                 }
                 Err(other) => return Err(other),
@@ -373,6 +385,7 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Records {
+            id,
             tool,
             trace_id,
             correlation_id,
@@ -384,7 +397,11 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
                 trace_id: trace_id.as_deref(),
                 correlation_id: correlation_id.as_deref(),
             };
-            let records = connect(&client).await?.records(&filter, limit).await?;
+            let connected = connect(&client).await?;
+            let records = match id {
+                Some(id) => vec![connected.record(&id).await?],
+                None => connected.records(&filter, limit).await?,
+            };
             if client.json {
                 print_json(&records.iter().map(cli::record_json).collect());
             } else {

@@ -136,6 +136,36 @@ fn unreachable_server_is_a_clear_error() {
     assert_eq!(stderr.matches("scheme is missing").count(), 1, "{stderr}");
 }
 
+/// A failed `toolplane invoke` says how to see the record written of it, and `toolplane
+/// records --id` shows that record; an id with no record is NOT_FOUND.
+#[test]
+fn a_failed_invoke_names_its_record_and_records_shows_it() {
+    let server = ServerProcess::start(&[]);
+    let endpoint = server.endpoint();
+    let (code, _, stderr) = toolplane_cli(&["invoke", "nope", "--endpoint", &endpoint]);
+    assert_eq!(code, 1, "{stderr}");
+    let id = stderr
+        .split("the call's record: toolplane records --id ")
+        .nth(1)
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no record named: {stderr}"));
+    let (code, stdout, stderr) =
+        toolplane_cli(&["records", "--id", id, "--json", "--endpoint", &endpoint]);
+    assert_eq!(code, 0, "{stderr}");
+    let shown: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(shown[0]["invocation_id"], id, "{shown}");
+    assert_eq!(shown[0]["status"], "rejected", "{shown}");
+    assert_eq!(shown.as_array().map(Vec::len), Some(1), "{shown}");
+
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    let (code, _, stderr) = toolplane_cli(&["records", "--id", unknown, "--endpoint", &endpoint]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("NotFound") && stderr.contains(unknown),
+        "{stderr}"
+    );
+}
+
 /// A bad config file stops `serve` with exit 2 and says what is wrong.
 #[test]
 fn bad_config_is_refused() {

@@ -471,6 +471,20 @@ impl ToolplaneClient {
         }
     }
 
+    /// The invocation record `invocation_id` names, from the server's memory or its record
+    /// files (NOT_FOUND when it has none, or it is another tenant's).
+    pub async fn record(&self, invocation_id: &str) -> Result<pb::InvocationRecord, ClientError> {
+        let request = pb::GetInvocationRecordRequest {
+            meta: self.meta(),
+            invocation_id: invocation_id.to_owned(),
+        };
+        let answer = (ToolInvokeServiceClient::new(self.channel())
+            .get_invocation_record(request)
+            .await?)
+            .into_inner();
+        Ok(answer.record.unwrap_or_default())
+    }
+
     /// The health of a service, or of the control plane when `service` is empty.
     pub async fn health(&self, service: &str) -> Result<pb::GetServiceHealthResponse, ClientError> {
         let request = pb::GetServiceHealthRequest {
