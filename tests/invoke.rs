@@ -302,10 +302,8 @@ async fn unknown_tool_is_recorded_and_records_are_per_tenant() {
         .await
         .expect_err("not visible to tenant 5");
     assert_eq!(other_tenant.code(), Code::NotFound);
-    use tonic_types::StatusExt;
-    let info = other_tenant.get_error_details().error_info().cloned();
     assert_eq!(
-        info.expect("ErrorInfo").metadata.get("invocation_id"),
+        error_metadata(&other_tenant, "invocation_id").as_ref(),
         Some(id)
     );
 

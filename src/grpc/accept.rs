@@ -1,6 +1,7 @@
-//! Accepting a request: its envelope read, the tenant it names checked against what the
-//! caller's client certificate and bearer token are granted ([`crate::access`]), both recorded
-//! on the RPC span.
+//! Accepting a request: its envelope read (and a `toolplane-tenant-id` header sent with it
+//! checked to name the same tenant), the tenant it names checked against what the caller's
+//! client certificate and bearer token are granted ([`crate::access`]), both recorded on the
+//! RPC span.
 //!
 //! The grant of a call is worked out by [`super::connections`] (its connection's, worked out
 //! once as the connection was accepted, with its token's) and handed to it as a request
@@ -58,8 +59,9 @@ enveloped!(
     pb::ListMessagesRequest,
 );
 
-/// Reads the envelope of `request`, checks that its caller may act for the tenant it names, and
-/// records both on the current RPC span; answers the envelope and the message.
+/// Reads the envelope of `request` (refusing a `toolplane-tenant-id` header that names another
+/// tenant), checks that its caller may act for the tenant it names, and records both on the
+/// current RPC span; answers the envelope and the message.
 ///
 /// Every RPC runs in a span named after it with its `tenant` and `correlation_id`. RegisterService,
 /// DeregisterService, WatchServices, Preflight and the Agent API open it at INFO, so the lines they
