@@ -67,6 +67,42 @@ fn agent_commands() {
     let shown: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(shown[0]["messages_processed"], 2);
     assert_eq!(shown[0]["state"], "idle");
+    // The table form shows the same agent in full: a field a line, then its transitions.
+    let (code, stdout, stderr) =
+        toolplane_cli(&["agent", "show", "helper", "--endpoint", &endpoint]);
+    assert_eq!(code, 0, "{stderr}");
+    let field = |name: &str| {
+        (stdout.lines())
+            .find_map(|line| {
+                line.strip_prefix(name)
+                    .filter(|rest| rest.starts_with("   "))
+            })
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("no {name} line in {stdout}"))
+    };
+    assert_eq!(field("messages processed"), "2");
+    assert_eq!(field("tools"), "structs_calculate_power");
+    assert_eq!(field("model"), "(the server's)");
+    let transitions: Vec<_> = (stdout.lines())
+        .skip_while(|line| !line.starts_with("FROM"))
+        .skip(1)
+        .map(|line| {
+            line.split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" -> ")
+        })
+        .collect();
+    assert_eq!(
+        transitions[transitions.len() - 4..],
+        [
+            "idle -> thinking",
+            "thinking -> toolcall",
+            "toolcall -> reflecting",
+            "reflecting -> idle"
+        ],
+        "{stdout}"
+    );
     let (code, stdout, _) = toolplane_cli(&["agent", "list", "--json", "--endpoint", &endpoint]);
     assert_eq!(code, 0);
     assert_eq!(

@@ -65,7 +65,18 @@ pub async fn run(command: AgentCommand, args: &ClientArgs) -> Result<ExitCode, C
             allowed_tools,
         } => vec![create(&client, &name, model, system_prompt, allowed_tools).await?],
         AgentCommand::List => list(&client).await?,
-        AgentCommand::Show { agent } => vec![show(&client, &agent).await?],
+        AgentCommand::Show { agent } => {
+            let shown = show(&client, &agent).await?;
+            if args.json {
+                outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!([agent_json(&shown)])).unwrap_or_default()
+                );
+            } else {
+                outln!("{}", agent_details(&shown));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         AgentCommand::Chat { agent, message } => {
             chat(
                 &client,
@@ -157,6 +168,78 @@ pub fn agents_table(agents: &[pb::Agent]) -> String {
     table.trim_fmt()
 }
 
+/// One agent in full: its status and configuration, one field a line, then its recent
+/// transitions, oldest first.
+pub fn agent_details(agent: &pb::Agent) -> String {
+    let status = agent.status.clone().unwrap_or_default();
+    let or = |value: &str, otherwise: &str| {
+        if value.is_empty() {
+            otherwise.to_owned()
+        } else {
+            value.to_owned()
+        }
+    };
+    let mut fields = new_table(&["FIELD", "VALUE"]);
+    fields.add_row(vec!["name".to_owned(), agent.name.clone()]);
+    fields.add_row(vec!["id".to_owned(), status.id]);
+    fields.add_row(vec!["state".to_owned(), state_name(status.state)]);
+    fields.add_row(vec![
+        "busy".to_owned(),
+        if agent.busy { "yes" } else { "no" }.to_owned(),
+    ]);
+    fields.add_row(vec![
+        "messages processed".to_owned(),
+        status.messages_processed.to_string(),
+    ]);
+    fields.add_row(vec![
+        "last activity".to_owned(),
+        timestamp(status.last_activity.as_ref()),
+    ]);
+    fields.add_row(vec!["model".to_owned(), or(&agent.model, "(the server's)")]);
+    fields.add_row(vec![
+        "system prompt".to_owned(),
+        or(&prompt_shown(&agent.system_prompt), "(none)"),
+    ]);
+    fields.add_row(vec![
+        "tools".to_owned(),
+        or(&agent.allowed_tools.join(","), "all of the tenant's"),
+    ]);
+    let mut transitions = new_table(&["FROM", "TO", "AT", "NOTE"]);
+    for step in &agent.recent_transitions {
+        transitions.add_row(vec![
+            state_name(step.from),
+            state_name(step.to),
+            timestamp(step.at.as_ref()),
+            one_line(&step.note),
+        ]);
+    }
+    if agent.recent_transitions.is_empty() {
+        return format!("{}\n\nno transitions yet", fields.trim_fmt());
+    }
+    format!("{}\n\n{}", fields.trim_fmt(), transitions.trim_fmt())
+}
+
+/// The most characters of a system prompt `agent show` prints; `--json` gives it whole.
+const PROMPT_SHOWN: usize = 120;
+
+/// A system prompt on one line, cut to [`PROMPT_SHOWN`] characters saying how long it is.
+fn prompt_shown(prompt: &str) -> String {
+    let line = one_line(prompt);
+    match line.char_indices().nth(PROMPT_SHOWN) {
+        Some((cut, _)) => format!(
+            "{}... ({} bytes in all; --json shows it whole)",
+            &line[..cut],
+            prompt.len()
+        ),
+        None => line,
+    }
+}
+
+/// `text` on one line: its line breaks and runs of spaces shown as one space.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// A message as JSON: the seed's CanonicalMessage.
 pub fn message_json(message: &pb::CanonicalMessage) -> Value {
     json!({
@@ -175,11 +258,7 @@ pub fn messages_table(messages: &[pb::CanonicalMessage]) -> String {
         table.add_row(vec![
             timestamp(message.timestamp.as_ref()),
             role_name(message.role),
-            message
-                .content
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" "),
+            one_line(&message.content),
         ]);
     }
     table.trim_fmt()
