@@ -195,6 +195,16 @@ async fn manual_transitions_follow_the_machine() {
         .await
         .expect_err("not idle");
     assert_eq!(busy.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&busy), "AGENT_BUSY");
+    // No turn is running: the message says how to make the agent idle, not to wait.
+    assert!(
+        busy.message().contains(
+            "where TransitionAgent left it; a turn starts only from idle: move it on with \
+             TransitionAgent to toolcall, then reflecting, then idle"
+        ),
+        "{}",
+        busy.message()
+    );
     for step in [State::ToolCall, State::Reflecting, State::Idle] {
         client
             .transition_agent(transition(step))

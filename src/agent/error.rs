@@ -58,6 +58,18 @@ pub enum AgentError {
         /// Its state now.
         state: AgentState,
     },
+    /// The agent is not busy but not idle either: `TransitionAgent` left it in another state,
+    /// and a turn starts only from idle.
+    #[error(
+        "agent {id} is {state}, where TransitionAgent left it; a turn starts only from idle: \
+         move it on with TransitionAgent to {}", state.path_to_idle()
+    )]
+    NotIdle {
+        /// The agent.
+        id: AgentId,
+        /// Its state now.
+        state: AgentState,
+    },
     /// The tenant has its most agents already.
     #[error(
         "tenant {tenant} has {limit} agents, the most one tenant may have \

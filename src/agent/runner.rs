@@ -307,8 +307,14 @@ impl AgentRunner {
         let events = events.as_ref();
         let mut guard = {
             let mut data = agent.data();
-            if data.busy || data.status.state != AgentState::Idle {
+            if data.busy {
                 return Err(AgentError::Busy {
+                    id: agent.id,
+                    state: data.status.state,
+                });
+            }
+            if data.status.state != AgentState::Idle {
+                return Err(AgentError::NotIdle {
                     id: agent.id,
                     state: data.status.state,
                 });

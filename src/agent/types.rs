@@ -107,6 +107,22 @@ impl AgentState {
             _ => Err(SentinelError::InvalidStateTransition { from, to }),
         }
     }
+
+    /// The states an agent in this one is moved through, by hand, to be idle again: the
+    /// machine allows only one way, e.g. `toolcall, then reflecting, then idle` from thinking.
+    pub fn path_to_idle(self) -> String {
+        let mut path = Vec::new();
+        let mut state = self;
+        while state != Self::Idle {
+            state = match state {
+                Self::Thinking => Self::ToolCall,
+                Self::ToolCall => Self::Reflecting,
+                Self::Reflecting | Self::Idle => Self::Idle,
+            };
+            path.push(state.to_string());
+        }
+        path.join(", then ")
+    }
 }
 
 impl fmt::Display for AgentState {

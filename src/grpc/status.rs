@@ -394,7 +394,8 @@ impl From<AgentError> for Status {
                 "RESOURCE_ALREADY_EXISTS",
                 vec![("name", name)],
             ),
-            AgentError::Busy { id, state } => (
+            // Not idle is busy to a caller: no turn can start until the agent is idle again.
+            AgentError::Busy { id, state } | AgentError::NotIdle { id, state } => (
                 Code::FailedPrecondition,
                 "AGENT_BUSY",
                 vec![("agent_id", id.to_string()), ("state", state.to_string())],
