@@ -53,7 +53,7 @@ fn initialize(client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {
 /// engine (structured output, the invocation record, schema errors as tool errors); names two
 /// services offer called as SERVICE.TOOL; tenants by header; tools/list_changed on a
 /// 2026-07-28 `subscriptions/listen` stream and on a 2025-11-25 session, whose calls share a
-/// correlation id.
+/// correlation id, and which ends with a `DELETE` the SDK takes as ended.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_mcp_python_sdk_lists_and_calls_the_registered_tools() {
     let Some(mut command) = peer_script(Runtime::Python, "python_mcp_client.py") else {

@@ -220,7 +220,8 @@ struct Endpoint {
 impl Endpoint {
     /// Answers `request`: 404 off [`MCP_PATH`], 503 for a request that would open one session
     /// more than `max_sessions`, 429 for one whose tenant would hold one more than
-    /// `max_sessions_per_tenant`, else as the SDK does. The sessions are counted before the SDK
+    /// `max_sessions_per_tenant`, 200 for a `DELETE` that ended its session, else as the SDK
+    /// does. The sessions are counted before the SDK
     /// opens one, so `initialize` requests arriving at the same instant may each find a place
     /// and go past the limit by their number (a session manager of our own refusing inside the
     /// SDK would close that gap, but the SDK answers its refusals 500).
@@ -248,7 +249,13 @@ impl Endpoint {
             Ok(read) => read,
             Err(refused) => return Ok(refused),
         };
-        let answer = self.mcp.call(request).await?;
+        let ends_a_session = request.method() == hyper::Method::DELETE;
+        let mut answer = self.mcp.call(request).await?;
+        if ends_a_session && answer.status() == StatusCode::ACCEPTED {
+            // The SDK answers a session it ended 202; it has ended it by then, and MCP's Python
+            // SDK takes only 200 and 204 as ended, logging a warning at every session's end.
+            *answer.status_mut() = StatusCode::OK;
+        }
         if let Some(tenant) = counted_for
             && let Some(id) = answer.headers().get(HEADER_SESSION_ID)
             && let Ok(id) = id.to_str()

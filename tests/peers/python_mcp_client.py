@@ -15,6 +15,7 @@ what was expected and what came back.
 
 import asyncio
 import contextlib
+import logging
 import sys
 
 import grpc
@@ -241,6 +242,22 @@ async def legacy_session(tp):
                                         {"alpha_matter": 1, "generator_type": "reactor"})
     other = tp.record(result.meta["toolplane/invocation_id"])
     expect(other.correlation_id != first.correlation_id, "two sessions share a correlation id")
+
+
+@check("a 2025-11-25 session ends with DELETE, which the SDK takes as ended: nothing logged")
+async def session_end(tp):
+    logged = []
+    handler = logging.Handler(level=logging.WARNING)
+    handler.emit = lambda record: logged.append(record.getMessage())
+    sdk_log = logging.getLogger("mcp.client.streamable_http")
+    sdk_log.addHandler(handler)
+    try:
+        async with tp.client(mode="legacy") as client:
+            expect(client.protocol_version == "2025-11-25", client.protocol_version)
+            await client.list_tools()
+    finally:
+        sdk_log.removeHandler(handler)
+    expect(not logged, f"the SDK logged at the session's end: {logged}")
 
 
 @check("an output its own output schema refuses is a tool error giving the mismatch and output")
