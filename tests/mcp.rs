@@ -148,8 +148,9 @@ async fn with_tls_served_the_endpoint_takes_only_callers_with_a_certificate() {
 }
 
 /// Past `mcp_max_sessions` sessions, an `initialize` is refused 503 with `Retry-After` and a
-/// JSON-RPC error naming the setting, until a session ends; requests of 2026-07-28 clients,
-/// which open no session, are answered all the same. `toolplane_mcp_sessions` counts them.
+/// JSON-RPC error naming the setting, until a session ends (`DELETE`, answered 200; 404 once
+/// it has ended); requests of 2026-07-28 clients, which open no session, are answered all the
+/// same. `toolplane_mcp_sessions` counts them.
 #[tokio::test]
 async fn sessions_past_the_limit_are_refused_until_one_ends() {
     let options = ServerOptions {
@@ -196,13 +197,31 @@ async fn sessions_past_the_limit_are_refused_until_one_ends() {
     let listed = sessionless.text().await.expect("a body");
     assert!(listed.contains(r#""tools":[]"#), "{listed}");
 
-    let ended = client
-        .delete(&url)
+    let end = || {
+        client
+            .delete(&url)
+            .header("mcp-session-id", sessions[0].clone())
+            .send()
+    };
+    assert_eq!(end().await.expect("answered").status(), 200);
+    // Once ended, the session is not found: by a DELETE as by its other requests.
+    let gone = end().await.expect("answered");
+    assert_eq!(gone.status(), 404);
+    assert_eq!(
+        gone.text().await.expect("a body"),
+        "Not Found: Session not found"
+    );
+    let listed = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
         .header("mcp-session-id", sessions[0].clone())
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#)
         .send()
         .await
         .expect("answered");
-    assert!(ended.status().is_success(), "{}", ended.status());
+    assert_eq!(listed.status(), 404);
     let answer = initialize(&client, &url).send().await.expect("answered");
     assert_eq!(answer.status(), 200);
     server.stop().await;

@@ -220,8 +220,8 @@ struct Endpoint {
 impl Endpoint {
     /// Answers `request`: 404 off [`MCP_PATH`], 503 for a request that would open one session
     /// more than `max_sessions`, 429 for one whose tenant would hold one more than
-    /// `max_sessions_per_tenant`, 200 for a `DELETE` that ended its session, else as the SDK
-    /// does. The sessions are counted before the SDK
+    /// `max_sessions_per_tenant`, 200 for a `DELETE` that ended its session and 404 for one of
+    /// a session not held (ended, or never opened), else as the SDK does. The sessions are counted before the SDK
     /// opens one, so `initialize` requests arriving at the same instant may each find a place
     /// and go past the limit by their number (a session manager of our own refusing inside the
     /// SDK would close that gap, but the SDK answers its refusals 500).
@@ -250,6 +250,14 @@ impl Endpoint {
             Err(refused) => return Ok(refused),
         };
         let ends_a_session = request.method() == hyper::Method::DELETE;
+        if ends_a_session
+            && let Some(id) = request.headers().get(HEADER_SESSION_ID)
+            && !self.sessions.holds(id.to_str().unwrap_or_default()).await
+        {
+            // As the SDK answers any other request of a session it does not hold (MCP asks
+            // 404 of them all); the SDK itself answers such a DELETE 202.
+            return Ok(session_not_found());
+        }
         let mut answer = self.mcp.call(request).await?;
         if ends_a_session && answer.status() == StatusCode::ACCEPTED {
             // The SDK answers a session it ended 202; it has ended it by then, and MCP's Python
@@ -442,6 +450,14 @@ where
     if let Err(error) = builder.serve_connection(TokioIo::new(io), handler).await {
         tracing::debug!(%error, "MCP connection ended");
     }
+}
+
+/// The answer to a `DELETE` of a session not held: the SDK's to its other requests.
+fn session_not_found() -> McpResponse {
+    let mut response =
+        Response::new(Full::new(Bytes::from_static(b"Not Found: Session not found")).boxed());
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    response
 }
 
 fn not_found() -> McpResponse {

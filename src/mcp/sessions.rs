@@ -67,6 +67,11 @@ impl McpSessions {
         held
     }
 
+    /// Whether the session `id` is held now.
+    pub(super) async fn holds(&self, id: &str) -> bool {
+        self.manager.sessions.read().await.contains_key(id)
+    }
+
     /// How many of the sessions held now `tenant` opened.
     pub(super) async fn held_by(&self, tenant: TenantId) -> usize {
         let sessions = self.manager.sessions.read().await;
