@@ -462,33 +462,6 @@ fn read_table(
     Ok((table, content_digest(text.as_bytes())))
 }
 
-/// Where byte `at` of `text` is, as an editor counts: `line 2, column 16`.
-fn line_and_column(text: &str, at: usize) -> String {
-    let before = &text[..at.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
-    format!("line {line}, column {column}")
-}
-
-/// A setting that does not read, named as where it was set: the variable that set it
-/// (`TOOLPLANE_MAX_TTL: ...`), else its path in the file (`mcp_imports[0].url: ...`).
-fn located(
-    error: &serde_path_to_error::Error<toml::de::Error>,
-    from_env: &HashMap<String, String>,
-) -> String {
-    let message = error.inner().message();
-    let path = error.path().to_string();
-    let top = path.split(['.', '[']).next().unwrap_or_default();
-    match from_env.get(top) {
-        Some(variable) => format!("{variable}: {message}"),
-        // An unknown key at the top names itself; an error of the whole table has no path.
-        None if path == "." || (path == top && message.starts_with("unknown field")) => {
-            message.to_owned()
-        }
-        None => format!("{path}: {message}"),
-    }
-}
-
 /// An environment value typed like the field's default (numbers stay numbers).
 fn env_value(value: &str, like: &toml::Value) -> toml::Value {
     match like {
@@ -504,12 +477,15 @@ fn env_value(value: &str, like: &toml::Value) -> toml::Value {
 mod check;
 #[path = "config_endpoints.rs"]
 mod endpoints;
+#[path = "config_messages.rs"]
+mod messages;
 #[path = "config_options.rs"]
 mod options;
 #[path = "config_reload.rs"]
 mod reload;
 
 pub use endpoints::parse_listen_address;
+use messages::{line_and_column, located};
 pub use reload::{ConfigSource, ReadConfigPart, ReloadedParts};
 
 #[cfg(test)]

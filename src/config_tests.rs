@@ -184,7 +184,20 @@ fn a_bad_value_is_named_where_it_was_set() {
     let message = refused("[[mcp_imports]]\nservice = \"docs\"\nurl = 5\n", &[]);
     assert!(message.contains("): mcp_imports[0].url: "), "{message}");
     let message = refused("lisen = 1\n", &[]);
-    assert!(message.contains("): unknown field `lisen`"), "{message}");
+    assert!(
+        message.ends_with("): unknown field `lisen`; did you mean `listen`?"),
+        "{message}"
+    );
+    let message = refused(
+        "[[tenant_access]]\nidentity = \"a.example\"\ntenant = [1]\n",
+        &[],
+    );
+    assert!(
+        message.ends_with(
+            "): tenant_access[0].tenant: unknown field `tenant`; did you mean `tenants`?"
+        ),
+        "{message}"
+    );
     let message = refused("max_ttl = \"1h\"\n", &[("TOOLPLANE_MAX_TTL", "forever")]);
     assert!(message.contains("): TOOLPLANE_MAX_TTL: "), "{message}");
 }

@@ -1,0 +1,132 @@
+//! How a configuration that does not read is worded: where (a line and column of the file, the
+//! variable that set a setting, the setting's path) and, for a setting toolplane does not
+//! have, the ones it may have meant.
+
+use std::collections::HashMap;
+
+/// Where byte `at` of `text` is, as an editor counts: `line 2, column 16`.
+pub(super) fn line_and_column(text: &str, at: usize) -> String {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    format!("line {line}, column {column}")
+}
+
+/// A setting that does not read, named as where it was set: the variable that set it
+/// (`TOOLPLANE_MAX_TTL: ...`), else its path in the file (`mcp_imports[0].url: ...`).
+pub(super) fn located(
+    error: &serde_path_to_error::Error<toml::de::Error>,
+    from_env: &HashMap<String, String>,
+) -> String {
+    let message = error.inner().message();
+    let suggested = unknown_field_suggestion(message);
+    let message = suggested.as_deref().unwrap_or(message);
+    let path = error.path().to_string();
+    let top = path.split(['.', '[']).next().unwrap_or_default();
+    match from_env.get(top) {
+        Some(variable) => format!("{variable}: {message}"),
+        // An unknown key at the top names itself; an error of the whole table has no path.
+        None if path == "." || (path == top && message.starts_with("unknown field")) => {
+            message.to_owned()
+        }
+        None => format!("{path}: {message}"),
+    }
+}
+
+/// How close a setting's name must be to an unknown one's to be suggested for it: spelt alike
+/// (1 less the Damerau-Levenshtein distance over the longer name's length: a letter missing
+/// from `max_invoke_timout` is 0.94), or with words in common ([`words_in_common`]). Not
+/// Jaro-Winkler, which weighs a common prefix (`max_`) over the rest.
+const SUGGESTED_SIMILARITY: f64 = 0.7;
+/// The share of words in common that suggests a setting whatever their order:
+/// `rate_limit_per_tool` suggests `tool_rate_limits`.
+const SUGGESTED_WORDS: f64 = 2.0 / 3.0;
+
+/// serde's message for a setting not known (`unknown field `rate_limit_per_tool`, expected one
+/// of `listen`, ... 70 names`) as the settings it may have meant, the closest first (at most
+/// three): `unknown field `rate_limit_per_tool`; did you mean `rate_limit_per_second` or
+/// `tool_rate_limits`?`. `None` for any other message, or when no name
+/// is close: serde's list is kept then.
+fn unknown_field_suggestion(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, expected) = rest.split_once("`, expected one of ")?;
+    let mut close: Vec<(f64, &str)> = expected
+        .split(", ")
+        .filter_map(|name| name.strip_prefix('`')?.strip_suffix('`'))
+        .filter_map(|name| {
+            let spelt = strsim::normalized_damerau_levenshtein(unknown, name);
+            let words = words_in_common(unknown, name);
+            (spelt >= SUGGESTED_SIMILARITY || words >= SUGGESTED_WORDS)
+                .then_some((spelt.max(words), name))
+        })
+        .collect();
+    close.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let names: Vec<String> = close
+        .iter()
+        .take(3)
+        .map(|(_, name)| format!("`{name}`"))
+        .collect();
+    let (last, first) = names.split_last()?;
+    let meant = match first {
+        [] => last.clone(),
+        _ => format!("{} or {last}", first.join(", ")),
+    };
+    Some(format!("unknown field `{unknown}`; did you mean {meant}?"))
+}
+
+/// The words (between underscores, a plural's `s` dropped) two names have in common, as a
+/// share of the longer one's.
+fn words_in_common(one: &str, other: &str) -> f64 {
+    let words = |name: &str| -> Vec<String> {
+        (name.split('_').filter(|word| !word.is_empty()))
+            .map(|word| word.strip_suffix('s').unwrap_or(word).to_owned())
+            .collect()
+    };
+    let (one, other) = (words(one), words(other));
+    let shared = one.iter().filter(|word| other.contains(word)).count();
+    shared as f64 / one.len().max(other.len()).max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unknown_field_suggestion;
+
+    const SERDE: &str = "unknown field `rate_limit_per_tool`, expected one of `listen`, \
+        `rate_limit_per_second`, `rate_limit_burst`, `tool_rate_limits`, `agents_path`";
+
+    #[test]
+    fn an_unknown_setting_is_answered_with_the_closest_known_ones() {
+        assert_eq!(
+            unknown_field_suggestion(SERDE).as_deref(),
+            Some(
+                "unknown field `rate_limit_per_tool`; did you mean `rate_limit_per_second` or \
+                 `tool_rate_limits`?"
+            )
+        );
+        let one = "unknown field `lisen`, expected one of `listen`, `agents_path`";
+        assert_eq!(
+            unknown_field_suggestion(one).as_deref(),
+            Some("unknown field `lisen`; did you mean `listen`?")
+        );
+        // A shared prefix alone suggests nothing.
+        let typo = "unknown field `max_invoke_timout`, expected one of `max_invoke_timeout`, \
+            `max_conversation_bytes`, `mcp_listen`";
+        assert_eq!(
+            unknown_field_suggestion(typo).as_deref(),
+            Some("unknown field `max_invoke_timout`; did you mean `max_invoke_timeout`?")
+        );
+        let longer = "unknown field `mcp_listen_address`, expected one of `mcp_listen`, \
+            `mcp_allowed_hosts`, `listen`";
+        assert_eq!(
+            unknown_field_suggestion(longer).as_deref(),
+            Some("unknown field `mcp_listen_address`; did you mean `mcp_listen`?")
+        );
+    }
+
+    #[test]
+    fn without_a_close_one_serdes_list_is_kept() {
+        let far = "unknown field `zzz`, expected one of `listen`, `agents_path`";
+        assert_eq!(unknown_field_suggestion(far), None);
+        assert_eq!(unknown_field_suggestion("invalid type: string"), None);
+    }
+}
