@@ -124,6 +124,10 @@ pub struct ServerConfig {
     /// it changes.
     #[serde(skip)]
     file: Option<(PathBuf, [u8; 32])>,
+    /// What was set that no setting reads: `TOOLPLANE_*` variables of no setting (a
+    /// misspelling, most likely), as warnings naming them.
+    #[serde(skip)]
+    unread_variables: Vec<String>,
     /// The OTLP collector spans are exported to (`http://host:4317` over gRPC,
     /// `http://host:4318` over HTTP, or `https://` for TLS); empty exports none.
     pub otlp_endpoint: String,
@@ -301,6 +305,7 @@ impl Default for ServerConfig {
             forwarded_client_cert_proxies: String::new(),
             forwarded_client_cert_header: ForwardedIdentityHeader::default(),
             checked_tenant_access: TenantAccess::default(),
+            unread_variables: Vec::new(),
             file: None,
             otlp_endpoint: String::new(),
             otlp_protocol: OtlpProtocol::default(),
@@ -413,6 +418,7 @@ impl ServerConfig {
             toml::Table::try_from(Self::default()).expect("the default configuration serializes");
         // The settings the environment set, and the variable that set each.
         let mut from_env = HashMap::new();
+        let mut unread = Vec::new();
         for (key, value) in env {
             let Some(field) = key.strip_prefix(ENV_PREFIX).map(str::to_ascii_lowercase) else {
                 continue;
@@ -420,8 +426,11 @@ impl ServerConfig {
             if let Some(default) = fields.get(&field) {
                 table.insert(field.clone(), env_value(&value, default));
                 from_env.insert(field, key);
+            } else {
+                unread.push(key);
             }
         }
+        let unread_variables = unread_variable_warnings(unread, &fields, &table);
         let mut config: Self = serde_path_to_error::deserialize(toml::Value::Table(table))
             .map_err(|error| ConfigError::Invalid {
                 origin: format!("{origin} + environment"),
@@ -433,6 +442,7 @@ impl ServerConfig {
         config.checked_mcp_imports = checked.imports;
         config.checked_tenant_access = checked.tenant_access;
         config.file = file_read;
+        config.unread_variables = unread_variables;
         Ok(config)
     }
 }
@@ -485,7 +495,7 @@ mod options;
 mod reload;
 
 pub use endpoints::parse_listen_address;
-use messages::{line_and_column, located};
+use messages::{line_and_column, located, unread_variable_warnings};
 pub use reload::{ConfigSource, ReadConfigPart, ReloadedParts};
 
 #[cfg(test)]

@@ -50,9 +50,21 @@ const SUGGESTED_WORDS: f64 = 2.0 / 3.0;
 fn unknown_field_suggestion(message: &str) -> Option<String> {
     let rest = message.strip_prefix("unknown field `")?;
     let (unknown, expected) = rest.split_once("`, expected one of ")?;
-    let mut close: Vec<(f64, &str)> = expected
+    let known = expected
         .split(", ")
-        .filter_map(|name| name.strip_prefix('`')?.strip_suffix('`'))
+        .filter_map(|name| name.strip_prefix('`')?.strip_suffix('`'));
+    let meant = meant(unknown, known, |name| format!("`{name}`"))?;
+    Some(format!("unknown field `{unknown}`; did you mean {meant}?"))
+}
+
+/// The names of `known` close to `unknown` (at most three, the closest first), each as
+/// `shown` writes it, joined as a sentence says them: `a`, `a or b`, `a, b or c`.
+fn meant<'k>(
+    unknown: &str,
+    known: impl Iterator<Item = &'k str>,
+    shown: impl Fn(&str) -> String,
+) -> Option<String> {
+    let mut close: Vec<(f64, &str)> = known
         .filter_map(|name| {
             let spelt = strsim::normalized_damerau_levenshtein(unknown, name);
             let words = words_in_common(unknown, name);
@@ -61,17 +73,76 @@ fn unknown_field_suggestion(message: &str) -> Option<String> {
         })
         .collect();
     close.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let names: Vec<String> = close
-        .iter()
-        .take(3)
-        .map(|(_, name)| format!("`{name}`"))
-        .collect();
+    let names: Vec<String> = close.iter().take(3).map(|(_, name)| shown(name)).collect();
     let (last, first) = names.split_last()?;
-    let meant = match first {
+    Some(match first {
         [] => last.clone(),
         _ => format!("{} or {last}", first.join(", ")),
-    };
-    Some(format!("unknown field `{unknown}`; did you mean {meant}?"))
+    })
+}
+
+/// The `TOOLPLANE_*` variables toolplane's other programs read (the command line's client
+/// commands, the example provider) and the one naming the configuration file: set for them,
+/// they are no misspelt setting.
+const OTHER_VARIABLES: &[&str] = &[
+    "TOOLPLANE_CONFIG",
+    "TOOLPLANE_ENDPOINT",
+    "TOOLPLANE_TENANT_ID",
+    "TOOLPLANE_CA_FILE",
+    "TOOLPLANE_CLIENT_CERT_FILE",
+    "TOOLPLANE_CLIENT_KEY_FILE",
+    "TOOLPLANE_TOKEN",
+    "TOOLPLANE_TOKEN_FILE",
+    "TOOLPLANE_INSTANCE_ID",
+];
+
+/// A warning for each of the `TOOLPLANE_*` variables `unread` that no setting reads (of the
+/// settings `fields`), unless [`OTHER_VARIABLES`] holds it or the configuration (`table`)
+/// names it as a value (the variable an import's token is read from, say): it names the
+/// settings' variables it may have meant (of settings a variable can set: not tables or
+/// lists).
+pub(super) fn unread_variable_warnings(
+    mut unread: Vec<String>,
+    fields: &toml::Table,
+    table: &toml::Table,
+) -> Vec<String> {
+    unread.sort();
+    let variable = |field: &str| format!("{}{}", super::ENV_PREFIX, field.to_ascii_uppercase());
+    unread
+        .into_iter()
+        .filter(|name| !OTHER_VARIABLES.contains(&name.as_str()) && !names(table, name))
+        .map(|name| {
+            let setting = name[super::ENV_PREFIX.len()..].to_ascii_lowercase();
+            // Tables and lists are set in the file only.
+            let settable = (fields.iter())
+                .filter(|(_, default)| {
+                    !matches!(default, toml::Value::Table(_) | toml::Value::Array(_))
+                })
+                .map(|(field, _)| field.as_str());
+            match meant(&setting, settable, variable) {
+                Some(meant) => {
+                    format!("{name} is set, but no setting reads it; did you mean {meant}?")
+                }
+                None => format!(
+                    "{name} is set, but no setting reads it (the settings and their variables \
+                     are listed in the README's Configuration section)"
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Whether `name` is a string value anywhere in `table`.
+fn names(table: &toml::Table, name: &str) -> bool {
+    fn holds(value: &toml::Value, name: &str) -> bool {
+        match value {
+            toml::Value::String(text) => text == name,
+            toml::Value::Array(values) => values.iter().any(|value| holds(value, name)),
+            toml::Value::Table(table) => table.values().any(|value| holds(value, name)),
+            _ => false,
+        }
+    }
+    table.values().any(|value| holds(value, name))
 }
 
 /// The words (between underscores, a plural's `s` dropped) two names have in common, as a
@@ -89,7 +160,7 @@ fn words_in_common(one: &str, other: &str) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::unknown_field_suggestion;
+    use super::{unknown_field_suggestion, unread_variable_warnings};
 
     const SERDE: &str = "unknown field `rate_limit_per_tool`, expected one of `listen`, \
         `rate_limit_per_second`, `rate_limit_burst`, `tool_rate_limits`, `agents_path`";
@@ -120,6 +191,37 @@ mod tests {
         assert_eq!(
             unknown_field_suggestion(longer).as_deref(),
             Some("unknown field `mcp_listen_address`; did you mean `mcp_listen`?")
+        );
+    }
+
+    #[test]
+    fn a_variable_no_setting_reads_is_warned_of_unless_something_else_reads_it() {
+        let fields: toml::Table = toml::from_str(
+            "rate_limit_per_second = 0\ntool_rate_limits = {}\nlisten = \"\"\nmax_ttl = \"1h\"",
+        )
+        .expect("TOML");
+        let table: toml::Table =
+            toml::from_str("[[mcp_imports]]\nbearer_token_env = \"TOOLPLANE_DOCS_TOKEN\"")
+                .expect("TOML");
+        let unread = [
+            "TOOLPLANE_RATE_LIMIT_PER_TOOL",
+            "TOOLPLANE_ENDPOINT",
+            "TOOLPLANE_DOCS_TOKEN",
+            "TOOLPLANE_FROBNICATE",
+        ];
+        let warnings = unread_variable_warnings(
+            unread.iter().map(|name| (*name).to_owned()).collect(),
+            &fields,
+            &table,
+        );
+        assert_eq!(
+            warnings,
+            [
+                "TOOLPLANE_FROBNICATE is set, but no setting reads it (the settings and their \
+                 variables are listed in the README's Configuration section)",
+                "TOOLPLANE_RATE_LIMIT_PER_TOOL is set, but no setting reads it; did you mean \
+                 TOOLPLANE_RATE_LIMIT_PER_SECOND?",
+            ]
         );
     }
 

@@ -47,6 +47,13 @@ impl ServerConfig {
         )
     }
 
+    /// A warning for each `TOOLPLANE_*` variable set that no setting reads (nor another of
+    /// toolplane's programs, nor the configuration by name): a misspelt setting, most likely,
+    /// which would otherwise be ignored unnoticed.
+    pub fn unread_variables(&self) -> &[String] {
+        &self.unread_variables
+    }
+
     /// The server options this configuration describes.
     pub fn server_options(&self) -> ServerOptions {
         let reloaded = self.reloaded_parts();

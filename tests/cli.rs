@@ -296,6 +296,39 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
     }
 }
 
+/// A `TOOLPLANE_*` variable no setting reads (a misspelt one) is warned of, naming the
+/// setting's variable it may have meant: by `config check` (which still exits 0) and by
+/// `serve` as it starts. Variables toolplane's other commands read are not.
+#[test]
+fn a_variable_no_setting_reads_is_warned_of() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolplane"))
+        .args(["config", "check", "--config", "/dev/null"])
+        .env("TOOLPLANE_MAX_INVOKE_TIMOUT", "3s")
+        .env("TOOLPLANE_ENDPOINT", "http://127.0.0.1:1")
+        .env_remove(common::process::REQUIRE_PEERS)
+        .output()
+        .expect("run config check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    let warnings: Vec<_> = (stdout.lines())
+        .filter(|line| line.contains("warning:"))
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "  warning:     TOOLPLANE_MAX_INVOKE_TIMOUT is set, but no setting reads it; did you \
+             mean TOOLPLANE_MAX_INVOKE_TIMEOUT?"
+        ],
+        "{stdout}"
+    );
+    let server = ServerProcess::start(&[("TOOLPLANE_MAX_INVOKE_TIMOUT", "3s")]);
+    let logged = server.log_lines_with("TOOLPLANE_MAX_INVOKE_TIMOUT is set");
+    assert!(
+        logged.len() == 1 && logged[0].contains("WARN"),
+        "{logged:?}"
+    );
+}
+
 /// A command whose reader has gone (`toolplane config check | head -1`) ends quietly, with
 /// the status of a program SIGPIPE ended, instead of panicking.
 #[test]

@@ -196,6 +196,7 @@ fn summary(config: &ServerConfig, options: &ServerOptions, agents: &str) -> Stri
     ]
     .into_iter()
     .chain(missing_commands)
+    .chain((config.unread_variables().iter()).map(|warning| format!("  warning:     {warning}")))
     .collect::<Vec<_>>()
     .join("\n")
 }

@@ -83,6 +83,9 @@ pub async fn serve(
     log_format: Option<LogFormat>,
 ) -> ExitCode {
     let _log = init_tracing(log_format.unwrap_or(config.log_format));
+    for warning in config.unread_variables() {
+        tracing::warn!("{warning}");
+    }
     // The configuration's address was checked when it was loaded.
     let metrics_address = addresses
         .metrics_listen

@@ -66,6 +66,8 @@ impl ServerProcess {
         // the checks wait a day, unless a test sets them in its environment (set after this;
         // the environment overrides a config file, so a config file cannot set them here).
         command.env("TOOLPLANE_PROVIDER_HEALTH_INTERVAL", "24h");
+        // The tests' own switch is no setting: the server would warn of it.
+        command.env_remove(REQUIRE_PEERS);
         for (key, value) in extra_env {
             command.env(key, value);
         }
@@ -346,6 +348,7 @@ pub fn toolplane_cli(args: &[&str]) -> (i32, String, String) {
 pub fn run_binary(binary: &str, args: &[&str]) -> (i32, String, String) {
     let output = Command::new(binary)
         .args(args)
+        .env_remove(REQUIRE_PEERS)
         .output()
         .unwrap_or_else(|error| panic!("run {binary}: {error}"));
     (
@@ -354,6 +357,11 @@ pub fn run_binary(binary: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// The variable that makes a missing peer fail its test ([`peer`]); removed from the
+/// environment of the binaries the tests run, as no setting reads it (the server warns of a
+/// `TOOLPLANE_*` variable no setting reads).
+pub const REQUIRE_PEERS: &str = "TOOLPLANE_REQUIRE_PEERS";
 
 /// A test-only peer installed under `.tools/` by `scripts/test.sh`. When it is missing the test
 /// is skipped with a note, unless TOOLPLANE_REQUIRE_PEERS=1 (set by the test script and CI),
@@ -365,7 +373,7 @@ pub fn peer(relative: &str) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    if std::env::var("TOOLPLANE_REQUIRE_PEERS").as_deref() == Ok("1") {
+    if std::env::var(REQUIRE_PEERS).as_deref() == Ok("1") {
         panic!(
             "test peer {} is missing: run scripts/test.sh",
             path.display()
