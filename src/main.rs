@@ -107,11 +107,17 @@ enum Command {
     Records {
         /// Only the record of this invocation id (as a failed call's error names it), whether
         /// among the latest in the server's memory or older, in its record files.
-        #[arg(long, conflicts_with_all = ["tool", "trace_id", "correlation_id", "limit"])]
+        #[arg(long, conflicts_with_all = ["tool", "service", "status", "trace_id", "correlation_id", "limit"])]
         id: Option<String>,
         /// Only records of this tool.
         #[arg(long)]
         tool: Option<String>,
+        /// Only records of this service.
+        #[arg(long)]
+        service: Option<String>,
+        /// Only records with this status, as the listing prints it: succeeded, failed, timedout ...
+        #[arg(long, value_parser = cli::parse_invocation_status)]
+        status: Option<toolplane::pb::InvocationStatus>,
         /// Only records of calls made in this W3C trace (32 lowercase hex digits).
         #[arg(long)]
         trace_id: Option<String>,
@@ -387,6 +393,8 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
         Command::Records {
             id,
             tool,
+            service,
+            status,
             trace_id,
             correlation_id,
             limit,
@@ -396,6 +404,8 @@ async fn run_client(command: Command) -> Result<ExitCode, ClientError> {
                 tool: tool.as_deref(),
                 trace_id: trace_id.as_deref(),
                 correlation_id: correlation_id.as_deref(),
+                service: service.as_deref(),
+                status,
             };
             let connected = connect(&client).await?;
             let records = match id {

@@ -137,7 +137,8 @@ fn unreachable_server_is_a_clear_error() {
 }
 
 /// A failed `toolplane invoke` says how to see the record written of it, and `toolplane
-/// records --id` shows that record; an id with no record is NOT_FOUND.
+/// records --id` shows that record, as does the listing by its status; an id with no record is
+/// NOT_FOUND.
 #[test]
 fn a_failed_invoke_names_its_record_and_records_shows_it() {
     let server = ServerProcess::start(&[]);
@@ -156,6 +157,27 @@ fn a_failed_invoke_names_its_record_and_records_shows_it() {
     assert_eq!(shown[0]["invocation_id"], id, "{shown}");
     assert_eq!(shown[0]["status"], "rejected", "{shown}");
     assert_eq!(shown.as_array().map(Vec::len), Some(1), "{shown}");
+    // The listing filtered by status (as it prints it, or the proto's name) and service.
+    let listed = |filters: &[&str]| {
+        let mut args = vec!["records", "--json", "--endpoint", &endpoint];
+        args.extend(filters);
+        let (code, stdout, stderr) = toolplane_cli(&args);
+        assert_eq!(code, 0, "{filters:?}: {stderr}");
+        let listed: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+        (listed.as_array().expect("a list").iter())
+            .map(|record| record["invocation_id"].as_str().expect("an id").to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listed(&["--status", "rejected"]), [id]);
+    assert_eq!(listed(&["--status", "INVOCATION_STATUS_REJECTED"]), [id]);
+    assert!(listed(&["--status", "succeeded"]).is_empty());
+    assert!(listed(&["--status", "rejected", "--service", "elsewhere"]).is_empty());
+    let (code, _, stderr) = toolplane_cli(&["records", "--status", "ok", "--endpoint", &endpoint]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("not a status; one of succeeded, invalidinput, rejected"),
+        "{stderr}"
+    );
 
     let unknown = "00000000-0000-4000-8000-000000000000";
     let (code, _, stderr) = toolplane_cli(&["records", "--id", unknown, "--endpoint", &endpoint]);

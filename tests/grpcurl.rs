@@ -334,6 +334,27 @@ fn example_provider_walkthrough() {
     assert_eq!(code, 0);
     let records: serde_json::Value = serde_json::from_str(&stdout).expect("records JSON");
     assert_eq!(records.as_array().map(Vec::len), Some(3), "{records}");
+    let (code, stdout, stderr) = toolplane_cli(&[
+        "records",
+        "--endpoint",
+        &endpoint,
+        "--service",
+        "structs",
+        "--status",
+        "succeeded",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let succeeded: serde_json::Value = serde_json::from_str(&stdout).expect("records JSON");
+    let of_structs = (records.as_array().expect("a list").iter())
+        .filter(|record| record["service_name"] == "structs" && record["status"] == "succeeded")
+        .count();
+    assert!((1..3).contains(&of_structs), "{records}");
+    assert_eq!(
+        succeeded.as_array().map(Vec::len),
+        Some(of_structs),
+        "{succeeded} of {records}"
+    );
 
     // From the grpcurl call's trace to its record.
     let (code, stdout, stderr) = toolplane_cli(&[

@@ -307,6 +307,23 @@ pub(crate) fn invocation_status_name(value: i32) -> String {
     )
 }
 
+/// The invocation status `--status` names: as the commands print it (`timedout`), with
+/// underscores (`timed_out`) or as the proto names it (`INVOCATION_STATUS_TIMED_OUT`), in any
+/// case.
+pub fn parse_invocation_status(text: &str) -> Result<pb::InvocationStatus, String> {
+    let statuses = (1..64).filter_map(|value| pb::InvocationStatus::try_from(value).ok());
+    let wanted = label(&text.to_ascii_uppercase(), "INVOCATION_STATUS_");
+    let names: Vec<String> = statuses
+        .clone()
+        .map(|s| invocation_status_name(s as i32))
+        .collect();
+    statuses
+        .zip(&names)
+        .find(|(_, name)| **name == wanted)
+        .map(|(status, _)| status)
+        .ok_or_else(|| format!("not a status; one of {}", names.join(", ")))
+}
+
 /// An invocation record as JSON.
 pub fn record_json(record: &pb::InvocationRecord) -> Value {
     json!({
