@@ -320,3 +320,58 @@ async fn bad_agent_requests() {
     );
     assert!(agent.recent_transitions.is_empty());
 }
+
+/// Message ids are unique in a conversation: two messages of a request with one id are
+/// INVALID_ARGUMENT naming the second; a message whose id the conversation holds already (a
+/// retried Complete whose first attempt ran) is ALREADY_EXISTS naming it. Neither changes the
+/// agent.
+#[tokio::test(flavor = "multi_thread")]
+async fn message_ids_are_unique_in_a_conversation() {
+    let server = TestServer::start().await;
+    let mut client = agents(&server).await;
+    create(&mut client, "ids", &[]).await;
+    let id = "11111111-1111-4111-8111-111111111111";
+    let with_ids = |ids: &[&str]| {
+        let mut request = complete_request("ids", "hi", "c");
+        let body = request.request.as_mut().expect("request");
+        body.messages = (ids.iter())
+            .map(|id| pb::CanonicalMessage {
+                id: (*id).to_owned(),
+                ..user("hi")
+            })
+            .collect();
+        request
+    };
+    let twice = (client.complete(with_ids(&[id, "", id])).await).expect_err("one id twice");
+    assert_eq!(twice.code(), Code::InvalidArgument);
+    let (field, problem) = violations(&twice).remove(0);
+    assert_eq!(field, "request.messages[2].id");
+    assert!(problem.contains("request.messages[0]'s too"), "{problem}");
+
+    client.complete(with_ids(&[id])).await.expect("a new id");
+    let again = (client.complete(with_ids(&["", id])).await).expect_err("an id held");
+    assert_eq!(again.code(), Code::AlreadyExists);
+    assert_eq!(reason(&again), "RESOURCE_ALREADY_EXISTS");
+    use tonic_types::StatusExt;
+    let info = (again.get_error_details().error_info().cloned()).expect("ErrorInfo");
+    assert_eq!(info.metadata["message_id"], id);
+    assert_eq!(info.metadata["field"], "request.messages[1].id");
+
+    let agent = get(&mut client, "ids").await;
+    assert_eq!(agent.status.expect("status").messages_processed, 1);
+    assert!(!agent.busy, "the refused turn left the agent busy");
+    let listed = client
+        .list_messages(pb::ListMessagesRequest {
+            meta: meta(0),
+            agent_id: "ids".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("listed")
+        .into_inner();
+    let ids: Vec<_> = (listed.messages.iter())
+        .map(|message| message.id.as_str())
+        .collect();
+    assert_eq!(ids.len(), 2, "the first turn's message and answer: {ids:?}");
+    assert_eq!(ids[0], id);
+}

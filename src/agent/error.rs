@@ -1,7 +1,7 @@
 //! Errors of the agent area: the seed's `SentinelError`, and [`AgentError`] for everything the
 //! agent service can refuse or fail at. `grpc::status` maps [`AgentError`] to statuses.
 
-use super::types::{AgentId, AgentState};
+use super::types::{AgentId, AgentState, MessageId};
 use crate::envelope::TenantId;
 use crate::invoke::InvokeError;
 
@@ -69,6 +69,17 @@ pub enum AgentError {
         id: AgentId,
         /// Its state now.
         state: AgentState,
+    },
+    /// A message of the request has the id of a message the conversation holds already.
+    #[error(
+        "request.messages[{index}].id: the conversation holds a message with id {id} already; \
+         message ids are unique (leave id empty to have one made)"
+    )]
+    MessageIdTaken {
+        /// The message's position in the request.
+        index: usize,
+        /// Its id.
+        id: MessageId,
     },
     /// The tenant has its most agents already.
     #[error(

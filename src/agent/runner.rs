@@ -305,33 +305,7 @@ impl AgentRunner {
         }
         let agent = self.store.get(tenant, agent)?;
         let events = events.as_ref();
-        let mut guard = {
-            let mut data = agent.data();
-            if data.busy {
-                return Err(AgentError::Busy {
-                    id: agent.id,
-                    state: data.status.state,
-                });
-            }
-            if data.status.state != AgentState::Idle {
-                return Err(AgentError::NotIdle {
-                    id: agent.id,
-                    state: data.status.state,
-                });
-            }
-            data.busy = true;
-            let guard = TurnGuard::new(
-                Arc::clone(&agent),
-                Arc::clone(&self.store),
-                data.len(),
-                request.messages.len() as u64,
-            );
-            for message in &request.messages {
-                data.push(message.clone());
-            }
-            data.status.messages_processed += request.messages.len() as u64;
-            guard
-        };
+        let mut guard = TurnGuard::begin(Arc::clone(&agent), Arc::clone(&self.store), &request)?;
         let mut turn = TurnBytes {
             used: bytes,
             max: max_bytes,

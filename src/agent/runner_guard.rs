@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::agent::error::AgentError;
 use crate::agent::store::{Agent, AgentStore};
-use crate::agent::types::AgentState;
+use crate::agent::types::{AgentState, ChatCompletionRequest};
 
 /// The note on the transition back to Idle of a turn that did not finish.
 const UNDONE: &str = "turn did not finish (cancelled or failed); conversation restored";
@@ -21,21 +22,45 @@ pub(super) struct TurnGuard {
 }
 
 impl TurnGuard {
-    /// Guards the turn `agent` (busy) has begun with a conversation of `length_before`
-    /// messages, to which it adds `added_messages` from the caller.
-    pub(super) fn new(
+    /// Begins a turn of `agent` for `request`: makes it busy and adds the request's messages
+    /// to its conversation, guarded. Refused when it is busy or not idle, or when a message's
+    /// id is one its conversation holds already (message ids are unique).
+    pub(super) fn begin(
         agent: Arc<Agent>,
         store: Arc<AgentStore>,
-        length_before: usize,
-        added_messages: u64,
-    ) -> Self {
-        Self {
+        request: &ChatCompletionRequest,
+    ) -> Result<Self, AgentError> {
+        let mut data = agent.data();
+        let state = data.status.state;
+        if data.busy {
+            return Err(AgentError::Busy {
+                id: agent.id,
+                state,
+            });
+        }
+        if state != AgentState::Idle {
+            return Err(AgentError::NotIdle {
+                id: agent.id,
+                state,
+            });
+        }
+        if let Some((index, id)) = data.first_id_held(&request.messages) {
+            return Err(AgentError::MessageIdTaken { index, id });
+        }
+        data.busy = true;
+        let (length_before, added_messages) = (data.len(), request.messages.len() as u64);
+        for message in &request.messages {
+            data.push(message.clone());
+        }
+        data.status.messages_processed += added_messages;
+        drop(data);
+        Ok(Self {
             agent,
             store,
             length_before,
             added_messages,
             finished: false,
-        }
+        })
     }
 
     /// The agent whose turn this is.
@@ -134,14 +159,16 @@ mod tests {
             allowed_tools: None,
         };
         let agent = (store.create(TenantId(1), config).await).expect("created");
-        let mut data = agent.data();
-        data.busy = true;
-        let guard = TurnGuard::new(Arc::clone(&agent), Arc::clone(store), data.len(), 1);
-        data.push(CanonicalMessage::new(Role::User, "hello".to_owned()));
-        data.status.messages_processed += 1;
-        data.transition(AgentState::Thinking, "")
-            .expect("idle -> thinking");
-        drop(data);
+        let request = ChatCompletionRequest {
+            messages: vec![CanonicalMessage::new(Role::User, "hello".to_owned())],
+            model: None,
+            temperature: None,
+            max_tokens: None,
+            stream: false,
+        };
+        let guard = TurnGuard::begin(Arc::clone(&agent), Arc::clone(store), &request)
+            .expect("an idle agent");
+        (agent.data().transition(AgentState::Thinking, "")).expect("idle -> thinking");
         (agent, guard)
     }
 

@@ -11,7 +11,7 @@
 //! transition asked for) before the change is answered, so agents and their conversations
 //! outlive a restart. A change whose file cannot be written is undone and fails.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use chrono::{DateTime, Utc};
 
 use super::error::AgentError;
-use super::types::{AgentId, AgentState, AgentStatus, CanonicalMessage, Role};
+use super::types::{AgentId, AgentState, AgentStatus, CanonicalMessage, MessageId, Role};
 use crate::envelope::TenantId;
 
 #[path = "store_changes.rs"]
@@ -136,6 +136,19 @@ impl AgentData {
             message,
         });
         self.next_sequence += 1;
+    }
+
+    /// The first of `messages` (its index, and id) whose id a message of the conversation
+    /// has already.
+    pub fn first_id_held(&self, messages: &[CanonicalMessage]) -> Option<(usize, MessageId)> {
+        let wanted: HashSet<MessageId> = messages.iter().map(|message| message.id).collect();
+        let held: HashSet<MessageId> = (self.conversation.iter())
+            .map(|stored| stored.message.id)
+            .filter(|id| wanted.contains(id))
+            .collect();
+        (messages.iter().enumerate())
+            .find(|(_, message)| held.contains(&message.id))
+            .map(|(index, message)| (index, message.id))
     }
 
     /// How many messages the conversation holds.

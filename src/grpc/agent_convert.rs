@@ -143,6 +143,19 @@ pub(super) fn request_from_pb(
             "at least one message is needed",
         ));
     }
+    let mut first_with = std::collections::HashMap::new();
+    for (index, message) in messages.iter().enumerate() {
+        if let Some(first) = first_with.insert(message.id, index) {
+            return Err(invalid(
+                &format!("request.messages[{index}].id"),
+                format!(
+                    "id {} is request.messages[{first}]'s too; message ids are unique (leave id \
+                     empty to have one made)",
+                    message.id
+                ),
+            ));
+        }
+    }
     if let Some(temperature) = request.temperature {
         // The seed's rule, with the field it concerns named.
         ChatCompletionRequest::check_temperature(temperature)

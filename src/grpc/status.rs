@@ -394,6 +394,16 @@ impl From<AgentError> for Status {
                 "RESOURCE_ALREADY_EXISTS",
                 vec![("name", name)],
             ),
+            // A client that sends its messages' ids learns that a Complete it retries had
+            // taken them (the first attempt's turn ran).
+            AgentError::MessageIdTaken { index, id } => (
+                Code::AlreadyExists,
+                "RESOURCE_ALREADY_EXISTS",
+                vec![
+                    ("field", format!("request.messages[{index}].id")),
+                    ("message_id", id.to_string()),
+                ],
+            ),
             // Not idle is busy to a caller: no turn can start until the agent is idle again.
             AgentError::Busy { id, state } | AgentError::NotIdle { id, state } => (
                 Code::FailedPrecondition,
