@@ -97,8 +97,8 @@ enum Command {
         /// The service offering the tool, when several do.
         #[arg(long)]
         service: Option<String>,
-        /// How long to wait, e.g. 2s or 500ms (sent as the gRPC deadline).
-        #[arg(long, value_parser = humantime::parse_duration)]
+        /// How long to wait, e.g. 2s or 500ms (sent as the gRPC deadline) [default: the tool's timeout_ms, at most the server's max_invoke_timeout].
+        #[arg(long, value_parser = cli::parse_timeout)]
         timeout: Option<std::time::Duration>,
         #[command(flatten)]
         client: ClientArgs,

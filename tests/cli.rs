@@ -134,6 +134,10 @@ fn unreachable_server_is_a_clear_error() {
     let (code, _, stderr) = toolplane_cli(&["services", "--endpoint", "no-scheme"]);
     assert_eq!(code, 2);
     assert_eq!(stderr.matches("scheme is missing").count(), 1, "{stderr}");
+    // A deadline of zero would end the call before it began: refused before connecting.
+    let (code, _, stderr) = toolplane_cli(&["invoke", "t", "--timeout", "0s"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("a timeout must be above zero"), "{stderr}");
 }
 
 /// A failed `toolplane invoke` says how to see the record written of it, and `toolplane

@@ -307,6 +307,18 @@ pub(crate) fn invocation_status_name(value: i32) -> String {
     )
 }
 
+/// A `--timeout`: a duration above zero (a deadline of zero would end the call before it
+/// began; leaving it out waits as long as the tool and the server allow).
+pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(timeout) if timeout.is_zero() => Err("a timeout must be above zero; leave it out to \
+             wait as long as the tool (its timeout_ms) and the server (max_invoke_timeout) allow"
+            .to_owned()),
+        Ok(timeout) => Ok(timeout),
+        Err(error) => Err(format!("{error}; write it as 2s, 500ms or 1m")),
+    }
+}
+
 /// The invocation status `--status` names: as the commands print it (`timedout`), with
 /// underscores (`timed_out`) or as the proto names it (`INVOCATION_STATUS_TIMED_OUT`), in any
 /// case.
@@ -405,6 +417,42 @@ mod tests {
         assert!(
             error.starts_with("the input (--input) is not JSON: "),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn a_timeout_is_a_duration_above_zero() {
+        assert_eq!(
+            parse_timeout("500ms"),
+            Ok(std::time::Duration::from_millis(500))
+        );
+        let zero = parse_timeout("0s").expect_err("zero");
+        assert!(
+            zero.starts_with("a timeout must be above zero; leave it out"),
+            "{zero}"
+        );
+        let unit = parse_timeout("5 parsecs").expect_err("no such unit");
+        assert!(unit.ends_with("; write it as 2s, 500ms or 1m"), "{unit}");
+    }
+
+    #[test]
+    fn a_status_is_named_as_printed_with_underscores_or_as_the_proto_does() {
+        for named in [
+            "timedout",
+            "timed_out",
+            "TIMED_OUT",
+            "INVOCATION_STATUS_TIMED_OUT",
+        ] {
+            assert_eq!(
+                parse_invocation_status(named),
+                Ok(pb::InvocationStatus::TimedOut),
+                "{named}"
+            );
+        }
+        let wrong = parse_invocation_status("unspecified").expect_err("not a status");
+        assert!(
+            wrong.starts_with("not a status; one of succeeded, "),
+            "{wrong}"
         );
     }
 }
