@@ -27,8 +27,8 @@ fn agent_commands() {
     ]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        stdout.contains("helper") && stdout.contains("idle"),
-        "{stdout}"
+        stdout.contains("helper") && stdout.contains("idle") && stdout.contains("(the server's)"),
+        "an agent naming no model is shown as using the server's: {stdout}"
     );
 
     let (code, stdout, stderr) = toolplane_cli(&[

@@ -161,7 +161,7 @@ pub fn agents_table(agents: &[pb::Agent]) -> String {
             status.id,
             state_name(status.state),
             status.messages_processed.to_string(),
-            agent.model.clone(),
+            model_shown(&agent.model),
             tools,
         ]);
     }
@@ -195,7 +195,7 @@ pub fn agent_details(agent: &pb::Agent) -> String {
         "last activity".to_owned(),
         timestamp(status.last_activity.as_ref()),
     ]);
-    fields.add_row(vec!["model".to_owned(), or(&agent.model, "(the server's)")]);
+    fields.add_row(vec!["model".to_owned(), model_shown(&agent.model)]);
     fields.add_row(vec![
         "system prompt".to_owned(),
         or(&prompt_shown(&agent.system_prompt), "(none)"),
@@ -217,6 +217,15 @@ pub fn agent_details(agent: &pb::Agent) -> String {
         return format!("{}\n\nno transitions yet", fields.trim_fmt());
     }
     format!("{}\n\n{}", fields.trim_fmt(), transitions.trim_fmt())
+}
+
+/// An agent's model as the tables show it: `(the server's)` when it names none.
+fn model_shown(model: &str) -> String {
+    if model.is_empty() {
+        "(the server's)".to_owned()
+    } else {
+        model.to_owned()
+    }
 }
 
 /// The most characters of a system prompt `agent show` prints; `--json` gives it whole.
