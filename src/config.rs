@@ -472,21 +472,12 @@ fn read_table(
     Ok((table, content_digest(text.as_bytes())))
 }
 
-/// An environment value typed like the field's default (numbers stay numbers).
-fn env_value(value: &str, like: &toml::Value) -> toml::Value {
-    match like {
-        toml::Value::Integer(_) => value.trim().parse().map_or_else(
-            |_| toml::Value::String(value.to_owned()),
-            toml::Value::Integer,
-        ),
-        _ => toml::Value::String(value.to_owned()),
-    }
-}
-
 #[path = "config_check.rs"]
 mod check;
 #[path = "config_endpoints.rs"]
 mod endpoints;
+#[path = "config_env.rs"]
+mod env;
 #[path = "config_messages.rs"]
 mod messages;
 #[path = "config_options.rs"]
@@ -495,6 +486,8 @@ mod options;
 mod reload;
 
 pub use endpoints::parse_listen_address;
+use env::env_value;
+pub use env::process_environment;
 use messages::{line_and_column, located, unread_variable_warnings};
 pub use reload::{ConfigSource, ReadConfigPart, ReloadedParts};
 

@@ -96,14 +96,17 @@ impl Reading {
             return outcome.clone();
         }
         let text = RefCell::new(None);
-        let outcome = ServerConfig::load_read_by(Some(path), std::env::vars(), |file| {
-            let read = settled(file)?;
-            if file == path {
-                *text.borrow_mut() = Some(read.clone());
-            }
-            Ok(read)
-        })
-        .map_err(|error| error.to_string());
+        let outcome = super::process_environment()
+            .and_then(|env| {
+                ServerConfig::load_read_by(Some(path), env.into_iter(), |file| {
+                    let read = settled(file)?;
+                    if file == path {
+                        *text.borrow_mut() = Some(read.clone());
+                    }
+                    Ok(read)
+                })
+            })
+            .map_err(|error| error.to_string());
         *last = text.into_inner().map(|text| (text, outcome.clone()));
         outcome
     }

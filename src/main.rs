@@ -211,7 +211,9 @@ fn main() -> ExitCode {
                 log_format,
             } => {
                 // The configuration is read before the runtime exists: it sizes the runtime.
-                let config = match ServerConfig::load(config.as_deref(), std::env::vars()) {
+                let config = match toolplane::config::process_environment()
+                    .and_then(|env| ServerConfig::load(config.as_deref(), env.into_iter()))
+                {
                     Ok(config) => config,
                     Err(error) => {
                         eprintln!("error: {error}");

@@ -355,6 +355,33 @@ fn a_variable_no_setting_reads_is_warned_of() {
     );
 }
 
+/// A variable that is not UTF-8 text, set for another program, is no concern of toolplane's
+/// (reading the environment with `std::env::vars` panicked on it, stopping the server at its
+/// start); a `TOOLPLANE_*` one is refused naming it.
+#[test]
+fn a_variable_that_is_not_text_stops_nothing_unless_it_is_a_setting() {
+    use std::os::unix::ffi::OsStrExt;
+    let not_text = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let check = |name: &str| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolplane"))
+            .args(["config", "check", "--config", "/dev/null"])
+            .env(name, not_text)
+            .env_remove(common::process::REQUIRE_PEERS)
+            .output()
+            .expect("run config check");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), stderr)
+    };
+    let (code, stderr) = check("OTHER_PROGRAMS_SETTING");
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stderr) = check("TOOLPLANE_MAX_TTL");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("(environment): TOOLPLANE_MAX_TTL: not UTF-8 text"),
+        "{stderr}"
+    );
+}
+
 /// A command whose reader has gone (`toolplane config check | head -1`) ends quietly, with
 /// the status of a program SIGPIPE ended, instead of panicking.
 #[test]

@@ -19,7 +19,8 @@ use crate::outln;
 /// environment laid over it; prints what it would serve and exits 0, or prints why it cannot
 /// be used and exits 2, as `serve` would.
 pub fn run(file: Option<&Path>) -> ExitCode {
-    let checked = ServerConfig::load(file, std::env::vars())
+    let checked = crate::config::process_environment()
+        .and_then(|env| ServerConfig::load(file, env.into_iter()))
         .map_err(|error| error.to_string())
         .and_then(|config| {
             let options = config.server_options();
