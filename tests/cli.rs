@@ -355,6 +355,19 @@ fn a_variable_no_setting_reads_is_warned_of() {
     );
 }
 
+/// A `RUST_LOG` that does not read is said in a WARN line, and the server logs as without it.
+#[test]
+fn a_rust_log_that_does_not_read_is_warned_of() {
+    let server = ServerProcess::start(&[("RUST_LOG", "toolplane=verbose")]);
+    let logged = server.log_lines_with("RUST_LOG cannot be read");
+    assert!(
+        logged.len() == 1
+            && logged[0].contains("WARN")
+            && logged[0].contains("rust_log=\"toolplane=verbose\""),
+        "{logged:?}"
+    );
+}
+
 /// A variable that is not UTF-8 text, set for another program, is no concern of toolplane's
 /// (reading the environment with `std::env::vars` panicked on it, stopping the server at its
 /// start); a `TOOLPLANE_*` one is refused naming it.

@@ -17,7 +17,8 @@ pub const DEFAULT_LOG_FILTER: &str = "info,rmcp=off";
 /// (`toolplane_log_lines_dropped_total` counts them) until the reader takes some.
 pub const LOG_LINES_WAITING: usize = 128_000;
 
-/// Logs to stderr in `format`, at the level `RUST_LOG` sets (default [`DEFAULT_LOG_FILTER`]).
+/// Logs to stderr in `format`, at the level `RUST_LOG` sets (default [`DEFAULT_LOG_FILTER`],
+/// with a WARN saying why when `RUST_LOG` is set but does not read).
 /// A panic is logged too, as an ERROR event (target `tracing_panic`, with its message,
 /// location and, when `RUST_BACKTRACE` asks for one, backtrace), not written to stderr beside
 /// the log as Rust's own hook writes it, so a JSON log stays one object per line.
@@ -28,8 +29,15 @@ pub const LOG_LINES_WAITING: usize = 128_000;
 /// holding the registry's lock. Keep the answered guard until the end: dropping it writes the
 /// lines still waiting.
 pub fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    // A RUST_LOG that does not read is said once logging is up, not ignored unsaid.
+    let (filter, unread) = match EnvFilter::try_from_default_env() {
+        Ok(filter) => (filter, None),
+        Err(error) => {
+            let set = std::env::var_os(EnvFilter::DEFAULT_ENV).filter(|value| !value.is_empty());
+            let unread = set.map(|value| (value.to_string_lossy().into_owned(), error));
+            (EnvFilter::new(DEFAULT_LOG_FILTER), unread)
+        }
+    };
     let (stderr, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
         .buffered_lines_limit(LOG_LINES_WAITING)
@@ -45,6 +53,14 @@ pub fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::Worker
         LogFormat::Json => builder.json().init(),
     }
     std::panic::set_hook(Box::new(tracing_panic::panic_hook));
+    if let Some((rust_log, error)) = unread {
+        tracing::warn!(
+            rust_log,
+            %error,
+            "RUST_LOG cannot be read (it is a list of directives such as info or \
+             toolplane=debug,rmcp=info); logging as without it ({DEFAULT_LOG_FILTER})"
+        );
+    }
     guard
 }
 
