@@ -3,7 +3,17 @@
 
 use std::os::unix::ffi::OsStrExt;
 
-use super::{ConfigError, ENV_PREFIX};
+use std::path::Path;
+
+use super::{ConfigError, ENV_PREFIX, ServerConfig};
+
+impl ServerConfig {
+    /// [`ServerConfig::load`] with this process's environment ([`process_environment`]), as
+    /// `serve` and the `config` commands read it.
+    pub fn load_from_process(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load(file, process_environment()?.into_iter())
+    }
+}
 
 /// The process's environment variables, for [`super::ServerConfig::load`]. One that is not
 /// UTF-8 text is left out, unless it is a `TOOLPLANE_*` one, which is refused naming it

@@ -211,9 +211,7 @@ fn main() -> ExitCode {
                 log_format,
             } => {
                 // The configuration is read before the runtime exists: it sizes the runtime.
-                let config = match toolplane::config::process_environment()
-                    .and_then(|env| ServerConfig::load(config.as_deref(), env.into_iter()))
-                {
+                let config = match ServerConfig::load_from_process(config.as_deref()) {
                     Ok(config) => config,
                     Err(error) => {
                         eprintln!("error: {error}");

@@ -19,8 +19,7 @@ use crate::outln;
 /// environment laid over it; prints what it would serve and exits 0, or prints why it cannot
 /// be used and exits 2, as `serve` would.
 pub fn run(file: Option<&Path>) -> ExitCode {
-    let checked = crate::config::process_environment()
-        .and_then(|env| ServerConfig::load(file, env.into_iter()))
+    let checked = ServerConfig::load_from_process(file)
         .map_err(|error| error.to_string())
         .and_then(|config| {
             let options = config.server_options();

@@ -28,9 +28,7 @@ const REVIEWED_AT_ONCE: usize = 8;
 /// table (or JSON) and exits 0, or exits 2 when the configuration cannot be used or a server
 /// cannot be listed (saying why on stderr; the other servers are still reviewed).
 pub async fn run(file: Option<&Path>, service: Option<&str>, json: bool) -> ExitCode {
-    let loaded = crate::config::process_environment()
-        .and_then(|env| ServerConfig::load(file, env.into_iter()));
-    let options = match loaded {
+    let options = match ServerConfig::load_from_process(file) {
         Ok(config) => config.server_options(),
         Err(error) => return fail(&error.to_string()),
     };
