@@ -108,18 +108,17 @@ pub(super) fn unread_variable_warnings(
 ) -> Vec<String> {
     unread.sort();
     let variable = |field: &str| format!("{}{}", super::ENV_PREFIX, field.to_ascii_uppercase());
+    // Tables and lists are set in the file only.
+    let settable: Vec<&str> = (fields.iter())
+        .filter(|(_, default)| !matches!(default, toml::Value::Table(_) | toml::Value::Array(_)))
+        .map(|(field, _)| field.as_str())
+        .collect();
     unread
         .into_iter()
         .filter(|name| !OTHER_VARIABLES.contains(&name.as_str()) && !names(table, name))
         .map(|name| {
             let setting = name[super::ENV_PREFIX.len()..].to_ascii_lowercase();
-            // Tables and lists are set in the file only.
-            let settable = (fields.iter())
-                .filter(|(_, default)| {
-                    !matches!(default, toml::Value::Table(_) | toml::Value::Array(_))
-                })
-                .map(|(field, _)| field.as_str());
-            match meant(&setting, settable, variable) {
+            match meant(&setting, settable.iter().copied(), variable) {
                 Some(meant) => {
                     format!("{name} is set, but no setting reads it; did you mean {meant}?")
                 }

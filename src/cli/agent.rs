@@ -172,13 +172,6 @@ pub fn agents_table(agents: &[pb::Agent]) -> String {
 /// transitions, oldest first.
 pub fn agent_details(agent: &pb::Agent) -> String {
     let status = agent.status.clone().unwrap_or_default();
-    let or = |value: &str, otherwise: &str| {
-        if value.is_empty() {
-            otherwise.to_owned()
-        } else {
-            value.to_owned()
-        }
-    };
     let mut fields = new_table(&["FIELD", "VALUE"]);
     fields.add_row(vec!["name".to_owned(), agent.name.clone()]);
     fields.add_row(vec!["id".to_owned(), status.id]);
@@ -198,11 +191,11 @@ pub fn agent_details(agent: &pb::Agent) -> String {
     fields.add_row(vec!["model".to_owned(), model_shown(&agent.model)]);
     fields.add_row(vec![
         "system prompt".to_owned(),
-        or(&prompt_shown(&agent.system_prompt), "(none)"),
+        or_shown(&prompt_shown(&agent.system_prompt), "(none)"),
     ]);
     fields.add_row(vec![
         "tools".to_owned(),
-        or(&agent.allowed_tools.join(","), "all of the tenant's"),
+        or_shown(&agent.allowed_tools.join(","), "all of the tenant's"),
     ]);
     let mut transitions = new_table(&["FROM", "TO", "AT", "NOTE"]);
     for step in &agent.recent_transitions {
@@ -221,11 +214,12 @@ pub fn agent_details(agent: &pb::Agent) -> String {
 
 /// An agent's model as the tables show it: `(the server's)` when it names none.
 fn model_shown(model: &str) -> String {
-    if model.is_empty() {
-        "(the server's)".to_owned()
-    } else {
-        model.to_owned()
-    }
+    or_shown(model, "(the server's)")
+}
+
+/// `value`, or `otherwise` when it is empty.
+fn or_shown(value: &str, otherwise: &str) -> String {
+    if value.is_empty() { otherwise } else { value }.to_owned()
 }
 
 /// The most characters of a system prompt `agent show` prints; `--json` gives it whole.

@@ -323,17 +323,18 @@ pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
 /// underscores (`timed_out`) or as the proto names it (`INVOCATION_STATUS_TIMED_OUT`), in any
 /// case.
 pub fn parse_invocation_status(text: &str) -> Result<pb::InvocationStatus, String> {
-    let statuses = (1..64).filter_map(|value| pb::InvocationStatus::try_from(value).ok());
     let wanted = label(&text.to_ascii_uppercase(), "INVOCATION_STATUS_");
-    let names: Vec<String> = statuses
-        .clone()
-        .map(|s| invocation_status_name(s as i32))
+    let named: Vec<(pb::InvocationStatus, String)> = (1..64)
+        .filter_map(|value| pb::InvocationStatus::try_from(value).ok())
+        .map(|status| (status, invocation_status_name(status as i32)))
         .collect();
-    statuses
-        .zip(&names)
-        .find(|(_, name)| **name == wanted)
-        .map(|(status, _)| status)
-        .ok_or_else(|| format!("not a status; one of {}", names.join(", ")))
+    match named.iter().find(|(_, name)| *name == wanted) {
+        Some((status, _)) => Ok(*status),
+        None => {
+            let names: Vec<&str> = named.iter().map(|(_, name)| name.as_str()).collect();
+            Err(format!("not a status; one of {}", names.join(", ")))
+        }
+    }
 }
 
 /// An invocation record as JSON.

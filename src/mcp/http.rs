@@ -221,17 +221,20 @@ impl Endpoint {
     /// Answers `request`: 404 off [`MCP_PATH`], 503 for a request that would open one session
     /// more than `max_sessions`, 429 for one whose tenant would hold one more than
     /// `max_sessions_per_tenant`, 200 for a `DELETE` that ended its session and 404 for one of
-    /// a session not held (ended, or never opened), else as the SDK does. The sessions are counted before the SDK
-    /// opens one, so `initialize` requests arriving at the same instant may each find a place
-    /// and go past the limit by their number (a session manager of our own refusing inside the
-    /// SDK would close that gap, but the SDK answers its refusals 500).
+    /// a session not held (ended, or never opened), else as the SDK does. The sessions are
+    /// counted before the SDK opens one, so `initialize` requests arriving at the same instant
+    /// may each find a place and go past the limit by their number (a session manager of our
+    /// own refusing inside the SDK would close that gap, but the SDK answers its refusals 500).
     async fn answer(
         mut self,
         mut request: Request<Incoming>,
         access: ConnectionAccess,
     ) -> Result<McpResponse, Infallible> {
         if request.uri().path() != MCP_PATH {
-            return Ok(not_found());
+            return Ok(plain(
+                StatusCode::NOT_FOUND,
+                b"not found: MCP is served at /mcp\n",
+            ));
         }
         if let Some(refused) = refused_tenant(&request, &access, &self.refusals) {
             return Ok(refused);
@@ -256,7 +259,10 @@ impl Endpoint {
         {
             // As the SDK answers any other request of a session it does not hold (MCP asks
             // 404 of them all); the SDK itself answers such a DELETE 202.
-            return Ok(session_not_found());
+            return Ok(plain(
+                StatusCode::NOT_FOUND,
+                b"Not Found: Session not found",
+            ));
         }
         let mut answer = self.mcp.call(request).await?;
         if ends_a_session && answer.status() == StatusCode::ACCEPTED {
@@ -452,17 +458,9 @@ where
     }
 }
 
-/// The answer to a `DELETE` of a session not held: the SDK's to its other requests.
-fn session_not_found() -> McpResponse {
-    let mut response =
-        Response::new(Full::new(Bytes::from_static(b"Not Found: Session not found")).boxed());
-    *response.status_mut() = StatusCode::NOT_FOUND;
-    response
-}
-
-fn not_found() -> McpResponse {
-    let mut response =
-        Response::new(Full::new(Bytes::from_static(b"not found: MCP is served at /mcp\n")).boxed());
-    *response.status_mut() = StatusCode::NOT_FOUND;
+/// A plain-text answer of `status`.
+fn plain(status: StatusCode, text: &'static [u8]) -> McpResponse {
+    let mut response = Response::new(Full::new(Bytes::from_static(text)).boxed());
+    *response.status_mut() = status;
     response
 }
