@@ -485,7 +485,7 @@ mod options;
 #[path = "config_reload.rs"]
 mod reload;
 
-pub use endpoints::parse_listen_address;
+pub use endpoints::{colliding_endpoints, parse_listen_address};
 use env::env_value;
 pub use env::process_environment;
 use messages::{line_and_column, located, unread_variable_warnings};

@@ -26,8 +26,12 @@ impl ServerConfig {
         &self,
         read_file: &dyn Fn(&std::path::Path) -> std::io::Result<String>,
     ) -> Result<Checked, String> {
-        self.metrics_address()?;
-        self.mcp_address()?;
+        let mut endpoints = vec![("listen", self.listen)];
+        endpoints.extend(self.metrics_address()?.map(|a| ("metrics_listen", a)));
+        endpoints.extend(self.mcp_address()?.map(|a| ("mcp_listen", a)));
+        if let Some(collision) = super::colliding_endpoints(&endpoints) {
+            return Err(collision);
+        }
         let mut imports = Vec::with_capacity(self.mcp_imports.len());
         for entry in &self.mcp_imports {
             let reread = self.tls_reload_interval;

@@ -204,6 +204,26 @@ fn bad_config_is_refused() {
     assert!(stderr.contains("unknown_key"), "{stderr}");
 }
 
+/// Two endpoints on one port stop `serve` before it binds either, naming the flags or
+/// settings that give them (a flag standing in for its setting).
+#[test]
+fn serve_refuses_two_endpoints_on_one_port() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("toolplane.toml");
+    std::fs::write(&path, "metrics_listen = \"127.0.0.1:50999\"\n").expect("write config");
+    let path = path.to_string_lossy().into_owned();
+    let (code, _, stderr) =
+        toolplane_cli(&["serve", "--config", &path, "--listen", "0.0.0.0:50999"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(
+            "--listen 0.0.0.0:50999 and metrics_listen 127.0.0.1:50999 cannot both be served"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("toolplane serving"), "{stderr}");
+}
+
 /// `toolplane config check` reads a configuration as `serve` does and refuses, with exit 2 and
 /// the setting named, what `serve` would refuse at its start (a bad setting, an unreadable TLS
 /// file or OAuth key file, a records directory that does not exist); a usable one exits 0 saying what it serves.
@@ -296,6 +316,10 @@ fn config_check_refuses_what_serve_would_and_summarizes_the_rest() {
         (
             "listen = \"localhost:50051\"\n",
             "listen: \"localhost:50051\" is not an IP address and port such as 0.0.0.0:50051",
+        ),
+        (
+            "listen = \"127.0.0.1:50051\"\nmcp_listen = \"0.0.0.0:50051\"\n",
+            "listen 127.0.0.1:50051 and mcp_listen 0.0.0.0:50051 cannot both be served",
         ),
         (
             "max_invoke_timeout = \"5 parsecs\"\n",

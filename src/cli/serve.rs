@@ -102,16 +102,36 @@ pub async fn serve(
     for warning in config.unread_variables() {
         tracing::warn!("{warning}");
     }
-    // The configuration's address was checked when it was loaded.
+    // The configuration's addresses were checked when it was loaded; the flags may stand
+    // in for them.
     let metrics_address = addresses
         .metrics_listen
         .or_else(|| config.metrics_address().unwrap_or_default());
-    let Some((listener, bound)) = bind(addresses.listen.unwrap_or(config.listen)).await else {
-        return ExitCode::from(2);
-    };
     let mcp_address = addresses
         .mcp_listen
         .or_else(|| config.mcp_address().unwrap_or_default());
+    let listen = addresses.listen.unwrap_or(config.listen);
+    let named = |flag: Option<_>, flag_name, setting| flag.map_or(setting, |_| flag_name);
+    let mut endpoints = vec![(named(addresses.listen, "--listen", "listen"), listen)];
+    endpoints.extend(metrics_address.map(|address| {
+        let name = named(
+            addresses.metrics_listen,
+            "--metrics-listen",
+            "metrics_listen",
+        );
+        (name, address)
+    }));
+    endpoints.extend(mcp_address.map(|address| {
+        let name = named(addresses.mcp_listen, "--mcp-listen", "mcp_listen");
+        (name, address)
+    }));
+    if let Some(collision) = crate::config::colliding_endpoints(&endpoints) {
+        tracing::error!(error = %collision, "cannot start");
+        return ExitCode::from(2);
+    }
+    let Some((listener, bound)) = bind(listen).await else {
+        return ExitCode::from(2);
+    };
     let mut side = crate::grpc::SideListeners::default();
     for (address, slot, what) in [
         (
